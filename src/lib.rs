@@ -1,0 +1,20 @@
+//! zonemount: a FUSE filesystem that presents *zones* (host directories with
+//! ro/rw access and approval policies) as one mounted tree.
+//!
+//! The binary in `main.rs` is a thin shell over [`cli::run`]. The rooms:
+//! - [`config`]: project and worker files, validation, derivation.
+//! - [`policy`]: the pure decision "may this operation proceed here?".
+//! - [`backing`]: fd-relative access to backing dirs; the only `unsafe`.
+//! - [`fs`]: the `fuser::Filesystem` adapter over a testable core.
+//! - [`approval`]: the broker an `ask` decision is handed to.
+//! - [`error`]: the one place errors become errnos.
+//! - [`cli`]: commands, daemonizing, readiness, exit codes.
+
+pub mod approval;
+pub mod backing;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod fs;
+pub mod mount;
+pub mod policy;
