@@ -1,0 +1,362 @@
+//! fd-relative access to the backing directories.
+//!
+//! Every path the daemon touches is resolved one name at a time from a
+//! directory fd it already holds, with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS)` and `O_NOFOLLOW`: a symlink
+//! in a backing dir is an object to show, never a way to walk somewhere else.
+//! Inodes are held as `O_PATH` fds; I/O reopens such an fd through
+//! `/proc/self/fd/N`, which names exactly the inode already held (no path
+//! resolution happens there).
+//!
+//! The only raw system interface of the crate. It is written against
+//! `rustix`, whose wrappers are safe; no `unsafe` block is needed so far.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+pub use rustix::fs::{FileType, Stat, StatVfs, Timestamps};
+
+/// Result of a backing call: the raw errno on failure.
+pub type Sys<T> = Result<T, Errno>;
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_MAGICLINKS)
+    .union(ResolveFlags::NO_SYMLINKS);
+
+/// Reject anything but one plain directory-entry name.
+pub fn check_name(name: &OsStr) -> Sys<()> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
+        return Err(Errno::INVAL);
+    }
+    if b.len() > 255 {
+        return Err(Errno::NAMETOOLONG);
+    }
+    Ok(())
+}
+
+/// The daemon's handle on `/proc/self/fd`, used to reopen `O_PATH` fds.
+#[derive(Debug)]
+pub struct ProcFds(OwnedFd);
+
+impl ProcFds {
+    pub fn open() -> Sys<Self> {
+        rfs::open(
+            "/proc/self/fd",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map(ProcFds)
+    }
+
+    fn name(fd: BorrowedFd<'_>) -> String {
+        fd.as_raw_fd().to_string()
+    }
+
+    /// Open the inode held by `fd` for I/O with `flags`. Creation flags are
+    /// stripped: this never makes a new name.
+    pub fn reopen(&self, fd: BorrowedFd<'_>, flags: i32) -> Sys<OwnedFd> {
+        let flags = OFlags::from_bits_retain(flags as u32)
+            & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::NOFOLLOW);
+        rfs::openat(
+            &self.0,
+            Self::name(fd),
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    }
+
+    /// A directory held as `O_PATH`, opened for reading its entries.
+    pub fn open_dir(&self, fd: BorrowedFd<'_>) -> Sys<OwnedFd> {
+        self.reopen(fd, (OFlags::RDONLY | OFlags::DIRECTORY).bits() as i32)
+    }
+
+    /// chmod the inode itself (symlinks have no mode of their own: EOPNOTSUPP).
+    pub fn chmod(&self, fd: BorrowedFd<'_>, mode: u32) -> Sys<()> {
+        rfs::chmodat(
+            &self.0,
+            Self::name(fd),
+            Mode::from_raw_mode(mode),
+            AtFlags::empty(),
+        )
+    }
+
+    /// Set times of a non-symlink inode.
+    pub fn utimens(&self, fd: BorrowedFd<'_>, times: &Timestamps) -> Sys<()> {
+        rfs::utimensat(&self.0, Self::name(fd), times, AtFlags::empty())
+    }
+
+    /// Hard-link the inode held by `fd` as `dir/name`.
+    pub fn link(&self, fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &OsStr) -> Sys<()> {
+        check_name(name)?;
+        rfs::linkat(
+            &self.0,
+            Self::name(fd),
+            dir,
+            name,
+            AtFlags::SYMLINK_FOLLOW,
+        )
+    }
+
+    fn path(fd: BorrowedFd<'_>) -> String {
+        format!("/proc/self/fd/{}", fd.as_raw_fd())
+    }
+
+    pub fn getxattr(&self, fd: BorrowedFd<'_>, name: &OsStr, buf: &mut Vec<u8>) -> Sys<usize> {
+        if buf.capacity() == 0 {
+            return rfs::getxattr_query(Self::path(fd), name);
+        }
+        let cap = buf.capacity();
+        buf.resize(cap, 0);
+        let n = rfs::getxattr(Self::path(fd), name, &mut buf[..])?;
+        buf.truncate(n);
+        Ok(n)
+    }
+
+    pub fn listxattr(&self, fd: BorrowedFd<'_>, buf: &mut Vec<u8>) -> Sys<usize> {
+        if buf.capacity() == 0 {
+            return rfs::listxattr_query(Self::path(fd));
+        }
+        let cap = buf.capacity();
+        buf.resize(cap, 0);
+        let n = rfs::listxattr(Self::path(fd), &mut buf[..])?;
+        buf.truncate(n);
+        Ok(n)
+    }
+
+    pub fn setxattr(&self, fd: BorrowedFd<'_>, name: &OsStr, value: &[u8], flags: i32) -> Sys<()> {
+        let flags = rfs::XattrFlags::from_bits_retain(flags as u32);
+        rfs::setxattr(Self::path(fd), name, value, flags)
+    }
+
+    pub fn removexattr(&self, fd: BorrowedFd<'_>, name: &OsStr) -> Sys<()> {
+        rfs::removexattr(Self::path(fd), name)
+    }
+}
+
+/// Open a zone's backing directory once, at mount.
+pub fn open_zone_root(path: &Path) -> Sys<OwnedFd> {
+    rfs::open(
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Look up one name under `dir` without following a symlink.
+pub fn lookup(dir: BorrowedFd<'_>, name: &OsStr) -> Sys<OwnedFd> {
+    check_name(name)?;
+    rfs::openat2(
+        dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        RESOLVE,
+    )
+}
+
+/// Create (or, without `O_EXCL`, open) a regular file under `dir`.
+pub fn create(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> Sys<OwnedFd> {
+    check_name(name)?;
+    let flags = OFlags::from_bits_retain(flags as u32) & !OFlags::NOCTTY;
+    rfs::openat2(
+        dir,
+        name,
+        flags | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+        RESOLVE,
+    )
+}
+
+pub fn stat(fd: BorrowedFd<'_>) -> Sys<Stat> {
+    rfs::fstat(fd)
+}
+
+pub fn statvfs(fd: BorrowedFd<'_>) -> Sys<StatVfs> {
+    rfs::fstatvfs(fd)
+}
+
+pub fn mkdir(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> Sys<()> {
+    check_name(name)?;
+    rfs::mkdirat(dir, name, Mode::from_raw_mode(mode))
+}
+
+pub fn symlink(dir: BorrowedFd<'_>, name: &OsStr, target: &Path) -> Sys<()> {
+    check_name(name)?;
+    rfs::symlinkat(target, dir, name)
+}
+
+/// mknod of a regular file, FIFO or socket. Device nodes are refused with
+/// EPERM whatever the caller's privileges (DESIGN §3).
+pub fn mknod(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> Sys<()> {
+    check_name(name)?;
+    let kind = FileType::from_raw_mode(mode);
+    match kind {
+        FileType::RegularFile | FileType::Fifo | FileType::Socket => {}
+        _ => return Err(Errno::PERM),
+    }
+    rfs::mknodat(dir, name, kind, Mode::from_raw_mode(mode), 0)
+}
+
+pub fn unlink(dir: BorrowedFd<'_>, name: &OsStr) -> Sys<()> {
+    check_name(name)?;
+    rfs::unlinkat(dir, name, AtFlags::empty())
+}
+
+pub fn rmdir(dir: BorrowedFd<'_>, name: &OsStr) -> Sys<()> {
+    check_name(name)?;
+    rfs::unlinkat(dir, name, AtFlags::REMOVEDIR)
+}
+
+pub fn rename(
+    from_dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to_dir: BorrowedFd<'_>,
+    to: &OsStr,
+    flags: u32,
+) -> Sys<()> {
+    check_name(from)?;
+    check_name(to)?;
+    rfs::renameat_with(
+        from_dir,
+        from,
+        to_dir,
+        to,
+        rfs::RenameFlags::from_bits_retain(flags),
+    )
+}
+
+pub fn readlink(fd: BorrowedFd<'_>) -> Sys<OsString> {
+    let target = rfs::readlinkat(fd, "", Vec::new())?;
+    Ok(OsString::from(std::ffi::OsStr::from_bytes(
+        target.as_bytes(),
+    )))
+}
+
+/// chown without following a symlink (works on `O_PATH` fds).
+pub fn chown(fd: BorrowedFd<'_>, uid: Option<u32>, gid: Option<u32>) -> Sys<()> {
+    rfs::chownat(
+        fd,
+        "",
+        uid.map(rustix::fs::Uid::from_raw),
+        gid.map(rustix::fs::Gid::from_raw),
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+    )
+}
+
+/// Set times of the entry `dir/name` itself (for symlinks).
+pub fn utimens_nofollow(dir: BorrowedFd<'_>, name: &OsStr, times: &Timestamps) -> Sys<()> {
+    check_name(name)?;
+    rfs::utimensat(dir, name, times, AtFlags::SYMLINK_NOFOLLOW)
+}
+
+pub fn truncate(fd: BorrowedFd<'_>, len: u64) -> Sys<()> {
+    rfs::ftruncate(fd, len)
+}
+
+pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Sys<usize> {
+    rustix::io::pread(fd, buf, offset)
+}
+
+pub fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> Sys<usize> {
+    rustix::io::pwrite(fd, buf, offset)
+}
+
+pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> Sys<()> {
+    if datasync {
+        rfs::fdatasync(fd)
+    } else {
+        rfs::fsync(fd)
+    }
+}
+
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> Sys<()> {
+    rfs::fallocate(
+        fd,
+        rfs::FallocateFlags::from_bits_retain(mode as u32),
+        offset,
+        len,
+    )
+}
+
+/// `SEEK_DATA` / `SEEK_HOLE` (the only whences the kernel forwards).
+pub fn seek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> Sys<u64> {
+    let pos = match whence {
+        libc::SEEK_SET => rfs::SeekFrom::Start(offset.max(0) as u64),
+        libc::SEEK_CUR => rfs::SeekFrom::Current(offset),
+        libc::SEEK_END => rfs::SeekFrom::End(offset),
+        libc::SEEK_DATA => rfs::SeekFrom::Data(offset.max(0) as u64),
+        libc::SEEK_HOLE => rfs::SeekFrom::Hole(offset.max(0) as u64),
+        _ => return Err(Errno::INVAL),
+    };
+    rfs::seek(fd, pos)
+}
+
+pub fn copy_file_range(
+    fd_in: BorrowedFd<'_>,
+    mut off_in: u64,
+    fd_out: BorrowedFd<'_>,
+    mut off_out: u64,
+    len: u64,
+) -> Sys<usize> {
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    rfs::copy_file_range(fd_in, Some(&mut off_in), fd_out, Some(&mut off_out), len)
+}
+
+/// One directory entry as read from the backing store.
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    pub name: OsString,
+    pub kind: FileType,
+    pub ino: u64,
+}
+
+/// Read every entry of a directory (an fd opened for reading), without
+/// `.` and `..`.
+pub fn read_dir(fd: OwnedFd) -> Sys<Vec<DirEntry>> {
+    let mut dir = rfs::Dir::new(fd)?;
+    let mut out = Vec::new();
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        out.push(DirEntry {
+            name: OsStr::from_bytes(name).to_os_string(),
+            kind: entry.file_type(),
+            ino: entry.ino(),
+        });
+    }
+    Ok(out)
+}
+
+/// Raise the soft open-file limit to the hard one (the daemon holds fds).
+pub fn raise_nofile_limit() {
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if let Some(max) = lim.maximum {
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(max),
+                maximum: Some(max),
+            },
+        );
+    }
+}
+
+/// The daemon applies modes exactly as the kernel sends them (the kernel
+/// has already applied the caller's umask).
+pub fn clear_umask() {
+    rustix::process::umask(Mode::empty());
+}
+
+/// Borrow helper for callers holding `OwnedFd`s.
+pub fn b(fd: &OwnedFd) -> BorrowedFd<'_> {
+    fd.as_fd()
+}

@@ -1,0 +1,1025 @@
+//! The filesystem core: every operation as a method returning `FsResult`,
+//! testable without the kernel. Mutating operations come in two steps: a
+//! `check_*` that asks the policy (and may need approval), then the action.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{FileAttr, FileType as FuseType, INodeNo, TimeOrNow};
+use parking_lot::Mutex;
+
+use crate::backing::{self, FileType, ProcFds, Stat};
+use crate::config::ZoneTable;
+use crate::error::{FsError, FsResult, Refusal};
+use crate::fs::inodes::{Found, Inodes, Node, ROOT};
+use crate::policy::{self, AskItem, Decision, Loc, Op, ZoneRules};
+
+/// What a `check_*` step concluded.
+#[derive(Debug)]
+pub enum Gate {
+    Go,
+    Ask(Vec<AskItem>),
+}
+
+/// The attributes a `setattr` asks to change.
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+    pub fh: Option<u64>,
+}
+
+/// One directory entry as the kernel gets it.
+#[derive(Debug, Clone)]
+pub struct DirItem {
+    pub offset: u64,
+    pub name: OsString,
+    pub kind: FuseType,
+    pub ino: u64,
+}
+
+/// A getxattr/listxattr answer: the size asked for, or the data.
+#[derive(Debug)]
+pub enum XattrReply {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// Filesystem statistics for `statfs`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Statfs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+#[derive(Debug)]
+enum Handle {
+    File {
+        fd: OwnedFd,
+        zone: usize,
+        writable: bool,
+    },
+    Dir {
+        entries: Mutex<Vec<DirItem>>,
+    },
+}
+
+/// Settings of a mount that the core needs.
+#[derive(Debug, Clone)]
+pub struct CoreOptions {
+    pub ttl: Duration,
+    pub owner_uid: u32,
+    pub owner_gid: u32,
+}
+
+/// Where an entry is, in policy terms: the zone (None: the mount root) and
+/// the path inside the zone.
+struct Where {
+    zone: Option<usize>,
+    path: PathBuf,
+}
+
+#[derive(Debug)]
+pub struct Core {
+    zones: Vec<ZoneRules>,
+    zone_names: Vec<OsString>,
+    inodes: Inodes,
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    next_fh: AtomicU64,
+    procfds: ProcFds,
+    opts: CoreOptions,
+    started: SystemTime,
+}
+
+/// Errors opening a mount's zones.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("zone '{zone}': cannot open backing dir {path}: {source}")]
+    Backing {
+        zone: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("zone '{zone}': bad protect pattern: {source}")]
+    Protect { zone: String, source: ignore::Error },
+    #[error("cannot open /proc/self/fd: {0}")]
+    Proc(std::io::Error),
+}
+
+fn found(fd: OwnedFd) -> FsResult<(Found, Stat)> {
+    let st = backing::stat(fd.as_fd())?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    Ok((
+        Found {
+            fd,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            is_dir: kind == FileType::Directory,
+            is_symlink: kind == FileType::Symlink,
+        },
+        st,
+    ))
+}
+
+fn fuse_kind(k: FileType) -> FuseType {
+    match k {
+        FileType::Directory => FuseType::Directory,
+        FileType::Symlink => FuseType::Symlink,
+        FileType::Fifo => FuseType::NamedPipe,
+        FileType::Socket => FuseType::Socket,
+        FileType::CharacterDevice => FuseType::CharDevice,
+        FileType::BlockDevice => FuseType::BlockDevice,
+        _ => FuseType::RegularFile,
+    }
+}
+
+fn time(secs: i64, nsecs: u64) -> SystemTime {
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nsecs)
+    }
+}
+
+fn to_attr(ino: u64, st: &Stat) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: time(st.st_atime as i64, st.st_atime_nsec as u64),
+        mtime: time(st.st_mtime as i64, st.st_mtime_nsec as u64),
+        ctime: time(st.st_ctime as i64, st.st_ctime_nsec as u64),
+        crtime: UNIX_EPOCH,
+        kind: fuse_kind(FileType::from_raw_mode(st.st_mode)),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+fn timespec(t: Option<TimeOrNow>) -> rustix::fs::Timespec {
+    match t {
+        None => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => {
+            let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                Err(e) => {
+                    let d = e.duration();
+                    let mut sec = -(d.as_secs() as i64);
+                    let mut nsec = -(d.subsec_nanos() as i64);
+                    if nsec < 0 {
+                        sec -= 1;
+                        nsec += 1_000_000_000;
+                    }
+                    (sec, nsec)
+                }
+            };
+            rustix::fs::Timespec {
+                tv_sec: sec,
+                tv_nsec: nsec as _,
+            }
+        }
+    }
+}
+
+impl Core {
+    /// Open every zone's backing dir (held for the whole mount) and compile
+    /// its rules.
+    pub fn new(table: &ZoneTable, opts: CoreOptions) -> Result<Core, OpenError> {
+        let mut roots = Vec::new();
+        let mut zones = Vec::new();
+        for z in &table.zones {
+            let backing_err = |e: std::io::Error| OpenError::Backing {
+                zone: z.name.clone(),
+                path: z.backing.clone(),
+                source: e,
+            };
+            let fd = backing::open_zone_root(&z.backing).map_err(|e| backing_err(e.into()))?;
+            let st = backing::stat(fd.as_fd()).map_err(|e| backing_err(e.into()))?;
+            roots.push((
+                OsString::from(&z.name),
+                Found {
+                    fd,
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                    is_dir: true,
+                    is_symlink: false,
+                },
+            ));
+            zones.push(ZoneRules::compile(z).map_err(|e| OpenError::Protect {
+                zone: z.name.clone(),
+                source: e,
+            })?);
+        }
+        let zone_names = roots.iter().map(|(n, _)| n.clone()).collect();
+        Ok(Core {
+            zones,
+            zone_names,
+            inodes: Inodes::new(roots),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            procfds: ProcFds::open().map_err(|e| OpenError::Proc(e.into()))?,
+            opts,
+            started: SystemTime::now(),
+        })
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.opts.ttl
+    }
+
+    /// Nodes currently held (for tests and status).
+    pub fn node_count(&self) -> usize {
+        self.inodes.len()
+    }
+
+    pub fn open_handles(&self) -> usize {
+        self.handles.lock().len()
+    }
+
+    fn node(&self, ino: u64) -> FsResult<Arc<Node>> {
+        self.inodes.get(ino).ok_or(FsError::Os(libc::ESTALE))
+    }
+
+    fn fd_of<'a>(&self, node: &'a Node) -> FsResult<BorrowedFd<'a>> {
+        // Only the mount root has no fd; it is never a backing object.
+        node.fd().ok_or(FsError::Refused(Refusal::RootLevel))
+    }
+
+    fn root_attr(&self) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(ROOT),
+            size: 0,
+            blocks: 0,
+            atime: self.started,
+            mtime: self.started,
+            ctime: self.started,
+            crtime: self.started,
+            kind: FuseType::Directory,
+            perm: 0o755,
+            nlink: 2 + self.zones.len() as u32,
+            uid: self.opts.owner_uid,
+            gid: self.opts.owner_gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    fn attr_of(&self, node: &Node) -> FsResult<FileAttr> {
+        match node.fd() {
+            None => Ok(self.root_attr()),
+            Some(fd) => Ok(to_attr(node.ino, &backing::stat(fd)?)),
+        }
+    }
+
+    /// Where an existing node is.
+    fn where_node(&self, node: &Node) -> Where {
+        Where {
+            zone: node.zone,
+            path: if node.zone.is_some() {
+                node.zone_path()
+            } else {
+                PathBuf::new()
+            },
+        }
+    }
+
+    /// Where the entry `name` of directory `parent` is (or would be).
+    fn where_child(&self, parent: &Node, name: &OsStr) -> Where {
+        match parent.zone {
+            None => Where {
+                zone: None,
+                path: PathBuf::from(name),
+            },
+            Some(z) => Where {
+                zone: Some(z),
+                path: parent.zone_path().join(name),
+            },
+        }
+    }
+
+    fn loc<'a>(&'a self, w: &'a Where) -> Loc<'a> {
+        match w.zone {
+            None => Loc::root(),
+            Some(z) => Loc::in_zone(&self.zones[z], &w.path),
+        }
+    }
+
+    /// Describe a location for logs and approval requests.
+    pub fn describe(&self, zone: Option<usize>, path: &Path) -> String {
+        match zone {
+            None => format!("/{}", path.display()),
+            Some(z) => {
+                let name = &self.zones[z].name;
+                if path.as_os_str().is_empty() {
+                    format!("/{name}")
+                } else {
+                    format!("/{name}/{}", path.display())
+                }
+            }
+        }
+    }
+
+    fn gate(&self, op: &Op<'_>) -> FsResult<Gate> {
+        match policy::decide(op) {
+            Decision::Allow => Ok(Gate::Go),
+            Decision::Ask(items) => Ok(Gate::Ask(items)),
+            Decision::Refuse(r) => {
+                tracing::info!(?op, refusal = ?r, errno = r.errno_name(), "refused");
+                Err(FsError::Refused(r))
+            }
+        }
+    }
+
+    // ---- lookups -------------------------------------------------------
+
+    /// Look `name` up in `parent`, counting one kernel lookup on success.
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<FileAttr> {
+        let parent = self.node(parent)?;
+        let node = self.lookup_node(&parent, name)?;
+        self.attr_of(&node)
+    }
+
+    fn lookup_node(&self, parent: &Arc<Node>, name: &OsStr) -> FsResult<Arc<Node>> {
+        let Some(zone) = parent.zone else {
+            let i = self
+                .zone_names
+                .iter()
+                .position(|z| z == name)
+                .ok_or_else(FsError::enoent)?;
+            return self.inodes.zone_root(i).ok_or_else(FsError::enoent);
+        };
+        let fd = backing::lookup(self.fd_of(parent)?, name)?;
+        let (f, _) = found(fd)?;
+        if !self.zones[zone].visible(name, f.is_dir) {
+            return Err(FsError::Refused(Refusal::Hidden));
+        }
+        Ok(self.inodes.remember(zone, parent, name, f))
+    }
+
+    /// Look at an entry without entering it in the table.
+    fn peek(&self, parent: &Node, name: &OsStr) -> FsResult<Option<Stat>> {
+        let Some(zone) = parent.zone else {
+            return Ok(self.zone_names.iter().position(|z| z == name).and_then(|i| {
+                let n = self.inodes.zone_root(i)?;
+                backing::stat(n.fd()?).ok()
+            }));
+        };
+        match backing::lookup(self.fd_of(parent)?, name) {
+            Ok(fd) => {
+                let st = backing::stat(fd.as_fd())?;
+                let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+                Ok(self.zones[zone].visible(name, is_dir).then_some(st))
+            }
+            Err(e) if e == rustix::io::Errno::NOENT => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn forget(&self, ino: u64, n: u64) {
+        self.inodes.forget(ino, n);
+    }
+
+    pub fn getattr(&self, ino: u64) -> FsResult<FileAttr> {
+        self.attr_of(&*self.node(ino)?)
+    }
+
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let node = self.node(ino)?;
+        if !node.is_symlink {
+            return Err(FsError::Os(libc::EINVAL));
+        }
+        Ok(backing::readlink(self.fd_of(&node)?)?.as_bytes().to_vec())
+    }
+
+    // ---- setattr -------------------------------------------------------
+
+    pub fn check_setattr(&self, ino: u64, a: &SetAttr) -> FsResult<Gate> {
+        let node = self.node(ino)?;
+        let w = self.where_node(&node);
+        let at = self.loc(&w);
+        let meta = a.mode.is_some()
+            || a.uid.is_some()
+            || a.gid.is_some()
+            || a.atime.is_some()
+            || a.mtime.is_some();
+        let mut asks = Vec::new();
+        if let Some(size) = a.size {
+            // A truncate through a handle opened (and approved) for writing
+            // is not asked again; the size limit still applies.
+            if let Some(zone) = self.writable_handle_zone(a.fh) {
+                if let Err(r) = policy::check_size(&self.zones[zone], size) {
+                    return Err(r.into());
+                }
+            } else if let Gate::Ask(v) = self.gate(&Op::WriteContent {
+                at,
+                new_size: Some(size),
+            })? {
+                asks.extend(v);
+            }
+        }
+        if meta {
+            if let Gate::Ask(v) = self.gate(&Op::Metadata { at })? {
+                asks.extend(v);
+            }
+        }
+        asks.dedup();
+        Ok(if asks.is_empty() {
+            Gate::Go
+        } else {
+            Gate::Ask(asks)
+        })
+    }
+
+    fn writable_handle_zone(&self, fh: Option<u64>) -> Option<usize> {
+        let h = self.handles.lock().get(&fh?)?.clone();
+        match &*h {
+            Handle::File {
+                zone,
+                writable: true,
+                ..
+            } => Some(*zone),
+            _ => None,
+        }
+    }
+
+    pub fn setattr(&self, ino: u64, a: &SetAttr) -> FsResult<FileAttr> {
+        let node = self.node(ino)?;
+        let fd = self.fd_of(&node)?;
+        if let Some(size) = a.size {
+            let handle = a.fh.and_then(|fh| self.handles.lock().get(&fh).cloned());
+            match handle.as_deref() {
+                Some(Handle::File {
+                    fd: hfd,
+                    writable: true,
+                    ..
+                }) => backing::truncate(hfd.as_fd(), size)?,
+                _ => {
+                    let wfd = self.procfds.reopen(fd, libc::O_WRONLY)?;
+                    backing::truncate(wfd.as_fd(), size)?;
+                }
+            }
+        }
+        if a.uid.is_some() || a.gid.is_some() {
+            backing::chown(fd, a.uid, a.gid)?;
+        }
+        if let Some(mode) = a.mode {
+            self.procfds.chmod(fd, mode & 0o7777)?;
+        }
+        if a.atime.is_some() || a.mtime.is_some() {
+            let times = backing::Timestamps {
+                last_access: timespec(a.atime),
+                last_modification: timespec(a.mtime),
+            };
+            if node.is_symlink {
+                let parent = node.parent().ok_or(FsError::Os(libc::EPERM))?;
+                backing::utimens_nofollow(self.fd_of(&parent)?, &node.name(), &times)?;
+            } else {
+                self.procfds.utimens(fd, &times)?;
+            }
+        }
+        self.attr_of(&node)
+    }
+
+    // ---- new names -----------------------------------------------------
+
+    /// Policy for a new name (create, mkdir, symlink, mknod).
+    pub fn check_new(&self, parent: u64, name: &OsStr, is_dir: bool) -> FsResult<Gate> {
+        let parent = self.node(parent)?;
+        let w = self.where_child(&parent, name);
+        self.gate(&Op::NewName {
+            at: self.loc(&w),
+            is_dir,
+        })
+    }
+
+    fn zone_dir(&self, parent: u64) -> FsResult<Arc<Node>> {
+        let node = self.node(parent)?;
+        if node.zone.is_none() {
+            return Err(Refusal::RootLevel.into());
+        }
+        if !node.is_dir {
+            return Err(FsError::Os(libc::ENOTDIR));
+        }
+        Ok(node)
+    }
+
+    fn entered(&self, parent: &Arc<Node>, name: &OsStr) -> FsResult<FileAttr> {
+        let node = self.lookup_node(parent, name)?;
+        self.attr_of(&node)
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<FileAttr> {
+        let dir = self.zone_dir(parent)?;
+        backing::mkdir(self.fd_of(&dir)?, name, mode)?;
+        self.entered(&dir, name)
+    }
+
+    pub fn mknod(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<FileAttr> {
+        let dir = self.zone_dir(parent)?;
+        backing::mknod(self.fd_of(&dir)?, name, mode)?;
+        self.entered(&dir, name)
+    }
+
+    pub fn symlink(&self, parent: u64, name: &OsStr, target: &Path) -> FsResult<FileAttr> {
+        let dir = self.zone_dir(parent)?;
+        backing::symlink(self.fd_of(&dir)?, name, target)?;
+        self.entered(&dir, name)
+    }
+
+    /// Create and open a regular file; returns its attributes and handle.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+    ) -> FsResult<(FileAttr, u64)> {
+        let dir = self.zone_dir(parent)?;
+        let zone = dir.zone.ok_or(FsError::Refused(Refusal::RootLevel))?;
+        let fd = backing::create(self.fd_of(&dir)?, name, flags, mode)?;
+        let st = backing::stat(fd.as_fd())?;
+        let path_fd = backing::lookup(self.fd_of(&dir)?, name)?;
+        let (f, _) = found(path_fd)?;
+        if (f.dev, f.ino) != (st.st_dev, st.st_ino) {
+            // The name was replaced between create and lookup.
+            return Err(FsError::Os(libc::EAGAIN));
+        }
+        let node = self.inodes.remember(zone, &dir, name, f);
+        let fh = self.add_handle(Handle::File {
+            fd,
+            zone,
+            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
+        });
+        Ok((to_attr(node.ino, &st), fh))
+    }
+
+    // ---- removal and renames -------------------------------------------
+
+    pub fn check_remove(&self, parent: u64, name: &OsStr) -> FsResult<Gate> {
+        let parent = self.node(parent)?;
+        let w = self.where_child(&parent, name);
+        // A hidden or missing name is ENOENT before any policy question.
+        if w.zone.is_some() && self.peek(&parent, name)?.is_none() {
+            return Err(FsError::enoent());
+        }
+        self.gate(&Op::Remove { at: self.loc(&w) })
+    }
+
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+        let dir = self.zone_dir(parent)?;
+        Ok(backing::unlink(self.fd_of(&dir)?, name)?)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+        let dir = self.zone_dir(parent)?;
+        Ok(backing::rmdir(self.fd_of(&dir)?, name)?)
+    }
+
+    pub fn check_rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> FsResult<Gate> {
+        let (p, np) = (self.node(parent)?, self.node(newparent)?);
+        let (from, to) = (self.where_child(&p, name), self.where_child(&np, newname));
+        let src = match from.zone {
+            Some(_) => self.peek(&p, name)?.ok_or_else(FsError::enoent)?,
+            None => self.peek(&p, name)?.ok_or_else(FsError::enoent)?,
+        };
+        let to_exists = to.zone.is_some() && self.peek(&np, newname)?.is_some();
+        self.gate(&Op::Rename {
+            from: self.loc(&from),
+            to: self.loc(&to),
+            is_dir: FileType::from_raw_mode(src.st_mode) == FileType::Directory,
+            to_exists,
+            exchange: flags & libc::RENAME_EXCHANGE != 0,
+        })
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> FsResult<()> {
+        let (p, np) = (self.zone_dir(parent)?, self.zone_dir(newparent)?);
+        if p.zone != np.zone {
+            return Err(Refusal::CrossZone.into());
+        }
+        let zone = p.zone.ok_or(FsError::Refused(Refusal::RootLevel))?;
+        let (pfd, npfd) = (self.fd_of(&p)?, self.fd_of(&np)?);
+        let src_key = backing::lookup(pfd, name)
+            .ok()
+            .and_then(|fd| backing::stat(fd.as_fd()).ok())
+            .map(|st| (st.st_dev, st.st_ino));
+        let dst_key = backing::lookup(npfd, newname)
+            .ok()
+            .and_then(|fd| backing::stat(fd.as_fd()).ok())
+            .map(|st| (st.st_dev, st.st_ino));
+        backing::rename(pfd, name, npfd, newname, flags)?;
+        // Keep known nodes' places current, so policy paths stay right.
+        let moved = |key: Option<(u64, u64)>, dir: &Arc<Node>, to: &OsStr| {
+            if let Some((dev, ino)) = key {
+                if let Some(n) = self.inodes.known(zone, dev, ino).and_then(|i| self.inodes.get(i)) {
+                    n.set_place(dir.clone(), to);
+                }
+            }
+        };
+        moved(src_key, &np, newname);
+        if flags & libc::RENAME_EXCHANGE != 0 {
+            moved(dst_key, &p, name);
+        }
+        Ok(())
+    }
+
+    pub fn check_link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<Gate> {
+        let (node, np) = (self.node(ino)?, self.node(newparent)?);
+        let (from, to) = (self.where_node(&node), self.where_child(&np, newname));
+        self.gate(&Op::Link {
+            from: self.loc(&from),
+            to: self.loc(&to),
+        })
+    }
+
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<FileAttr> {
+        let (node, dir) = (self.node(ino)?, self.zone_dir(newparent)?);
+        if node.zone != dir.zone {
+            return Err(Refusal::CrossZone.into());
+        }
+        self.procfds
+            .link(self.fd_of(&node)?, self.fd_of(&dir)?, newname)?;
+        self.entered(&dir, newname)
+    }
+
+    // ---- files -----------------------------------------------------------
+
+    fn add_handle(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, Arc::new(h));
+        fh
+    }
+
+    fn handle(&self, fh: u64) -> FsResult<Arc<Handle>> {
+        self.handles
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::Os(libc::EBADF))
+    }
+
+    fn file(&self, fh: u64) -> FsResult<(Arc<Handle>, usize)> {
+        let h = self.handle(fh)?;
+        match &*h {
+            Handle::File { zone, .. } => {
+                let z = *zone;
+                Ok((h, z))
+            }
+            Handle::Dir { .. } => Err(FsError::Os(libc::EISDIR)),
+        }
+    }
+
+    fn with_fd<T>(h: &Handle, f: impl FnOnce(BorrowedFd<'_>) -> FsResult<T>) -> FsResult<T> {
+        match h {
+            Handle::File { fd, .. } => f(fd.as_fd()),
+            Handle::Dir { .. } => Err(FsError::Os(libc::EISDIR)),
+        }
+    }
+
+    pub fn check_open(&self, ino: u64, flags: i32) -> FsResult<Gate> {
+        let node = self.node(ino)?;
+        let w = self.where_node(&node);
+        let at = self.loc(&w);
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        if writes {
+            let new_size = (flags & libc::O_TRUNC != 0).then_some(0);
+            return self.gate(&Op::WriteContent { at, new_size });
+        }
+        let size = match node.fd() {
+            Some(fd) => backing::stat(fd)?.st_size as u64,
+            None => 0,
+        };
+        self.gate(&Op::Read { at, size })
+    }
+
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
+        let node = self.node(ino)?;
+        let zone = node.zone.ok_or(FsError::Os(libc::EISDIR))?;
+        let fd = self.procfds.reopen(self.fd_of(&node)?, flags)?;
+        Ok(self.add_handle(Handle::File {
+            fd,
+            zone,
+            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
+        }))
+    }
+
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let (h, _) = self.file(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let n = Self::with_fd(&h, |fd| Ok(backing::pread(fd, &mut buf, offset)?))?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    fn size_ok(&self, zone: usize, end: u64) -> FsResult<()> {
+        policy::check_size(&self.zones[zone], end).map_err(FsError::from)
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let (h, zone) = self.file(fh)?;
+        self.size_ok(zone, offset.saturating_add(data.len() as u64))?;
+        let n = Self::with_fd(&h, |fd| Ok(backing::pwrite(fd, data, offset)?))?;
+        Ok(n as u32)
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.handles.lock().remove(&fh);
+    }
+
+    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
+        let (h, _) = self.file(fh)?;
+        Self::with_fd(&h, |fd| Ok(backing::fsync(fd, datasync)?))
+    }
+
+    pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        let (h, zone) = self.file(fh)?;
+        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+            self.size_ok(zone, offset.saturating_add(len))?;
+        }
+        Self::with_fd(&h, |fd| Ok(backing::fallocate(fd, mode, offset, len)?))
+    }
+
+    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
+        let (h, _) = self.file(fh)?;
+        Self::with_fd(&h, |fd| Ok(backing::seek(fd, offset, whence)? as i64))
+    }
+
+    pub fn copy_file_range(
+        &self,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> FsResult<u32> {
+        let (hin, zin) = self.file(fh_in)?;
+        let (hout, zout) = self.file(fh_out)?;
+        if zin != zout {
+            // Each zone's data goes through its own checks: let the kernel
+            // fall back to read + write.
+            return Err(FsError::Os(libc::EXDEV));
+        }
+        self.size_ok(zout, off_out.saturating_add(len))?;
+        let len = len.min(u32::MAX as u64 / 2);
+        let n = Self::with_fd(&hin, |a| {
+            Self::with_fd(&hout, |b| Ok(backing::copy_file_range(a, off_in, b, off_out, len)?))
+        })?;
+        Ok(n as u32)
+    }
+
+    // ---- directories -----------------------------------------------------
+
+    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let node = self.node(ino)?;
+        let parent_ino = match node.zone {
+            None => ROOT,
+            Some(_) => node.parent().map(|p| p.ino).unwrap_or(ROOT),
+        };
+        let mut entries = vec![
+            DirItem {
+                offset: 1,
+                name: ".".into(),
+                kind: FuseType::Directory,
+                ino: node.ino,
+            },
+            DirItem {
+                offset: 2,
+                name: "..".into(),
+                kind: FuseType::Directory,
+                ino: parent_ino,
+            },
+        ];
+        match node.zone {
+            None => {
+                for (i, name) in self.zone_names.iter().enumerate() {
+                    entries.push(DirItem {
+                        offset: 0,
+                        name: name.clone(),
+                        kind: FuseType::Directory,
+                        ino: 2 + i as u64,
+                    });
+                }
+            }
+            Some(zone) => {
+                let fd = self.fd_of(&node)?;
+                let list = backing::read_dir(self.procfds.open_dir(fd)?)?;
+                for e in list {
+                    let mut kind = e.kind;
+                    if kind == FileType::Unknown {
+                        kind = backing::lookup(fd, &e.name)
+                            .and_then(|f| backing::stat(f.as_fd()))
+                            .map(|st| FileType::from_raw_mode(st.st_mode))
+                            .unwrap_or(FileType::Unknown);
+                    }
+                    if !self.zones[zone].visible(&e.name, kind == FileType::Directory) {
+                        continue;
+                    }
+                    // d_ino is a hint (the node id comes with lookup): the
+                    // known node id, else the backing inode number.
+                    let ino = self.inodes.known(zone, node.key.0, e.ino).unwrap_or(e.ino);
+                    entries.push(DirItem {
+                        offset: 0,
+                        name: e.name,
+                        kind: fuse_kind(kind),
+                        ino,
+                    });
+                }
+            }
+        }
+        for (i, e) in entries.iter_mut().enumerate() {
+            e.offset = i as u64 + 1;
+        }
+        Ok(self.add_handle(Handle::Dir {
+            entries: Mutex::new(entries),
+        }))
+    }
+
+    /// The entries after `offset`.
+    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<DirItem>> {
+        let h = self.handle(fh)?;
+        match &*h {
+            Handle::Dir { entries } => Ok(entries
+                .lock()
+                .iter()
+                .skip(offset as usize)
+                .cloned()
+                .collect()),
+            Handle::File { .. } => Err(FsError::Os(libc::ENOTDIR)),
+        }
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.handles.lock().remove(&fh);
+    }
+
+    pub fn fsyncdir(&self, ino: u64, datasync: bool) -> FsResult<()> {
+        let node = self.node(ino)?;
+        match node.fd() {
+            None => Ok(()),
+            Some(fd) => {
+                let dfd = self.procfds.open_dir(fd)?;
+                Ok(backing::fsync(dfd.as_fd(), datasync)?)
+            }
+        }
+    }
+
+    pub fn statfs(&self, ino: u64) -> FsResult<Statfs> {
+        let node = self.node(ino)?;
+        let fd = match node.fd() {
+            Some(fd) => Some(fd),
+            None => None,
+        };
+        let zone_fd;
+        let fd = match fd {
+            Some(fd) => fd,
+            None => match self.inodes.zone_root(0) {
+                Some(z) => {
+                    zone_fd = z;
+                    self.fd_of(&zone_fd)?
+                }
+                None => {
+                    return Ok(Statfs {
+                        bsize: 4096,
+                        frsize: 4096,
+                        namelen: 255,
+                        ..Statfs::default()
+                    });
+                }
+            },
+        };
+        let v = backing::statvfs(fd)?;
+        Ok(Statfs {
+            blocks: v.f_blocks,
+            bfree: v.f_bfree,
+            bavail: v.f_bavail,
+            files: v.f_files,
+            ffree: v.f_ffree,
+            bsize: v.f_bsize as u32,
+            namelen: v.f_namemax as u32,
+            frsize: v.f_frsize as u32,
+        })
+    }
+
+    // ---- xattrs ------------------------------------------------------------
+
+    fn xattr_target(&self, ino: u64) -> FsResult<Option<Arc<Node>>> {
+        let node = self.node(ino)?;
+        // The root and symlinks carry no xattrs of their own here.
+        Ok((node.fd.is_some() && !node.is_symlink).then_some(node))
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> FsResult<XattrReply> {
+        let Some(node) = self.xattr_target(ino)? else {
+            return Err(FsError::Os(libc::ENODATA));
+        };
+        let mut buf = Vec::with_capacity(size as usize);
+        let n = self.procfds.getxattr(self.fd_of(&node)?, name, &mut buf)?;
+        Ok(if size == 0 {
+            XattrReply::Size(n as u32)
+        } else {
+            XattrReply::Data(buf)
+        })
+    }
+
+    pub fn listxattr(&self, ino: u64, size: u32) -> FsResult<XattrReply> {
+        let Some(node) = self.xattr_target(ino)? else {
+            return Ok(if size == 0 {
+                XattrReply::Size(0)
+            } else {
+                XattrReply::Data(Vec::new())
+            });
+        };
+        let mut buf = Vec::with_capacity(size as usize);
+        let n = self.procfds.listxattr(self.fd_of(&node)?, &mut buf)?;
+        Ok(if size == 0 {
+            XattrReply::Size(n as u32)
+        } else {
+            XattrReply::Data(buf)
+        })
+    }
+
+    pub fn check_metadata(&self, ino: u64) -> FsResult<Gate> {
+        let node = self.node(ino)?;
+        let w = self.where_node(&node);
+        self.gate(&Op::Metadata { at: self.loc(&w) })
+    }
+
+    pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> FsResult<()> {
+        let Some(node) = self.xattr_target(ino)? else {
+            return Err(FsError::Os(libc::EPERM));
+        };
+        Ok(self
+            .procfds
+            .setxattr(self.fd_of(&node)?, name, value, flags)?)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &OsStr) -> FsResult<()> {
+        let Some(node) = self.xattr_target(ino)? else {
+            return Err(FsError::Os(libc::ENODATA));
+        };
+        Ok(self.procfds.removexattr(self.fd_of(&node)?, name)?)
+    }
+
+    /// `access(2)`: only the zone rules matter here; mode bits are the
+    /// kernel's (default_permissions).
+    pub fn access(&self, ino: u64, mask: i32) -> FsResult<()> {
+        let node = self.node(ino)?;
+        if mask & libc::W_OK != 0 {
+            match node.zone {
+                None => return Err(Refusal::RootLevel.into()),
+                Some(z) => {
+                    let w = self.where_node(&node);
+                    if self.zones[z].access == crate::config::Access::Ro
+                        || self.zones[z].is_protected(&w.path, node.is_dir)
+                    {
+                        return Err(Refusal::ReadOnly.into());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,226 @@
+//! The inode table: kernel node ids ↔ backing objects.
+//!
+//! Invariants:
+//! - node 1 is the synthetic mount root; nodes `2..2+zones` are the zone
+//!   dirs, held for the whole mount and never forgotten;
+//! - every other node is keyed by (zone, dev, ino) of its backing object, so
+//!   hard links share one node and a rename under an open handle keeps it;
+//! - node ids come from a counter and are never reused;
+//! - a node lives while the kernel holds lookups on it; `forget` subtracts
+//!   with saturation (a misbehaving client can't underflow us) and drops the
+//!   node, and its fd, at zero.
+//!
+//! Lock order: the table lock, then a node's `loc` lock; never the reverse.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Mutex, RwLock};
+
+pub const ROOT: u64 = 1;
+
+/// Where a node was last seen: its parent node and its name there.
+#[derive(Debug, Clone)]
+pub struct Place {
+    pub parent: Option<Arc<Node>>,
+    pub name: OsString,
+}
+
+#[derive(Debug)]
+pub struct Node {
+    pub ino: u64,
+    /// Index of the zone; `None` only for the mount root.
+    pub zone: Option<usize>,
+    /// `O_PATH` fd of the backing object; `None` only for the mount root.
+    pub fd: Option<OwnedFd>,
+    pub key: (u64, u64),
+    pub is_dir: bool,
+    pub is_symlink: bool,
+    pub place: Mutex<Place>,
+    lookups: AtomicU64,
+}
+
+impl Node {
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// The node's path relative to its zone root ("" for the zone dir).
+    pub fn zone_path(&self) -> PathBuf {
+        let mut names: Vec<OsString> = Vec::new();
+        let mut cur = self.place.lock().clone();
+        // A zone dir's place has no parent: stop there.
+        while let Some(parent) = cur.parent.take() {
+            names.push(std::mem::take(&mut cur.name));
+            cur = parent.place.lock().clone();
+        }
+        let mut p = PathBuf::new();
+        for n in names.iter().rev() {
+            p.push(n);
+        }
+        p
+    }
+
+    pub fn name(&self) -> OsString {
+        self.place.lock().name.clone()
+    }
+
+    pub fn parent(&self) -> Option<Arc<Node>> {
+        self.place.lock().parent.clone()
+    }
+
+    pub fn set_place(&self, parent: Arc<Node>, name: &OsStr) {
+        *self.place.lock() = Place {
+            parent: Some(parent),
+            name: name.to_os_string(),
+        };
+    }
+}
+
+#[derive(Debug, Default)]
+struct Maps {
+    by_ino: HashMap<u64, Arc<Node>>,
+    by_key: HashMap<(usize, u64, u64), u64>,
+}
+
+#[derive(Debug)]
+pub struct Inodes {
+    maps: RwLock<Maps>,
+    next: AtomicU64,
+    zones: usize,
+}
+
+/// What a lookup found, before it is entered in the table.
+pub struct Found {
+    pub fd: OwnedFd,
+    pub dev: u64,
+    pub ino: u64,
+    pub is_dir: bool,
+    pub is_symlink: bool,
+}
+
+impl Inodes {
+    /// A table with the root and one permanent node per zone dir.
+    pub fn new(zone_roots: Vec<(OsString, Found)>) -> Self {
+        let mut maps = Maps::default();
+        let root = Arc::new(Node {
+            ino: ROOT,
+            zone: None,
+            fd: None,
+            key: (0, 0),
+            is_dir: true,
+            is_symlink: false,
+            place: Mutex::new(Place {
+                parent: None,
+                name: OsString::new(),
+            }),
+            lookups: AtomicU64::new(1),
+        });
+        maps.by_ino.insert(ROOT, root);
+        let zones = zone_roots.len();
+        for (i, (name, f)) in zone_roots.into_iter().enumerate() {
+            let ino = 2 + i as u64;
+            let node = Arc::new(Node {
+                ino,
+                zone: Some(i),
+                fd: Some(f.fd),
+                key: (f.dev, f.ino),
+                is_dir: true,
+                is_symlink: false,
+                place: Mutex::new(Place { parent: None, name }),
+                lookups: AtomicU64::new(1),
+            });
+            maps.by_key.insert((i, f.dev, f.ino), ino);
+            maps.by_ino.insert(ino, node);
+        }
+        Inodes {
+            maps: RwLock::new(maps),
+            next: AtomicU64::new(2 + zones as u64),
+            zones,
+        }
+    }
+
+    pub fn get(&self, ino: u64) -> Option<Arc<Node>> {
+        self.maps.read().by_ino.get(&ino).cloned()
+    }
+
+    /// The permanent node of zone `i`'s dir.
+    pub fn zone_root(&self, i: usize) -> Option<Arc<Node>> {
+        self.get(2 + i as u64)
+    }
+
+    pub fn is_permanent(&self, ino: u64) -> bool {
+        ino < 2 + self.zones as u64
+    }
+
+    /// The node id already given to a backing object, if any.
+    pub fn known(&self, zone: usize, dev: u64, ino: u64) -> Option<u64> {
+        self.maps.read().by_key.get(&(zone, dev, ino)).copied()
+    }
+
+    /// Enter a found object (or find its existing node), record where it was
+    /// seen, and count one kernel lookup on it.
+    pub fn remember(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, f: Found) -> Arc<Node> {
+        let key = (zone, f.dev, f.ino);
+        let mut maps = self.maps.write();
+        if let Some(node) = maps.by_key.get(&key).and_then(|i| maps.by_ino.get(i)) {
+            let node = node.clone();
+            if !self.is_permanent(node.ino) {
+                node.set_place(parent.clone(), name);
+            }
+            node.lookups.fetch_add(1, Ordering::Relaxed);
+            return node;
+        }
+        let ino = self.next.fetch_add(1, Ordering::Relaxed);
+        let node = Arc::new(Node {
+            ino,
+            zone: Some(zone),
+            fd: Some(f.fd),
+            key: (f.dev, f.ino),
+            is_dir: f.is_dir,
+            is_symlink: f.is_symlink,
+            place: Mutex::new(Place {
+                parent: Some(parent.clone()),
+                name: name.to_os_string(),
+            }),
+            lookups: AtomicU64::new(1),
+        });
+        maps.by_key.insert(key, ino);
+        maps.by_ino.insert(ino, node.clone());
+        node
+    }
+
+    /// The kernel forgets `n` lookups of `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        if self.is_permanent(ino) {
+            return;
+        }
+        let mut maps = self.maps.write();
+        let Some(node) = maps.by_ino.get(&ino) else {
+            return;
+        };
+        let prev = node.lookups.load(Ordering::Relaxed);
+        let left = prev.saturating_sub(n);
+        node.lookups.store(left, Ordering::Relaxed);
+        if left == 0 {
+            let key = (node.zone.unwrap_or(0), node.key.0, node.key.1);
+            if maps.by_key.get(&key) == Some(&ino) {
+                maps.by_key.remove(&key);
+            }
+            maps.by_ino.remove(&ino);
+        }
+    }
+
+    /// Number of nodes held (root and zone dirs included).
+    pub fn len(&self) -> usize {
+        self.maps.read().by_ino.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,611 @@
+//! The `fuser::Filesystem` adapter: a thin shell over [`core::Core`].
+//!
+//! Each callback logs, asks the core, and replies. Mutating callbacks first
+//! run the core's `check_*`; when the policy needs approval, the rest of the
+//! callback (and its reply) is moved into a continuation handed to the
+//! [`Broker`], so a FUSE thread never waits for a human.
+
+pub mod core;
+pub mod inodes;
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::approval::{AskRequest, Broker, Verdict};
+use crate::error::{FsError, FsResult, Refusal};
+use crate::fs::core::{Core, Gate, SetAttr, XattrReply};
+
+/// Replies that can carry an errno.
+pub trait Fail: Send + 'static {
+    fn fail(self, e: Errno);
+}
+
+macro_rules! impl_fail {
+    ($($t:ty),*) => {$(
+        impl Fail for $t {
+            fn fail(self, e: Errno) {
+                self.error(e)
+            }
+        }
+    )*};
+}
+impl_fail!(ReplyEntry, ReplyEmpty, ReplyAttr, ReplyOpen, ReplyCreate, ReplyWrite, ReplyXattr, ReplyData);
+
+/// The mounted filesystem.
+pub struct ZoneFs {
+    core: Arc<Core>,
+    broker: Arc<dyn Broker>,
+}
+
+impl ZoneFs {
+    pub fn new(core: Core, broker: Arc<dyn Broker>) -> Self {
+        ZoneFs {
+            core: Arc::new(core),
+            broker,
+        }
+    }
+
+    pub fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    /// Run `work` now if `check` allows, after approval if it asks, or
+    /// answer the refusal.
+    fn gated<R: Fail>(
+        &self,
+        req: &Request,
+        op: &'static str,
+        check: FsResult<Gate>,
+        reply: R,
+        work: impl FnOnce(&Core, R) + Send + 'static,
+    ) {
+        match check {
+            Err(e) => reply.fail(e.fuse_errno()),
+            Ok(Gate::Go) => work(&self.core, reply),
+            Ok(Gate::Ask(items)) => {
+                let core = self.core.clone();
+                let ask = AskRequest {
+                    items,
+                    op,
+                    target: None,
+                    pid: req.pid(),
+                    uid: req.uid(),
+                };
+                self.broker.ask(
+                    ask,
+                    Box::new(move |v| match v {
+                        Verdict::Allow => work(&core, reply),
+                        Verdict::Deny => reply.fail(FsError::Refused(Refusal::Denied).fuse_errno()),
+                    }),
+                );
+            }
+        }
+    }
+}
+
+fn ttl(core: &Core) -> Duration {
+    core.ttl()
+}
+
+fn entry(core: &Core, reply: ReplyEntry, r: FsResult<fuser::FileAttr>) {
+    match r {
+        Ok(attr) => reply.entry(&ttl(core), &attr, Generation(0)),
+        Err(e) => reply.error(e.fuse_errno()),
+    }
+}
+
+fn empty(reply: ReplyEmpty, r: FsResult<()>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e.fuse_errno()),
+    }
+}
+
+fn log_err<T>(op: &'static str, ino: u64, r: FsResult<T>) -> FsResult<T> {
+    if let Err(e) = &r {
+        tracing::debug!(op, ino, error = %e, "failed");
+    }
+    r
+}
+
+fn to_time(t: Option<TimeOrNow>) -> Option<TimeOrNow> {
+    t
+}
+
+impl Filesystem for ZoneFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_EXPORT_SUPPORT;
+        let supported = wanted & config.capabilities();
+        if let Err(missing) = config.add_capabilities(supported) {
+            tracing::warn!(?missing, "kernel lacks FUSE capabilities");
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        tracing::trace!(op = "lookup", parent = parent.0, ?name, pid = req.pid());
+        entry(&self.core, reply, self.core.lookup(parent.0, name));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.core.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match log_err("getattr", ino.0, self.core.getattr(ino.0)) {
+            Ok(attr) => reply.attr(&ttl(&self.core), &attr),
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        tracing::debug!(op = "setattr", ino = ino.0, ?mode, ?uid, ?gid, ?size, pid = req.pid());
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: to_time(atime),
+            mtime: to_time(mtime),
+            fh: fh.map(|f| f.0),
+        };
+        let check = self.core.check_setattr(ino.0, &a);
+        self.gated(req, "setattr", check, reply, move |core, reply| {
+            match log_err("setattr", ino.0, core.setattr(ino.0, &a)) {
+                Ok(attr) => reply.attr(&core.ttl(), &attr),
+                Err(e) => reply.error(e.fuse_errno()),
+            }
+        });
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.core.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        tracing::debug!(op = "mknod", parent = parent.0, ?name, mode, pid = req.pid());
+        let name = name.to_owned();
+        let check = self.core.check_new(parent.0, &name, false);
+        self.gated(req, "mknod", check, reply, move |core, reply| {
+            entry(core, reply, core.mknod(parent.0, &name, mode))
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        tracing::debug!(op = "mkdir", parent = parent.0, ?name, pid = req.pid());
+        let name = name.to_owned();
+        let check = self.core.check_new(parent.0, &name, true);
+        self.gated(req, "mkdir", check, reply, move |core, reply| {
+            entry(core, reply, core.mkdir(parent.0, &name, mode))
+        });
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        tracing::debug!(op = "unlink", parent = parent.0, ?name, pid = req.pid());
+        let name = name.to_owned();
+        let check = self.core.check_remove(parent.0, &name);
+        self.gated(req, "unlink", check, reply, move |core, reply| {
+            empty(reply, core.unlink(parent.0, &name))
+        });
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        tracing::debug!(op = "rmdir", parent = parent.0, ?name, pid = req.pid());
+        let name = name.to_owned();
+        let check = self.core.check_remove(parent.0, &name);
+        self.gated(req, "rmdir", check, reply, move |core, reply| {
+            empty(reply, core.rmdir(parent.0, &name))
+        });
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        tracing::debug!(op = "symlink", parent = parent.0, ?link_name, ?target, pid = req.pid());
+        let (name, target) = (link_name.to_owned(), target.to_owned());
+        let check = self.core.check_new(parent.0, &name, false);
+        self.gated(req, "symlink", check, reply, move |core, reply| {
+            entry(core, reply, core.symlink(parent.0, &name, &target))
+        });
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        tracing::debug!(op = "rename", parent = parent.0, ?name, newparent = newparent.0, ?newname, flags = flags.bits(), pid = req.pid());
+        let (name, newname, flags) = (name.to_owned(), newname.to_owned(), flags.bits());
+        let check = self
+            .core
+            .check_rename(parent.0, &name, newparent.0, &newname, flags);
+        self.gated(req, "rename", check, reply, move |core, reply| {
+            empty(
+                reply,
+                core.rename(parent.0, &name, newparent.0, &newname, flags),
+            )
+        });
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        tracing::debug!(op = "link", ino = ino.0, newparent = newparent.0, ?newname, pid = req.pid());
+        let newname = newname.to_owned();
+        let check = self.core.check_link(ino.0, newparent.0, &newname);
+        self.gated(req, "link", check, reply, move |core, reply| {
+            entry(core, reply, core.link(ino.0, newparent.0, &newname))
+        });
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        tracing::debug!(op = "open", ino = ino.0, flags = flags.0, pid = req.pid());
+        let flags = flags.0;
+        let check = self.core.check_open(ino.0, flags);
+        self.gated(req, "open", check, reply, move |core, reply| {
+            match log_err("open", ino.0, core.open(ino.0, flags)) {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(e.fuse_errno()),
+            }
+        });
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        tracing::debug!(op = "create", parent = parent.0, ?name, mode, flags, pid = req.pid());
+        let name = name.to_owned();
+        let check = self.core.check_new(parent.0, &name, false);
+        self.gated(req, "create", check, reply, move |core, reply| {
+            match log_err("create", parent.0, core.create(parent.0, &name, mode, flags)) {
+                Ok((attr, fh)) => reply.created(
+                    &core.ttl(),
+                    &attr,
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                ),
+                Err(e) => reply.error(e.fuse_errno()),
+            }
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match log_err("read", ino.0, self.core.read(fh.0, offset, size)) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match log_err("write", ino.0, self.core.write(fh.0, offset, data)) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Writes go straight to the backing file; nothing is buffered here.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.core.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, log_err("fsync", ino.0, self.core.fsync(fh.0, datasync)));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match log_err("opendir", ino.0, self.core.opendir(ino.0)) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match log_err("readdir", ino.0, self.core.readdir(fh.0, offset)) {
+            Ok(items) => {
+                for it in items {
+                    if reply.add(INodeNo(it.ino), it.offset, it.kind, &it.name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let items = match log_err("readdirplus", ino.0, self.core.readdir(fh.0, offset)) {
+            Ok(items) => items,
+            Err(e) => return reply.error(e.fuse_errno()),
+        };
+        let ttl = self.core.ttl();
+        for it in items {
+            let dots = it.name == "." || it.name == "..";
+            let attr = if dots {
+                self.core.getattr(it.ino)
+            } else {
+                self.core.lookup(ino.0, &it.name)
+            };
+            // An entry that vanished since opendir is skipped.
+            let Ok(attr) = attr else { continue };
+            if reply.add(attr.ino, it.offset, &it.name, &ttl, &attr, Generation(0)) {
+                if !dots {
+                    // Not sent: the kernel never saw this lookup.
+                    self.core.forget(attr.ino.0, 1);
+                }
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.core.releasedir(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.core.fsyncdir(ino.0, datasync));
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.core.statfs(ino.0) {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        tracing::debug!(op = "setxattr", ino = ino.0, ?name, pid = req.pid());
+        let (name, value) = (name.to_owned(), value.to_vec());
+        let check = self.core.check_metadata(ino.0);
+        self.gated(req, "setxattr", check, reply, move |core, reply| {
+            empty(reply, core.setxattr(ino.0, &name, &value, flags))
+        });
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.core.getxattr(ino.0, name, size) {
+            Ok(XattrReply::Size(n)) => reply.size(n),
+            Ok(XattrReply::Data(d)) => reply.data(&d),
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.core.listxattr(ino.0, size) {
+            Ok(XattrReply::Size(n)) => reply.size(n),
+            Ok(XattrReply::Data(d)) => reply.data(&d),
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        tracing::debug!(op = "removexattr", ino = ino.0, ?name, pid = req.pid());
+        let name = name.to_owned();
+        let check = self.core.check_metadata(ino.0);
+        self.gated(req, "removexattr", check, reply, move |core, reply| {
+            empty(reply, core.removexattr(ino.0, &name))
+        });
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        empty(reply, self.core.access(ino.0, mask.bits()));
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        empty(
+            reply,
+            log_err("fallocate", ino.0, self.core.fallocate(fh.0, offset, length, mode)),
+        );
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match log_err("lseek", ino.0, self.core.lseek(fh.0, offset, whence)) {
+            Ok(off) => reply.offset(off),
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match log_err(
+            "copy_file_range",
+            ino_in.0,
+            self.core
+                .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len),
+        ) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e.fuse_errno()),
+        }
+    }
+}
