@@ -306,8 +306,12 @@ pub fn daemon_pids_for(path: &Path) -> Vec<u32> {
                 .split(|b| *b == 0)
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
-            args.iter().any(|a| a.contains("zonemount"))
-                && args.iter().any(|a| a.trim_end_matches('/') == want)
+            // argv[0] must be the zonemount binary itself: a fusermount3
+            // helper also names the mountpoint (and maybe "zonemount").
+            let is_zonemount = args
+                .first()
+                .is_some_and(|a0| Path::new(a0).file_name().is_some_and(|n| n == "zonemount"));
+            is_zonemount && args.iter().skip(1).any(|a| a.trim_end_matches('/') == want)
         })
         .collect()
 }
