@@ -7,6 +7,8 @@
 
 pub mod core;
 pub mod inodes;
+#[cfg(test)]
+mod tests;
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -126,8 +128,7 @@ impl Filesystem for ZoneFs {
         let wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_EXPORT_SUPPORT;
+            | InitFlags::FUSE_PARALLEL_DIROPS;
         let supported = wanted & config.capabilities();
         if let Err(missing) = config.add_capabilities(supported) {
             tracing::warn!(?missing, "kernel lacks FUSE capabilities");

@@ -1,0 +1,197 @@
+//! The core driven without the kernel: node bookkeeping and escape attempts
+//! that are easier to pin down here than through a mount.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::config::{Access, Approval, ApprovalPolicy, SandboxMode, Zone, ZonePolicy, ZoneTable};
+use crate::error::{FsError, Refusal};
+use crate::fs::core::{Core, CoreOptions, Gate, SetAttr};
+use crate::fs::inodes::ROOT;
+
+fn zone(name: &str, dir: &Path, access: Access) -> Zone {
+    Zone {
+        name: name.into(),
+        backing: dir.to_path_buf(),
+        policy: ZonePolicy {
+            access,
+            approval: ApprovalPolicy {
+                write: Approval::PreApproved,
+                delete: Approval::PreApproved,
+            },
+            suffixes: None,
+            max_file_bytes: None,
+            protect: vec![],
+        },
+    }
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    outside: std::path::PathBuf,
+    rw: std::path::PathBuf,
+    core: Core,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let (rw, ro, outside) = (tmp.path().join("rw"), tmp.path().join("ro"), tmp.path().join("outside"));
+    for d in [&rw, &ro, &outside] {
+        std::fs::create_dir(d).unwrap();
+    }
+    std::fs::write(outside.join("secret"), "secret").unwrap();
+    std::fs::write(ro.join("r.txt"), "read me").unwrap();
+    let table = ZoneTable {
+        mode: SandboxMode::Direct,
+        zones: vec![zone("work", &rw, Access::Rw), zone("data", &ro, Access::Ro)],
+        source: None,
+    };
+    let core = Core::new(
+        &table,
+        CoreOptions {
+            ttl: Duration::from_secs(1),
+            owner_uid: 0,
+            owner_gid: 0,
+        },
+    )
+    .unwrap();
+    Fixture {
+        _tmp: tmp,
+        outside,
+        rw,
+        core,
+    }
+}
+
+const WORK: u64 = 2;
+const DATA: u64 = 3;
+
+fn refusal(e: FsError) -> Refusal {
+    match e {
+        FsError::Refused(r) => r,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn zones_are_the_root_entries() {
+    let f = fixture();
+    assert_eq!(f.core.lookup(ROOT, OsStr::new("work")).unwrap().ino.0, WORK);
+    assert_eq!(f.core.lookup(ROOT, OsStr::new("data")).unwrap().ino.0, DATA);
+    assert_eq!(f.core.lookup(ROOT, OsStr::new("nope")).unwrap_err().errno(), libc::ENOENT);
+    let fh = f.core.opendir(ROOT).unwrap();
+    let names: Vec<_> = f.core.readdir(fh, 0).unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec![".", "..", "work", "data"]);
+}
+
+#[test]
+fn nothing_leaks_on_forget() {
+    let f = fixture();
+    let base = f.core.node_count();
+    for i in 0..50 {
+        std::fs::write(f.rw.join(format!("f{i}")), "x").unwrap();
+    }
+    let mut inos = Vec::new();
+    for i in 0..50 {
+        let name = format!("f{i}");
+        inos.push(f.core.lookup(WORK, OsStr::new(&name)).unwrap().ino.0);
+        // a second lookup of the same name is the same node, counted twice
+        assert_eq!(f.core.lookup(WORK, OsStr::new(&name)).unwrap().ino.0, *inos.last().unwrap());
+    }
+    assert_eq!(f.core.node_count(), base + 50);
+    for ino in &inos {
+        f.core.forget(*ino, 1);
+    }
+    assert_eq!(f.core.node_count(), base + 50, "one lookup each is still held");
+    for ino in &inos {
+        f.core.forget(*ino, 1);
+    }
+    assert_eq!(f.core.node_count(), base);
+    // zone dirs and the root are never forgotten
+    f.core.forget(WORK, 100);
+    f.core.forget(ROOT, 100);
+    assert_eq!(f.core.node_count(), base);
+    // handles are released
+    let fh = f.core.opendir(WORK).unwrap();
+    f.core.releasedir(fh);
+    assert_eq!(f.core.open_handles(), 0);
+}
+
+#[test]
+fn hard_links_share_a_node_and_renames_keep_it() {
+    let f = fixture();
+    let (attr, fh) = f.core.create(WORK, OsStr::new("a"), 0o644, libc::O_RDWR).unwrap();
+    let linked = f.core.link(attr.ino.0, WORK, OsStr::new("b")).unwrap();
+    assert_eq!(linked.ino, attr.ino);
+    assert_eq!(linked.nlink, 2);
+    f.core.rename(WORK, OsStr::new("a"), WORK, OsStr::new("c"), 0).unwrap();
+    assert_eq!(f.core.lookup(WORK, OsStr::new("c")).unwrap().ino, attr.ino);
+    // the open handle still writes into the renamed file
+    assert_eq!(f.core.write(fh, 0, b"hello").unwrap(), 5);
+    assert_eq!(std::fs::read(f.rw.join("c")).unwrap(), b"hello");
+    f.core.release(fh);
+}
+
+#[test]
+fn root_level_changes_are_refused() {
+    let f = fixture();
+    assert_eq!(refusal(f.core.check_new(ROOT, OsStr::new("z"), true).unwrap_err()), Refusal::RootLevel);
+    assert_eq!(refusal(f.core.check_remove(ROOT, OsStr::new("work")).unwrap_err()), Refusal::RootLevel);
+    let e = f.core.check_rename(ROOT, OsStr::new("work"), ROOT, OsStr::new("w2"), 0).unwrap_err();
+    assert_eq!(refusal(e), Refusal::RootLevel);
+    let e = f.core.check_setattr(ROOT, &SetAttr { mode: Some(0o777), ..SetAttr::default() }).unwrap_err();
+    assert_eq!(refusal(e), Refusal::RootLevel);
+    // even if a caller skipped the check, the action itself refuses
+    assert_eq!(refusal(f.core.mkdir(ROOT, OsStr::new("z"), 0o755).unwrap_err()), Refusal::RootLevel);
+}
+
+#[test]
+fn ro_zone_and_cross_zone() {
+    let f = fixture();
+    let r = f.core.lookup(DATA, OsStr::new("r.txt")).unwrap().ino.0;
+    assert_eq!(refusal(f.core.check_open(r, libc::O_WRONLY).unwrap_err()), Refusal::ReadOnly);
+    assert!(matches!(f.core.check_open(r, libc::O_RDONLY).unwrap(), Gate::Go));
+    assert_eq!(refusal(f.core.check_link(r, WORK, OsStr::new("l")).unwrap_err()), Refusal::CrossZone);
+    let e = f.core.check_rename(DATA, OsStr::new("r.txt"), WORK, OsStr::new("r"), 0).unwrap_err();
+    assert_eq!(refusal(e), Refusal::CrossZone);
+    assert_eq!(refusal(f.core.link(r, WORK, OsStr::new("l")).unwrap_err()), Refusal::CrossZone);
+    assert!(!f.rw.join("l").exists());
+}
+
+#[test]
+fn symlinks_in_a_zone_are_never_followed_by_the_daemon() {
+    let f = fixture();
+    symlink(f.outside.join("secret"), f.rw.join("abs")).unwrap();
+    symlink("../outside/secret", f.rw.join("rel")).unwrap();
+    symlink(&f.outside, f.rw.join("dirlink")).unwrap();
+    for name in ["abs", "rel"] {
+        let attr = f.core.lookup(WORK, OsStr::new(name)).unwrap();
+        assert_eq!(attr.kind, fuser::FileType::Symlink);
+        // opening the link node itself never reaches the target
+        let e = f.core.open(attr.ino.0, libc::O_RDONLY).unwrap_err();
+        assert_eq!(e.errno(), libc::ELOOP, "{name}");
+        let e = f.core.open(attr.ino.0, libc::O_WRONLY | libc::O_TRUNC).unwrap_err();
+        assert_eq!(e.errno(), libc::ELOOP, "{name}");
+        // chmod/truncate through the link must not touch the target
+        let _ = f.core.setattr(attr.ino.0, &SetAttr { mode: Some(0o777), size: Some(0), ..SetAttr::default() });
+    }
+    assert_eq!(std::fs::read_to_string(f.outside.join("secret")).unwrap(), "secret");
+    let dl = f.core.lookup(WORK, OsStr::new("dirlink")).unwrap();
+    // a symlinked directory can't be walked into by the daemon
+    assert_eq!(f.core.lookup(dl.ino.0, OsStr::new("secret")).unwrap_err().errno(), libc::ENOTDIR);
+    assert!(f.core.create(dl.ino.0, OsStr::new("planted"), 0o644, libc::O_WRONLY).is_err());
+    assert!(f.core.mkdir(dl.ino.0, OsStr::new("planted"), 0o755).is_err());
+    assert!(!f.outside.join("planted").exists());
+}
+
+#[test]
+fn dot_dot_and_slashes_are_not_names() {
+    let f = fixture();
+    for bad in ["..", ".", "a/b", "../outside", ""] {
+        assert!(f.core.lookup(WORK, OsStr::new(bad)).is_err(), "{bad:?}");
+        assert!(f.core.mkdir(WORK, OsStr::new(bad), 0o755).is_err(), "{bad:?}");
+    }
+    assert!(!f.outside.join("b").exists());
+}
