@@ -94,13 +94,7 @@ impl ProcFds {
     /// Hard-link the inode held by `fd` as `dir/name`.
     pub fn link(&self, fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &OsStr) -> Sys<()> {
         check_name(name)?;
-        rfs::linkat(
-            &self.0,
-            Self::name(fd),
-            dir,
-            name,
-            AtFlags::SYMLINK_FOLLOW,
-        )
+        rfs::linkat(&self.0, Self::name(fd), dir, name, AtFlags::SYMLINK_FOLLOW)
     }
 
     fn path(fd: BorrowedFd<'_>) -> String {

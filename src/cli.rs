@@ -17,7 +17,11 @@ use crate::config::{self, LoadOptions, ZoneTable};
 use crate::mount::{self, MountSpec, Record, Unmounted};
 
 #[derive(Debug, Parser)]
-#[command(name = "zonemount", version, about = "Mount policed zones of host directories for AI workers")]
+#[command(
+    name = "zonemount",
+    version,
+    about = "Mount policed zones of host directories for AI workers"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -153,7 +157,10 @@ fn unmount(path: &Path, lazy: bool) -> Result<(), Failure> {
     match mount::unmount(path, lazy) {
         Ok(Unmounted::Done) => Ok(()),
         Ok(Unmounted::NotMounted) => {
-            eprintln!("zonemount: note: {} is not mounted; nothing to do", path.display());
+            eprintln!(
+                "zonemount: note: {} is not mounted; nothing to do",
+                path.display()
+            );
             Ok(())
         }
         Ok(Unmounted::DaemonLingers(pid)) => Err(Failure::new(
@@ -222,7 +229,9 @@ fn detach(a: &MountArgs) -> Result<(), Failure> {
     let status = child.wait();
     Err(Failure::new(
         1,
-        format!("the mount daemon exited before the mount was live ({status:?}); set ZONEMOUNT_LOG_FILE=PATH to see its log"),
+        format!(
+            "the mount daemon exited before the mount was live ({status:?}); set ZONEMOUNT_LOG_FILE=PATH to see its log"
+        ),
     ))
 }
 
@@ -249,7 +258,10 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     config::prepare_backing(&table)?;
     let mountpoint = mount::preflight(&a.mountpoint, &table)?;
     if !(a.cache_ttl.is_finite() && a.cache_ttl >= 0.0) {
-        return Err(Failure::new(2, "--cache-ttl must be a number of seconds >= 0"));
+        return Err(Failure::new(
+            2,
+            "--cache-ttl must be a number of seconds >= 0",
+        ));
     }
     let spec = MountSpec {
         mountpoint: mountpoint.clone(),

@@ -110,10 +110,13 @@ pub fn preflight(mountpoint: &Path, table: &ZoneTable) -> Result<PathBuf, MountE
         return Err(MountError::AlreadyMounted(show(&mp), m.fstype));
     }
     for z in &table.zones {
-        let backing = z
-            .backing
-            .canonicalize()
-            .map_err(|e| MountError::Backing(format!("zone '{}': backing dir {}: {e}", z.name, show(&z.backing))))?;
+        let backing = z.backing.canonicalize().map_err(|e| {
+            MountError::Backing(format!(
+                "zone '{}': backing dir {}: {e}",
+                z.name,
+                show(&z.backing)
+            ))
+        })?;
         if mp.starts_with(&backing) {
             return Err(MountError::InsideBacking {
                 mountpoint: show(&mp),
@@ -276,10 +279,9 @@ pub fn runtime_dir() -> PathBuf {
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if !d.is_empty() => PathBuf::from(d).join("zonemount"),
-        _ => std::env::temp_dir().join(format!(
-            "zonemount-{}",
-            rustix::process::geteuid().as_raw()
-        )),
+        _ => {
+            std::env::temp_dir().join(format!("zonemount-{}", rustix::process::geteuid().as_raw()))
+        }
     }
 }
 
@@ -299,7 +301,10 @@ pub fn write_record(rec: &Record) -> io::Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(rec).map_err(io::Error::other)?)?;
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(rec).map_err(io::Error::other)?,
+    )?;
     std::fs::rename(tmp, path)
 }
 

@@ -307,7 +307,7 @@ fn by_approval(needs: &[(Class, Loc<'_>)]) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ZonePolicy, Zone};
+    use crate::config::{Zone, ZonePolicy};
 
     fn zone(access: Access, write: Approval, delete: Approval) -> ZoneRules {
         zone_with(access, write, delete, None, None, &[])
@@ -357,9 +357,21 @@ mod tests {
     fn reads_are_allowed_everywhere() {
         let (r, w) = (ro(), rw());
         for z in [&r, &w] {
-            assert_eq!(decide(&Op::Read { at: at(z, "f"), size: 5 }), Decision::Allow);
+            assert_eq!(
+                decide(&Op::Read {
+                    at: at(z, "f"),
+                    size: 5
+                }),
+                Decision::Allow
+            );
         }
-        assert_eq!(decide(&Op::Read { at: Loc::root(), size: 0 }), Decision::Allow);
+        assert_eq!(
+            decide(&Op::Read {
+                at: Loc::root(),
+                size: 0
+            }),
+            Decision::Allow
+        );
     }
 
     #[test]
@@ -367,13 +379,31 @@ mod tests {
         let z = ro();
         let f = at(&z, "d/f");
         for op in [
-            Op::WriteContent { at: f, new_size: None },
-            Op::NewName { at: f, is_dir: false },
-            Op::NewName { at: f, is_dir: true },
+            Op::WriteContent {
+                at: f,
+                new_size: None,
+            },
+            Op::NewName {
+                at: f,
+                is_dir: false,
+            },
+            Op::NewName {
+                at: f,
+                is_dir: true,
+            },
             Op::Metadata { at: f },
             Op::Remove { at: f },
-            Op::Rename { from: f, to: at(&z, "g"), is_dir: false, to_exists: false, exchange: false },
-            Op::Link { from: f, to: at(&z, "g") },
+            Op::Rename {
+                from: f,
+                to: at(&z, "g"),
+                is_dir: false,
+                to_exists: false,
+                exchange: false,
+            },
+            Op::Link {
+                from: f,
+                to: at(&z, "g"),
+            },
         ] {
             assert_eq!(refused(op), Refusal::ReadOnly, "{op:?}");
             assert_eq!(Refusal::ReadOnly.errno(), libc::EROFS);
@@ -389,11 +419,23 @@ mod tests {
             let z = zone(Access::Rw, level, PreApproved);
             let f = at(&z, "f");
             for op in [
-                Op::WriteContent { at: f, new_size: Some(3) },
-                Op::NewName { at: f, is_dir: false },
-                Op::NewName { at: f, is_dir: true },
+                Op::WriteContent {
+                    at: f,
+                    new_size: Some(3),
+                },
+                Op::NewName {
+                    at: f,
+                    is_dir: false,
+                },
+                Op::NewName {
+                    at: f,
+                    is_dir: true,
+                },
                 Op::Metadata { at: f },
-                Op::Link { from: at(&z, "a"), to: f },
+                Op::Link {
+                    from: at(&z, "a"),
+                    to: f,
+                },
             ] {
                 assert_eq!(decide(&op), want, "{op:?}");
             }
@@ -401,9 +443,19 @@ mod tests {
             assert_eq!(decide(&Op::Remove { at: f }), Decision::Allow);
         }
         let z = zone(Access::Rw, Ask, PreApproved);
-        match decide(&Op::NewName { at: at(&z, "x/y"), is_dir: false }) {
+        match decide(&Op::NewName {
+            at: at(&z, "x/y"),
+            is_dir: false,
+        }) {
             Decision::Ask(items) => {
-                assert_eq!(items, vec![AskItem { class: Class::Write, zone: "z".into(), path: "x/y".into() }])
+                assert_eq!(
+                    items,
+                    vec![AskItem {
+                        class: Class::Write,
+                        zone: "z".into(),
+                        path: "x/y".into()
+                    }]
+                )
             }
             d => panic!("{d:?}"),
         }
@@ -414,40 +466,85 @@ mod tests {
     fn rw_zone_follows_delete_policy() {
         let z = zone(Access::Rw, PreApproved, Blocked);
         assert_eq!(refused(Op::Remove { at: at(&z, "f") }), Refusal::Blocked);
-        assert_eq!(decide(&Op::NewName { at: at(&z, "f"), is_dir: false }), Decision::Allow);
+        assert_eq!(
+            decide(&Op::NewName {
+                at: at(&z, "f"),
+                is_dir: false
+            }),
+            Decision::Allow
+        );
         let z = zone(Access::Rw, PreApproved, Ask);
-        assert!(matches!(decide(&Op::Remove { at: at(&z, "f") }), Decision::Ask(v) if v[0].class == Class::Delete));
+        assert!(
+            matches!(decide(&Op::Remove { at: at(&z, "f") }), Decision::Ask(v) if v[0].class == Class::Delete)
+        );
     }
 
     #[test]
     fn rename_needs_write_and_delete() {
         let z = zone(Access::Rw, PreApproved, Blocked);
-        let op = Op::Rename { from: at(&z, "a"), to: at(&z, "b"), is_dir: false, to_exists: false, exchange: false };
+        let op = Op::Rename {
+            from: at(&z, "a"),
+            to: at(&z, "b"),
+            is_dir: false,
+            to_exists: false,
+            exchange: false,
+        };
         assert_eq!(refused(op), Refusal::Blocked);
         let z = zone(Access::Rw, Ask, Ask);
-        let op = Op::Rename { from: at(&z, "a"), to: at(&z, "b"), is_dir: false, to_exists: true, exchange: false };
+        let op = Op::Rename {
+            from: at(&z, "a"),
+            to: at(&z, "b"),
+            is_dir: false,
+            to_exists: true,
+            exchange: false,
+        };
         match decide(&op) {
             Decision::Ask(items) => {
-                let got: Vec<_> = items.iter().map(|i| (i.class, i.path.to_str().unwrap().to_string())).collect();
+                let got: Vec<_> = items
+                    .iter()
+                    .map(|i| (i.class, i.path.to_str().unwrap().to_string()))
+                    .collect();
                 assert_eq!(
                     got,
-                    vec![(Class::Write, "b".into()), (Class::Delete, "a".into()), (Class::Delete, "b".into())]
+                    vec![
+                        (Class::Write, "b".into()),
+                        (Class::Delete, "a".into()),
+                        (Class::Delete, "b".into())
+                    ]
                 );
             }
             d => panic!("{d:?}"),
         }
         // blocked beats ask
         let z = zone(Access::Rw, Ask, Blocked);
-        let op = Op::Rename { from: at(&z, "a"), to: at(&z, "b"), is_dir: false, to_exists: false, exchange: false };
+        let op = Op::Rename {
+            from: at(&z, "a"),
+            to: at(&z, "b"),
+            is_dir: false,
+            to_exists: false,
+            exchange: false,
+        };
         assert_eq!(refused(op), Refusal::Blocked);
     }
 
     #[test]
     fn cross_zone_rename_and_link_are_exdev_even_from_ro() {
         let (a, b) = (rw(), ro());
-        let op = Op::Rename { from: at(&a, "f"), to: at(&b, "f"), is_dir: false, to_exists: false, exchange: false };
+        let op = Op::Rename {
+            from: at(&a, "f"),
+            to: at(&b, "f"),
+            is_dir: false,
+            to_exists: false,
+            exchange: false,
+        };
         assert_eq!(refused(op), Refusal::CrossZone);
-        assert_eq!(refused(Op::Link { from: at(&b, "f"), to: at(&a, "f") }), Refusal::CrossZone);
+        assert_eq!(
+            refused(Op::Link {
+                from: at(&b, "f"),
+                to: at(&a, "f")
+            }),
+            Refusal::CrossZone
+        );
         assert_eq!(Refusal::CrossZone.errno(), libc::EXDEV);
     }
 
@@ -455,14 +552,32 @@ mod tests {
     fn root_level_changes_are_eacces_and_beat_everything_else() {
         let (a, r) = (rw(), ro());
         let root_entry = Loc::root();
-        assert_eq!(refused(Op::NewName { at: root_entry, is_dir: true }), Refusal::RootLevel);
+        assert_eq!(
+            refused(Op::NewName {
+                at: root_entry,
+                is_dir: true
+            }),
+            Refusal::RootLevel
+        );
         assert_eq!(refused(Op::Remove { at: root_entry }), Refusal::RootLevel);
         assert_eq!(refused(Op::Metadata { at: root_entry }), Refusal::RootLevel);
         // a zone dir renamed, removed: root-level, also for a ro zone
         assert_eq!(refused(Op::Remove { at: at(&r, "") }), Refusal::RootLevel);
-        let op = Op::Rename { from: at(&a, ""), to: at(&r, "x"), is_dir: true, to_exists: false, exchange: false };
+        let op = Op::Rename {
+            from: at(&a, ""),
+            to: at(&r, "x"),
+            is_dir: true,
+            to_exists: false,
+            exchange: false,
+        };
         assert_eq!(refused(op), Refusal::RootLevel);
-        let op = Op::Rename { from: at(&a, "x"), to: root_entry, is_dir: false, to_exists: false, exchange: false };
+        let op = Op::Rename {
+            from: at(&a, "x"),
+            to: root_entry,
+            is_dir: false,
+            to_exists: false,
+            exchange: false,
+        };
         assert_eq!(refused(op), Refusal::RootLevel);
         assert_eq!(Refusal::RootLevel.errno(), libc::EACCES);
         // metadata of a zone dir itself is a zone matter
@@ -472,53 +587,169 @@ mod tests {
 
     #[test]
     fn suffixes_hide_names_and_refuse_new_ones() {
-        let z = zone_with(Access::Rw, PreApproved, PreApproved, Some(&[".md", ".pdf"]), None, &[]);
+        let z = zone_with(
+            Access::Rw,
+            PreApproved,
+            PreApproved,
+            Some(&[".md", ".pdf"]),
+            None,
+            &[],
+        );
         assert!(z.visible(OsStr::new("a.md"), false));
         assert!(!z.visible(OsStr::new("a.txt"), false));
         assert!(z.visible(OsStr::new("dir.txt"), true));
-        assert_eq!(refused(Op::NewName { at: at(&z, "a.txt"), is_dir: false }), Refusal::Suffix);
-        assert_eq!(decide(&Op::NewName { at: at(&z, "d.txt"), is_dir: true }), Decision::Allow);
-        let op = Op::Rename { from: at(&z, "a.md"), to: at(&z, "a.txt"), is_dir: false, to_exists: false, exchange: false };
+        assert_eq!(
+            refused(Op::NewName {
+                at: at(&z, "a.txt"),
+                is_dir: false
+            }),
+            Refusal::Suffix
+        );
+        assert_eq!(
+            decide(&Op::NewName {
+                at: at(&z, "d.txt"),
+                is_dir: true
+            }),
+            Decision::Allow
+        );
+        let op = Op::Rename {
+            from: at(&z, "a.md"),
+            to: at(&z, "a.txt"),
+            is_dir: false,
+            to_exists: false,
+            exchange: false,
+        };
         assert_eq!(refused(op), Refusal::Suffix);
-        assert_eq!(refused(Op::Link { from: at(&z, "a.md"), to: at(&z, "b") }), Refusal::Suffix);
+        assert_eq!(
+            refused(Op::Link {
+                from: at(&z, "a.md"),
+                to: at(&z, "b")
+            }),
+            Refusal::Suffix
+        );
         // read-only beats suffix
-        let z = zone_with(Access::Ro, PreApproved, PreApproved, Some(&[".md"]), None, &[]);
-        assert_eq!(refused(Op::NewName { at: at(&z, "a.txt"), is_dir: false }), Refusal::ReadOnly);
+        let z = zone_with(
+            Access::Ro,
+            PreApproved,
+            PreApproved,
+            Some(&[".md"]),
+            None,
+            &[],
+        );
+        assert_eq!(
+            refused(Op::NewName {
+                at: at(&z, "a.txt"),
+                is_dir: false
+            }),
+            Refusal::ReadOnly
+        );
     }
 
     #[test]
     fn protect_makes_subtrees_read_only() {
-        let z = zone_with(Access::Rw, PreApproved, PreApproved, None, None, &[".git", "/docs/final"]);
+        let z = zone_with(
+            Access::Rw,
+            PreApproved,
+            PreApproved,
+            None,
+            None,
+            &[".git", "/docs/final"],
+        );
         assert!(z.is_protected(Path::new(".git"), true));
         assert!(z.is_protected(Path::new("sub/.git/config"), false));
         assert!(z.is_protected(Path::new("docs/final/a.md"), false));
         assert!(!z.is_protected(Path::new("x/docs/final"), true));
         assert!(!z.is_protected(Path::new("src/main.rs"), false));
-        assert_eq!(refused(Op::NewName { at: at(&z, ".git/objects/x"), is_dir: false }), Refusal::Protected);
-        assert_eq!(refused(Op::NewName { at: at(&z, ".git"), is_dir: true }), Refusal::Protected);
-        assert_eq!(refused(Op::WriteContent { at: at(&z, ".git/HEAD"), new_size: None }), Refusal::Protected);
-        assert_eq!(refused(Op::Remove { at: at(&z, "docs/final/a") }), Refusal::Protected);
-        let op = Op::Rename { from: at(&z, ".git/HEAD"), to: at(&z, "h"), is_dir: false, to_exists: false, exchange: false };
+        assert_eq!(
+            refused(Op::NewName {
+                at: at(&z, ".git/objects/x"),
+                is_dir: false
+            }),
+            Refusal::Protected
+        );
+        assert_eq!(
+            refused(Op::NewName {
+                at: at(&z, ".git"),
+                is_dir: true
+            }),
+            Refusal::Protected
+        );
+        assert_eq!(
+            refused(Op::WriteContent {
+                at: at(&z, ".git/HEAD"),
+                new_size: None
+            }),
+            Refusal::Protected
+        );
+        assert_eq!(
+            refused(Op::Remove {
+                at: at(&z, "docs/final/a")
+            }),
+            Refusal::Protected
+        );
+        let op = Op::Rename {
+            from: at(&z, ".git/HEAD"),
+            to: at(&z, "h"),
+            is_dir: false,
+            to_exists: false,
+            exchange: false,
+        };
         assert_eq!(refused(op), Refusal::Protected);
-        let op = Op::Rename { from: at(&z, "h"), to: at(&z, ".git/HEAD"), is_dir: false, to_exists: true, exchange: false };
+        let op = Op::Rename {
+            from: at(&z, "h"),
+            to: at(&z, ".git/HEAD"),
+            is_dir: false,
+            to_exists: true,
+            exchange: false,
+        };
         assert_eq!(refused(op), Refusal::Protected);
-        assert_eq!(decide(&Op::NewName { at: at(&z, "src/a.rs"), is_dir: false }), Decision::Allow);
+        assert_eq!(
+            decide(&Op::NewName {
+                at: at(&z, "src/a.rs"),
+                is_dir: false
+            }),
+            Decision::Allow
+        );
     }
 
     #[test]
     fn size_limit_is_efbig_past_the_limit_only() {
         let z = zone_with(Access::Rw, Blocked, PreApproved, None, Some(10), &[]);
-        assert_eq!(decide(&Op::Read { at: at(&z, "f"), size: 10 }), Decision::Allow);
-        assert_eq!(refused(Op::Read { at: at(&z, "f"), size: 11 }), Refusal::TooBig);
+        assert_eq!(
+            decide(&Op::Read {
+                at: at(&z, "f"),
+                size: 10
+            }),
+            Decision::Allow
+        );
+        assert_eq!(
+            refused(Op::Read {
+                at: at(&z, "f"),
+                size: 11
+            }),
+            Refusal::TooBig
+        );
         // size beats the approval policy
-        assert_eq!(refused(Op::WriteContent { at: at(&z, "f"), new_size: Some(11) }), Refusal::TooBig);
-        assert_eq!(refused(Op::WriteContent { at: at(&z, "f"), new_size: Some(10) }), Refusal::Blocked);
+        assert_eq!(
+            refused(Op::WriteContent {
+                at: at(&z, "f"),
+                new_size: Some(11)
+            }),
+            Refusal::TooBig
+        );
+        assert_eq!(
+            refused(Op::WriteContent {
+                at: at(&z, "f"),
+                new_size: Some(10)
+            }),
+            Refusal::Blocked
+        );
         assert_eq!(Refusal::TooBig.errno(), libc::EFBIG);
     }
 
     #[test]
     fn precedence_follows_the_design_order() {
-        let mut all = vec![
+        let mut all = [
             Refusal::Blocked,
             Refusal::TooBig,
             Refusal::Suffix,

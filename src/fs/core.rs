@@ -162,9 +162,9 @@ fn to_attr(ino: u64, st: &Stat) -> FileAttr {
         ino: INodeNo(ino),
         size: st.st_size as u64,
         blocks: st.st_blocks as u64,
-        atime: time(st.st_atime as i64, st.st_atime_nsec as u64),
-        mtime: time(st.st_mtime as i64, st.st_mtime_nsec as u64),
-        ctime: time(st.st_ctime as i64, st.st_ctime_nsec as u64),
+        atime: time(st.st_atime, st.st_atime_nsec),
+        mtime: time(st.st_mtime, st.st_mtime_nsec),
+        ctime: time(st.st_ctime, st.st_ctime_nsec),
         crtime: UNIX_EPOCH,
         kind: fuse_kind(FileType::from_raw_mode(st.st_mode)),
         perm: (st.st_mode & 0o7777) as u16,
@@ -388,10 +388,14 @@ impl Core {
     /// Look at an entry without entering it in the table.
     fn peek(&self, parent: &Node, name: &OsStr) -> FsResult<Option<Stat>> {
         let Some(zone) = parent.zone else {
-            return Ok(self.zone_names.iter().position(|z| z == name).and_then(|i| {
-                let n = self.inodes.zone_root(i)?;
-                backing::stat(n.fd()?).ok()
-            }));
+            return Ok(self
+                .zone_names
+                .iter()
+                .position(|z| z == name)
+                .and_then(|i| {
+                    let n = self.inodes.zone_root(i)?;
+                    backing::stat(n.fd()?).ok()
+                }));
         };
         match backing::lookup(self.fd_of(parent)?, name) {
             Ok(fd) => {
@@ -654,7 +658,11 @@ impl Core {
         // Keep known nodes' places current, so policy paths stay right.
         let moved = |key: Option<(u64, u64)>, dir: &Arc<Node>, to: &OsStr| {
             if let Some((dev, ino)) = key {
-                if let Some(n) = self.inodes.known(zone, dev, ino).and_then(|i| self.inodes.get(i)) {
+                if let Some(n) = self
+                    .inodes
+                    .known(zone, dev, ino)
+                    .and_then(|i| self.inodes.get(i))
+                {
                     n.set_place(dir.clone(), to);
                 }
             }
@@ -805,7 +813,9 @@ impl Core {
         self.size_ok(zout, off_out.saturating_add(len))?;
         let len = len.min(u32::MAX as u64 / 2);
         let n = Self::with_fd(&hin, |a| {
-            Self::with_fd(&hout, |b| Ok(backing::copy_file_range(a, off_in, b, off_out, len)?))
+            Self::with_fd(&hout, |b| {
+                Ok(backing::copy_file_range(a, off_in, b, off_out, len)?)
+            })
         })?;
         Ok(n as u32)
     }
@@ -907,19 +917,11 @@ impl Core {
     }
 
     pub fn statfs(&self, ino: u64) -> FsResult<Statfs> {
-        let node = self.node(ino)?;
-        let fd = match node.fd() {
-            Some(fd) => Some(fd),
-            None => None,
-        };
-        let zone_fd;
-        let fd = match fd {
-            Some(fd) => fd,
-            None => match self.inodes.zone_root(0) {
-                Some(z) => {
-                    zone_fd = z;
-                    self.fd_of(&zone_fd)?
-                }
+        // The mount root reports the first zone's filesystem.
+        let node = match self.node(ino)? {
+            n if n.fd.is_some() => n,
+            _ => match self.inodes.zone_root(0) {
+                Some(z) => z,
                 None => {
                     return Ok(Statfs {
                         bsize: 4096,
@@ -930,6 +932,7 @@ impl Core {
                 }
             },
         };
+        let fd = self.fd_of(&node)?;
         let v = backing::statvfs(fd)?;
         Ok(Statfs {
             blocks: v.f_blocks,

@@ -18,8 +18,8 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::approval::{AskRequest, Broker, Verdict};
@@ -40,7 +40,16 @@ macro_rules! impl_fail {
         }
     )*};
 }
-impl_fail!(ReplyEntry, ReplyEmpty, ReplyAttr, ReplyOpen, ReplyCreate, ReplyWrite, ReplyXattr, ReplyData);
+impl_fail!(
+    ReplyEntry,
+    ReplyEmpty,
+    ReplyAttr,
+    ReplyOpen,
+    ReplyCreate,
+    ReplyWrite,
+    ReplyXattr,
+    ReplyData
+);
 
 /// The mounted filesystem.
 pub struct ZoneFs {
@@ -170,7 +179,15 @@ impl Filesystem for ZoneFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        tracing::debug!(op = "setattr", ino = ino.0, ?mode, ?uid, ?gid, ?size, pid = req.pid());
+        tracing::debug!(
+            op = "setattr",
+            ino = ino.0,
+            ?mode,
+            ?uid,
+            ?gid,
+            ?size,
+            pid = req.pid()
+        );
         let a = SetAttr {
             mode,
             uid,
@@ -181,12 +198,16 @@ impl Filesystem for ZoneFs {
             fh: fh.map(|f| f.0),
         };
         let check = self.core.check_setattr(ino.0, &a);
-        self.gated(req, "setattr", check, reply, move |core, reply| {
-            match log_err("setattr", ino.0, core.setattr(ino.0, &a)) {
+        self.gated(
+            req,
+            "setattr",
+            check,
+            reply,
+            move |core, reply| match log_err("setattr", ino.0, core.setattr(ino.0, &a)) {
                 Ok(attr) => reply.attr(&core.ttl(), &attr),
                 Err(e) => reply.error(e.fuse_errno()),
-            }
-        });
+            },
+        );
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -206,7 +227,13 @@ impl Filesystem for ZoneFs {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        tracing::debug!(op = "mknod", parent = parent.0, ?name, mode, pid = req.pid());
+        tracing::debug!(
+            op = "mknod",
+            parent = parent.0,
+            ?name,
+            mode,
+            pid = req.pid()
+        );
         let name = name.to_owned();
         let check = self.core.check_new(parent.0, &name, false);
         self.gated(req, "mknod", check, reply, move |core, reply| {
@@ -257,7 +284,13 @@ impl Filesystem for ZoneFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        tracing::debug!(op = "symlink", parent = parent.0, ?link_name, ?target, pid = req.pid());
+        tracing::debug!(
+            op = "symlink",
+            parent = parent.0,
+            ?link_name,
+            ?target,
+            pid = req.pid()
+        );
         let (name, target) = (link_name.to_owned(), target.to_owned());
         let check = self.core.check_new(parent.0, &name, false);
         self.gated(req, "symlink", check, reply, move |core, reply| {
@@ -275,7 +308,15 @@ impl Filesystem for ZoneFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        tracing::debug!(op = "rename", parent = parent.0, ?name, newparent = newparent.0, ?newname, flags = flags.bits(), pid = req.pid());
+        tracing::debug!(
+            op = "rename",
+            parent = parent.0,
+            ?name,
+            newparent = newparent.0,
+            ?newname,
+            flags = flags.bits(),
+            pid = req.pid()
+        );
         let (name, newname, flags) = (name.to_owned(), newname.to_owned(), flags.bits());
         let check = self
             .core
@@ -296,7 +337,13 @@ impl Filesystem for ZoneFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        tracing::debug!(op = "link", ino = ino.0, newparent = newparent.0, ?newname, pid = req.pid());
+        tracing::debug!(
+            op = "link",
+            ino = ino.0,
+            newparent = newparent.0,
+            ?newname,
+            pid = req.pid()
+        );
         let newname = newname.to_owned();
         let check = self.core.check_link(ino.0, newparent.0, &newname);
         self.gated(req, "link", check, reply, move |core, reply| {
@@ -308,11 +355,13 @@ impl Filesystem for ZoneFs {
         tracing::debug!(op = "open", ino = ino.0, flags = flags.0, pid = req.pid());
         let flags = flags.0;
         let check = self.core.check_open(ino.0, flags);
-        self.gated(req, "open", check, reply, move |core, reply| {
-            match log_err("open", ino.0, core.open(ino.0, flags)) {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-                Err(e) => reply.error(e.fuse_errno()),
-            }
+        self.gated(req, "open", check, reply, move |core, reply| match log_err(
+            "open",
+            ino.0,
+            core.open(ino.0, flags),
+        ) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e.fuse_errno()),
         });
     }
 
@@ -326,11 +375,26 @@ impl Filesystem for ZoneFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        tracing::debug!(op = "create", parent = parent.0, ?name, mode, flags, pid = req.pid());
+        tracing::debug!(
+            op = "create",
+            parent = parent.0,
+            ?name,
+            mode,
+            flags,
+            pid = req.pid()
+        );
         let name = name.to_owned();
         let check = self.core.check_new(parent.0, &name, false);
-        self.gated(req, "create", check, reply, move |core, reply| {
-            match log_err("create", parent.0, core.create(parent.0, &name, mode, flags)) {
+        self.gated(
+            req,
+            "create",
+            check,
+            reply,
+            move |core, reply| match log_err(
+                "create",
+                parent.0,
+                core.create(parent.0, &name, mode, flags),
+            ) {
                 Ok((attr, fh)) => reply.created(
                     &core.ttl(),
                     &attr,
@@ -339,8 +403,8 @@ impl Filesystem for ZoneFs {
                     FopenFlags::empty(),
                 ),
                 Err(e) => reply.error(e.fuse_errno()),
-            }
-        });
+            },
+        );
     }
 
     fn read(
@@ -412,7 +476,10 @@ impl Filesystem for ZoneFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, log_err("fsync", ino.0, self.core.fsync(fh.0, datasync)));
+        empty(
+            reply,
+            log_err("fsync", ino.0, self.core.fsync(fh.0, datasync)),
+        );
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -567,7 +634,11 @@ impl Filesystem for ZoneFs {
     ) {
         empty(
             reply,
-            log_err("fallocate", ino.0, self.core.fallocate(fh.0, offset, length, mode)),
+            log_err(
+                "fallocate",
+                ino.0,
+                self.core.fallocate(fh.0, offset, length, mode),
+            ),
         );
     }
 

@@ -37,7 +37,11 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
-    let (rw, ro, outside) = (tmp.path().join("rw"), tmp.path().join("ro"), tmp.path().join("outside"));
+    let (rw, ro, outside) = (
+        tmp.path().join("rw"),
+        tmp.path().join("ro"),
+        tmp.path().join("outside"),
+    );
     for d in [&rw, &ro, &outside] {
         std::fs::create_dir(d).unwrap();
     }
@@ -80,9 +84,18 @@ fn zones_are_the_root_entries() {
     let f = fixture();
     assert_eq!(f.core.lookup(ROOT, OsStr::new("work")).unwrap().ino.0, WORK);
     assert_eq!(f.core.lookup(ROOT, OsStr::new("data")).unwrap().ino.0, DATA);
-    assert_eq!(f.core.lookup(ROOT, OsStr::new("nope")).unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(
+        f.core.lookup(ROOT, OsStr::new("nope")).unwrap_err().errno(),
+        libc::ENOENT
+    );
     let fh = f.core.opendir(ROOT).unwrap();
-    let names: Vec<_> = f.core.readdir(fh, 0).unwrap().into_iter().map(|e| e.name).collect();
+    let names: Vec<_> = f
+        .core
+        .readdir(fh, 0)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     assert_eq!(names, vec![".", "..", "work", "data"]);
 }
 
@@ -98,13 +111,20 @@ fn nothing_leaks_on_forget() {
         let name = format!("f{i}");
         inos.push(f.core.lookup(WORK, OsStr::new(&name)).unwrap().ino.0);
         // a second lookup of the same name is the same node, counted twice
-        assert_eq!(f.core.lookup(WORK, OsStr::new(&name)).unwrap().ino.0, *inos.last().unwrap());
+        assert_eq!(
+            f.core.lookup(WORK, OsStr::new(&name)).unwrap().ino.0,
+            *inos.last().unwrap()
+        );
     }
     assert_eq!(f.core.node_count(), base + 50);
     for ino in &inos {
         f.core.forget(*ino, 1);
     }
-    assert_eq!(f.core.node_count(), base + 50, "one lookup each is still held");
+    assert_eq!(
+        f.core.node_count(),
+        base + 50,
+        "one lookup each is still held"
+    );
     for ino in &inos {
         f.core.forget(*ino, 1);
     }
@@ -122,11 +142,16 @@ fn nothing_leaks_on_forget() {
 #[test]
 fn hard_links_share_a_node_and_renames_keep_it() {
     let f = fixture();
-    let (attr, fh) = f.core.create(WORK, OsStr::new("a"), 0o644, libc::O_RDWR).unwrap();
+    let (attr, fh) = f
+        .core
+        .create(WORK, OsStr::new("a"), 0o644, libc::O_RDWR)
+        .unwrap();
     let linked = f.core.link(attr.ino.0, WORK, OsStr::new("b")).unwrap();
     assert_eq!(linked.ino, attr.ino);
     assert_eq!(linked.nlink, 2);
-    f.core.rename(WORK, OsStr::new("a"), WORK, OsStr::new("c"), 0).unwrap();
+    f.core
+        .rename(WORK, OsStr::new("a"), WORK, OsStr::new("c"), 0)
+        .unwrap();
     assert_eq!(f.core.lookup(WORK, OsStr::new("c")).unwrap().ino, attr.ino);
     // the open handle still writes into the renamed file
     assert_eq!(f.core.write(fh, 0, b"hello").unwrap(), 5);
@@ -137,26 +162,62 @@ fn hard_links_share_a_node_and_renames_keep_it() {
 #[test]
 fn root_level_changes_are_refused() {
     let f = fixture();
-    assert_eq!(refusal(f.core.check_new(ROOT, OsStr::new("z"), true).unwrap_err()), Refusal::RootLevel);
-    assert_eq!(refusal(f.core.check_remove(ROOT, OsStr::new("work")).unwrap_err()), Refusal::RootLevel);
-    let e = f.core.check_rename(ROOT, OsStr::new("work"), ROOT, OsStr::new("w2"), 0).unwrap_err();
+    assert_eq!(
+        refusal(f.core.check_new(ROOT, OsStr::new("z"), true).unwrap_err()),
+        Refusal::RootLevel
+    );
+    assert_eq!(
+        refusal(f.core.check_remove(ROOT, OsStr::new("work")).unwrap_err()),
+        Refusal::RootLevel
+    );
+    let e = f
+        .core
+        .check_rename(ROOT, OsStr::new("work"), ROOT, OsStr::new("w2"), 0)
+        .unwrap_err();
     assert_eq!(refusal(e), Refusal::RootLevel);
-    let e = f.core.check_setattr(ROOT, &SetAttr { mode: Some(0o777), ..SetAttr::default() }).unwrap_err();
+    let e = f
+        .core
+        .check_setattr(
+            ROOT,
+            &SetAttr {
+                mode: Some(0o777),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap_err();
     assert_eq!(refusal(e), Refusal::RootLevel);
     // even if a caller skipped the check, the action itself refuses
-    assert_eq!(refusal(f.core.mkdir(ROOT, OsStr::new("z"), 0o755).unwrap_err()), Refusal::RootLevel);
+    assert_eq!(
+        refusal(f.core.mkdir(ROOT, OsStr::new("z"), 0o755).unwrap_err()),
+        Refusal::RootLevel
+    );
 }
 
 #[test]
 fn ro_zone_and_cross_zone() {
     let f = fixture();
     let r = f.core.lookup(DATA, OsStr::new("r.txt")).unwrap().ino.0;
-    assert_eq!(refusal(f.core.check_open(r, libc::O_WRONLY).unwrap_err()), Refusal::ReadOnly);
-    assert!(matches!(f.core.check_open(r, libc::O_RDONLY).unwrap(), Gate::Go));
-    assert_eq!(refusal(f.core.check_link(r, WORK, OsStr::new("l")).unwrap_err()), Refusal::CrossZone);
-    let e = f.core.check_rename(DATA, OsStr::new("r.txt"), WORK, OsStr::new("r"), 0).unwrap_err();
+    assert_eq!(
+        refusal(f.core.check_open(r, libc::O_WRONLY).unwrap_err()),
+        Refusal::ReadOnly
+    );
+    assert!(matches!(
+        f.core.check_open(r, libc::O_RDONLY).unwrap(),
+        Gate::Go
+    ));
+    assert_eq!(
+        refusal(f.core.check_link(r, WORK, OsStr::new("l")).unwrap_err()),
+        Refusal::CrossZone
+    );
+    let e = f
+        .core
+        .check_rename(DATA, OsStr::new("r.txt"), WORK, OsStr::new("r"), 0)
+        .unwrap_err();
     assert_eq!(refusal(e), Refusal::CrossZone);
-    assert_eq!(refusal(f.core.link(r, WORK, OsStr::new("l")).unwrap_err()), Refusal::CrossZone);
+    assert_eq!(
+        refusal(f.core.link(r, WORK, OsStr::new("l")).unwrap_err()),
+        Refusal::CrossZone
+    );
     assert!(!f.rw.join("l").exists());
 }
 
@@ -172,17 +233,44 @@ fn symlinks_in_a_zone_are_never_followed_by_the_daemon() {
         // opening the link node itself never reaches the target
         let e = f.core.open(attr.ino.0, libc::O_RDONLY).unwrap_err();
         assert_eq!(e.errno(), libc::ELOOP, "{name}");
-        let e = f.core.open(attr.ino.0, libc::O_WRONLY | libc::O_TRUNC).unwrap_err();
+        let e = f
+            .core
+            .open(attr.ino.0, libc::O_WRONLY | libc::O_TRUNC)
+            .unwrap_err();
         assert_eq!(e.errno(), libc::ELOOP, "{name}");
         // chmod/truncate through the link must not touch the target
-        let _ = f.core.setattr(attr.ino.0, &SetAttr { mode: Some(0o777), size: Some(0), ..SetAttr::default() });
+        let _ = f.core.setattr(
+            attr.ino.0,
+            &SetAttr {
+                mode: Some(0o777),
+                size: Some(0),
+                ..SetAttr::default()
+            },
+        );
     }
-    assert_eq!(std::fs::read_to_string(f.outside.join("secret")).unwrap(), "secret");
+    assert_eq!(
+        std::fs::read_to_string(f.outside.join("secret")).unwrap(),
+        "secret"
+    );
     let dl = f.core.lookup(WORK, OsStr::new("dirlink")).unwrap();
     // a symlinked directory can't be walked into by the daemon
-    assert_eq!(f.core.lookup(dl.ino.0, OsStr::new("secret")).unwrap_err().errno(), libc::ENOTDIR);
-    assert!(f.core.create(dl.ino.0, OsStr::new("planted"), 0o644, libc::O_WRONLY).is_err());
-    assert!(f.core.mkdir(dl.ino.0, OsStr::new("planted"), 0o755).is_err());
+    assert_eq!(
+        f.core
+            .lookup(dl.ino.0, OsStr::new("secret"))
+            .unwrap_err()
+            .errno(),
+        libc::ENOTDIR
+    );
+    assert!(
+        f.core
+            .create(dl.ino.0, OsStr::new("planted"), 0o644, libc::O_WRONLY)
+            .is_err()
+    );
+    assert!(
+        f.core
+            .mkdir(dl.ino.0, OsStr::new("planted"), 0o755)
+            .is_err()
+    );
     assert!(!f.outside.join("planted").exists());
 }
 
@@ -191,7 +279,10 @@ fn dot_dot_and_slashes_are_not_names() {
     let f = fixture();
     for bad in ["..", ".", "a/b", "../outside", ""] {
         assert!(f.core.lookup(WORK, OsStr::new(bad)).is_err(), "{bad:?}");
-        assert!(f.core.mkdir(WORK, OsStr::new(bad), 0o755).is_err(), "{bad:?}");
+        assert!(
+            f.core.mkdir(WORK, OsStr::new(bad), 0o755).is_err(),
+            "{bad:?}"
+        );
     }
     assert!(!f.outside.join("b").exists());
 }

@@ -1,0 +1,466 @@
+//! Configuration: project files (which zones exist), worker files (which
+//! zones a worker needs), and derivation (what a worker gets) — DESIGN §2.
+//!
+//! Owns: parsing (`yaml`, `parse`), validation of names, paths and backing
+//! dirs (`validate`), the embedded default, and derivation (`derive`). The
+//! result is a [`ZoneTable`] that `policy` and `fs` consume; nothing outside
+//! this module reads YAML.
+//!
+//! Assumes: paths are checked when the config is loaded (realpath, overlap,
+//! sensitive roots); what the host does to a backing dir afterwards is the
+//! business of `backing`, which opens each zone root once and holds it.
+//! Defaults: a zone without `mode` is `ro` (secure by default: writable only
+//! when it says so; the embedded default's zones say `rw`), approval classes
+//! without a value are `preApproved`. A project file without a `sandbox:`
+//! section gets the embedded default's zones under its own directory.
+//! Every error is a [`ConfigError`]: file, line, field path, one line.
+
+mod derive;
+mod parse;
+mod validate;
+mod yaml;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt::{self, Write as _};
+use std::fs;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+pub use validate::{SENSITIVE_ROOTS, resolve, sensitive_paths};
+use yaml::Doc;
+
+/// The project file picked up from the current directory when `--config`
+/// is not given.
+pub const PROJECT_FILE_NAME: &str = "zonemount.yaml";
+
+/// The configuration used when there is no project file (DESIGN §2).
+pub const DEFAULT_CONFIG: &str = "\
+sandbox:
+  mode: sandboxed
+  root: .sandbox
+  zones:
+    cache: { mode: rw }
+    workspace: { mode: rw }
+";
+
+/// Config files are small; anything bigger is a mistake (or `/dev/zero`).
+const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Zones live under `<config dir>/<root>/<path>`, created on mount.
+    Sandboxed,
+    /// Zones are existing host directories.
+    Direct,
+}
+
+/// Ro < Rw, so "stricter of two" is `min`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Ro,
+    Rw,
+}
+
+/// PreApproved < Ask < Blocked, so "stricter of two" is `max`.
+/// YAML spellings: preApproved | ask | blocked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Approval {
+    PreApproved,
+    Ask,
+    Blocked,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ApprovalPolicy {
+    pub write: Approval,
+    pub delete: Approval,
+}
+
+impl Default for ApprovalPolicy {
+    fn default() -> Self {
+        Self {
+            write: Approval::PreApproved,
+            delete: Approval::PreApproved,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ZonePolicy {
+    pub access: Access,
+    pub approval: ApprovalPolicy,
+    /// `None`: every name.
+    pub suffixes: Option<Vec<String>>,
+    pub max_file_bytes: Option<u64>,
+    /// gitignore-style patterns, kept as written (checked to compile).
+    pub protect: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Zone {
+    pub name: String,
+    /// Absolute and resolved (realpath of its longest existing ancestor).
+    pub backing: PathBuf,
+    pub policy: ZonePolicy,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ZoneTable {
+    pub mode: SandboxMode,
+    pub zones: Vec<Zone>,
+    /// The project file; `None` for the embedded default.
+    pub source: Option<PathBuf>,
+}
+
+/// A zone a worker declares, as written, with where it was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneRequest {
+    pub name: String,
+    /// `None`: the parent's.
+    pub mode: Option<Access>,
+    pub write: Option<Approval>,
+    pub delete: Option<Approval>,
+    pub suffixes: Option<Vec<String>>,
+    pub max_file_bytes: Option<u64>,
+    pub protect: Vec<String>,
+    /// Line where the zone is named.
+    pub line: Option<usize>,
+    /// Line of its `mode:`.
+    pub mode_line: Option<usize>,
+    /// Field path prefix, `sandbox.zones.<name>`.
+    pub field: String,
+}
+
+/// A parsed worker file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerDecl {
+    pub name: Option<String>,
+    pub file: PathBuf,
+    /// `None`: no `sandbox:` section, so no zones at all.
+    pub zones: Option<Vec<ZoneRequest>>,
+}
+
+impl WorkerDecl {
+    /// The name errors use: `name:`, else the file stem.
+    pub fn display_name(&self) -> String {
+        match &self.name {
+            Some(n) => n.clone(),
+            None => self.file.file_stem().map_or_else(
+                || self.file.display().to_string(),
+                |s| s.to_string_lossy().into_owned(),
+            ),
+        }
+    }
+}
+
+/// A configuration error. Displays as one line:
+/// `project.yaml:7: sandbox.zones.data.mode: expected 'ro' or 'rw', got 'rx'`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// As given (`None` for the embedded default).
+    pub file: Option<PathBuf>,
+    pub line: Option<usize>,
+    /// Dotted path to the offending field; empty for YAML syntax errors.
+    pub field: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(
+        file: Option<PathBuf>,
+        line: Option<usize>,
+        field: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        // One line, whatever a parser or the OS put into the text.
+        let one_line = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        Self {
+            file,
+            line,
+            field: one_line(field),
+            message: one_line(&message.into()),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => write!(f, "{}:{line}: ", file.display())?,
+            (Some(file), None) => write!(f, "{}: ", file.display())?,
+            (None, Some(line)) => write!(f, "line {line}: ")?,
+            (None, None) => f.write_str("default config: ")?,
+        }
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SandboxMode::Sandboxed => "sandboxed",
+            SandboxMode::Direct => "direct",
+        })
+    }
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::Ro => "ro",
+            Access::Rw => "rw",
+        })
+    }
+}
+
+impl fmt::Display for Approval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Approval::PreApproved => "preApproved",
+            Approval::Ask => "ask",
+            Approval::Blocked => "blocked",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// `--allow-sensitive-roots`.
+    pub allow_sensitive_roots: bool,
+    /// Homes whose sensitive roots no zone may touch.
+    pub homes: Vec<PathBuf>,
+}
+
+impl LoadOptions {
+    /// homes = every home dir in /etc/passwd plus $HOME.
+    pub fn from_host(allow_sensitive_roots: bool) -> Self {
+        Self {
+            allow_sensitive_roots,
+            homes: validate::host_homes(),
+        }
+    }
+}
+
+/// Reads a config file as UTF-8 text (a leading BOM dropped). `shown` is
+/// the path as given, for errors; `path` the one to open.
+fn read_text(path: &Path, shown: &Path) -> Result<String, ConfigError> {
+    let fail = |m: String| ConfigError::new(Some(shown.to_path_buf()), None, "", m);
+    let file = fs::File::open(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(fail(format!(
+            "larger than {MAX_FILE_BYTES} bytes; not a config file"
+        )));
+    }
+    decode(&bytes).map_err(fail)
+}
+
+fn decode(bytes: &[u8]) -> Result<String, String> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| format!("not UTF-8 text (byte {})", e.valid_up_to()))?;
+    Ok(text.strip_prefix('\u{feff}').unwrap_or(text).to_owned())
+}
+
+/// `path` None: `<cwd>/zonemount.yaml` when it exists, else the embedded
+/// default (two rw zones `cache` and `workspace`, sandboxed under
+/// `<cwd>/.sandbox`). Relative paths are taken from `cwd`.
+pub fn load_project(
+    path: Option<&Path>,
+    cwd: &Path,
+    opts: &LoadOptions,
+) -> Result<ZoneTable, ConfigError> {
+    let picked = cwd.join(PROJECT_FILE_NAME);
+    let path = match path {
+        Some(p) => Some(p.to_path_buf()),
+        None if picked.exists() => Some(picked),
+        None => None,
+    };
+    match path {
+        Some(path) => {
+            // The file's own name is kept (a symlinked config is anchored
+            // where the link is); its directory is resolved.
+            let joined = cwd.join(&path);
+            let abs = match (joined.parent(), joined.file_name()) {
+                (Some(dir), Some(name)) => validate::resolve(dir).join(name),
+                _ => validate::resolve(&joined),
+            };
+            let text = read_text(&abs, &path)?;
+            let dir = abs
+                .parent()
+                .map_or_else(|| cwd.to_path_buf(), Path::to_path_buf);
+            parse_project(&text, Some(&path), &dir, Some(abs), opts)
+        }
+        None => {
+            let dir = validate::resolve(cwd);
+            parse_project(DEFAULT_CONFIG, None, &dir, None, opts).map_err(|mut e| {
+                // Lines of the embedded text mean nothing to a user.
+                e.line = None;
+                e
+            })
+        }
+    }
+}
+
+/// Parses and validates project YAML. `file` names it in errors, `config_dir`
+/// (absolute) anchors relative paths, `source` goes into the table.
+pub fn parse_project(
+    text: &str,
+    file: Option<&Path>,
+    config_dir: &Path,
+    source: Option<PathBuf>,
+    opts: &LoadOptions,
+) -> Result<ZoneTable, ConfigError> {
+    let doc = Doc {
+        file,
+        line_offset: 0,
+    };
+    let tree = doc.parse(text)?;
+    let raw = match parse::project(&doc, tree.as_ref())? {
+        Some(raw) => raw,
+        None => {
+            // No `sandbox:` section: the default zones, under this file's dir.
+            let default = Doc {
+                file: None,
+                line_offset: 0,
+            };
+            let tree = default.parse(DEFAULT_CONFIG)?;
+            parse::project(&default, tree.as_ref())?.ok_or_else(|| {
+                ConfigError::new(None, None, "sandbox", "embedded default has no sandbox")
+            })?
+        }
+    };
+    validate::build(&validate::Site { file }, raw, config_dir, source, opts)
+}
+
+pub fn load_worker(path: &Path) -> Result<WorkerDecl, ConfigError> {
+    let text = read_text(path, path)?;
+    parse_worker(&text, path)
+}
+
+/// Parses a worker file's text: Markdown with YAML front matter, or plain
+/// YAML. `file` names it in errors and in the result.
+pub fn parse_worker(text: &str, file: &Path) -> Result<WorkerDecl, ConfigError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let (yaml_text, line_offset) = yaml::front_matter(text);
+    let doc = Doc {
+        file: Some(file),
+        line_offset,
+    };
+    let tree = doc.parse(yaml_text)?;
+    let raw = parse::worker(&doc, tree.as_ref())?;
+    let zones = raw.zones.map(|zones| {
+        zones
+            .into_iter()
+            .map(|z| ZoneRequest {
+                name: z.name,
+                mode: z.mode.map(|(m, _)| m),
+                mode_line: z.mode.and_then(|(_, l)| l),
+                write: z.write,
+                delete: z.delete,
+                suffixes: z.suffixes,
+                max_file_bytes: z.max_file_bytes,
+                protect: z.protect,
+                line: z.line,
+                field: z.field,
+            })
+            .collect()
+    });
+    Ok(WorkerDecl {
+        name: raw.name,
+        file: file.to_path_buf(),
+        zones,
+    })
+}
+
+/// One derivation step (DESIGN §2 "Derivation"). Chains: fold over workers.
+pub fn derive(parent: &ZoneTable, worker: &WorkerDecl) -> Result<ZoneTable, ConfigError> {
+    derive::derive(parent, worker)
+}
+
+/// Sandboxed: create missing backing dirs (mkdir -p). Direct: each must
+/// exist and be a directory. Errors name zone and path.
+pub fn prepare_backing(table: &ZoneTable) -> Result<(), ConfigError> {
+    validate::prepare(table)
+}
+
+impl ZoneTable {
+    pub fn zone(&self, name: &str) -> Option<&Zone> {
+        self.zones.iter().find(|z| z.name == name)
+    }
+
+    /// Human-readable table for `zonemount derive`: zone, backing dir, mode,
+    /// write/delete policy, suffixes, max bytes, protect.
+    pub fn render(&self) -> String {
+        let source = self.source.as_ref().map_or_else(
+            || "embedded default".to_owned(),
+            |p| p.display().to_string(),
+        );
+        let mut out = format!("config: {source}\nmode: {}\n", self.mode);
+        if self.zones.is_empty() {
+            out.push_str("(no zones: the mount is an empty root)\n");
+            return out;
+        }
+        let header = [
+            "ZONE",
+            "BACKING",
+            "MODE",
+            "WRITE",
+            "DELETE",
+            "SUFFIXES",
+            "MAX BYTES",
+            "PROTECT",
+        ]
+        .map(str::to_owned);
+        let mut rows = vec![header];
+        for z in &self.zones {
+            let p = &z.policy;
+            rows.push([
+                z.name.clone(),
+                z.backing.display().to_string(),
+                p.access.to_string(),
+                p.approval.write.to_string(),
+                p.approval.delete.to_string(),
+                p.suffixes
+                    .as_ref()
+                    .map_or_else(|| "*".to_owned(), |s| s.join(",")),
+                p.max_file_bytes
+                    .map_or_else(|| "-".to_owned(), |b| b.to_string()),
+                if p.protect.is_empty() {
+                    "-".to_owned()
+                } else {
+                    p.protect.join(",")
+                },
+            ]);
+        }
+        let mut widths = [0usize; 8];
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        for row in &rows {
+            let mut line = String::new();
+            for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+                if i + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    let _ = write!(line, "{cell:<w$}  ");
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
