@@ -270,7 +270,7 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         config: a.config.config.clone(),
         workers: a.config.worker.clone(),
     };
-    let mut session = mount::start(&mountpoint, &table, &spec, None)?;
+    let session = mount::start(&mountpoint, &table, &spec, None)?;
     let record = Record {
         mountpoint: mountpoint.clone(),
         pid: std::process::id(),
@@ -281,7 +281,6 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     if let Err(e) = mount::write_record(&record) {
         tracing::warn!("cannot write the mount record: {e}");
     }
-    let mut unmounter = session.unmount_callable();
     let signal_mp = mountpoint.clone();
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
@@ -292,9 +291,11 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
             tracing::info!(sig, "signal: unmounting");
-            if let Err(e) = unmounter.unmount() {
+            if let Err(e) = mount::detach(&signal_mp, false) {
                 tracing::warn!("unmount failed ({e}); detaching lazily");
-                let _ = rustix::mount::unmount(&signal_mp, rustix::mount::UnmountFlags::DETACH);
+                if let Err(e) = mount::detach(&signal_mp, true) {
+                    tracing::error!("lazy unmount failed too: {e}");
+                }
             }
         }
     });

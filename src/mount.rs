@@ -353,6 +353,41 @@ fn process_alive(pid: u32) -> bool {
             .unwrap_or(false)
 }
 
+/// Unmount exactly `path` (root: umount2; others: fusermount3 -u).
+pub fn detach(path: &Path, lazy: bool) -> Result<(), UnmountError> {
+    if rustix::process::geteuid().is_root() {
+        let flags = if lazy {
+            rustix::mount::UnmountFlags::DETACH
+        } else {
+            rustix::mount::UnmountFlags::empty()
+        };
+        return match rustix::mount::unmount(path, flags) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::BUSY) => Err(UnmountError::Busy(show(path))),
+            Err(e) => Err(UnmountError::Failed(show(path), e.to_string())),
+        };
+    }
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = cmd
+        .arg("--")
+        .arg(path)
+        .output()
+        .map_err(|e| UnmountError::Failed(show(path), format!("fusermount3: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    if msg.contains("busy") {
+        Err(UnmountError::Busy(show(path)))
+    } else {
+        Err(UnmountError::Failed(show(path), msg))
+    }
+}
+
 /// Unmount a zonemount mount at exactly `path` and wait for its daemon.
 pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
     let path = absolute(path);
@@ -364,36 +399,7 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
         return Err(UnmountError::NotOurs(show(&path), entry.fstype));
     }
     let record = read_record(&path);
-    if rustix::process::geteuid().is_root() {
-        let flags = if lazy {
-            rustix::mount::UnmountFlags::DETACH
-        } else {
-            rustix::mount::UnmountFlags::empty()
-        };
-        match rustix::mount::unmount(&path, flags) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::BUSY) => return Err(UnmountError::Busy(show(&path))),
-            Err(e) => return Err(UnmountError::Failed(show(&path), e.to_string())),
-        }
-    } else {
-        let mut cmd = std::process::Command::new("fusermount3");
-        cmd.arg("-u");
-        if lazy {
-            cmd.arg("-z");
-        }
-        let out = cmd
-            .arg("--")
-            .arg(&path)
-            .output()
-            .map_err(|e| UnmountError::Failed(show(&path), format!("fusermount3: {e}")))?;
-        if !out.status.success() {
-            let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
-            if msg.contains("busy") {
-                return Err(UnmountError::Busy(show(&path)));
-            }
-            return Err(UnmountError::Failed(show(&path), msg));
-        }
-    }
+    detach(&path, lazy)?;
     let Some(rec) = record else {
         return Ok(Unmounted::Done);
     };

@@ -9,6 +9,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use globset::{Glob, GlobMatcher};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use crate::config::{Access, Approval, ApprovalPolicy, Zone};
@@ -23,6 +24,9 @@ pub struct ZoneRules {
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     protect: Gitignore,
+    /// Anchored protect patterns, split into per-component matchers: a
+    /// directory rename that would carry one of them away is refused.
+    anchored: Vec<Vec<GlobMatcher>>,
 }
 
 impl ZoneRules {
@@ -30,8 +34,23 @@ impl ZoneRules {
     /// relative to the zone root.
     pub fn compile(zone: &Zone) -> Result<Self, ignore::Error> {
         let mut b = GitignoreBuilder::new("/");
+        let mut anchored = Vec::new();
         for pat in &zone.policy.protect {
             b.add_line(None, pat)?;
+            let body = pat.trim_end_matches('/');
+            if body.contains('/') {
+                let comps = body
+                    .trim_start_matches('/')
+                    .split('/')
+                    .filter(|c| !c.is_empty())
+                    .map(|c| Glob::new(c).map(|g| g.compile_matcher()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| ignore::Error::Glob {
+                        glob: Some(pat.clone()),
+                        err: e.to_string(),
+                    })?;
+                anchored.push(comps);
+            }
         }
         Ok(ZoneRules {
             name: zone.name.clone(),
@@ -40,6 +59,7 @@ impl ZoneRules {
             suffixes: zone.policy.suffixes.clone(),
             max_file_bytes: zone.policy.max_file_bytes,
             protect: b.build()?,
+            anchored,
         })
     }
 
@@ -68,6 +88,19 @@ impl ZoneRules {
         self.protect
             .matched_path_or_any_parents(&abs, is_dir)
             .is_ignore()
+    }
+
+    /// Whether an anchored protect pattern names something strictly below
+    /// `dir`: renaming `dir` would move it out of protection.
+    pub fn protects_below(&self, dir: &Path) -> bool {
+        let comps: Vec<_> = dir.components().map(|c| c.as_os_str()).collect();
+        self.anchored.iter().any(|pat| {
+            pat.len() > comps.len()
+                && pat
+                    .iter()
+                    .zip(&comps)
+                    .all(|(m, c)| m.is_match(Path::new(c)))
+        })
     }
 
     fn level(&self, class: Class) -> Approval {
@@ -217,6 +250,10 @@ fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
             }
             writable(fz, from.path, is_dir)?;
             writable(fz, to.path, is_dir)?;
+            if is_dir && (fz.protects_below(from.path) || (exchange && fz.protects_below(to.path)))
+            {
+                return Err(Refusal::Protected);
+            }
             suffix(fz, to.path, is_dir)?;
             if exchange {
                 suffix(fz, from.path, is_dir)?;

@@ -26,9 +26,15 @@ use libc::{EACCES, ENOENT, EPERM, EROFS, EXDEV};
 const ZONES: &[(&str, &str)] = &[
     ("ro", "mode: ro"),
     ("rw", "mode: rw"),
-    ("blk", "mode: rw, approval: { write: blocked, delete: blocked }"),
+    (
+        "blk",
+        "mode: rw, approval: { write: blocked, delete: blocked }",
+    ),
     ("ask", "mode: rw, approval: { write: ask, delete: ask }"),
-    ("nodel", "mode: rw, approval: { write: preApproved, delete: blocked }"),
+    (
+        "nodel",
+        "mode: rw, approval: { write: preApproved, delete: blocked }",
+    ),
     ("askdel", "mode: rw, approval: { delete: ask }"),
     ("rw2", "mode: rw"),
 ];
@@ -90,7 +96,10 @@ fn fixture(mode: Mode) -> Option<TestMount> {
         if has_tool("setfattr") {
             let out = sh_at(
                 s.root(),
-                &format!("setfattr -n user.pre -v v1 '{}'", s.backing(z, "f.txt").display()),
+                &format!(
+                    "setfattr -n user.pre -v v1 '{}'",
+                    s.backing(z, "f.txt").display()
+                ),
                 &[],
             );
             assert!(out.success(), "host setfattr: {}", out.describe());
@@ -110,13 +119,21 @@ fn read_backing(m: &TestMount, zone: &str, name: &str) -> String {
 
 #[track_caller]
 fn assert_backing(m: &TestMount, zone: &str, name: &str, want: &str, ctx: &str) {
-    assert_eq!(read_backing(m, zone, name), want, "{ctx}: backing {zone}/{name}");
+    assert_eq!(
+        read_backing(m, zone, name),
+        want,
+        "{ctx}: backing {zone}/{name}"
+    );
 }
 
 #[track_caller]
 fn assert_absent(m: &TestMount, zone: &str, name: &str, ctx: &str) {
     let p = m.backing(zone, name);
-    assert!(!exists_nofollow(&p), "{ctx}: {} should not exist", p.display());
+    assert!(
+        !exists_nofollow(&p),
+        "{ctx}: {} should not exist",
+        p.display()
+    );
 }
 
 /// The fixture's files of `zone` are all as they were.
@@ -124,7 +141,10 @@ fn assert_absent(m: &TestMount, zone: &str, name: &str, ctx: &str) {
 fn assert_untouched(m: &TestMount, zone: &str, ctx: &str) {
     assert_backing(m, zone, "f.txt", ORIG, ctx);
     assert_backing(m, zone, "dir/inner.txt", INNER, ctx);
-    assert!(m.backing(zone, "emptydir").is_dir(), "{ctx}: {zone}/emptydir gone");
+    assert!(
+        m.backing(zone, "emptydir").is_dir(),
+        "{ctx}: {zone}/emptydir gone"
+    );
     assert_eq!(
         fs::read_link(m.backing(zone, "link")).ok(),
         Some("f.txt".into()),
@@ -202,29 +222,53 @@ fn lookup(mode: Mode) {
 
 fn readdir(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
-    assert_eq!(names(&m.path("")).unwrap(), sorted(&zone_names()), "root lists the zones");
+    assert_eq!(
+        names(&m.path("")).unwrap(),
+        sorted(&zone_names()),
+        "root lists the zones"
+    );
     for z in zone_names() {
         assert_eq!(
             names(&m.path(z)).unwrap(),
             sorted(&["blob.bin", "dir", "emptydir", "f.txt", "link"]),
             "listing of {z}"
         );
-        assert_eq!(names(&m.path(&rel(z, "dir"))).unwrap(), sorted(&["inner.txt"]));
+        assert_eq!(
+            names(&m.path(&rel(z, "dir"))).unwrap(),
+            sorted(&["inner.txt"])
+        );
         assert!(names(&m.path(&rel(z, "emptydir"))).unwrap().is_empty());
     }
     let (st, out, err) = m.sh("ls -la ro rw blk ask");
     assert!(st.success(), "ls -la: {err}");
-    assert!(out.contains("f.txt") && out.contains("link -> f.txt"), "{out}");
+    assert!(
+        out.contains("f.txt") && out.contains("link -> f.txt"),
+        "{out}"
+    );
 }
 
 fn read(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
     for z in zone_names() {
-        assert_eq!(fs::read_to_string(m.path(&rel(z, "f.txt"))).unwrap(), ORIG, "{z}");
-        assert_eq!(fs::read_to_string(m.path(&rel(z, "dir/inner.txt"))).unwrap(), INNER);
-        assert_eq!(fs::read(m.path(&rel(z, "blob.bin"))).unwrap(), blob(), "{z}/blob.bin");
+        assert_eq!(
+            fs::read_to_string(m.path(&rel(z, "f.txt"))).unwrap(),
+            ORIG,
+            "{z}"
+        );
+        assert_eq!(
+            fs::read_to_string(m.path(&rel(z, "dir/inner.txt"))).unwrap(),
+            INNER
+        );
+        assert_eq!(
+            fs::read(m.path(&rel(z, "blob.bin"))).unwrap(),
+            blob(),
+            "{z}/blob.bin"
+        );
         // Explicit O_RDONLY open, and a read at an offset.
-        let mut f = OpenOptions::new().read(true).open(m.path(&rel(z, "f.txt"))).unwrap();
+        let mut f = OpenOptions::new()
+            .read(true)
+            .open(m.path(&rel(z, "f.txt")))
+            .unwrap();
         f.seek(SeekFrom::Start(2)).unwrap();
         let mut s = String::new();
         f.read_to_string(&mut s).unwrap();
@@ -239,7 +283,10 @@ fn read(mode: Mode) {
 fn readlink(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
     for z in zone_names() {
-        assert_eq!(fs::read_link(m.path(&rel(z, "link"))).unwrap(), std::path::Path::new("f.txt"));
+        assert_eq!(
+            fs::read_link(m.path(&rel(z, "link"))).unwrap(),
+            std::path::Path::new("f.txt")
+        );
         // Following it stays inside the zone.
         assert_eq!(fs::read_to_string(m.path(&rel(z, "link"))).unwrap(), ORIG);
     }
@@ -259,7 +306,10 @@ fn xattr_get_list(mode: Mode) {
         assert!(st.success(), "getfattr -d in {z}: {err}");
         assert!(out.contains("user.pre=\"v1\""), "listing in {z}: {out}");
         let (st, _, err) = m.sh(&format!("getfattr -n user.absent {z}/f.txt"));
-        assert!(!st.success() && err.contains("No such attribute"), "{z}: {err}");
+        assert!(
+            !st.success() && err.contains("No such attribute"),
+            "{z}: {err}"
+        );
     }
 }
 
@@ -283,7 +333,10 @@ fn create(mode: Mode) {
         let r = fs::write(m.path(&rel(z, "new.txt")), "new\n");
         if expect_outcome(r, write_want(z), &ctx) {
             assert_backing(&m, z, "new.txt", "new\n", &ctx);
-            assert_eq!(fs::read_to_string(m.path(&rel(z, "new.txt"))).unwrap(), "new\n");
+            assert_eq!(
+                fs::read_to_string(m.path(&rel(z, "new.txt"))).unwrap(),
+                "new\n"
+            );
         } else {
             assert_absent(&m, z, "new.txt", &ctx);
             assert_errno(fs::metadata(m.path(&rel(z, "new.txt"))), ENOENT);
@@ -314,7 +367,9 @@ fn open_wronly(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
     for z in zone_names() {
         let ctx = format!("open O_WRONLY {z}/f.txt");
-        let r = OpenOptions::new().write(true).open(m.path(&rel(z, "f.txt")));
+        let r = OpenOptions::new()
+            .write(true)
+            .open(m.path(&rel(z, "f.txt")));
         let want = write_want(z);
         if let Some(e) = want {
             assert_errno(r, e);
@@ -327,7 +382,9 @@ fn open_wronly(mode: Mode) {
         }
         // O_APPEND is a write open too.
         let ctx = format!("open O_APPEND {z}/dir/inner.txt");
-        let r = OpenOptions::new().append(true).open(m.path(&rel(z, "dir/inner.txt")));
+        let r = OpenOptions::new()
+            .append(true)
+            .open(m.path(&rel(z, "dir/inner.txt")));
         match want {
             Some(e) => {
                 assert_errno(r, e);
@@ -345,7 +402,10 @@ fn open_rdwr(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
     for z in zone_names() {
         let ctx = format!("open O_RDWR {z}/f.txt");
-        let r = OpenOptions::new().read(true).write(true).open(m.path(&rel(z, "f.txt")));
+        let r = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(m.path(&rel(z, "f.txt")));
         match write_want(z) {
             Some(e) => {
                 assert_errno(r, e);
@@ -473,18 +533,31 @@ fn copy_file_range(mode: Mode) {
                 std::io::copy(&mut src, &mut dst)
             });
             if expect_outcome(r.map(|n| n as usize), write_want(z), &ctx) {
-                assert_eq!(fs::read(m.backing(z, &name)).unwrap(), blob(), "{ctx}: backing");
+                assert_eq!(
+                    fs::read(m.backing(z, &name)).unwrap(),
+                    blob(),
+                    "{ctx}: backing"
+                );
             } else {
                 assert_absent(&m, z, &name, &ctx);
             }
         }
     }
     // Into an existing file, opened for writing without O_TRUNC.
-    let mut dst = OpenOptions::new().write(true).open(m.path("rw/f.txt")).unwrap();
+    let mut dst = OpenOptions::new()
+        .write(true)
+        .open(m.path("rw/f.txt"))
+        .unwrap();
     let mut src = File::open(m.path("ro/dir/inner.txt")).unwrap();
     std::io::copy(&mut src, &mut dst).unwrap();
     drop(dst);
-    assert_backing(&m, "rw", "f.txt", "inner\nal\n", "copy over the start of f.txt");
+    assert_backing(
+        &m,
+        "rw",
+        "f.txt",
+        "inner\nal\n",
+        "copy over the start of f.txt",
+    );
 }
 
 // ----- new names: EROFS in ro, else the `write` policy
@@ -493,7 +566,11 @@ fn mkdir(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
     for z in zone_names() {
         let ctx = format!("mkdir {z}/newdir");
-        if expect_outcome(fs::create_dir(m.path(&rel(z, "newdir"))), write_want(z), &ctx) {
+        if expect_outcome(
+            fs::create_dir(m.path(&rel(z, "newdir"))),
+            write_want(z),
+            &ctx,
+        ) {
             assert!(m.backing(z, "newdir").is_dir(), "{ctx}");
             // And it is usable.
             fs::write(m.path(&rel(z, "newdir/x")), "x").unwrap();
@@ -563,7 +640,9 @@ fn mkfifo(mode: Mode) {
         let ctx = format!("mkfifo {z}/fifo");
         let out = m.sh_in(z, "mkfifo fifo", &[]);
         if expect_sh_outcome(&out, write_want(z), &ctx) {
-            let ft = fs::symlink_metadata(m.backing(z, "fifo")).unwrap().file_type();
+            let ft = fs::symlink_metadata(m.backing(z, "fifo"))
+                .unwrap()
+                .file_type();
             assert!(ft.is_fifo(), "{ctx}: backing is a FIFO");
         } else {
             assert_absent(&m, z, "fifo", &ctx);
@@ -611,7 +690,10 @@ fn chmod(mode: Mode) {
         // On a directory too.
         let r = fs::set_permissions(m.path(&rel(z, "dir")), fs::Permissions::from_mode(0o700));
         if expect_outcome(r, write_want(z), &format!("chmod {z}/dir")) {
-            assert_eq!(fs::metadata(m.backing(z, "dir")).unwrap().mode() & 0o7777, 0o700);
+            assert_eq!(
+                fs::metadata(m.backing(z, "dir")).unwrap().mode() & 0o7777,
+                0o700
+            );
         }
     }
 }
@@ -623,14 +705,26 @@ fn chown(mode: Mode) {
         let before = fs::metadata(m.backing(z, "f.txt")).unwrap();
         // As root, hand it to someone else; otherwise a no-op chown to our
         // own uid, which is still a setattr the policy must see.
-        let (uid, gid) = if root { (4321, 4321) } else { (before.uid(), before.gid()) };
+        let (uid, gid) = if root {
+            (4321, 4321)
+        } else {
+            (before.uid(), before.gid())
+        };
         let ctx = format!("chown {z}/f.txt {uid}:{gid}");
         let r = std::os::unix::fs::chown(m.path(&rel(z, "f.txt")), Some(uid), Some(gid));
         let after = fs::metadata(m.backing(z, "f.txt")).unwrap();
         if expect_outcome(r, write_want(z), &ctx) {
-            assert_eq!((after.uid(), after.gid()), (uid, gid), "{ctx}: backing owner");
+            assert_eq!(
+                (after.uid(), after.gid()),
+                (uid, gid),
+                "{ctx}: backing owner"
+            );
         } else {
-            assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()), "{ctx}");
+            assert_eq!(
+                (after.uid(), after.gid()),
+                (before.uid(), before.gid()),
+                "{ctx}"
+            );
         }
     }
 }
@@ -663,7 +757,10 @@ fn utimens(mode: Mode) {
         // Plain `touch` of an existing file: "now".
         let out = m.sh_in(z, "touch emptydir", &[]);
         if expect_sh_outcome(&out, write_want(z), &format!("touch {z}/emptydir")) {
-            let mt = fs::metadata(m.backing(z, "emptydir")).unwrap().modified().unwrap();
+            let mt = fs::metadata(m.backing(z, "emptydir"))
+                .unwrap()
+                .modified()
+                .unwrap();
             let age = SystemTime::now().duration_since(mt).unwrap_or_default();
             assert!(age < Duration::from_secs(60), "touch set the time to now");
         }
@@ -707,7 +804,11 @@ fn removexattr(mode: Mode) {
         if expect_sh_outcome(&out, write_want(z), &ctx) {
             assert_eq!(host, None, "{ctx}: gone from the backing store");
         } else {
-            assert_eq!(host.as_deref(), Some("v1"), "{ctx}: still in the backing store");
+            assert_eq!(
+                host.as_deref(),
+                Some("v1"),
+                "{ctx}: still in the backing store"
+            );
         }
     }
 }
@@ -718,7 +819,11 @@ fn unlink(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
     for z in zone_names() {
         let ctx = format!("unlink {z}/f.txt");
-        if expect_outcome(fs::remove_file(m.path(&rel(z, "f.txt"))), delete_want(z), &ctx) {
+        if expect_outcome(
+            fs::remove_file(m.path(&rel(z, "f.txt"))),
+            delete_want(z),
+            &ctx,
+        ) {
             assert_absent(&m, z, "f.txt", &ctx);
             assert_errno(fs::metadata(m.path(&rel(z, "f.txt"))), ENOENT);
         } else {
@@ -726,7 +831,11 @@ fn unlink(mode: Mode) {
         }
         // A symlink is unlinked, not followed.
         let ctx = format!("unlink {z}/link");
-        if expect_outcome(fs::remove_file(m.path(&rel(z, "link"))), delete_want(z), &ctx) {
+        if expect_outcome(
+            fs::remove_file(m.path(&rel(z, "link"))),
+            delete_want(z),
+            &ctx,
+        ) {
             assert_absent(&m, z, "link", &ctx);
         } else {
             assert!(exists_nofollow(&m.backing(z, "link")), "{ctx}");
@@ -744,7 +853,11 @@ fn rmdir(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
     for z in zone_names() {
         let ctx = format!("rmdir {z}/emptydir");
-        if expect_outcome(fs::remove_dir(m.path(&rel(z, "emptydir"))), delete_want(z), &ctx) {
+        if expect_outcome(
+            fs::remove_dir(m.path(&rel(z, "emptydir"))),
+            delete_want(z),
+            &ctx,
+        ) {
             assert_absent(&m, z, "emptydir", &ctx);
         } else {
             assert!(m.backing(z, "emptydir").is_dir(), "{ctx}");
@@ -786,10 +899,16 @@ fn rename_inside_zone(mode: Mode) {
     }
     // `{write: preApproved, delete: blocked}`: renaming is refused (it
     // deletes the source name), creating still works.
-    assert_errno(fs::rename(m.path("nodel/dir/inner.txt"), m.path("nodel/x.txt")), EPERM);
+    assert_errno(
+        fs::rename(m.path("nodel/dir/inner.txt"), m.path("nodel/x.txt")),
+        EPERM,
+    );
     fs::write(m.path("nodel/created.txt"), "c").unwrap();
     assert_backing(&m, "nodel", "created.txt", "c", "create in nodel");
-    assert_errno(fs::rename(m.path("nodel/created.txt"), m.path("nodel/y.txt")), EPERM);
+    assert_errno(
+        fs::rename(m.path("nodel/created.txt"), m.path("nodel/y.txt")),
+        EPERM,
+    );
     assert_backing(&m, "nodel", "created.txt", "c", "rename refused in nodel");
 }
 
@@ -801,14 +920,22 @@ fn rename_over_existing(mode: Mode) {
         if expect_outcome(r, rename_want(z), &ctx) {
             assert_absent(&m, z, "f.txt", &ctx);
             assert_backing(&m, z, "dir/inner.txt", ORIG, &ctx);
-            assert_eq!(fs::read_to_string(m.path(&rel(z, "dir/inner.txt"))).unwrap(), ORIG);
+            assert_eq!(
+                fs::read_to_string(m.path(&rel(z, "dir/inner.txt"))).unwrap(),
+                ORIG
+            );
         } else {
             assert_untouched(&m, z, &ctx);
         }
         // `mv -f` over an existing file, from the shell.
         let out = m.sh_in(z, "mv -f link blob.bin", &[]);
         if expect_sh_outcome(&out, rename_want(z), &format!("mv {z}/link over blob.bin")) {
-            assert!(fs::symlink_metadata(m.backing(z, "blob.bin")).unwrap().file_type().is_symlink());
+            assert!(
+                fs::symlink_metadata(m.backing(z, "blob.bin"))
+                    .unwrap()
+                    .file_type()
+                    .is_symlink()
+            );
         } else {
             assert_eq!(fs::read(m.backing(z, "blob.bin")).unwrap(), blob());
         }
@@ -849,16 +976,25 @@ fn rename_between_zones(mode: Mode) {
     ];
     for (a, b) in pairs {
         let ctx = format!("rename {a}/f.txt -> {b}/moved.txt");
-        assert_errno(fs::rename(m.path(&rel(a, "f.txt")), m.path(&rel(b, "moved.txt"))), EXDEV);
+        assert_errno(
+            fs::rename(m.path(&rel(a, "f.txt")), m.path(&rel(b, "moved.txt"))),
+            EXDEV,
+        );
         assert_untouched(&m, a, &ctx);
         assert_absent(&m, b, "moved.txt", &ctx);
         // Onto an existing name, and a directory.
         let ctx = format!("rename {a}/f.txt over {b}/f.txt");
-        assert_errno(fs::rename(m.path(&rel(a, "f.txt")), m.path(&rel(b, "f.txt"))), EXDEV);
+        assert_errno(
+            fs::rename(m.path(&rel(a, "f.txt")), m.path(&rel(b, "f.txt"))),
+            EXDEV,
+        );
         assert_untouched(&m, a, &ctx);
         assert_untouched(&m, b, &ctx);
         let ctx = format!("rename {a}/dir -> {b}/dir2");
-        assert_errno(fs::rename(m.path(&rel(a, "dir")), m.path(&rel(b, "dir2"))), EXDEV);
+        assert_errno(
+            fs::rename(m.path(&rel(a, "dir")), m.path(&rel(b, "dir2"))),
+            EXDEV,
+        );
         assert_untouched(&m, a, &ctx);
         assert_absent(&m, b, "dir2", &ctx);
     }
@@ -868,9 +1004,16 @@ fn link_between_zones(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
     for (a, b) in [("rw", "rw2"), ("ro", "rw"), ("rw", "ro"), ("rw", "blk")] {
         let ctx = format!("link {a}/f.txt -> {b}/hl");
-        assert_errno(fs::hard_link(m.path(&rel(a, "f.txt")), m.path(&rel(b, "hl"))), EXDEV);
+        assert_errno(
+            fs::hard_link(m.path(&rel(a, "f.txt")), m.path(&rel(b, "hl"))),
+            EXDEV,
+        );
         assert_absent(&m, b, "hl", &ctx);
-        assert_eq!(fs::metadata(m.backing(a, "f.txt")).unwrap().nlink(), 1, "{ctx}");
+        assert_eq!(
+            fs::metadata(m.backing(a, "f.txt")).unwrap().nlink(),
+            1,
+            "{ctx}"
+        );
     }
 }
 
@@ -938,7 +1081,11 @@ fn root_level_changes(mode: Mode) {
     let out = m.sh_in("", "mkdir x", &[]);
     assert_sh_errno(&out, EACCES, "mkdir at the root");
     let out = m.sh_in("", "echo x > x.txt", &[]);
-    assert!(!out.success() && out.stderr.contains(&strerror(EACCES)), "{}", out.describe());
+    assert!(
+        !out.success() && out.stderr.contains(&strerror(EACCES)),
+        "{}",
+        out.describe()
+    );
     let out = m.sh_in("", "rm -rf rw2", &[]);
     assert!(!out.success(), "rm -rf of a zone: {}", out.describe());
     assert!(out.stderr.contains(&strerror(EACCES)), "{}", out.describe());
@@ -946,7 +1093,10 @@ fn root_level_changes(mode: Mode) {
     // new next to them. `rm -rf rw2` may have emptied rw2 (its contents are
     // ordinary names in a rw zone); the dir itself must remain.
     assert_eq!(names(&m.path("")).unwrap(), sorted(&zone_names()));
-    assert_eq!(names(&backing_parent(&m, mode)).unwrap(), sorted(&zone_names()));
+    assert_eq!(
+        names(&backing_parent(&m, mode)).unwrap(),
+        sorted(&zone_names())
+    );
     assert_eq!(names(m.root()).unwrap(), host_before);
     assert_backing(&m, "rw", "f.txt", ORIG, "root-level refusals");
     assert_backing(&m, "rw", "dir/inner.txt", INNER, "root-level refusals");
@@ -986,7 +1136,10 @@ fn precedence(mode: Mode) {
     let s = Setup::zones(
         mode,
         &[
-            ("robk", "mode: ro, approval: { write: blocked, delete: blocked }"),
+            (
+                "robk",
+                "mode: ro, approval: { write: blocked, delete: blocked }",
+            ),
             ("roask", "mode: ro, approval: { write: ask, delete: ask }"),
         ],
     )
@@ -995,10 +1148,18 @@ fn precedence(mode: Mode) {
     let m = s.mount();
     for z in ["robk", "roask"] {
         assert_errno(fs::write(m.path(&rel(z, "new")), "x"), EROFS);
-        assert_errno(OpenOptions::new().write(true).open(m.path(&rel(z, "f.txt"))), EROFS);
+        assert_errno(
+            OpenOptions::new()
+                .write(true)
+                .open(m.path(&rel(z, "f.txt"))),
+            EROFS,
+        );
         assert_errno(fs::remove_file(m.path(&rel(z, "f.txt"))), EROFS);
         assert_errno(fs::create_dir(m.path(&rel(z, "d"))), EROFS);
-        assert_errno(fs::rename(m.path(&rel(z, "f.txt")), m.path(&rel(z, "g"))), EROFS);
+        assert_errno(
+            fs::rename(m.path(&rel(z, "f.txt")), m.path(&rel(z, "g"))),
+            EROFS,
+        );
         assert_errno(
             fs::set_permissions(m.path(&rel(z, "f.txt")), fs::Permissions::from_mode(0o600)),
             EROFS,

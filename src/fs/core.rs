@@ -525,6 +525,16 @@ impl Core {
         })
     }
 
+    /// Policy for mknod: as any new name, but a device node is refused
+    /// (EPERM) before anyone is asked to approve it.
+    pub fn check_mknod(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<Gate> {
+        let gate = self.check_new(parent, name, false)?;
+        match FileType::from_raw_mode(mode) {
+            FileType::CharacterDevice | FileType::BlockDevice => Err(FsError::Os(libc::EPERM)),
+            _ => Ok(gate),
+        }
+    }
+
     fn zone_dir(&self, parent: u64) -> FsResult<Arc<Node>> {
         let node = self.node(parent)?;
         if node.zone.is_none() {
@@ -732,15 +742,24 @@ impl Core {
         let w = self.where_node(&node);
         let at = self.loc(&w);
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        let size = || -> FsResult<u64> {
+            Ok(match node.fd() {
+                Some(fd) => backing::stat(fd)?.st_size as u64,
+                None => 0,
+            })
+        };
         if writes {
-            let new_size = (flags & libc::O_TRUNC != 0).then_some(0);
+            // O_RDWR also reads: an oversized file can't be opened so.
+            let new_size = if flags & libc::O_TRUNC != 0 {
+                Some(0)
+            } else if flags & libc::O_ACCMODE == libc::O_RDWR {
+                Some(size()?)
+            } else {
+                None
+            };
             return self.gate(&Op::WriteContent { at, new_size });
         }
-        let size = match node.fd() {
-            Some(fd) => backing::stat(fd)?.st_size as u64,
-            None => 0,
-        };
-        self.gate(&Op::Read { at, size })
+        self.gate(&Op::Read { at, size: size()? })
     }
 
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {

@@ -235,7 +235,7 @@ impl Filesystem for ZoneFs {
             pid = req.pid()
         );
         let name = name.to_owned();
-        let check = self.core.check_new(parent.0, &name, false);
+        let check = self.core.check_mknod(parent.0, &name, mode);
         self.gated(req, "mknod", check, reply, move |core, reply| {
             entry(core, reply, core.mknod(parent.0, &name, mode))
         });

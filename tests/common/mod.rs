@@ -452,7 +452,11 @@ pub fn expect_outcome<T: Debug>(r: io::Result<T>, want: Option<i32>, ctx: &str) 
 pub fn expect_sh_outcome(out: &Out, want: Option<i32>, ctx: &str) -> bool {
     match want {
         None => {
-            assert!(out.success(), "{ctx}: expected success, got {}", out.describe());
+            assert!(
+                out.success(),
+                "{ctx}: expected success, got {}",
+                out.describe()
+            );
             true
         }
         Some(e) => {
@@ -527,6 +531,7 @@ pub struct Setup {
     cwd: Option<PathBuf>,
     mnt: PathBuf,
     create_mnt: bool,
+    config_rel: String,
 }
 
 impl Setup {
@@ -552,6 +557,7 @@ impl Setup {
             cwd: None,
             mnt,
             create_mnt: true,
+            config_rel: "project.yaml".to_string(),
         }
     }
 
@@ -618,6 +624,12 @@ impl Setup {
         self
     }
 
+    /// Write the config as `<tmp>/rel` instead of `<tmp>/project.yaml`.
+    pub fn config_at(mut self, rel: &str) -> Self {
+        self.config_rel = rel.to_string();
+        self
+    }
+
     /// Pre-create a file (and its parents) in `zone`'s backing dir.
     pub fn file(self, zone: &str, rel: &str, content: impl AsRef<[u8]>) -> Self {
         let p = self.backing(zone, rel);
@@ -653,13 +665,15 @@ impl Setup {
             cwd,
             mnt,
             create_mnt,
+            config_rel,
         } = self;
         if create_mnt {
             fs::create_dir_all(&mnt).expect("create mountpoint");
         }
         let mut argv: Vec<OsString> = vec!["mount".into()];
         let config = yaml.map(|y| {
-            let p = root.join("project.yaml");
+            let p = root.join(&config_rel);
+            fs::create_dir_all(p.parent().expect("parent")).expect("create config dir");
             fs::write(&p, y).expect("write config");
             p
         });
@@ -756,7 +770,11 @@ impl TestMount {
 
     /// `rel` inside the mount (a path a worker would use).
     pub fn path(&self, rel: &str) -> PathBuf {
-        if rel.is_empty() { self.mnt.clone() } else { self.mnt.join(rel) }
+        if rel.is_empty() {
+            self.mnt.clone()
+        } else {
+            self.mnt.join(rel)
+        }
     }
 
     /// `rel` inside `zone`'s backing dir on the host.

@@ -1,0 +1,156 @@
+//! DESIGN §6, who gets in: by default only the mounting user (and root);
+//! `--allow-other` lets others in, `--allow-uid` narrows that; operations
+//! on the backing store run with the caller's fsuid/fsgid, so what a worker
+//! creates is the worker's, and the host's permission checks apply.
+//!
+//! Needs root (to mount and then act as another uid via `setpriv`); skips
+//! with a note otherwise.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use common::*;
+use libc::{EACCES, EROFS};
+
+const NOBODY: u32 = 65534;
+const OTHER: u32 = 4242;
+
+fn ready() -> bool {
+    if !fuse_ok() {
+        return false;
+    }
+    if !is_root() {
+        eprintln!("SKIP: acting as another uid needs root");
+        return false;
+    }
+    tool_ok("setpriv")
+}
+
+/// `sh -c script` as `uid:uid` with no supplementary groups, cwd `/`.
+fn sh_as(uid: u32, script: &str) -> Out {
+    sh_at(
+        Path::new("/"),
+        &format!(
+            "exec setpriv --reuid={uid} --regid={uid} --clear-groups -- sh -c '{}'",
+            script.replace('\'', r"'\''")
+        ),
+        &[],
+    )
+}
+
+/// A project with a rw zone `ws` (backing dir world-writable, so the host
+/// lets any caller create there) and a ro zone `data`; the temp dir is made
+/// traversable so other uids can reach the mountpoint at all.
+fn setup(mode: Mode) -> Setup {
+    let s = Setup::zones(mode, &[("ws", "mode: rw"), ("data", "mode: ro")])
+        .dir("ws", "")
+        .file("ws", "root-owned.txt", "root\n")
+        .file("data", "d.txt", "d\n");
+    fs::set_permissions(s.root(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(s.backing("ws", ""), fs::Permissions::from_mode(0o777)).unwrap();
+    fs::set_permissions(s.backing("data", ""), fs::Permissions::from_mode(0o755)).unwrap();
+    s
+}
+
+#[test]
+fn other_users_are_refused_by_default() {
+    if !ready() {
+        return;
+    }
+    let m = setup(Mode::Sandboxed).mount();
+    let mnt = m.mountpoint().display().to_string();
+    let out = sh_as(NOBODY, &format!("ls {mnt}"));
+    assert_sh_errno(&out, EACCES, "ls by another uid without --allow-other");
+    let out = sh_as(NOBODY, &format!("echo x > {mnt}/ws/x"));
+    assert_sh_errno(&out, EACCES, "write by another uid without --allow-other");
+    assert!(!m.backing("ws", "x").exists());
+    // The mounting user (root) is fine.
+    assert_eq!(names(m.mountpoint()).unwrap(), sorted(&["data", "ws"]));
+}
+
+#[test]
+fn allow_other_runs_as_the_caller() {
+    if !ready() {
+        return;
+    }
+    for mode in [Mode::Sandboxed, Mode::Direct] {
+        let m = setup(mode).arg("--allow-other").mount();
+        let mnt = m.mountpoint().display().to_string();
+        let out = sh_as(NOBODY, &format!("ls {mnt} && cat {mnt}/data/d.txt"));
+        assert!(out.success(), "{mode:?}: ls as nobody: {}", out.describe());
+        assert_eq!(out.stdout, "data\nws\nd\n");
+        // A file the worker creates is the worker's, in the backing store.
+        let out = sh_as(
+            NOBODY,
+            &format!("echo mine > {mnt}/ws/mine.txt && mkdir {mnt}/ws/d"),
+        );
+        assert!(
+            out.success(),
+            "{mode:?}: create as nobody: {}",
+            out.describe()
+        );
+        let md = fs::metadata(m.backing("ws", "mine.txt")).unwrap();
+        assert_eq!(
+            (md.uid(), md.gid()),
+            (NOBODY, NOBODY),
+            "{mode:?}: owner of mine.txt"
+        );
+        let md = fs::metadata(m.backing("ws", "d")).unwrap();
+        assert_eq!(md.uid(), NOBODY, "{mode:?}: owner of d/");
+        // The host's permission checks apply: root's 0644 file isn't theirs.
+        let out = sh_as(NOBODY, &format!("echo no > {mnt}/ws/root-owned.txt"));
+        assert_sh_errno(&out, EACCES, "overwrite root's file as nobody");
+        assert_eq!(
+            fs::read_to_string(m.backing("ws", "root-owned.txt")).unwrap(),
+            "root\n"
+        );
+        let out = sh_as(NOBODY, &format!("chmod 666 {mnt}/ws/root-owned.txt"));
+        assert!(
+            !out.success(),
+            "chmod of root's file as nobody: {}",
+            out.describe()
+        );
+        assert_eq!(
+            fs::metadata(m.backing("ws", "root-owned.txt"))
+                .unwrap()
+                .mode()
+                & 0o777,
+            0o644
+        );
+        // Zone rules hold for them as for anyone.
+        let out = sh_as(NOBODY, &format!("echo x > {mnt}/data/x"));
+        assert_sh_errno(&out, EROFS, "ro zone as nobody");
+        let out = sh_as(NOBODY, &format!("mkdir {mnt}/newzone"));
+        assert_sh_errno(&out, EACCES, "root-level as nobody");
+        drop(m);
+    }
+}
+
+#[test]
+fn allow_uid_narrows_allow_other() {
+    if !ready() {
+        return;
+    }
+    let m = setup(Mode::Sandboxed)
+        .arg("--allow-other")
+        .arg("--allow-uid")
+        .arg(&OTHER.to_string())
+        .mount();
+    let mnt = m.mountpoint().display().to_string();
+    let out = sh_as(OTHER, &format!("ls {mnt} && echo hi > {mnt}/ws/other.txt"));
+    assert!(out.success(), "listed uid: {}", out.describe());
+    assert_eq!(
+        fs::metadata(m.backing("ws", "other.txt")).unwrap().uid(),
+        OTHER
+    );
+    let out = sh_as(NOBODY, &format!("ls {mnt}"));
+    assert_sh_errno(&out, EACCES, "uid not in --allow-uid");
+    let out = sh_as(NOBODY, &format!("cat {mnt}/data/d.txt"));
+    assert_sh_errno(&out, EACCES, "uid not in --allow-uid reading");
+    // Root and the mounting user still get in.
+    assert_eq!(fs::read_to_string(m.path("ws/other.txt")).unwrap(), "hi\n");
+}

@@ -1,0 +1,753 @@
+//! DESIGN §5 and the CLI contract: `mount` returns only once the mount is
+//! live; `unmount` waits for the daemon and tolerates an unmounted path;
+//! every failure is one line on stderr with exit 1 or 2 (2 for usage and
+//! configuration, with file:line); `--foreground` + SIGTERM; `derive`;
+//! the embedded default and `./zonemount.yaml`; worker mounts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use libc::{EACCES, ENOENT, EPERM, EROFS};
+
+/// A failure as the CLI contract wants it: non-zero, an exit code in
+/// `codes`, and exactly one non-empty line on stderr, with no panic or
+/// backtrace.
+#[track_caller]
+fn assert_one_line_error(out: &Out, codes: &[i32], ctx: &str) {
+    assert!(
+        !out.success(),
+        "{ctx}: expected failure, got {}",
+        out.describe()
+    );
+    let code = out.code();
+    assert!(
+        code.is_some_and(|c| codes.contains(&c)),
+        "{ctx}: exit code {code:?}, want one of {codes:?}: {}",
+        out.describe()
+    );
+    let msg = out.stderr.trim();
+    assert!(
+        !msg.is_empty(),
+        "{ctx}: no message on stderr: {}",
+        out.describe()
+    );
+    assert_eq!(
+        msg.lines().count(),
+        1,
+        "{ctx}: message must be one line: {}",
+        out.describe()
+    );
+    for bad in ["panicked", "backtrace", "RUST_BACKTRACE"] {
+        assert!(
+            !out.stderr.contains(bad),
+            "{ctx}: stderr mentions {bad:?}: {}",
+            out.describe()
+        );
+    }
+}
+
+/// The message names `file` and `line` (as `file:line`, or `line N`).
+#[track_caller]
+fn assert_names_file_line(out: &Out, file: &str, line: u32, ctx: &str) {
+    let msg = &out.stderr;
+    assert!(
+        msg.contains(file),
+        "{ctx}: message should name {file}: {msg}"
+    );
+    let forms = [
+        format!("{file}:{line}"),
+        format!("line {line}"),
+        format!("line: {line}"),
+    ];
+    assert!(
+        forms.iter().any(|f| msg.contains(f.as_str())),
+        "{ctx}: message should give line {line}: {msg}"
+    );
+}
+
+fn simple(mode: Mode) -> Setup {
+    Setup::zones(mode, &[("ws", "mode: rw"), ("data", "mode: ro")])
+        .file("ws", "w.txt", "w\n")
+        .file("data", "d.txt", "d\n")
+}
+
+fn zonemount(cwd: &Path, args: &[&str]) -> Out {
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    zonemount_at(cwd, &args)
+}
+
+// ----- mount / unmount
+
+#[test]
+fn mount_is_live_when_it_returns() {
+    if !fuse_ok() {
+        return;
+    }
+    for mode in [Mode::Sandboxed, Mode::Direct] {
+        let (out, m) = simple(mode).mount_command_only();
+        assert!(out.success(), "{mode:?} mount: {}", out.describe());
+        // No polling: exit 0 means live.
+        let entry = mount_entry(m.mountpoint());
+        let (_, fstype, opts) = entry.unwrap_or_else(|| {
+            panic!(
+                "{mode:?}: mount exited 0 but {} is not in /proc/mounts",
+                m.mnt.display()
+            )
+        });
+        assert_eq!(fstype, "fuse.zonemount", "{mode:?}: fstype");
+        for o in ["nosuid", "nodev"] {
+            assert!(
+                opts.split(',').any(|x| x == o),
+                "{mode:?}: mount options lack {o}: {opts}"
+            );
+        }
+        assert_eq!(names(m.mountpoint()).unwrap(), sorted(&["data", "ws"]));
+        let (st, out, err) = m.sh("ls ws && ls data && cat ws/w.txt");
+        assert!(st.success(), "{err}");
+        assert_eq!(out, "w.txt\nd.txt\nw\n");
+        // Sandboxed backing dirs were created on mount.
+        assert!(m.backing("ws", "").is_dir());
+    }
+}
+
+#[test]
+fn unmount_waits_for_the_daemon() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = simple(Mode::Sandboxed).mount();
+    fs::write(m.path("ws/new.txt"), "n").unwrap();
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    // No polling: when unmount returns, the mount and its daemon are gone.
+    assert!(
+        !m.is_mounted(),
+        "still in /proc/mounts after unmount returned"
+    );
+    let pids = daemon_pids_for(m.mountpoint());
+    assert!(
+        pids.is_empty(),
+        "daemon still running after unmount returned: {pids:?}"
+    );
+    // The mountpoint is an ordinary empty dir again; the data stayed.
+    assert!(names(m.mountpoint()).unwrap().is_empty());
+    assert_eq!(fs::read_to_string(m.backing("ws", "new.txt")).unwrap(), "n");
+    assert_eq!(fs::read_to_string(m.backing("ws", "w.txt")).unwrap(), "w\n");
+}
+
+#[test]
+fn unmount_of_unmounted_path_is_ok_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = zonemount(dir.path(), &["unmount", &dir.path().to_string_lossy()]);
+    assert!(out.success(), "unmount of a plain dir: {}", out.describe());
+    assert!(
+        !(out.stdout.trim().is_empty() && out.stderr.trim().is_empty()),
+        "unmount of an unmounted path should say so"
+    );
+    assert!(!out.stderr.contains("panicked"));
+}
+
+#[test]
+fn two_mounts_at_once_are_independent() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut a = Setup::zones(Mode::Sandboxed, &[("alpha", "mode: rw")]).mount();
+    let b = Setup::zones(Mode::Direct, &[("beta", "mode: rw"), ("gamma", "mode: ro")])
+        .file("gamma", "g", "g")
+        .mount();
+    assert_eq!(names(a.mountpoint()).unwrap(), sorted(&["alpha"]));
+    assert_eq!(names(b.mountpoint()).unwrap(), sorted(&["beta", "gamma"]));
+    fs::write(a.path("alpha/x"), "from a").unwrap();
+    fs::write(b.path("beta/x"), "from b").unwrap();
+    assert_eq!(
+        fs::read_to_string(a.backing("alpha", "x")).unwrap(),
+        "from a"
+    );
+    assert_eq!(
+        fs::read_to_string(b.backing("beta", "x")).unwrap(),
+        "from b"
+    );
+    assert_errno(fs::write(b.path("gamma/x"), "no"), EROFS);
+    // Unmounting one leaves the other serving.
+    let out = a.unmount();
+    assert!(out.success(), "{}", out.describe());
+    assert!(!a.is_mounted());
+    assert!(b.is_mounted());
+    assert_eq!(fs::read_to_string(b.path("beta/x")).unwrap(), "from b");
+    fs::write(b.path("beta/y"), "still").unwrap();
+    assert_eq!(fs::read_to_string(b.backing("beta", "y")).unwrap(), "still");
+}
+
+// ----- failures: one line, exit 1 or 2, nothing mounted
+
+#[test]
+fn error_mountpoint_missing() {
+    if !fuse_ok() {
+        return;
+    }
+    let (out, m) = simple(Mode::Sandboxed)
+        .mountpoint("does/not/exist", false)
+        .try_mount();
+    assert_one_line_error(&out, &[1, 2], "missing mountpoint");
+    assert!(!m.is_mounted());
+}
+
+#[test]
+fn error_mountpoint_already_mounted() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = simple(Mode::Sandboxed).mount();
+    let config = m.root().join("project.yaml");
+    let out = run(
+        Command::new(BIN)
+            .arg("mount")
+            .arg("--config")
+            .arg(&config)
+            .arg(m.mountpoint())
+            .current_dir(m.root()),
+        Duration::from_secs(30),
+    );
+    // If it wrongly mounted again, the guard's cleanup unmounts both.
+    assert_one_line_error(&out, &[1, 2], "mount on a live mountpoint");
+    assert_eq!(mount_count(m.mountpoint()), 1, "mounts stacked on one path");
+    assert_eq!(fs::read_to_string(m.path("ws/w.txt")).unwrap(), "w\n");
+}
+
+#[test]
+fn error_mountpoint_inside_a_backing_dir() {
+    if !fuse_ok() {
+        return;
+    }
+    for mode in [Mode::Sandboxed, Mode::Direct] {
+        let rel = format!("{}/mnt", backing_rel(mode, "ws"));
+        let s = simple(mode).mountpoint(&rel, true);
+        let (out, m) = s.try_mount();
+        assert_one_line_error(
+            &out,
+            &[1, 2],
+            &format!("{mode:?}: mountpoint inside ws's backing dir"),
+        );
+        assert!(!m.is_mounted());
+    }
+}
+
+#[test]
+fn error_backing_dir_inside_the_mountpoint() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::new(
+        "sandbox:\n  mode: direct\n  zones:\n    inner: { path: \"{TMP}/mnt/inner\", mode: rw }\n",
+    );
+    fs::create_dir_all(s.root().join("mnt/inner")).unwrap();
+    let (out, m) = s.try_mount();
+    assert_one_line_error(&out, &[1, 2], "backing dir inside the mountpoint");
+    assert!(!m.is_mounted());
+
+    // Sandboxed: the config dir's .sandbox is the mountpoint's parent's child.
+    let s = Setup::new(
+        "sandbox:\n  mode: sandboxed\n  root: mnt/.sandbox\n  zones:\n    ws: { mode: rw }\n",
+    );
+    let (out, m) = s.try_mount();
+    assert_one_line_error(&out, &[1, 2], "sandbox root inside the mountpoint");
+    assert!(!m.is_mounted());
+}
+
+#[test]
+fn error_direct_backing_dir_missing() {
+    if !fuse_ok() {
+        return;
+    }
+    let yaml = "sandbox:\n  mode: direct\n  zones:\n    gone: { path: \"{TMP}/nope\", mode: rw }\n";
+    let (out, m) = Setup::new(yaml).try_mount();
+    assert_one_line_error(&out, &[2], "direct-mode path missing");
+    assert_names_file_line(&out, "project.yaml", 4, "direct-mode path missing");
+    assert!(!m.is_mounted());
+    assert!(
+        !m.root().join("nope").exists(),
+        "direct mode must not create the dir"
+    );
+}
+
+#[test]
+fn error_bad_config_names_file_and_line() {
+    if !fuse_ok() {
+        return;
+    }
+    let cases: &[(&str, &str, u32)] = &[
+        (
+            "unknown key in sandbox",
+            "sandbox:\n  mode: sandboxed\n  zones:\n    ws: { mode: rw }\n  bogus: 1\n",
+            5,
+        ),
+        (
+            "unknown key in a zone",
+            "sandbox:\n  mode: sandboxed\n  zones:\n    ws: { mode: rw }\n    data:\n      mode: ro\n      colour: red\n",
+            7,
+        ),
+        (
+            "bad zone name",
+            "sandbox:\n  mode: sandboxed\n  zones:\n    ws: { mode: rw }\n    \"..\": { mode: ro }\n",
+            5,
+        ),
+        (
+            "bad zone name with a slash",
+            "sandbox:\n  mode: sandboxed\n  zones:\n    \"a/b\": { mode: rw }\n",
+            4,
+        ),
+        (
+            "bad mode",
+            "sandbox:\n  mode: sandboxed\n  zones:\n    ws: { mode: rx }\n",
+            4,
+        ),
+        (
+            "bad approval",
+            "sandbox:\n  mode: sandboxed\n  zones:\n    ws:\n      mode: rw\n      approval: { write: maybe }\n",
+            6,
+        ),
+    ];
+    for (ctx, yaml, line) in cases {
+        let (out, m) = Setup::new(yaml).try_mount();
+        assert_one_line_error(&out, &[2], ctx);
+        assert_names_file_line(&out, "project.yaml", *line, ctx);
+        assert!(!m.is_mounted(), "{ctx}");
+    }
+    // Broken YAML: exit 2, names the file.
+    let (out, m) = Setup::new("sandbox:\n  zones: [unclosed\n").try_mount();
+    assert_one_line_error(&out, &[2], "yaml syntax error");
+    assert!(out.stderr.contains("project.yaml"), "{}", out.describe());
+    assert!(!m.is_mounted());
+    // A config file that doesn't exist.
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let out = zonemount(
+        dir.path(),
+        &["mount", "--config", "missing.yaml", &mnt.to_string_lossy()],
+    );
+    assert_one_line_error(&out, &[2], "missing config file");
+    assert!(out.stderr.contains("missing.yaml"), "{}", out.describe());
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
+fn error_bad_usage_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = zonemount(dir.path(), &["mount"]);
+    assert_eq!(
+        out.code(),
+        Some(2),
+        "mount without a mountpoint: {}",
+        out.describe()
+    );
+    let out = zonemount(dir.path(), &["frobnicate"]);
+    assert_eq!(out.code(), Some(2), "unknown command: {}", out.describe());
+    let out = zonemount(dir.path(), &["mount", "--no-such-flag", "x"]);
+    assert_eq!(out.code(), Some(2), "unknown flag: {}", out.describe());
+    assert!(!out.stderr.contains("panicked"));
+}
+
+// ----- --foreground and signals
+
+fn foreground_signal(signal: &str) {
+    if !fuse_ok() {
+        return;
+    }
+    let s = simple(Mode::Sandboxed);
+    let root = s.root().to_path_buf();
+    let config = root.join("project.yaml");
+    let mnt = root.join("mnt");
+    let yaml = zones_yaml(Mode::Sandboxed, &[("ws", "mode: rw"), ("data", "mode: ro")]);
+    fs::write(&config, yaml).unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    let mut fg = Foreground::spawn(&root, Some(&config), &[], &mnt);
+    let live = wait_until(MOUNT_TIMEOUT, || {
+        is_mounted(&mnt) || matches!(fg.child.try_wait(), Ok(Some(_)))
+    });
+    assert!(
+        live && is_mounted(&mnt),
+        "--foreground never mounted: {:?}",
+        fg.output()
+    );
+    assert!(
+        matches!(fg.child.try_wait(), Ok(None)),
+        "--foreground must stay attached while mounted"
+    );
+    fs::write(mnt.join("ws/fg.txt"), "fg").unwrap();
+    let out = run(
+        Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(fg.pid().to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(out.success(), "kill: {}", out.describe());
+    let status = wait_child(&mut fg.child, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("daemon did not exit within 15 s of SIG{signal}"));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "exit after SIG{signal}: {status:?} {:?}",
+        fg.output()
+    );
+    assert!(!is_mounted(&mnt), "mount left behind after SIG{signal}");
+    assert_eq!(
+        fs::read_to_string(root.join(".sandbox/ws/fg.txt")).unwrap(),
+        "fg"
+    );
+    drop(fg);
+    drop(s);
+}
+
+#[test]
+fn foreground_sigterm_unmounts_and_exits_0() {
+    foreground_signal("TERM");
+}
+
+#[test]
+fn foreground_sigint_unmounts_and_exits_0() {
+    foreground_signal("INT");
+}
+
+#[test]
+fn killed_daemon_leaves_no_mount() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = simple(Mode::Sandboxed).mount();
+    let pids = daemon_pids_for(m.mountpoint());
+    if pids.is_empty() {
+        eprintln!(
+            "SKIP killed_daemon_leaves_no_mount: can't find the daemon's pid by its command line"
+        );
+        return;
+    }
+    for pid in &pids {
+        let _ = run(
+            Command::new("kill").arg("-KILL").arg(pid.to_string()),
+            Duration::from_secs(5),
+        );
+    }
+    // auto_unmount: the kernel side goes away without anyone unmounting.
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "SIGKILLed daemon left {} mounted (auto_unmount)",
+        m.mnt.display()
+    );
+}
+
+// ----- derive
+
+const PROJECT3: &str = "sandbox:
+  mode: sandboxed
+  root: .sandbox
+  zones:
+    alpha_zone: { mode: ro }
+    beta_zone: { mode: rw }
+    gamma_zone:
+      mode: rw
+      approval: { write: ask }
+";
+
+fn derive_in(dir: &Path, workers: &[&str]) -> Out {
+    fs::write(dir.join("project.yaml"), PROJECT3).unwrap();
+    let mut args: Vec<String> = vec!["derive".into(), "--config".into(), "project.yaml".into()];
+    for (i, w) in workers.iter().enumerate() {
+        let name = format!("w{i}.worker");
+        fs::write(dir.join(&name), w).unwrap();
+        args.push("--worker".into());
+        args.push(name);
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    zonemount(dir, &refs)
+}
+
+#[test]
+fn derive_prints_the_zone_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = derive_in(dir.path(), &[]);
+    assert!(out.success(), "derive: {}", out.describe());
+    for z in ["alpha_zone", "beta_zone", "gamma_zone"] {
+        assert!(
+            out.stdout.contains(z),
+            "derive output lacks {z}: {}",
+            out.stdout
+        );
+    }
+    assert!(
+        out.stdout.contains("ro") && out.stdout.contains("rw"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("ask"),
+        "gamma's ask policy: {}",
+        out.stdout
+    );
+    // Nothing was mounted or created.
+    assert!(
+        !dir.path().join(".sandbox").exists(),
+        "derive must not create backing dirs"
+    );
+}
+
+#[test]
+fn derive_with_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let w1 = "---\nname: w1\nsandbox:\n  zones:\n    - name: alpha_zone\n      mode: ro\n    - name: beta_zone\n      mode: rw\n---\n# body\nDo things.\n";
+    let out = derive_in(dir.path(), &[w1]);
+    assert!(out.success(), "derive w1: {}", out.describe());
+    assert!(out.stdout.contains("alpha_zone") && out.stdout.contains("beta_zone"));
+    assert!(
+        !out.stdout.contains("gamma_zone"),
+        "undeclared zone shown: {}",
+        out.stdout
+    );
+
+    // Chained: w2 is derived from w1's result.
+    let w2 = "---\nname: w2\nsandbox:\n  zones:\n    - name: beta_zone\n      mode: ro\n      approval: { write: blocked }\n---\n";
+    let out = derive_in(dir.path(), &[w1, w2]);
+    assert!(out.success(), "derive w1 w2: {}", out.describe());
+    assert!(out.stdout.contains("beta_zone"), "{}", out.stdout);
+    assert!(
+        !out.stdout.contains("alpha_zone") && !out.stdout.contains("gamma_zone"),
+        "{}",
+        out.stdout
+    );
+
+    // Plain YAML worker (no front matter) is accepted too.
+    let w_plain = "name: plain\nsandbox:\n  zones:\n    - name: gamma_zone\n      mode: rw\n";
+    let out = derive_in(dir.path(), &[w_plain]);
+    assert!(out.success(), "plain yaml worker: {}", out.describe());
+    assert!(out.stdout.contains("gamma_zone") && !out.stdout.contains("beta_zone"));
+}
+
+#[test]
+fn derive_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    // A zone the parent lacks.
+    let w = "---\nname: needy\nsandbox:\n  zones:\n    - name: delta_zone\n      mode: ro\n---\n";
+    let out = derive_in(dir.path(), &[w]);
+    assert_one_line_error(&out, &[2], "worker needs a missing zone");
+    assert!(out.stderr.contains("delta_zone"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("needy"),
+        "names the worker: {}",
+        out.describe()
+    );
+    // rw where the parent has ro.
+    let w = "---\nname: greedy\nsandbox:\n  zones:\n    - name: alpha_zone\n      mode: rw\n---\n";
+    let out = derive_in(dir.path(), &[w]);
+    assert_one_line_error(&out, &[2], "rw over ro");
+    assert!(out.stderr.contains("alpha_zone"), "{}", out.describe());
+    // The chain: w2 asks for a zone w1 dropped.
+    let w1 = "---\nname: w1\nsandbox:\n  zones:\n    - name: beta_zone\n      mode: rw\n---\n";
+    let w2 = "---\nname: w2\nsandbox:\n  zones:\n    - name: alpha_zone\n      mode: ro\n---\n";
+    let out = derive_in(dir.path(), &[w1, w2]);
+    assert_one_line_error(&out, &[2], "chain: zone dropped by the parent worker");
+    assert!(out.stderr.contains("alpha_zone"), "{}", out.describe());
+    // And w2 may not widen w1's ro back to rw.
+    let w1 = "---\nname: w1\nsandbox:\n  zones:\n    - name: beta_zone\n      mode: ro\n---\n";
+    let w2 = "---\nname: w2\nsandbox:\n  zones:\n    - name: beta_zone\n      mode: rw\n---\n";
+    let out = derive_in(dir.path(), &[w1, w2]);
+    assert_one_line_error(&out, &[2], "chain: rw over the parent worker's ro");
+    // A broken project file.
+    fs::write(
+        dir.path().join("bad.yaml"),
+        "sandbox:\n  zones:\n    ws: { mode: rw }\n  nope: 1\n",
+    )
+    .unwrap();
+    let out = zonemount(dir.path(), &["derive", "--config", "bad.yaml"]);
+    assert_one_line_error(&out, &[2], "derive of a bad config");
+    assert_names_file_line(&out, "bad.yaml", 4, "derive of a bad config");
+}
+
+// ----- defaults for the config
+
+#[test]
+fn embedded_default_without_config() {
+    if !fuse_ok() {
+        return;
+    }
+    // cwd = the temp dir, which holds no zonemount.yaml.
+    let m = Setup::without_config().mount();
+    assert_eq!(
+        names(m.mountpoint()).unwrap(),
+        sorted(&["cache", "workspace"])
+    );
+    assert!(m.root().join(".sandbox/cache").is_dir());
+    assert!(m.root().join(".sandbox/workspace").is_dir());
+    fs::write(m.path("workspace/x"), "x").unwrap();
+    fs::write(m.path("cache/y"), "y").unwrap();
+    assert_eq!(
+        fs::read_to_string(m.root().join(".sandbox/workspace/x")).unwrap(),
+        "x"
+    );
+    assert_eq!(
+        fs::read_to_string(m.root().join(".sandbox/cache/y")).unwrap(),
+        "y"
+    );
+    assert_errno(fs::create_dir(m.path("other")), EACCES);
+}
+
+#[test]
+fn zonemount_yaml_in_cwd_is_picked_up() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::without_config();
+    fs::write(
+        s.root().join("zonemount.yaml"),
+        "sandbox:\n  mode: sandboxed\n  root: .boxes\n  zones:\n    picked: { path: ./p, mode: rw }\n    shown: { mode: ro }\n",
+    )
+    .unwrap();
+    let m = s.backing_dir("picked", ".boxes/p").mount();
+    assert_eq!(names(m.mountpoint()).unwrap(), sorted(&["picked", "shown"]));
+    fs::write(m.path("picked/f"), "f").unwrap();
+    assert_eq!(
+        fs::read_to_string(m.root().join(".boxes/p/f")).unwrap(),
+        "f"
+    );
+    assert!(
+        !m.root().join(".sandbox").exists(),
+        "the embedded default was not used"
+    );
+}
+
+#[test]
+fn config_relative_paths_are_relative_to_the_config_dir() {
+    if !fuse_ok() {
+        return;
+    }
+    // The config sits in <tmp>/conf; the mount is run from <tmp>/elsewhere.
+    // Direct `./real` and sandboxed `root: box` both resolve from conf/.
+    let s = Setup::new("sandbox:\n  mode: direct\n  zones:\n    rel: { path: ./real, mode: rw }\n")
+        .config_at("conf/zones.yaml")
+        .backing_dir("rel", "conf/real")
+        .file("rel", "r.txt", "r");
+    let elsewhere = s.root().join("elsewhere");
+    fs::create_dir_all(&elsewhere).unwrap();
+    let m = s.cwd(&elsewhere).mount();
+    assert_eq!(fs::read_to_string(m.path("rel/r.txt")).unwrap(), "r");
+    fs::write(m.path("rel/w.txt"), "w").unwrap();
+    assert_eq!(
+        fs::read_to_string(m.root().join("conf/real/w.txt")).unwrap(),
+        "w"
+    );
+    drop(m);
+
+    let s = Setup::new("sandbox:\n  mode: sandboxed\n  root: box\n  zones:\n    z: { mode: rw }\n")
+        .config_at("conf/zones.yaml")
+        .backing_dir("z", "conf/box/z");
+    let elsewhere = s.root().join("elsewhere");
+    fs::create_dir_all(&elsewhere).unwrap();
+    let m = s.cwd(&elsewhere).mount();
+    fs::write(m.path("z/f"), "f").unwrap();
+    assert_eq!(
+        fs::read_to_string(m.root().join("conf/box/z/f")).unwrap(),
+        "f"
+    );
+    assert!(
+        !elsewhere.join("box").exists(),
+        "sandbox root resolved against the cwd"
+    );
+}
+
+// ----- worker mounts
+
+const PROJECT_DWO: &[(&str, &str)] = &[
+    ("data", "mode: ro"),
+    ("ws", "mode: rw"),
+    ("other", "mode: rw"),
+];
+
+fn project_dwo(mode: Mode) -> Setup {
+    Setup::zones(mode, PROJECT_DWO)
+        .file("data", "d.txt", "d\n")
+        .file("ws", "w.txt", "w\n")
+        .file("other", "o.txt", "o\n")
+}
+
+#[test]
+fn worker_mount_shows_only_its_zones() {
+    if !fuse_ok() {
+        return;
+    }
+    for mode in [Mode::Sandboxed, Mode::Direct] {
+        let worker = "---\nname: formatter\ndescription: formats things\nmodel: any\nsandbox:\n  zones:\n    - name: data\n      mode: ro\n    - name: ws\n      mode: ro\n---\n\nYou format files.\n";
+        let m = project_dwo(mode).with_workers(&[worker]).mount();
+        assert_eq!(
+            names(m.mountpoint()).unwrap(),
+            sorted(&["data", "ws"]),
+            "{mode:?}"
+        );
+        assert_errno(fs::metadata(m.path("other")), ENOENT);
+        assert_eq!(fs::read_to_string(m.path("ws/w.txt")).unwrap(), "w\n");
+        // ws is rw in the project, ro for this worker.
+        assert_errno(fs::write(m.path("ws/new.txt"), "x"), EROFS);
+        assert_errno(
+            fs::OpenOptions::new().write(true).open(m.path("ws/w.txt")),
+            EROFS,
+        );
+        assert_errno(fs::remove_file(m.path("ws/w.txt")), EROFS);
+        assert!(!m.backing("ws", "new.txt").exists());
+        assert_eq!(fs::read_to_string(m.backing("ws", "w.txt")).unwrap(), "w\n");
+        assert_errno(fs::create_dir(m.path("other")), EACCES);
+    }
+}
+
+#[test]
+fn worker_chain_tightens() {
+    if !fuse_ok() {
+        return;
+    }
+    let w1 = "---\nname: parent\nsandbox:\n  zones:\n    - name: ws\n      mode: rw\n    - name: other\n      mode: rw\n---\n";
+    let w2 = "---\nname: child\nsandbox:\n  zones:\n    - name: ws\n      mode: rw\n      approval: { write: blocked }\n---\n";
+    let m = project_dwo(Mode::Sandboxed).with_workers(&[w1, w2]).mount();
+    assert_eq!(names(m.mountpoint()).unwrap(), sorted(&["ws"]));
+    assert_errno(fs::write(m.path("ws/new.txt"), "x"), EPERM);
+    assert!(!m.backing("ws", "new.txt").exists());
+    // delete stays preApproved (only write was tightened).
+    fs::remove_file(m.path("ws/w.txt")).unwrap();
+    assert!(!m.backing("ws", "w.txt").exists());
+}
+
+#[test]
+fn worker_mount_refused_when_derivation_fails() {
+    if !fuse_ok() {
+        return;
+    }
+    let w = "---\nname: greedy\nsandbox:\n  zones:\n    - name: data\n      mode: rw\n---\n";
+    let (out, m) = project_dwo(Mode::Sandboxed).with_workers(&[w]).try_mount();
+    assert_one_line_error(&out, &[2], "worker asks rw on a ro zone");
+    assert!(out.stderr.contains("data"), "{}", out.describe());
+    assert!(!m.is_mounted());
+}
+
+#[test]
+fn worker_without_sandbox_gets_an_empty_root() {
+    if !fuse_ok() {
+        return;
+    }
+    let worker = "---\nname: talker\ndescription: only talks\n---\nNo files for you.\n";
+    let m = project_dwo(Mode::Sandboxed).with_workers(&[worker]).mount();
+    assert!(
+        names(m.mountpoint()).unwrap().is_empty(),
+        "root should be empty"
+    );
+    assert_errno(fs::create_dir(m.path("ws")), EACCES);
+    assert_errno(fs::write(m.path("f"), "x"), EACCES);
+    assert_errno(std::os::unix::fs::symlink("x", m.path("l")), EACCES);
+    assert_errno(fs::metadata(m.path("data")), ENOENT);
+    let (st, out, _) = m.sh("ls -A");
+    assert!(st.success());
+    assert_eq!(out, "");
+}
