@@ -115,6 +115,7 @@ both_modes!(
     protect_changes,
     protect_renames,
     protect_precedence,
+    protect_hard_link_out,
     limit_read,
     limit_write,
     limit_truncate,
@@ -505,6 +506,32 @@ fn protect_precedence(mode: Mode) {
     assert_backing(&m, "blkproj", ".git/config", GITCONFIG, "precedence");
     assert_backing(&m, "proj", ".git/config", GITCONFIG, "precedence");
     assert_absent(&m, "blkproj", "src/new.rs", "precedence");
+}
+
+/// A hard link from a protected file to an unprotected name must not
+/// become a way to change the protected file: either the link is refused
+/// (EROFS, as "a change" involving a protected path) or writing through it
+/// is. Either way the protected content stays as it was.
+fn protect_hard_link_out(mode: Mode) {
+    let Some(m) = fixture(mode) else { return };
+    let link = fs::hard_link(m.path("proj/.git/config"), m.path("proj/src/config"));
+    if link.is_ok() {
+        let w = OpenOptions::new()
+            .append(true)
+            .open(m.path("proj/src/config"))
+            .and_then(|mut f| f.write_all(b"hacked\n"));
+        assert_errno(w, EROFS);
+    } else {
+        assert_errno(link, EROFS);
+        assert_absent(&m, "proj", "src/config", "link out of .git");
+    }
+    assert_backing(
+        &m,
+        "proj",
+        ".git/config",
+        GITCONFIG,
+        "protected via a hard link",
+    );
 }
 
 // ----- max_file_bytes: exactly the limit is fine; past it, EFBIG

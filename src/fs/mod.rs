@@ -128,8 +128,13 @@ fn log_err<T>(op: &'static str, ino: u64, r: FsResult<T>) -> FsResult<T> {
     r
 }
 
-fn to_time(t: Option<TimeOrNow>) -> Option<TimeOrNow> {
-    t
+/// Run a callback so that a panic in it costs one request, not a FUSE
+/// thread: the unsent reply is dropped during unwinding, which answers EIO,
+/// and the thread goes on serving.
+fn guarded(op: &'static str, f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        tracing::error!(op, "panic in a filesystem callback; answered EIO");
+    }
 }
 
 impl Filesystem for ZoneFs {
@@ -146,19 +151,25 @@ impl Filesystem for ZoneFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        tracing::trace!(op = "lookup", parent = parent.0, ?name, pid = req.pid());
-        entry(&self.core, reply, self.core.lookup(parent.0, name));
+        guarded("lookup", || {
+            tracing::trace!(op = "lookup", parent = parent.0, ?name, pid = req.pid());
+            entry(&self.core, reply, self.core.lookup(parent.0, name));
+        });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.core.forget(ino.0, nlookup);
+        guarded("forget", || {
+            self.core.forget(ino.0, nlookup);
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match log_err("getattr", ino.0, self.core.getattr(ino.0)) {
-            Ok(attr) => reply.attr(&ttl(&self.core), &attr),
-            Err(e) => reply.error(e.fuse_errno()),
-        }
+        guarded("getattr", || {
+            match log_err("getattr", ino.0, self.core.getattr(ino.0)) {
+                Ok(attr) => reply.attr(&ttl(&self.core), &attr),
+                Err(e) => reply.error(e.fuse_errno()),
+            }
+        });
     }
 
     fn setattr(
@@ -179,42 +190,44 @@ impl Filesystem for ZoneFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        tracing::debug!(
-            op = "setattr",
-            ino = ino.0,
-            ?mode,
-            ?uid,
-            ?gid,
-            ?size,
-            pid = req.pid()
-        );
-        let a = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: to_time(atime),
-            mtime: to_time(mtime),
-            fh: fh.map(|f| f.0),
-        };
-        let check = self.core.check_setattr(ino.0, &a);
-        self.gated(
-            req,
-            "setattr",
-            check,
-            reply,
-            move |core, reply| match log_err("setattr", ino.0, core.setattr(ino.0, &a)) {
-                Ok(attr) => reply.attr(&core.ttl(), &attr),
-                Err(e) => reply.error(e.fuse_errno()),
-            },
-        );
+        guarded("setattr", || {
+            tracing::debug!(
+                op = "setattr",
+                ino = ino.0,
+                ?mode,
+                ?uid,
+                ?gid,
+                ?size,
+                pid = req.pid()
+            );
+            let a = SetAttr {
+                mode,
+                uid,
+                gid,
+                size,
+                atime,
+                mtime,
+                fh: fh.map(|f| f.0),
+            };
+            let check = self.core.check_setattr(ino.0, &a);
+            self.gated(
+                req,
+                "setattr",
+                check,
+                reply,
+                move |core, reply| match log_err("setattr", ino.0, core.setattr(ino.0, &a)) {
+                    Ok(attr) => reply.attr(&core.ttl(), &attr),
+                    Err(e) => reply.error(e.fuse_errno()),
+                },
+            );
+        });
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.core.readlink(ino.0) {
+        guarded("readlink", || match self.core.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e.fuse_errno()),
-        }
+        });
     }
 
     fn mknod(
@@ -227,17 +240,19 @@ impl Filesystem for ZoneFs {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        tracing::debug!(
-            op = "mknod",
-            parent = parent.0,
-            ?name,
-            mode,
-            pid = req.pid()
-        );
-        let name = name.to_owned();
-        let check = self.core.check_mknod(parent.0, &name, mode);
-        self.gated(req, "mknod", check, reply, move |core, reply| {
-            entry(core, reply, core.mknod(parent.0, &name, mode))
+        guarded("mknod", || {
+            tracing::debug!(
+                op = "mknod",
+                parent = parent.0,
+                ?name,
+                mode,
+                pid = req.pid()
+            );
+            let name = name.to_owned();
+            let check = self.core.check_mknod(parent.0, &name, mode);
+            self.gated(req, "mknod", check, reply, move |core, reply| {
+                entry(core, reply, core.mknod(parent.0, &name, mode))
+            });
         });
     }
 
@@ -250,29 +265,35 @@ impl Filesystem for ZoneFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        tracing::debug!(op = "mkdir", parent = parent.0, ?name, pid = req.pid());
-        let name = name.to_owned();
-        let check = self.core.check_new(parent.0, &name, true);
-        self.gated(req, "mkdir", check, reply, move |core, reply| {
-            entry(core, reply, core.mkdir(parent.0, &name, mode))
+        guarded("mkdir", || {
+            tracing::debug!(op = "mkdir", parent = parent.0, ?name, pid = req.pid());
+            let name = name.to_owned();
+            let check = self.core.check_new(parent.0, &name, true);
+            self.gated(req, "mkdir", check, reply, move |core, reply| {
+                entry(core, reply, core.mkdir(parent.0, &name, mode))
+            });
         });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        tracing::debug!(op = "unlink", parent = parent.0, ?name, pid = req.pid());
-        let name = name.to_owned();
-        let check = self.core.check_remove(parent.0, &name);
-        self.gated(req, "unlink", check, reply, move |core, reply| {
-            empty(reply, core.unlink(parent.0, &name))
+        guarded("unlink", || {
+            tracing::debug!(op = "unlink", parent = parent.0, ?name, pid = req.pid());
+            let name = name.to_owned();
+            let check = self.core.check_remove(parent.0, &name);
+            self.gated(req, "unlink", check, reply, move |core, reply| {
+                empty(reply, core.unlink(parent.0, &name))
+            });
         });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        tracing::debug!(op = "rmdir", parent = parent.0, ?name, pid = req.pid());
-        let name = name.to_owned();
-        let check = self.core.check_remove(parent.0, &name);
-        self.gated(req, "rmdir", check, reply, move |core, reply| {
-            empty(reply, core.rmdir(parent.0, &name))
+        guarded("rmdir", || {
+            tracing::debug!(op = "rmdir", parent = parent.0, ?name, pid = req.pid());
+            let name = name.to_owned();
+            let check = self.core.check_remove(parent.0, &name);
+            self.gated(req, "rmdir", check, reply, move |core, reply| {
+                empty(reply, core.rmdir(parent.0, &name))
+            });
         });
     }
 
@@ -284,17 +305,19 @@ impl Filesystem for ZoneFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        tracing::debug!(
-            op = "symlink",
-            parent = parent.0,
-            ?link_name,
-            ?target,
-            pid = req.pid()
-        );
-        let (name, target) = (link_name.to_owned(), target.to_owned());
-        let check = self.core.check_new(parent.0, &name, false);
-        self.gated(req, "symlink", check, reply, move |core, reply| {
-            entry(core, reply, core.symlink(parent.0, &name, &target))
+        guarded("symlink", || {
+            tracing::debug!(
+                op = "symlink",
+                parent = parent.0,
+                ?link_name,
+                ?target,
+                pid = req.pid()
+            );
+            let (name, target) = (link_name.to_owned(), target.to_owned());
+            let check = self.core.check_new(parent.0, &name, false);
+            self.gated(req, "symlink", check, reply, move |core, reply| {
+                entry(core, reply, core.symlink(parent.0, &name, &target))
+            });
         });
     }
 
@@ -308,24 +331,26 @@ impl Filesystem for ZoneFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        tracing::debug!(
-            op = "rename",
-            parent = parent.0,
-            ?name,
-            newparent = newparent.0,
-            ?newname,
-            flags = flags.bits(),
-            pid = req.pid()
-        );
-        let (name, newname, flags) = (name.to_owned(), newname.to_owned(), flags.bits());
-        let check = self
-            .core
-            .check_rename(parent.0, &name, newparent.0, &newname, flags);
-        self.gated(req, "rename", check, reply, move |core, reply| {
-            empty(
-                reply,
-                core.rename(parent.0, &name, newparent.0, &newname, flags),
-            )
+        guarded("rename", || {
+            tracing::debug!(
+                op = "rename",
+                parent = parent.0,
+                ?name,
+                newparent = newparent.0,
+                ?newname,
+                flags = flags.bits(),
+                pid = req.pid()
+            );
+            let (name, newname, flags) = (name.to_owned(), newname.to_owned(), flags.bits());
+            let check = self
+                .core
+                .check_rename(parent.0, &name, newparent.0, &newname, flags);
+            self.gated(req, "rename", check, reply, move |core, reply| {
+                empty(
+                    reply,
+                    core.rename(parent.0, &name, newparent.0, &newname, flags),
+                )
+            });
         });
     }
 
@@ -337,31 +362,35 @@ impl Filesystem for ZoneFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        tracing::debug!(
-            op = "link",
-            ino = ino.0,
-            newparent = newparent.0,
-            ?newname,
-            pid = req.pid()
-        );
-        let newname = newname.to_owned();
-        let check = self.core.check_link(ino.0, newparent.0, &newname);
-        self.gated(req, "link", check, reply, move |core, reply| {
-            entry(core, reply, core.link(ino.0, newparent.0, &newname))
+        guarded("link", || {
+            tracing::debug!(
+                op = "link",
+                ino = ino.0,
+                newparent = newparent.0,
+                ?newname,
+                pid = req.pid()
+            );
+            let newname = newname.to_owned();
+            let check = self.core.check_link(ino.0, newparent.0, &newname);
+            self.gated(req, "link", check, reply, move |core, reply| {
+                entry(core, reply, core.link(ino.0, newparent.0, &newname))
+            });
         });
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        tracing::debug!(op = "open", ino = ino.0, flags = flags.0, pid = req.pid());
-        let flags = flags.0;
-        let check = self.core.check_open(ino.0, flags);
-        self.gated(req, "open", check, reply, move |core, reply| match log_err(
-            "open",
-            ino.0,
-            core.open(ino.0, flags),
-        ) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(e.fuse_errno()),
+        guarded("open", || {
+            tracing::debug!(op = "open", ino = ino.0, flags = flags.0, pid = req.pid());
+            let flags = flags.0;
+            let check = self.core.check_open(ino.0, flags);
+            self.gated(req, "open", check, reply, move |core, reply| match log_err(
+                "open",
+                ino.0,
+                core.open(ino.0, flags),
+            ) {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(e.fuse_errno()),
+            });
         });
     }
 
@@ -375,36 +404,38 @@ impl Filesystem for ZoneFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        tracing::debug!(
-            op = "create",
-            parent = parent.0,
-            ?name,
-            mode,
-            flags,
-            pid = req.pid()
-        );
-        let name = name.to_owned();
-        let check = self.core.check_new(parent.0, &name, false);
-        self.gated(
-            req,
-            "create",
-            check,
-            reply,
-            move |core, reply| match log_err(
+        guarded("create", || {
+            tracing::debug!(
+                op = "create",
+                parent = parent.0,
+                ?name,
+                mode,
+                flags,
+                pid = req.pid()
+            );
+            let name = name.to_owned();
+            let check = self.core.check_new(parent.0, &name, false);
+            self.gated(
+                req,
                 "create",
-                parent.0,
-                core.create(parent.0, &name, mode, flags),
-            ) {
-                Ok((attr, fh)) => reply.created(
-                    &core.ttl(),
-                    &attr,
-                    Generation(0),
-                    FileHandle(fh),
-                    FopenFlags::empty(),
-                ),
-                Err(e) => reply.error(e.fuse_errno()),
-            },
-        );
+                check,
+                reply,
+                move |core, reply| match log_err(
+                    "create",
+                    parent.0,
+                    core.create(parent.0, &name, mode, flags),
+                ) {
+                    Ok((attr, fh)) => reply.created(
+                        &core.ttl(),
+                        &attr,
+                        Generation(0),
+                        FileHandle(fh),
+                        FopenFlags::empty(),
+                    ),
+                    Err(e) => reply.error(e.fuse_errno()),
+                },
+            );
+        });
     }
 
     fn read(
@@ -418,10 +449,12 @@ impl Filesystem for ZoneFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match log_err("read", ino.0, self.core.read(fh.0, offset, size)) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(e.fuse_errno()),
-        }
+        guarded("read", || {
+            match log_err("read", ino.0, self.core.read(fh.0, offset, size)) {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(e.fuse_errno()),
+            }
+        });
     }
 
     fn write(
@@ -436,10 +469,12 @@ impl Filesystem for ZoneFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match log_err("write", ino.0, self.core.write(fh.0, offset, data)) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e.fuse_errno()),
-        }
+        guarded("write", || {
+            match log_err("write", ino.0, self.core.write(fh.0, offset, data)) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e.fuse_errno()),
+            }
+        });
     }
 
     fn flush(
@@ -450,8 +485,10 @@ impl Filesystem for ZoneFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes go straight to the backing file; nothing is buffered here.
-        reply.ok();
+        guarded("flush", || {
+            // Writes go straight to the backing file; nothing is buffered here.
+            reply.ok();
+        });
     }
 
     fn release(
@@ -464,8 +501,10 @@ impl Filesystem for ZoneFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.core.release(fh.0);
-        reply.ok();
+        guarded("release", || {
+            self.core.release(fh.0);
+            reply.ok();
+        });
     }
 
     fn fsync(
@@ -476,17 +515,21 @@ impl Filesystem for ZoneFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(
-            reply,
-            log_err("fsync", ino.0, self.core.fsync(fh.0, datasync)),
-        );
+        guarded("fsync", || {
+            empty(
+                reply,
+                log_err("fsync", ino.0, self.core.fsync(fh.0, datasync)),
+            );
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match log_err("opendir", ino.0, self.core.opendir(ino.0)) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(e.fuse_errno()),
-        }
+        guarded("opendir", || {
+            match log_err("opendir", ino.0, self.core.opendir(ino.0)) {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(e.fuse_errno()),
+            }
+        });
     }
 
     fn readdir(
@@ -497,17 +540,19 @@ impl Filesystem for ZoneFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        match log_err("readdir", ino.0, self.core.readdir(fh.0, offset)) {
-            Ok(items) => {
-                for it in items {
-                    if reply.add(INodeNo(it.ino), it.offset, it.kind, &it.name) {
-                        break;
+        guarded("readdir", || {
+            match log_err("readdir", ino.0, self.core.readdir(fh.0, offset)) {
+                Ok(items) => {
+                    for it in items {
+                        if reply.add(INodeNo(it.ino), it.offset, it.kind, &it.name) {
+                            break;
+                        }
                     }
+                    reply.ok();
                 }
-                reply.ok();
+                Err(e) => reply.error(e.fuse_errno()),
             }
-            Err(e) => reply.error(e.fuse_errno()),
-        }
+        });
     }
 
     fn readdirplus(
@@ -518,29 +563,31 @@ impl Filesystem for ZoneFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let items = match log_err("readdirplus", ino.0, self.core.readdir(fh.0, offset)) {
-            Ok(items) => items,
-            Err(e) => return reply.error(e.fuse_errno()),
-        };
-        let ttl = self.core.ttl();
-        for it in items {
-            let dots = it.name == "." || it.name == "..";
-            let attr = if dots {
-                self.core.getattr(it.ino)
-            } else {
-                self.core.lookup(ino.0, &it.name)
+        guarded("readdirplus", || {
+            let items = match log_err("readdirplus", ino.0, self.core.readdir(fh.0, offset)) {
+                Ok(items) => items,
+                Err(e) => return reply.error(e.fuse_errno()),
             };
-            // An entry that vanished since opendir is skipped.
-            let Ok(attr) = attr else { continue };
-            if reply.add(attr.ino, it.offset, &it.name, &ttl, &attr, Generation(0)) {
-                if !dots {
-                    // Not sent: the kernel never saw this lookup.
-                    self.core.forget(attr.ino.0, 1);
+            let ttl = self.core.ttl();
+            for it in items {
+                let dots = it.name == "." || it.name == "..";
+                let attr = if dots {
+                    self.core.getattr(it.ino)
+                } else {
+                    self.core.lookup(ino.0, &it.name)
+                };
+                // An entry that vanished since opendir is skipped.
+                let Ok(attr) = attr else { continue };
+                if reply.add(attr.ino, it.offset, &it.name, &ttl, &attr, Generation(0)) {
+                    if !dots {
+                        // Not sent: the kernel never saw this lookup.
+                        self.core.forget(attr.ino.0, 1);
+                    }
+                    break;
                 }
-                break;
             }
-        }
-        reply.ok();
+            reply.ok();
+        });
     }
 
     fn releasedir(
@@ -551,8 +598,10 @@ impl Filesystem for ZoneFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.core.releasedir(fh.0);
-        reply.ok();
+        guarded("releasedir", || {
+            self.core.releasedir(fh.0);
+            reply.ok();
+        });
     }
 
     fn fsyncdir(
@@ -563,16 +612,18 @@ impl Filesystem for ZoneFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.core.fsyncdir(ino.0, datasync));
+        guarded("fsyncdir", || {
+            empty(reply, self.core.fsyncdir(ino.0, datasync));
+        });
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.core.statfs(ino.0) {
+        guarded("statfs", || match self.core.statfs(ino.0) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             ),
             Err(e) => reply.error(e.fuse_errno()),
-        }
+        });
     }
 
     fn setxattr(
@@ -585,41 +636,47 @@ impl Filesystem for ZoneFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        tracing::debug!(op = "setxattr", ino = ino.0, ?name, pid = req.pid());
-        let (name, value) = (name.to_owned(), value.to_vec());
-        let check = self.core.check_metadata(ino.0);
-        self.gated(req, "setxattr", check, reply, move |core, reply| {
-            empty(reply, core.setxattr(ino.0, &name, &value, flags))
+        guarded("setxattr", || {
+            tracing::debug!(op = "setxattr", ino = ino.0, ?name, pid = req.pid());
+            let (name, value) = (name.to_owned(), value.to_vec());
+            let check = self.core.check_metadata(ino.0);
+            self.gated(req, "setxattr", check, reply, move |core, reply| {
+                empty(reply, core.setxattr(ino.0, &name, &value, flags))
+            });
         });
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.core.getxattr(ino.0, name, size) {
+        guarded("getxattr", || match self.core.getxattr(ino.0, name, size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
             Err(e) => reply.error(e.fuse_errno()),
-        }
+        });
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.core.listxattr(ino.0, size) {
+        guarded("listxattr", || match self.core.listxattr(ino.0, size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
             Err(e) => reply.error(e.fuse_errno()),
-        }
+        });
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        tracing::debug!(op = "removexattr", ino = ino.0, ?name, pid = req.pid());
-        let name = name.to_owned();
-        let check = self.core.check_metadata(ino.0);
-        self.gated(req, "removexattr", check, reply, move |core, reply| {
-            empty(reply, core.removexattr(ino.0, &name))
+        guarded("removexattr", || {
+            tracing::debug!(op = "removexattr", ino = ino.0, ?name, pid = req.pid());
+            let name = name.to_owned();
+            let check = self.core.check_metadata(ino.0);
+            self.gated(req, "removexattr", check, reply, move |core, reply| {
+                empty(reply, core.removexattr(ino.0, &name))
+            });
         });
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        empty(reply, self.core.access(ino.0, mask.bits()));
+        guarded("access", || {
+            empty(reply, self.core.access(ino.0, mask.bits()));
+        });
     }
 
     fn fallocate(
@@ -632,14 +689,16 @@ impl Filesystem for ZoneFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        empty(
-            reply,
-            log_err(
-                "fallocate",
-                ino.0,
-                self.core.fallocate(fh.0, offset, length, mode),
-            ),
-        );
+        guarded("fallocate", || {
+            empty(
+                reply,
+                log_err(
+                    "fallocate",
+                    ino.0,
+                    self.core.fallocate(fh.0, offset, length, mode),
+                ),
+            );
+        });
     }
 
     fn lseek(
@@ -651,10 +710,12 @@ impl Filesystem for ZoneFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        match log_err("lseek", ino.0, self.core.lseek(fh.0, offset, whence)) {
-            Ok(off) => reply.offset(off),
-            Err(e) => reply.error(e.fuse_errno()),
-        }
+        guarded("lseek", || {
+            match log_err("lseek", ino.0, self.core.lseek(fh.0, offset, whence)) {
+                Ok(off) => reply.offset(off),
+                Err(e) => reply.error(e.fuse_errno()),
+            }
+        });
     }
 
     fn copy_file_range(
@@ -670,14 +731,16 @@ impl Filesystem for ZoneFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        match log_err(
-            "copy_file_range",
-            ino_in.0,
-            self.core
-                .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len),
-        ) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e.fuse_errno()),
-        }
+        guarded("copy_file_range", || {
+            match log_err(
+                "copy_file_range",
+                ino_in.0,
+                self.core
+                    .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len),
+            ) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e.fuse_errno()),
+            }
+        });
     }
 }
