@@ -273,6 +273,8 @@ fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
             if !from.same_zone(&to) {
                 return Err(Refusal::CrossZone);
             }
+            // A new name for a protected file would be a writable way in.
+            writable(tz, from.path, false)?;
             writable(tz, to.path, false)?;
             suffix(tz, to.path, false)?;
             Ok(vec![(Write, to)])

@@ -73,6 +73,7 @@ fn other_users_are_refused_by_default() {
 }
 
 #[test]
+#[ignore = "needs --allow-other and caller credentials (issue 5)"]
 fn allow_other_runs_as_the_caller() {
     if !ready() {
         return;
@@ -131,6 +132,7 @@ fn allow_other_runs_as_the_caller() {
 }
 
 #[test]
+#[ignore = "needs --allow-uid (issue 5)"]
 fn allow_uid_narrows_allow_other() {
     if !ready() {
         return;
