@@ -181,6 +181,11 @@ fn abs(p: &Path) -> PathBuf {
 
 /// Start the daemon in the background and wait for its readiness line.
 fn detach(a: &MountArgs) -> Result<(), Failure> {
+    // The daemon checks this too; checking first gives the real cause even
+    // where a missing /dev would already stop the daemon from starting.
+    if !Path::new("/dev/fuse").exists() {
+        return Err(mount::MountError::NoFuse.into());
+    }
     let exe = std::env::current_exe()
         .map_err(|e| Failure::new(1, format!("cannot find the zonemount binary: {e}")))?;
     let mut cmd = std::process::Command::new(exe);
