@@ -1,0 +1,154 @@
+//! The command line: parse, run one command, map every failure to an exit
+//! status (0 success, 1 runtime failure, 2 bad usage or configuration) and a
+//! one-line message.
+//!
+//! `mount` detaches by re-running this binary as `mount --foreground
+//! --notify-ready`: the daemon reports readiness (or its error) as one line
+//! on its stdout, which the parent reads before it returns.
+
+mod mount_cmd;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, LoadOptions, ZoneTable};
+use crate::mount;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "zonemount",
+    version,
+    about = "Mount policed zones of host directories for AI workers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Mount the zones at MOUNTPOINT; returns once the mount is live.
+    Mount(MountArgs),
+    /// Unmount MOUNTPOINT and wait for its daemon to exit.
+    Unmount {
+        /// Detach now even if busy; the mount goes when its last user does.
+        #[arg(long)]
+        lazy: bool,
+        mountpoint: PathBuf,
+    },
+    /// Print the effective zone table without mounting.
+    Derive(ConfigArgs),
+}
+
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ConfigArgs {
+    /// Project config (default: ./zonemount.yaml if present, else the
+    /// embedded default: rw zones `cache` and `workspace` under ./.sandbox).
+    #[arg(long, value_name = "F")]
+    pub(crate) config: Option<PathBuf>,
+    /// A worker declaration; repeat for parent → child → grandchild.
+    #[arg(long, value_name = "F")]
+    pub(crate) worker: Vec<PathBuf>,
+    /// Allow zones at or around ~/.ssh, ~/.aws and other sensitive roots.
+    #[arg(long)]
+    pub(crate) allow_sensitive_roots: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub(crate) struct MountArgs {
+    #[command(flatten)]
+    pub(crate) config: ConfigArgs,
+    /// Stay attached; SIGTERM or SIGINT unmounts.
+    #[arg(long)]
+    pub(crate) foreground: bool,
+    /// Deny every `ask` at once (the only behaviour until approvals exist).
+    #[arg(long)]
+    pub(crate) no_approvals: bool,
+    /// Seconds the kernel may cache names and attributes.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub(crate) cache_ttl: f64,
+    /// Internal: report readiness on stdout (used by the detaching parent).
+    #[arg(long, hide = true)]
+    pub(crate) notify_ready: bool,
+    pub(crate) mountpoint: PathBuf,
+}
+
+/// A failure with its exit status.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) msg: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: u8, msg: impl Into<String>) -> Self {
+        Failure {
+            code,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl From<config::ConfigError> for Failure {
+    fn from(e: config::ConfigError) -> Self {
+        Failure::new(2, e.to_string())
+    }
+}
+
+impl From<mount::MountError> for Failure {
+    fn from(e: mount::MountError) -> Self {
+        Failure::new(e.exit_code(), e.to_string())
+    }
+}
+
+/// Entry point of the binary.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.cmd {
+        Cmd::Mount(a) if a.foreground => mount_cmd::foreground(&a),
+        Cmd::Mount(a) => mount_cmd::detach(&a),
+        Cmd::Unmount { lazy, mountpoint } => mount_cmd::unmount(&mountpoint, lazy),
+        Cmd::Derive(c) => derive(&c),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("zonemount: {}", f.msg);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn cwd() -> Result<PathBuf, Failure> {
+    std::env::current_dir()
+        .map_err(|e| Failure::new(1, format!("cannot read the current directory: {e}")))
+}
+
+/// Load the project config and apply each worker in turn.
+pub(crate) fn zone_table(c: &ConfigArgs) -> Result<ZoneTable, Failure> {
+    let opts = LoadOptions::from_host(c.allow_sensitive_roots);
+    let mut table = config::load_project(c.config.as_deref(), &cwd()?, &opts)?;
+    for w in &c.worker {
+        let decl = config::load_worker(w)?;
+        table = config::derive(&table, &decl)?;
+    }
+    Ok(table)
+}
+
+fn derive(c: &ConfigArgs) -> Result<(), Failure> {
+    let table = zone_table(c)?;
+    print!("{}", table.render());
+    Ok(())
+}
