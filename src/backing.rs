@@ -354,3 +354,79 @@ pub fn clear_umask() {
 pub fn b(fd: &OwnedFd) -> BorrowedFd<'_> {
     fd.as_fd()
 }
+
+/// Who is making a request, as the kernel tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    /// The calling thread (FUSE passes the thread id).
+    pub pid: u32,
+}
+
+/// The supplementary groups of a thread, from `/proc/PID/status`
+/// (empty when it is gone).
+fn groups_of(pid: u32) -> Vec<rustix::fs::Gid> {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|n| n.parse::<u32>().ok())
+                .map(rustix::fs::Gid::from_raw)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// While alive, this thread's file-system credentials are the caller's:
+/// effective uid/gid (and so fsuid/fsgid) and supplementary groups. A
+/// non-zero effective uid also drops the thread's effective capabilities,
+/// so the host kernel checks the caller's rights as if it acted itself.
+/// Only a daemon running as root switches, and only for callers other than
+/// root; the previous credentials come back on drop.
+#[derive(Debug)]
+#[must_use]
+pub struct AsCaller {
+    /// The daemon's own supplementary groups, when switched.
+    saved: Option<Vec<rustix::fs::Gid>>,
+}
+
+impl AsCaller {
+    pub fn enter(c: &Caller) -> Sys<AsCaller> {
+        if !rustix::process::geteuid().is_root() || c.uid == 0 {
+            return Ok(AsCaller { saved: None });
+        }
+        let saved = rustix::process::getgroups()?;
+        let groups = groups_of(c.pid);
+        // Order matters: groups and gid while still root, then the uid.
+        rustix::thread::set_thread_groups(&groups)?;
+        let undo = AsCaller { saved: Some(saved) };
+        rustix::thread::set_thread_res_gid(None, Some(rustix::fs::Gid::from_raw(c.gid)), None)?;
+        rustix::thread::set_thread_res_uid(None, Some(rustix::fs::Uid::from_raw(c.uid)), None)?;
+        Ok(undo)
+    }
+}
+
+impl Drop for AsCaller {
+    fn drop(&mut self) {
+        let Some(saved) = self.saved.take() else {
+            return;
+        };
+        let root_uid = rustix::fs::Uid::ROOT;
+        let root_gid = rustix::fs::Gid::ROOT;
+        let restored = rustix::thread::set_thread_res_uid(None, Some(root_uid), None)
+            .and_then(|()| rustix::thread::set_thread_res_gid(None, Some(root_gid), None))
+            .and_then(|()| rustix::thread::set_thread_groups(&saved));
+        if let Err(e) = restored {
+            // A FUSE thread left with a worker's identity would act for the
+            // next caller with the wrong rights: stopping is the only safe
+            // answer.
+            tracing::error!("cannot restore the daemon's credentials: {e}; aborting");
+            std::process::abort();
+        }
+    }
+}

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{FileAttr, FileType as FuseType, INodeNo, TimeOrNow};
 use parking_lot::Mutex;
 
-use crate::backing::{self, FileType, ProcFds, Stat};
+use crate::backing::{self, AsCaller, Caller, FileType, ProcFds, Stat};
 use crate::config::ZoneTable;
 use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::inodes::{Found, Inodes, Node, ROOT};
@@ -475,7 +475,8 @@ impl Core {
         }
     }
 
-    pub fn setattr(&self, ino: u64, a: &SetAttr) -> FsResult<FileAttr> {
+    pub fn setattr(&self, caller: &Caller, ino: u64, a: &SetAttr) -> FsResult<FileAttr> {
+        let _as = AsCaller::enter(caller)?;
         let node = self.node(ino)?;
         let fd = self.fd_of(&node)?;
         if let Some(size) = a.size {
@@ -551,19 +552,40 @@ impl Core {
         self.attr_of(&node)
     }
 
-    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<FileAttr> {
+    pub fn mkdir(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+    ) -> FsResult<FileAttr> {
+        let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
         backing::mkdir(self.fd_of(&dir)?, name, mode)?;
         self.entered(&dir, name)
     }
 
-    pub fn mknod(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<FileAttr> {
+    pub fn mknod(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+    ) -> FsResult<FileAttr> {
+        let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
         backing::mknod(self.fd_of(&dir)?, name, mode)?;
         self.entered(&dir, name)
     }
 
-    pub fn symlink(&self, parent: u64, name: &OsStr, target: &Path) -> FsResult<FileAttr> {
+    pub fn symlink(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        target: &Path,
+    ) -> FsResult<FileAttr> {
+        let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
         backing::symlink(self.fd_of(&dir)?, name, target)?;
         self.entered(&dir, name)
@@ -572,11 +594,13 @@ impl Core {
     /// Create and open a regular file; returns its attributes and handle.
     pub fn create(
         &self,
+        caller: &Caller,
         parent: u64,
         name: &OsStr,
         mode: u32,
         flags: i32,
     ) -> FsResult<(FileAttr, u64)> {
+        let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
         let zone = dir.zone.ok_or(FsError::Refused(Refusal::RootLevel))?;
         let fd = backing::create(self.fd_of(&dir)?, name, flags, mode)?;
@@ -608,12 +632,14 @@ impl Core {
         self.gate(&Op::Remove { at: self.loc(&w) })
     }
 
-    pub fn unlink(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+    pub fn unlink(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
+        let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
         Ok(backing::unlink(self.fd_of(&dir)?, name)?)
     }
 
-    pub fn rmdir(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+    pub fn rmdir(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
+        let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
         Ok(backing::rmdir(self.fd_of(&dir)?, name)?)
     }
@@ -644,12 +670,14 @@ impl Core {
 
     pub fn rename(
         &self,
+        caller: &Caller,
         parent: u64,
         name: &OsStr,
         newparent: u64,
         newname: &OsStr,
         flags: u32,
     ) -> FsResult<()> {
+        let _as = AsCaller::enter(caller)?;
         let (p, np) = (self.zone_dir(parent)?, self.zone_dir(newparent)?);
         if p.zone != np.zone {
             return Err(Refusal::CrossZone.into());
@@ -693,7 +721,14 @@ impl Core {
         })
     }
 
-    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<FileAttr> {
+    pub fn link(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+    ) -> FsResult<FileAttr> {
+        let _as = AsCaller::enter(caller)?;
         let (node, dir) = (self.node(ino)?, self.zone_dir(newparent)?);
         if node.zone != dir.zone {
             return Err(Refusal::CrossZone.into());
@@ -762,7 +797,8 @@ impl Core {
         self.gate(&Op::Read { at, size: size()? })
     }
 
-    pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
+    pub fn open(&self, caller: &Caller, ino: u64, flags: i32) -> FsResult<u64> {
+        let _as = AsCaller::enter(caller)?;
         let node = self.node(ino)?;
         let zone = node.zone.ok_or(FsError::Os(libc::EISDIR))?;
         let fd = self.procfds.reopen(self.fd_of(&node)?, flags)?;
@@ -1009,7 +1045,15 @@ impl Core {
         self.gate(&Op::Metadata { at: self.loc(&w) })
     }
 
-    pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> FsResult<()> {
+    pub fn setxattr(
+        &self,
+        caller: &Caller,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> FsResult<()> {
+        let _as = AsCaller::enter(caller)?;
         let Some(node) = self.xattr_target(ino)? else {
             return Err(FsError::Os(libc::EPERM));
         };
@@ -1018,7 +1062,8 @@ impl Core {
             .setxattr(self.fd_of(&node)?, name, value, flags)?)
     }
 
-    pub fn removexattr(&self, ino: u64, name: &OsStr) -> FsResult<()> {
+    pub fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
+        let _as = AsCaller::enter(caller)?;
         let Some(node) = self.xattr_target(ino)? else {
             return Err(FsError::Os(libc::ENODATA));
         };

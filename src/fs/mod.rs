@@ -23,6 +23,7 @@ use fuser::{
 };
 
 use crate::approval::{AskRequest, Broker, Verdict};
+use crate::backing::Caller;
 use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::core::{Core, Gate, SetAttr, XattrReply};
 
@@ -128,6 +129,14 @@ fn log_err<T>(op: &'static str, ino: u64, r: FsResult<T>) -> FsResult<T> {
     r
 }
 
+fn caller_of(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
 /// Run a callback so that a panic in it costs one request, not a FUSE
 /// thread: the unsent reply is dropped during unwinding, which answers EIO,
 /// and the thread goes on serving.
@@ -210,12 +219,14 @@ impl Filesystem for ZoneFs {
                 fh: fh.map(|f| f.0),
             };
             let check = self.core.check_setattr(ino.0, &a);
+            let caller = caller_of(req);
             self.gated(
                 req,
                 "setattr",
                 check,
                 reply,
-                move |core, reply| match log_err("setattr", ino.0, core.setattr(ino.0, &a)) {
+                move |core, reply| match log_err("setattr", ino.0, core.setattr(&caller, ino.0, &a))
+                {
                     Ok(attr) => reply.attr(&core.ttl(), &attr),
                     Err(e) => reply.error(e.fuse_errno()),
                 },
@@ -250,8 +261,9 @@ impl Filesystem for ZoneFs {
             );
             let name = name.to_owned();
             let check = self.core.check_mknod(parent.0, &name, mode);
+            let caller = caller_of(req);
             self.gated(req, "mknod", check, reply, move |core, reply| {
-                entry(core, reply, core.mknod(parent.0, &name, mode))
+                entry(core, reply, core.mknod(&caller, parent.0, &name, mode))
             });
         });
     }
@@ -269,8 +281,9 @@ impl Filesystem for ZoneFs {
             tracing::debug!(op = "mkdir", parent = parent.0, ?name, pid = req.pid());
             let name = name.to_owned();
             let check = self.core.check_new(parent.0, &name, true);
+            let caller = caller_of(req);
             self.gated(req, "mkdir", check, reply, move |core, reply| {
-                entry(core, reply, core.mkdir(parent.0, &name, mode))
+                entry(core, reply, core.mkdir(&caller, parent.0, &name, mode))
             });
         });
     }
@@ -280,8 +293,9 @@ impl Filesystem for ZoneFs {
             tracing::debug!(op = "unlink", parent = parent.0, ?name, pid = req.pid());
             let name = name.to_owned();
             let check = self.core.check_remove(parent.0, &name);
+            let caller = caller_of(req);
             self.gated(req, "unlink", check, reply, move |core, reply| {
-                empty(reply, core.unlink(parent.0, &name))
+                empty(reply, core.unlink(&caller, parent.0, &name))
             });
         });
     }
@@ -291,8 +305,9 @@ impl Filesystem for ZoneFs {
             tracing::debug!(op = "rmdir", parent = parent.0, ?name, pid = req.pid());
             let name = name.to_owned();
             let check = self.core.check_remove(parent.0, &name);
+            let caller = caller_of(req);
             self.gated(req, "rmdir", check, reply, move |core, reply| {
-                empty(reply, core.rmdir(parent.0, &name))
+                empty(reply, core.rmdir(&caller, parent.0, &name))
             });
         });
     }
@@ -315,8 +330,9 @@ impl Filesystem for ZoneFs {
             );
             let (name, target) = (link_name.to_owned(), target.to_owned());
             let check = self.core.check_new(parent.0, &name, false);
+            let caller = caller_of(req);
             self.gated(req, "symlink", check, reply, move |core, reply| {
-                entry(core, reply, core.symlink(parent.0, &name, &target))
+                entry(core, reply, core.symlink(&caller, parent.0, &name, &target))
             });
         });
     }
@@ -345,10 +361,11 @@ impl Filesystem for ZoneFs {
             let check = self
                 .core
                 .check_rename(parent.0, &name, newparent.0, &newname, flags);
+            let caller = caller_of(req);
             self.gated(req, "rename", check, reply, move |core, reply| {
                 empty(
                     reply,
-                    core.rename(parent.0, &name, newparent.0, &newname, flags),
+                    core.rename(&caller, parent.0, &name, newparent.0, &newname, flags),
                 )
             });
         });
@@ -372,8 +389,13 @@ impl Filesystem for ZoneFs {
             );
             let newname = newname.to_owned();
             let check = self.core.check_link(ino.0, newparent.0, &newname);
+            let caller = caller_of(req);
             self.gated(req, "link", check, reply, move |core, reply| {
-                entry(core, reply, core.link(ino.0, newparent.0, &newname))
+                entry(
+                    core,
+                    reply,
+                    core.link(&caller, ino.0, newparent.0, &newname),
+                )
             });
         });
     }
@@ -383,10 +405,11 @@ impl Filesystem for ZoneFs {
             tracing::debug!(op = "open", ino = ino.0, flags = flags.0, pid = req.pid());
             let flags = flags.0;
             let check = self.core.check_open(ino.0, flags);
+            let caller = caller_of(req);
             self.gated(req, "open", check, reply, move |core, reply| match log_err(
                 "open",
                 ino.0,
-                core.open(ino.0, flags),
+                core.open(&caller, ino.0, flags),
             ) {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(e.fuse_errno()),
@@ -415,6 +438,7 @@ impl Filesystem for ZoneFs {
             );
             let name = name.to_owned();
             let check = self.core.check_new(parent.0, &name, false);
+            let caller = caller_of(req);
             self.gated(
                 req,
                 "create",
@@ -423,7 +447,7 @@ impl Filesystem for ZoneFs {
                 move |core, reply| match log_err(
                     "create",
                     parent.0,
-                    core.create(parent.0, &name, mode, flags),
+                    core.create(&caller, parent.0, &name, mode, flags),
                 ) {
                     Ok((attr, fh)) => reply.created(
                         &core.ttl(),
@@ -640,8 +664,9 @@ impl Filesystem for ZoneFs {
             tracing::debug!(op = "setxattr", ino = ino.0, ?name, pid = req.pid());
             let (name, value) = (name.to_owned(), value.to_vec());
             let check = self.core.check_metadata(ino.0);
+            let caller = caller_of(req);
             self.gated(req, "setxattr", check, reply, move |core, reply| {
-                empty(reply, core.setxattr(ino.0, &name, &value, flags))
+                empty(reply, core.setxattr(&caller, ino.0, &name, &value, flags))
             });
         });
     }
@@ -667,8 +692,9 @@ impl Filesystem for ZoneFs {
             tracing::debug!(op = "removexattr", ino = ino.0, ?name, pid = req.pid());
             let name = name.to_owned();
             let check = self.core.check_metadata(ino.0);
+            let caller = caller_of(req);
             self.gated(req, "removexattr", check, reply, move |core, reply| {
-                empty(reply, core.removexattr(ino.0, &name))
+                empty(reply, core.removexattr(&caller, ino.0, &name))
             });
         });
     }

@@ -6,6 +6,7 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::backing::Caller;
 use crate::config::{Access, Approval, ApprovalPolicy, SandboxMode, Zone, ZonePolicy, ZoneTable};
 use crate::error::{FsError, Refusal};
 use crate::fs::core::{Core, CoreOptions, Gate, SetAttr};
@@ -70,6 +71,11 @@ fn fixture() -> Fixture {
 }
 
 const WORK: u64 = 2;
+const ROOT_CALLER: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 0,
+};
 const DATA: u64 = 3;
 
 fn refusal(e: FsError) -> Refusal {
@@ -144,13 +150,23 @@ fn hard_links_share_a_node_and_renames_keep_it() {
     let f = fixture();
     let (attr, fh) = f
         .core
-        .create(WORK, OsStr::new("a"), 0o644, libc::O_RDWR)
+        .create(&ROOT_CALLER, WORK, OsStr::new("a"), 0o644, libc::O_RDWR)
         .unwrap();
-    let linked = f.core.link(attr.ino.0, WORK, OsStr::new("b")).unwrap();
+    let linked = f
+        .core
+        .link(&ROOT_CALLER, attr.ino.0, WORK, OsStr::new("b"))
+        .unwrap();
     assert_eq!(linked.ino, attr.ino);
     assert_eq!(linked.nlink, 2);
     f.core
-        .rename(WORK, OsStr::new("a"), WORK, OsStr::new("c"), 0)
+        .rename(
+            &ROOT_CALLER,
+            WORK,
+            OsStr::new("a"),
+            WORK,
+            OsStr::new("c"),
+            0,
+        )
         .unwrap();
     assert_eq!(f.core.lookup(WORK, OsStr::new("c")).unwrap().ino, attr.ino);
     // the open handle still writes into the renamed file
@@ -188,7 +204,11 @@ fn root_level_changes_are_refused() {
     assert_eq!(refusal(e), Refusal::RootLevel);
     // even if a caller skipped the check, the action itself refuses
     assert_eq!(
-        refusal(f.core.mkdir(ROOT, OsStr::new("z"), 0o755).unwrap_err()),
+        refusal(
+            f.core
+                .mkdir(&ROOT_CALLER, ROOT, OsStr::new("z"), 0o755)
+                .unwrap_err()
+        ),
         Refusal::RootLevel
     );
 }
@@ -215,7 +235,11 @@ fn ro_zone_and_cross_zone() {
         .unwrap_err();
     assert_eq!(refusal(e), Refusal::CrossZone);
     assert_eq!(
-        refusal(f.core.link(r, WORK, OsStr::new("l")).unwrap_err()),
+        refusal(
+            f.core
+                .link(&ROOT_CALLER, r, WORK, OsStr::new("l"))
+                .unwrap_err()
+        ),
         Refusal::CrossZone
     );
     assert!(!f.rw.join("l").exists());
@@ -231,15 +255,19 @@ fn symlinks_in_a_zone_are_never_followed_by_the_daemon() {
         let attr = f.core.lookup(WORK, OsStr::new(name)).unwrap();
         assert_eq!(attr.kind, fuser::FileType::Symlink);
         // opening the link node itself never reaches the target
-        let e = f.core.open(attr.ino.0, libc::O_RDONLY).unwrap_err();
+        let e = f
+            .core
+            .open(&ROOT_CALLER, attr.ino.0, libc::O_RDONLY)
+            .unwrap_err();
         assert_eq!(e.errno(), libc::ELOOP, "{name}");
         let e = f
             .core
-            .open(attr.ino.0, libc::O_WRONLY | libc::O_TRUNC)
+            .open(&ROOT_CALLER, attr.ino.0, libc::O_WRONLY | libc::O_TRUNC)
             .unwrap_err();
         assert_eq!(e.errno(), libc::ELOOP, "{name}");
         // chmod/truncate through the link must not touch the target
         let _ = f.core.setattr(
+            &ROOT_CALLER,
             attr.ino.0,
             &SetAttr {
                 mode: Some(0o777),
@@ -263,12 +291,18 @@ fn symlinks_in_a_zone_are_never_followed_by_the_daemon() {
     );
     assert!(
         f.core
-            .create(dl.ino.0, OsStr::new("planted"), 0o644, libc::O_WRONLY)
+            .create(
+                &ROOT_CALLER,
+                dl.ino.0,
+                OsStr::new("planted"),
+                0o644,
+                libc::O_WRONLY
+            )
             .is_err()
     );
     assert!(
         f.core
-            .mkdir(dl.ino.0, OsStr::new("planted"), 0o755)
+            .mkdir(&ROOT_CALLER, dl.ino.0, OsStr::new("planted"), 0o755)
             .is_err()
     );
     assert!(!f.outside.join("planted").exists());
@@ -280,7 +314,9 @@ fn dot_dot_and_slashes_are_not_names() {
     for bad in ["..", ".", "a/b", "../outside", ""] {
         assert!(f.core.lookup(WORK, OsStr::new(bad)).is_err(), "{bad:?}");
         assert!(
-            f.core.mkdir(WORK, OsStr::new(bad), 0o755).is_err(),
+            f.core
+                .mkdir(&ROOT_CALLER, WORK, OsStr::new(bad), 0o755)
+                .is_err(),
             "{bad:?}"
         );
     }
