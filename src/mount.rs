@@ -3,6 +3,7 @@
 //! and the registry of live mounts (one JSON record per mount in the
 //! runtime directory), which lets `unmount` find and wait for a daemon.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -14,8 +15,8 @@ use fuser::{Config, MountOption, SessionACL};
 
 use crate::approval::{Broker, DenyAll};
 use crate::config::ZoneTable;
-use crate::fs::ZoneFs;
 use crate::fs::core::{Core, CoreOptions};
+use crate::fs::{Admission, ZoneFs};
 
 /// The filesystem type mounts show in /proc/mounts.
 pub const FSTYPE: &str = "fuse.zonemount";
@@ -28,6 +29,11 @@ pub struct MountSpec {
     pub threads: usize,
     pub config: Option<PathBuf>,
     pub workers: Vec<PathBuf>,
+    /// Let users other than the mounting one (and root) in.
+    pub allow_other: bool,
+    /// With `allow_other`: only these users (plus the mounting user and
+    /// root). Empty: everyone.
+    pub allow_uids: Vec<u32>,
 }
 
 /// Why a mount could not be made. Each message names the cause and the fix.
@@ -65,6 +71,10 @@ pub enum MountError {
     NoFuse,
     #[error("fusermount3 is not installed: install the fuse3 package (apt-get install fuse3)")]
     NoFusermount,
+    #[error(
+        "--allow-other needs root, or 'user_allow_other' in /etc/fuse.conf: add that line (as root) or mount as root"
+    )]
+    AllowOtherNotPermitted,
     #[error("mounting {0} failed: {1}")]
     Mount(String, io::Error),
 }
@@ -79,7 +89,10 @@ impl MountError {
             | MountError::InsideBacking { .. }
             | MountError::BackingInside { .. }
             | MountError::Backing(_) => 2,
-            MountError::NoFuse | MountError::NoFusermount | MountError::Mount(..) => 1,
+            MountError::NoFuse
+            | MountError::NoFusermount
+            | MountError::AllowOtherNotPermitted
+            | MountError::Mount(..) => 1,
         }
     }
 }
@@ -164,7 +177,13 @@ pub fn start(
     )
     .map_err(|e| MountError::Backing(e.to_string()))?;
     let broker = broker.unwrap_or_else(|| Arc::new(DenyAll));
-    let fs = ZoneFs::new(core, broker);
+    let mut admission = Admission::default();
+    if spec.allow_other && !spec.allow_uids.is_empty() {
+        let mut only: HashSet<u32> = spec.allow_uids.iter().copied().collect();
+        only.insert(euid);
+        admission.only = Some(only);
+    }
+    let fs = ZoneFs::new(core, broker, admission);
 
     let mut config = Config::default();
     config.mount_options = vec![
@@ -175,14 +194,24 @@ pub fn start(
         MountOption::NoDev,
     ];
     let have_fusermount = fusermount3().is_some();
+    if euid != 0 && !have_fusermount {
+        return Err(MountError::NoFusermount);
+    }
+    if spec.allow_other && euid != 0 && !fuse_conf_allows_other() {
+        return Err(MountError::AllowOtherNotPermitted);
+    }
+    // Both ACLs below mount with allow_other; fuser then filters in the
+    // daemon: RootAndOwner admits root and the mounting user only.
+    if spec.allow_other {
+        config.acl = SessionACL::All;
+    }
     if euid == 0 && have_fusermount {
         // auto_unmount: fusermount3 unmounts if the daemon dies. It needs
-        // allow_other; fuser then admits only root and the owner (here the
-        // same user), as without allow_other.
+        // allow_other, so without --allow-other fuser keeps others out.
         config.mount_options.push(MountOption::AutoUnmount);
-        config.acl = SessionACL::RootAndOwner;
-    } else if euid != 0 && !have_fusermount {
-        return Err(MountError::NoFusermount);
+        if !spec.allow_other {
+            config.acl = SessionACL::RootAndOwner;
+        }
     }
     config.n_threads = Some(spec.threads.max(1));
     config.clone_fd = true;
@@ -194,6 +223,17 @@ pub fn start(
             MountError::Mount(show(mountpoint), e)
         }
     })
+}
+
+/// Whether /etc/fuse.conf lets non-root users mount with allow_other.
+fn fuse_conf_allows_other() -> bool {
+    std::fs::read_to_string("/etc/fuse.conf")
+        .map(|t| {
+            t.lines()
+                .map(|l| l.split('#').next().unwrap_or("").trim())
+                .any(|l| l == "user_allow_other")
+        })
+        .unwrap_or(false)
 }
 
 fn backing_setup() {

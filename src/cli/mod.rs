@@ -66,6 +66,14 @@ pub(crate) struct MountArgs {
     /// Deny every `ask` at once (the only behaviour until approvals exist).
     #[arg(long)]
     pub(crate) no_approvals: bool,
+    /// Let users other than the mounting one in (root, or
+    /// `user_allow_other` in /etc/fuse.conf, needed).
+    #[arg(long)]
+    pub(crate) allow_other: bool,
+    /// Only this user (repeatable) besides the mounting user and root;
+    /// implies --allow-other.
+    #[arg(long, value_name = "UID")]
+    pub(crate) allow_uid: Vec<u32>,
     /// Seconds the kernel may cache names and attributes.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub(crate) cache_ttl: f64,

@@ -132,6 +132,8 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         threads: 4,
         config: a.config.config.clone(),
         workers: a.config.worker.clone(),
+        allow_other: a.allow_other || !a.allow_uid.is_empty(),
+        allow_uids: a.allow_uid.clone(),
     };
     let session = mount::start(&mountpoint, &table, &spec, None)?;
     let record = Record {

@@ -10,6 +10,7 @@ pub mod inodes;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
@@ -49,21 +50,57 @@ impl_fail!(
     ReplyCreate,
     ReplyWrite,
     ReplyXattr,
-    ReplyData
+    ReplyData,
+    ReplyStatfs
 );
+
+/// Who may use the mount beyond what the kernel already filters.
+#[derive(Debug, Clone, Default)]
+pub struct Admission {
+    /// With `--allow-uid`: only these users, the mounting user and root.
+    /// `None`: everyone the mount options let in.
+    pub only: Option<HashSet<u32>>,
+}
+
+impl Admission {
+    pub fn admits(&self, uid: u32) -> bool {
+        match &self.only {
+            None => true,
+            Some(set) => uid == 0 || set.contains(&uid),
+        }
+    }
+}
 
 /// The mounted filesystem.
 pub struct ZoneFs {
     core: Arc<Core>,
     broker: Arc<dyn Broker>,
+    admission: Admission,
 }
 
 impl ZoneFs {
-    pub fn new(core: Core, broker: Arc<dyn Broker>) -> Self {
+    pub fn new(core: Core, broker: Arc<dyn Broker>, admission: Admission) -> Self {
         ZoneFs {
             core: Arc::new(core),
             broker,
+            admission,
         }
+    }
+
+    /// Pass the reply on if the caller may use the mount; else answer
+    /// EACCES. Handle-based calls (read, write, release...) need no check:
+    /// their handle was opened by an admitted caller.
+    fn admit<R: Fail>(&self, req: &Request, reply: R) -> Option<R> {
+        if self.admission.admits(req.uid()) {
+            return Some(reply);
+        }
+        tracing::info!(
+            uid = req.uid(),
+            pid = req.pid(),
+            "refused: not allowed to use this mount"
+        );
+        reply.fail(FsError::Refused(Refusal::NotAllowed).fuse_errno());
+        None
     }
 
     pub fn core(&self) -> &Arc<Core> {
@@ -160,6 +197,9 @@ impl Filesystem for ZoneFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("lookup", || {
             tracing::trace!(op = "lookup", parent = parent.0, ?name, pid = req.pid());
             entry(&self.core, reply, self.core.lookup(parent.0, name));
@@ -172,7 +212,10 @@ impl Filesystem for ZoneFs {
         });
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("getattr", || {
             match log_err("getattr", ino.0, self.core.getattr(ino.0)) {
                 Ok(attr) => reply.attr(&ttl(&self.core), &attr),
@@ -199,6 +242,9 @@ impl Filesystem for ZoneFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("setattr", || {
             tracing::debug!(
                 op = "setattr",
@@ -234,7 +280,10 @@ impl Filesystem for ZoneFs {
         });
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("readlink", || match self.core.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e.fuse_errno()),
@@ -251,6 +300,9 @@ impl Filesystem for ZoneFs {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("mknod", || {
             tracing::debug!(
                 op = "mknod",
@@ -277,6 +329,9 @@ impl Filesystem for ZoneFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("mkdir", || {
             tracing::debug!(op = "mkdir", parent = parent.0, ?name, pid = req.pid());
             let name = name.to_owned();
@@ -289,6 +344,9 @@ impl Filesystem for ZoneFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("unlink", || {
             tracing::debug!(op = "unlink", parent = parent.0, ?name, pid = req.pid());
             let name = name.to_owned();
@@ -301,6 +359,9 @@ impl Filesystem for ZoneFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("rmdir", || {
             tracing::debug!(op = "rmdir", parent = parent.0, ?name, pid = req.pid());
             let name = name.to_owned();
@@ -320,6 +381,9 @@ impl Filesystem for ZoneFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("symlink", || {
             tracing::debug!(
                 op = "symlink",
@@ -347,6 +411,9 @@ impl Filesystem for ZoneFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("rename", || {
             tracing::debug!(
                 op = "rename",
@@ -379,6 +446,9 @@ impl Filesystem for ZoneFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("link", || {
             tracing::debug!(
                 op = "link",
@@ -401,6 +471,9 @@ impl Filesystem for ZoneFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("open", || {
             tracing::debug!(op = "open", ino = ino.0, flags = flags.0, pid = req.pid());
             let flags = flags.0;
@@ -427,6 +500,9 @@ impl Filesystem for ZoneFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("create", || {
             tracing::debug!(
                 op = "create",
@@ -547,7 +623,10 @@ impl Filesystem for ZoneFs {
         });
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("opendir", || {
             match log_err("opendir", ino.0, self.core.opendir(ino.0)) {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
@@ -641,7 +720,10 @@ impl Filesystem for ZoneFs {
         });
     }
 
-    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("statfs", || match self.core.statfs(ino.0) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -660,6 +742,9 @@ impl Filesystem for ZoneFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("setxattr", || {
             tracing::debug!(op = "setxattr", ino = ino.0, ?name, pid = req.pid());
             let (name, value) = (name.to_owned(), value.to_vec());
@@ -671,7 +756,10 @@ impl Filesystem for ZoneFs {
         });
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("getxattr", || match self.core.getxattr(ino.0, name, size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
@@ -679,7 +767,10 @@ impl Filesystem for ZoneFs {
         });
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("listxattr", || match self.core.listxattr(ino.0, size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
@@ -688,6 +779,9 @@ impl Filesystem for ZoneFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("removexattr", || {
             tracing::debug!(op = "removexattr", ino = ino.0, ?name, pid = req.pid());
             let name = name.to_owned();
@@ -699,7 +793,10 @@ impl Filesystem for ZoneFs {
         });
     }
 
-    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let Some(reply) = self.admit(req, reply) else {
+            return;
+        };
         guarded("access", || {
             empty(reply, self.core.access(ino.0, mask.bits()));
         });
