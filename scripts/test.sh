@@ -23,3 +23,6 @@ fi
 
 cargo build --locked --all-targets
 cargo test --locked --all-targets
+
+# Conformance suites against a real mount (pjdfstest, fsx); needs root.
+bash scripts/conformance.sh
