@@ -11,6 +11,7 @@
 //! - [`cli`]: commands, daemonizing, readiness, exit codes.
 
 pub mod approval;
+#[allow(unsafe_code)]
 pub mod backing;
 pub mod cli;
 pub mod config;

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -12,12 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType as FuseType, INodeNo, TimeOrNow};
+use lru::LruCache;
 use parking_lot::Mutex;
 
 use crate::backing::{self, AsCaller, Caller, FileType, ProcFds, Stat};
 use crate::config::ZoneTable;
 use crate::error::{FsError, FsResult, Refusal};
-use crate::fs::inodes::{Found, Inodes, Node, ROOT};
+use crate::fs::inodes::{Anchor, Found, Inodes, Node, ROOT};
 use crate::policy::{self, AskItem, Decision, Loc, Op, ZoneRules};
 
 /// What a `check_*` step concluded.
@@ -95,8 +97,20 @@ struct Where {
     path: PathBuf,
 }
 
+/// How many inode fds opened from file handles stay cached.
+const FD_CACHE: NonZeroUsize = match NonZeroUsize::new(2048) {
+    Some(n) => n,
+    None => NonZeroUsize::MIN,
+};
+
 #[derive(Debug)]
 pub struct Core {
+    /// Nodes are kept as kernel file handles (else as held fds).
+    by_handle: bool,
+    /// fds of nodes kept as handles, most recently used last.
+    fd_cache: Mutex<LruCache<u64, Arc<OwnedFd>>>,
+    /// One fd per backing filesystem (by mount id), to open handles with.
+    fs_fds: Mutex<HashMap<i32, Arc<OwnedFd>>>,
     zones: Vec<ZoneRules>,
     zone_names: Vec<OsString>,
     inodes: Inodes,
@@ -122,19 +136,12 @@ pub enum OpenError {
     Proc(std::io::Error),
 }
 
-fn found(fd: OwnedFd) -> FsResult<(Found, Stat)> {
-    let st = backing::stat(fd.as_fd())?;
-    let kind = FileType::from_raw_mode(st.st_mode);
-    Ok((
-        Found {
-            fd,
-            dev: st.st_dev,
-            ino: st.st_ino,
-            is_dir: kind == FileType::Directory,
-            is_symlink: kind == FileType::Symlink,
-        },
-        st,
-    ))
+/// What a lookup opened: the entry's identity and how to reach it again,
+/// plus the fd itself for the cache.
+struct Opened {
+    found: Found,
+    stat: Stat,
+    fd: Arc<OwnedFd>,
 }
 
 fn fuse_kind(k: FileType) -> FuseType {
@@ -226,7 +233,7 @@ impl Core {
             roots.push((
                 OsString::from(&z.name),
                 Found {
-                    fd,
+                    anchor: Anchor::Held(Arc::new(fd)),
                     dev: st.st_dev,
                     ino: st.st_ino,
                     is_dir: true,
@@ -239,13 +246,46 @@ impl Core {
             })?);
         }
         let zone_names = roots.iter().map(|(n, _)| n.clone()).collect();
+        // Kernel file handles keep fds bounded; reopening by handle needs
+        // CAP_DAC_READ_SEARCH, so probe it on the first zone.
+        let procfds = ProcFds::open().map_err(|e| OpenError::Proc(e.into()))?;
+        let by_handle = roots.first().is_some_and(|(_, f)| match &f.anchor {
+            Anchor::Held(fd) => backing::handle_of(fd.as_fd())
+                .and_then(|h| {
+                    let dir = procfds.open_dir(fd.as_fd())?;
+                    backing::open_by_handle(dir.as_fd(), &h)
+                })
+                .is_ok(),
+            _ => false,
+        });
+        // Each zone root's filesystem gets its fd for opening handles.
+        let mut fs_fds = HashMap::new();
+        if by_handle {
+            for (_, f) in &roots {
+                if let Anchor::Held(fd) = &f.anchor {
+                    if let (Ok(h), Ok(dir)) =
+                        (backing::handle_of(fd.as_fd()), procfds.open_dir(fd.as_fd()))
+                    {
+                        fs_fds.entry(h.mount_id).or_insert_with(|| Arc::new(dir));
+                    }
+                }
+            }
+        }
+        if !by_handle {
+            tracing::warn!(
+                "kernel file handles unavailable (not root?): every remembered inode holds an fd"
+            );
+        }
         Ok(Core {
+            by_handle,
+            fd_cache: Mutex::new(LruCache::new(FD_CACHE)),
+            fs_fds: Mutex::new(fs_fds),
             zones,
             zone_names,
             inodes: Inodes::new(roots),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            procfds: ProcFds::open().map_err(|e| OpenError::Proc(e.into()))?,
+            procfds,
             opts,
             started: SystemTime::now(),
         })
@@ -268,9 +308,84 @@ impl Core {
         self.inodes.get(ino).ok_or(FsError::Os(libc::ESTALE))
     }
 
-    fn fd_of<'a>(&self, node: &'a Node) -> FsResult<BorrowedFd<'a>> {
-        // Only the mount root has no fd; it is never a backing object.
-        node.fd().ok_or(FsError::Refused(Refusal::RootLevel))
+    /// An fd (`O_PATH`) on a node's backing object.
+    fn fd_of(&self, node: &Node) -> FsResult<Arc<OwnedFd>> {
+        match &node.anchor {
+            // Only the mount root has no backing object.
+            Anchor::None => Err(FsError::Refused(Refusal::RootLevel)),
+            Anchor::Held(fd) => Ok(fd.clone()),
+            Anchor::Handle(h) => {
+                if let Some(fd) = self.fd_cache.lock().get(&node.ino) {
+                    return Ok(fd.clone());
+                }
+                let fs_fd = self
+                    .fs_fds
+                    .lock()
+                    .get(&h.mount_id)
+                    .cloned()
+                    .ok_or(FsError::Os(libc::ESTALE))?;
+                let fd = Arc::new(backing::open_by_handle(fs_fd.as_fd(), h)?);
+                self.fd_cache.lock().put(node.ino, fd.clone());
+                Ok(fd)
+            }
+        }
+    }
+
+    /// Identify what `fd` (just opened by a lookup) refers to, and choose
+    /// how its node will reach it again.
+    fn opened(&self, fd: OwnedFd) -> FsResult<Opened> {
+        let stat = backing::stat(fd.as_fd())?;
+        let kind = FileType::from_raw_mode(stat.st_mode);
+        let fd = Arc::new(fd);
+        let handle = if self.by_handle {
+            backing::handle_of(fd.as_fd()).ok()
+        } else {
+            None
+        };
+        let anchor = match handle {
+            Some(h) if self.can_open_on(h.mount_id, &fd, kind) => Anchor::Handle(h),
+            _ => Anchor::Held(fd.clone()),
+        };
+        Ok(Opened {
+            found: Found {
+                anchor,
+                dev: stat.st_dev,
+                ino: stat.st_ino,
+                is_dir: kind == FileType::Directory,
+                is_symlink: kind == FileType::Symlink,
+            },
+            stat,
+            fd,
+        })
+    }
+
+    /// Whether handles of filesystem `mount_id` can be opened: it needs a
+    /// (non-`O_PATH`) fd on that filesystem, taken from the first directory
+    /// seen there.
+    fn can_open_on(&self, mount_id: i32, fd: &OwnedFd, kind: FileType) -> bool {
+        let mut fs_fds = self.fs_fds.lock();
+        if fs_fds.contains_key(&mount_id) {
+            return true;
+        }
+        if kind != FileType::Directory {
+            return false;
+        }
+        match self.procfds.open_dir(fd.as_fd()) {
+            Ok(dir) => {
+                fs_fds.insert(mount_id, Arc::new(dir));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Enter an opened entry in the table (one kernel lookup), caching its fd.
+    fn enter(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, o: Opened) -> Arc<Node> {
+        let node = self.inodes.remember(zone, parent, name, o.found);
+        if matches!(node.anchor, Anchor::Handle(_)) {
+            self.fd_cache.lock().put(node.ino, o.fd);
+        }
+        node
     }
 
     fn root_attr(&self) -> FileAttr {
@@ -294,10 +409,13 @@ impl Core {
     }
 
     fn attr_of(&self, node: &Node) -> FsResult<FileAttr> {
-        match node.fd() {
-            None => Ok(self.root_attr()),
-            Some(fd) => Ok(to_attr(node.ino, &backing::stat(fd)?)),
+        if node.is_root() {
+            return Ok(self.root_attr());
         }
+        Ok(to_attr(
+            node.ino,
+            &backing::stat(self.fd_of(node)?.as_fd())?,
+        ))
     }
 
     /// Where an existing node is.
@@ -364,25 +482,29 @@ impl Core {
     /// Look `name` up in `parent`, counting one kernel lookup on success.
     pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<FileAttr> {
         let parent = self.node(parent)?;
-        let node = self.lookup_node(&parent, name)?;
-        self.attr_of(&node)
+        self.lookup_attr(&parent, name)
     }
 
-    fn lookup_node(&self, parent: &Arc<Node>, name: &OsStr) -> FsResult<Arc<Node>> {
+    /// Look up and enter `name`; its attributes come from the lookup's own
+    /// stat (zone dirs, seen from the root, are stat'ed on their own).
+    fn lookup_attr(&self, parent: &Arc<Node>, name: &OsStr) -> FsResult<FileAttr> {
         let Some(zone) = parent.zone else {
             let i = self
                 .zone_names
                 .iter()
                 .position(|z| z == name)
                 .ok_or_else(FsError::enoent)?;
-            return self.inodes.zone_root(i).ok_or_else(FsError::enoent);
+            let node = self.inodes.zone_root(i).ok_or_else(FsError::enoent)?;
+            return self.attr_of(&node);
         };
-        let fd = backing::lookup(self.fd_of(parent)?, name)?;
-        let (f, _) = found(fd)?;
-        if !self.zones[zone].visible(name, f.is_dir) {
+        let fd = backing::lookup(self.fd_of(parent)?.as_fd(), name)?;
+        let o = self.opened(fd)?;
+        if !self.zones[zone].visible(name, o.found.is_dir) {
             return Err(FsError::Refused(Refusal::Hidden));
         }
-        Ok(self.inodes.remember(zone, parent, name, f))
+        let stat = o.stat;
+        let node = self.enter(zone, parent, name, o);
+        Ok(to_attr(node.ino, &stat))
     }
 
     /// Look at an entry without entering it in the table.
@@ -394,10 +516,10 @@ impl Core {
                 .position(|z| z == name)
                 .and_then(|i| {
                     let n = self.inodes.zone_root(i)?;
-                    backing::stat(n.fd()?).ok()
+                    backing::stat(self.fd_of(&n).ok()?.as_fd()).ok()
                 }));
         };
-        match backing::lookup(self.fd_of(parent)?, name) {
+        match backing::lookup(self.fd_of(parent)?.as_fd(), name) {
             Ok(fd) => {
                 let st = backing::stat(fd.as_fd())?;
                 let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
@@ -409,7 +531,9 @@ impl Core {
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
-        self.inodes.forget(ino, n);
+        if self.inodes.forget(ino, n) {
+            self.fd_cache.lock().pop(&ino);
+        }
     }
 
     pub fn getattr(&self, ino: u64) -> FsResult<FileAttr> {
@@ -421,7 +545,9 @@ impl Core {
         if !node.is_symlink {
             return Err(FsError::Os(libc::EINVAL));
         }
-        Ok(backing::readlink(self.fd_of(&node)?)?.as_bytes().to_vec())
+        Ok(backing::readlink(self.fd_of(&node)?.as_fd())?
+            .as_bytes()
+            .to_vec())
     }
 
     // ---- setattr -------------------------------------------------------
@@ -478,7 +604,8 @@ impl Core {
     pub fn setattr(&self, caller: &Caller, ino: u64, a: &SetAttr) -> FsResult<FileAttr> {
         let _as = AsCaller::enter(caller)?;
         let node = self.node(ino)?;
-        let fd = self.fd_of(&node)?;
+        let held = self.fd_of(&node)?;
+        let fd = held.as_fd();
         if let Some(size) = a.size {
             let handle = a.fh.and_then(|fh| self.handles.lock().get(&fh).cloned());
             match handle.as_deref() {
@@ -506,7 +633,7 @@ impl Core {
             };
             if node.is_symlink {
                 let parent = node.parent().ok_or(FsError::Os(libc::EPERM))?;
-                backing::utimens_nofollow(self.fd_of(&parent)?, &node.name(), &times)?;
+                backing::utimens_nofollow(self.fd_of(&parent)?.as_fd(), &node.name(), &times)?;
             } else {
                 self.procfds.utimens(fd, &times)?;
             }
@@ -548,8 +675,7 @@ impl Core {
     }
 
     fn entered(&self, parent: &Arc<Node>, name: &OsStr) -> FsResult<FileAttr> {
-        let node = self.lookup_node(parent, name)?;
-        self.attr_of(&node)
+        self.lookup_attr(parent, name)
     }
 
     pub fn mkdir(
@@ -561,7 +687,7 @@ impl Core {
     ) -> FsResult<FileAttr> {
         let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
-        backing::mkdir(self.fd_of(&dir)?, name, mode)?;
+        backing::mkdir(self.fd_of(&dir)?.as_fd(), name, mode)?;
         self.entered(&dir, name)
     }
 
@@ -574,7 +700,7 @@ impl Core {
     ) -> FsResult<FileAttr> {
         let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
-        backing::mknod(self.fd_of(&dir)?, name, mode)?;
+        backing::mknod(self.fd_of(&dir)?.as_fd(), name, mode)?;
         self.entered(&dir, name)
     }
 
@@ -587,7 +713,7 @@ impl Core {
     ) -> FsResult<FileAttr> {
         let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
-        backing::symlink(self.fd_of(&dir)?, name, target)?;
+        backing::symlink(self.fd_of(&dir)?.as_fd(), name, target)?;
         self.entered(&dir, name)
     }
 
@@ -603,15 +729,15 @@ impl Core {
         let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
         let zone = dir.zone.ok_or(FsError::Refused(Refusal::RootLevel))?;
-        let fd = backing::create(self.fd_of(&dir)?, name, flags, mode)?;
+        let dir_fd = self.fd_of(&dir)?;
+        let fd = backing::create(dir_fd.as_fd(), name, flags, mode)?;
         let st = backing::stat(fd.as_fd())?;
-        let path_fd = backing::lookup(self.fd_of(&dir)?, name)?;
-        let (f, _) = found(path_fd)?;
-        if (f.dev, f.ino) != (st.st_dev, st.st_ino) {
+        let o = self.opened(backing::lookup(dir_fd.as_fd(), name)?)?;
+        if (o.found.dev, o.found.ino) != (st.st_dev, st.st_ino) {
             // The name was replaced between create and lookup.
             return Err(FsError::Os(libc::EAGAIN));
         }
-        let node = self.inodes.remember(zone, &dir, name, f);
+        let node = self.enter(zone, &dir, name, o);
         let fh = self.add_handle(Handle::File {
             fd,
             zone,
@@ -635,13 +761,13 @@ impl Core {
     pub fn unlink(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
         let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
-        Ok(backing::unlink(self.fd_of(&dir)?, name)?)
+        Ok(backing::unlink(self.fd_of(&dir)?.as_fd(), name)?)
     }
 
     pub fn rmdir(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
         let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
-        Ok(backing::rmdir(self.fd_of(&dir)?, name)?)
+        Ok(backing::rmdir(self.fd_of(&dir)?.as_fd(), name)?)
     }
 
     pub fn check_rename(
@@ -683,7 +809,8 @@ impl Core {
             return Err(Refusal::CrossZone.into());
         }
         let zone = p.zone.ok_or(FsError::Refused(Refusal::RootLevel))?;
-        let (pfd, npfd) = (self.fd_of(&p)?, self.fd_of(&np)?);
+        let (pheld, npheld) = (self.fd_of(&p)?, self.fd_of(&np)?);
+        let (pfd, npfd) = (pheld.as_fd(), npheld.as_fd());
         let src_key = backing::lookup(pfd, name)
             .ok()
             .and_then(|fd| backing::stat(fd.as_fd()).ok())
@@ -733,8 +860,11 @@ impl Core {
         if node.zone != dir.zone {
             return Err(Refusal::CrossZone.into());
         }
-        self.procfds
-            .link(self.fd_of(&node)?, self.fd_of(&dir)?, newname)?;
+        self.procfds.link(
+            self.fd_of(&node)?.as_fd(),
+            self.fd_of(&dir)?.as_fd(),
+            newname,
+        )?;
         self.entered(&dir, newname)
     }
 
@@ -778,9 +908,10 @@ impl Core {
         let at = self.loc(&w);
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         let size = || -> FsResult<u64> {
-            Ok(match node.fd() {
-                Some(fd) => backing::stat(fd)?.st_size as u64,
-                None => 0,
+            Ok(if node.is_root() {
+                0
+            } else {
+                backing::stat(self.fd_of(&node)?.as_fd())?.st_size as u64
             })
         };
         if writes {
@@ -801,7 +932,7 @@ impl Core {
         let _as = AsCaller::enter(caller)?;
         let node = self.node(ino)?;
         let zone = node.zone.ok_or(FsError::Os(libc::EISDIR))?;
-        let fd = self.procfds.reopen(self.fd_of(&node)?, flags)?;
+        let fd = self.procfds.reopen(self.fd_of(&node)?.as_fd(), flags)?;
         Ok(self.add_handle(Handle::File {
             fd,
             zone,
@@ -909,7 +1040,8 @@ impl Core {
                 }
             }
             Some(zone) => {
-                let fd = self.fd_of(&node)?;
+                let held = self.fd_of(&node)?;
+                let fd = held.as_fd();
                 let list = backing::read_dir(self.procfds.open_dir(fd)?)?;
                 for e in list {
                     let mut kind = e.kind;
@@ -962,19 +1094,17 @@ impl Core {
 
     pub fn fsyncdir(&self, ino: u64, datasync: bool) -> FsResult<()> {
         let node = self.node(ino)?;
-        match node.fd() {
-            None => Ok(()),
-            Some(fd) => {
-                let dfd = self.procfds.open_dir(fd)?;
-                Ok(backing::fsync(dfd.as_fd(), datasync)?)
-            }
+        if node.is_root() {
+            return Ok(());
         }
+        let dfd = self.procfds.open_dir(self.fd_of(&node)?.as_fd())?;
+        Ok(backing::fsync(dfd.as_fd(), datasync)?)
     }
 
     pub fn statfs(&self, ino: u64) -> FsResult<Statfs> {
         // The mount root reports the first zone's filesystem.
         let node = match self.node(ino)? {
-            n if n.fd.is_some() => n,
+            n if !n.is_root() => n,
             _ => match self.inodes.zone_root(0) {
                 Some(z) => z,
                 None => {
@@ -987,8 +1117,7 @@ impl Core {
                 }
             },
         };
-        let fd = self.fd_of(&node)?;
-        let v = backing::statvfs(fd)?;
+        let v = backing::statvfs(self.fd_of(&node)?.as_fd())?;
         Ok(Statfs {
             blocks: v.f_blocks,
             bfree: v.f_bfree,
@@ -1006,7 +1135,7 @@ impl Core {
     fn xattr_target(&self, ino: u64) -> FsResult<Option<Arc<Node>>> {
         let node = self.node(ino)?;
         // The root and symlinks carry no xattrs of their own here.
-        Ok((node.fd.is_some() && !node.is_symlink).then_some(node))
+        Ok((!node.is_root() && !node.is_symlink).then_some(node))
     }
 
     pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> FsResult<XattrReply> {
@@ -1014,7 +1143,9 @@ impl Core {
             return Err(FsError::Os(libc::ENODATA));
         };
         let mut buf = Vec::with_capacity(size as usize);
-        let n = self.procfds.getxattr(self.fd_of(&node)?, name, &mut buf)?;
+        let n = self
+            .procfds
+            .getxattr(self.fd_of(&node)?.as_fd(), name, &mut buf)?;
         Ok(if size == 0 {
             XattrReply::Size(n as u32)
         } else {
@@ -1031,7 +1162,9 @@ impl Core {
             });
         };
         let mut buf = Vec::with_capacity(size as usize);
-        let n = self.procfds.listxattr(self.fd_of(&node)?, &mut buf)?;
+        let n = self
+            .procfds
+            .listxattr(self.fd_of(&node)?.as_fd(), &mut buf)?;
         Ok(if size == 0 {
             XattrReply::Size(n as u32)
         } else {
@@ -1059,7 +1192,7 @@ impl Core {
         };
         Ok(self
             .procfds
-            .setxattr(self.fd_of(&node)?, name, value, flags)?)
+            .setxattr(self.fd_of(&node)?.as_fd(), name, value, flags)?)
     }
 
     pub fn removexattr(&self, caller: &Caller, ino: u64, name: &OsStr) -> FsResult<()> {
@@ -1067,7 +1200,7 @@ impl Core {
         let Some(node) = self.xattr_target(ino)? else {
             return Err(FsError::Os(libc::ENODATA));
         };
-        Ok(self.procfds.removexattr(self.fd_of(&node)?, name)?)
+        Ok(self.procfds.removexattr(self.fd_of(&node)?.as_fd(), name)?)
     }
 
     /// `access(2)`: only the zone rules matter here; mode bits are the

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,13 +30,25 @@ pub struct Place {
     pub name: OsString,
 }
 
+/// How a node reaches its backing object again.
+#[derive(Debug)]
+pub enum Anchor {
+    /// The synthetic mount root: no backing object.
+    None,
+    /// An `O_PATH` fd held for the node's life (zone dirs; and every node
+    /// where kernel file handles can't be used).
+    Held(Arc<OwnedFd>),
+    /// A kernel file handle; an fd is opened from it on demand and kept
+    /// in a bounded cache.
+    Handle(crate::backing::InodeHandle),
+}
+
 #[derive(Debug)]
 pub struct Node {
     pub ino: u64,
     /// Index of the zone; `None` only for the mount root.
     pub zone: Option<usize>,
-    /// `O_PATH` fd of the backing object; `None` only for the mount root.
-    pub fd: Option<OwnedFd>,
+    pub anchor: Anchor,
     pub key: (u64, u64),
     pub is_dir: bool,
     pub is_symlink: bool,
@@ -45,8 +57,9 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
-        self.fd.as_ref().map(|f| f.as_fd())
+    /// The synthetic mount root.
+    pub fn is_root(&self) -> bool {
+        matches!(self.anchor, Anchor::None)
     }
 
     /// The node's path relative to its zone root ("" for the zone dir).
@@ -96,7 +109,7 @@ pub struct Inodes {
 
 /// What a lookup found, before it is entered in the table.
 pub struct Found {
-    pub fd: OwnedFd,
+    pub anchor: Anchor,
     pub dev: u64,
     pub ino: u64,
     pub is_dir: bool,
@@ -110,7 +123,7 @@ impl Inodes {
         let root = Arc::new(Node {
             ino: ROOT,
             zone: None,
-            fd: None,
+            anchor: Anchor::None,
             key: (0, 0),
             is_dir: true,
             is_symlink: false,
@@ -127,7 +140,7 @@ impl Inodes {
             let node = Arc::new(Node {
                 ino,
                 zone: Some(i),
-                fd: Some(f.fd),
+                anchor: f.anchor,
                 key: (f.dev, f.ino),
                 is_dir: true,
                 is_symlink: false,
@@ -179,7 +192,7 @@ impl Inodes {
         let node = Arc::new(Node {
             ino,
             zone: Some(zone),
-            fd: Some(f.fd),
+            anchor: f.anchor,
             key: (f.dev, f.ino),
             is_dir: f.is_dir,
             is_symlink: f.is_symlink,
@@ -194,14 +207,14 @@ impl Inodes {
         node
     }
 
-    /// The kernel forgets `n` lookups of `ino`.
-    pub fn forget(&self, ino: u64, n: u64) {
+    /// The kernel forgets `n` lookups of `ino`; true when the node is gone.
+    pub fn forget(&self, ino: u64, n: u64) -> bool {
         if self.is_permanent(ino) {
-            return;
+            return false;
         }
         let mut maps = self.maps.write();
         let Some(node) = maps.by_ino.get(&ino) else {
-            return;
+            return false;
         };
         let prev = node.lookups.load(Ordering::Relaxed);
         let left = prev.saturating_sub(n);
@@ -212,7 +225,9 @@ impl Inodes {
                 maps.by_key.remove(&key);
             }
             maps.by_ino.remove(&ino);
+            return true;
         }
+        false
     }
 
     /// Number of nodes held (root and zone dirs included).
