@@ -73,7 +73,7 @@ pub struct Statfs {
 #[derive(Debug)]
 enum Handle {
     File {
-        fd: OwnedFd,
+        fd: Arc<OwnedFd>,
         zone: usize,
         writable: bool,
     },
@@ -536,8 +536,28 @@ impl Core {
         }
     }
 
-    pub fn getattr(&self, ino: u64) -> FsResult<FileAttr> {
-        self.attr_of(&*self.node(ino)?)
+    /// Attributes of a node; through the open handle `fh` when given (an
+    /// unlinked file is reachable only so).
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<FileAttr> {
+        self.attr_with(&*self.node(ino)?, fh)
+    }
+
+    fn attr_with(&self, node: &Node, fh: Option<u64>) -> FsResult<FileAttr> {
+        if node.is_root() {
+            return Ok(self.root_attr());
+        }
+        let fd = self.handle_or_node_fd(fh, node)?;
+        Ok(to_attr(node.ino, &backing::stat(fd.as_fd())?))
+    }
+
+    /// The fd of file handle `fh` if it is one, else the node's own.
+    fn handle_or_node_fd(&self, fh: Option<u64>, node: &Node) -> FsResult<Arc<OwnedFd>> {
+        if let Some(h) = fh.and_then(|fh| self.handles.lock().get(&fh).cloned()) {
+            if let Handle::File { fd, .. } = &*h {
+                return Ok(fd.clone());
+            }
+        }
+        self.fd_of(node)
     }
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
@@ -604,7 +624,9 @@ impl Core {
     pub fn setattr(&self, caller: &Caller, ino: u64, a: &SetAttr) -> FsResult<FileAttr> {
         let _as = AsCaller::enter(caller)?;
         let node = self.node(ino)?;
-        let held = self.fd_of(&node)?;
+        // Through an open handle when the kernel names one (the file may
+        // be unlinked: only the handle still reaches it).
+        let held = self.handle_or_node_fd(a.fh, &node)?;
         let fd = held.as_fd();
         if let Some(size) = a.size {
             let handle = a.fh.and_then(|fh| self.handles.lock().get(&fh).cloned());
@@ -638,7 +660,7 @@ impl Core {
                 self.procfds.utimens(fd, &times)?;
             }
         }
-        self.attr_of(&node)
+        self.attr_with(&node, a.fh)
     }
 
     // ---- new names -----------------------------------------------------
@@ -739,7 +761,7 @@ impl Core {
         }
         let node = self.enter(zone, &dir, name, o);
         let fh = self.add_handle(Handle::File {
-            fd,
+            fd: Arc::new(fd),
             zone,
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
         });
@@ -934,7 +956,7 @@ impl Core {
         let zone = node.zone.ok_or(FsError::Os(libc::EISDIR))?;
         let fd = self.procfds.reopen(self.fd_of(&node)?.as_fd(), flags)?;
         Ok(self.add_handle(Handle::File {
-            fd,
+            fd: Arc::new(fd),
             zone,
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
         }))

@@ -212,12 +212,12 @@ impl Filesystem for ZoneFs {
         });
     }
 
-    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let Some(reply) = self.admit(req, reply) else {
             return;
         };
         guarded("getattr", || {
-            match log_err("getattr", ino.0, self.core.getattr(ino.0)) {
+            match log_err("getattr", ino.0, self.core.getattr(ino.0, fh.map(|f| f.0))) {
                 Ok(attr) => reply.attr(&ttl(&self.core), &attr),
                 Err(e) => reply.error(e.fuse_errno()),
             }
@@ -675,7 +675,7 @@ impl Filesystem for ZoneFs {
             for it in items {
                 let dots = it.name == "." || it.name == "..";
                 let attr = if dots {
-                    self.core.getattr(it.ino)
+                    self.core.getattr(it.ino, None)
                 } else {
                     self.core.lookup(ino.0, &it.name)
                 };

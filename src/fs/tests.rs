@@ -322,3 +322,36 @@ fn dot_dot_and_slashes_are_not_names() {
     }
     assert!(!f.outside.join("b").exists());
 }
+
+#[test]
+fn an_unlinked_open_file_stays_reachable_through_its_handle() {
+    let f = fixture();
+    let (attr, fh) = f
+        .core
+        .create(&ROOT_CALLER, WORK, OsStr::new("gone"), 0o644, libc::O_RDWR)
+        .unwrap();
+    f.core.write(fh, 0, b"still here").unwrap();
+    f.core
+        .unlink(&ROOT_CALLER, WORK, OsStr::new("gone"))
+        .unwrap();
+    // Push the node's fd out of the bounded cache with many other lookups.
+    for i in 0..2100 {
+        let name = format!("f{i}");
+        std::fs::write(f.rw.join(&name), "").unwrap();
+        let a = f.core.lookup(WORK, OsStr::new(&name)).unwrap();
+        f.core.forget(a.ino.0, 1);
+    }
+    let got = f.core.getattr(attr.ino.0, Some(fh)).unwrap();
+    assert_eq!(got.size, 10);
+    assert_eq!(got.nlink, 0);
+    let set = SetAttr {
+        size: Some(5),
+        mode: Some(0o600),
+        fh: Some(fh),
+        ..SetAttr::default()
+    };
+    let got = f.core.setattr(&ROOT_CALLER, attr.ino.0, &set).unwrap();
+    assert_eq!((got.size, got.perm), (5, 0o600));
+    assert_eq!(f.core.read(fh, 0, 100).unwrap(), b"still");
+    f.core.release(fh);
+}
