@@ -441,16 +441,11 @@ fn signal_group(pgid: Pid, sig: i32) {
 /// Block until `pid` has exited, leaving it a zombie (not reaped).
 fn wait_exit_unreaped(pid: Pid, tx: Sender<Event>) {
     std::thread::spawn(move || {
-        loop {
-            match rustix::process::waitid(
-                WaitId::Pid(pid),
-                WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
-            ) {
-                Err(rustix::io::Errno::INTR) => continue,
-                // Exited, or can't wait (ECHILD): either way, report.
-                _ => break,
-            }
-        }
+        // Exited, or can't wait (ECHILD): either way, report; EINTR: again.
+        while let Err(rustix::io::Errno::INTR) = rustix::process::waitid(
+            WaitId::Pid(pid),
+            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+        ) {}
         let _ = tx.send(Event::Exited);
     });
 }
