@@ -352,9 +352,14 @@ pub fn bwrap_args(iso: &Isolation, host: &HostFacts) -> Result<Vec<OsString>, Is
 
 /// `bwrap` on PATH, if installed.
 pub fn find_bwrap() -> Option<PathBuf> {
+    find_on_path("bwrap")
+}
+
+/// A program on PATH (or the default PATH).
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
     std::env::split_paths(&path)
-        .map(|d| d.join("bwrap"))
+        .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
 

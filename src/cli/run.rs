@@ -10,7 +10,7 @@
 //! 3. the temp dir and the mount are owned by [`TaskMount`], whose `Drop`
 //!    unmounts (lazily if something still holds it), waits for the daemon
 //!    and removes the dir — on every path out, panics included;
-//! 4. CMD runs in its own process group; a waiter thread reports its exit
+//! 4. CMD runs in its own session and process group; a waiter thread reports its exit
 //!    without reaping it, so the rest of its group can be killed while the
 //!    leader's pid (= the group id) cannot be reused.
 //!
@@ -291,14 +291,33 @@ impl Plan {
                 let args =
                     isolate::bwrap_args(&iso, host).map_err(|e| Failure::new(2, e.to_string()))?;
                 let mut c = Command::new(bwrap);
-                c.args(args).env_clear().current_dir("/");
+                c.args(args).env_clear().current_dir("/").process_group(0);
                 c
             }
             None => {
                 let Some((prog, args)) = self.command.split_first() else {
                     return Err(Failure::new(2, "no command to run: give it after `--`"));
                 };
-                let mut c = Command::new(prog);
+                // A session of its own, through util-linux `setsid` (std
+                // has no stable setsid): CMD is then a group leader we can
+                // signal as a whole, and the terminal is not its
+                // controlling one, so reading it doesn't stop CMD (SIGTTIN)
+                // as it would in a background process group. `setsid`
+                // execs CMD in place (it only forks when already a group
+                // leader, which is why no process_group(0) here), so the
+                // pid is CMD's.
+                let mut c = match isolate::find_on_path("setsid") {
+                    Some(setsid) => {
+                        let mut c = Command::new(setsid);
+                        c.arg("--").arg(prog);
+                        c
+                    }
+                    None => {
+                        let mut c = Command::new(prog);
+                        c.process_group(0);
+                        c
+                    }
+                };
                 c.args(args);
                 let cwd = zones
                     .iter()
@@ -318,7 +337,6 @@ impl Plan {
             // the uid, in the child before exec.
             cmd.gid(u.gid).uid(u.uid);
         }
-        cmd.process_group(0);
         Ok(cmd)
     }
 }
