@@ -182,6 +182,50 @@ fn parse_mount_options(args: &[OsString]) -> Result<MountArgs, String> {
     }
 }
 
+fn parse_timeout(secs: Option<f64>) -> Result<Option<Duration>, Failure> {
+    match secs {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(_) => Err(Failure::new(2, "--timeout must be a number of seconds > 0")),
+    }
+}
+
+/// `--user SPEC`, which only root may give.
+fn check_user(spec: &str) -> Result<User, Failure> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let u = parse_user(spec, &passwd)?;
+    if !rustix::process::geteuid().is_root() {
+        return Err(Failure::new(
+            2,
+            "--user needs root: only root can run CMD as another user",
+        ));
+    }
+    Ok(u)
+}
+
+/// The daemon's arguments: the mount options, plus what lets `--user`'s
+/// uid into the mount (DESIGN §6).
+fn daemon_args(mount_options: &[OsString], user: Option<User>) -> Result<Vec<OsString>, Failure> {
+    let mut args = mount_options.to_vec();
+    let Some(u) = user else {
+        return Ok(args);
+    };
+    if !args.iter().any(|x| x == "--allow-other") {
+        args.push("--allow-other".into());
+    }
+    args.push("--allow-uid".into());
+    args.push(u.uid.to_string().into());
+    parse_mount_options(&args).map_err(|e| {
+        Failure::new(
+            2,
+            format!(
+                "--user needs the mount options --allow-other and --allow-uid, which this zonemount refuses: {e}"
+            ),
+        )
+    })?;
+    Ok(args)
+}
+
 impl Plan {
     fn new(a: RunArgs) -> Result<Plan, Failure> {
         let m = parse_mount_options(&a.mount_options)
@@ -192,47 +236,14 @@ impl Plan {
                 "run: --foreground is not a run option (run always supervises the mount itself)",
             ));
         }
-        let timeout = match a.timeout {
-            None => None,
-            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-            Some(_) => return Err(Failure::new(2, "--timeout must be a number of seconds > 0")),
-        };
-        let user = match &a.user {
-            None => None,
-            Some(spec) => {
-                let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-                let u = parse_user(spec, &passwd)?;
-                if !rustix::process::geteuid().is_root() {
-                    return Err(Failure::new(
-                        2,
-                        "--user needs root: only root can run CMD as another user",
-                    ));
-                }
-                Some(u)
-            }
-        };
+        let timeout = parse_timeout(a.timeout)?;
+        let user = a.user.as_deref().map(check_user).transpose()?;
         let env = a
             .env
             .iter()
             .map(|e| EnvSpec::parse(e).map_err(|e| Failure::new(2, e.to_string())))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut daemon_args = a.mount_options.clone();
-        if let Some(u) = user {
-            // The user must be let into the mount (DESIGN §6).
-            if !daemon_args.iter().any(|x| x == "--allow-other") {
-                daemon_args.push("--allow-other".into());
-            }
-            daemon_args.push("--allow-uid".into());
-            daemon_args.push(u.uid.to_string().into());
-            parse_mount_options(&daemon_args).map_err(|e| {
-                Failure::new(
-                    2,
-                    format!(
-                        "--user needs the mount options --allow-other and --allow-uid, which this zonemount refuses: {e}"
-                    ),
-                )
-            })?;
-        }
+        let daemon_args = daemon_args(&a.mount_options, user)?;
         let table = zone_table(&m.config)?;
         let isolate = if a.isolate {
             let bwrap = isolate::find_bwrap().ok_or_else(|| {
@@ -278,59 +289,8 @@ impl Plan {
     fn command_at(&self, mp: &Path) -> Result<Command, Failure> {
         let zones = self.zone_binds();
         let mut cmd = match &self.isolate {
-            Some((bwrap, host)) => {
-                let home = isolate::home_in_sandbox(&zones);
-                let env = isolate::sandbox_env(|n| std::env::var_os(n), &self.env, &home);
-                let iso = Isolation {
-                    mountpoint: mp,
-                    zones: &zones,
-                    network: self.network,
-                    env: &env,
-                    command: &self.command,
-                };
-                let args =
-                    isolate::bwrap_args(&iso, host).map_err(|e| Failure::new(2, e.to_string()))?;
-                let mut c = Command::new(bwrap);
-                c.args(args).env_clear().current_dir("/").process_group(0);
-                c
-            }
-            None => {
-                let Some((prog, args)) = self.command.split_first() else {
-                    return Err(Failure::new(2, "no command to run: give it after `--`"));
-                };
-                // A session of its own, through util-linux `setsid` (std
-                // has no stable setsid): CMD is then a group leader we can
-                // signal as a whole, and the terminal is not its
-                // controlling one, so reading it doesn't stop CMD (SIGTTIN)
-                // as it would in a background process group. `setsid`
-                // execs CMD in place (it only forks when already a group
-                // leader, which is why no process_group(0) here), so the
-                // pid is CMD's.
-                let mut c = match isolate::find_on_path("setsid") {
-                    Some(setsid) => {
-                        let mut c = Command::new(setsid);
-                        c.arg("--").arg(prog);
-                        c
-                    }
-                    None => {
-                        let mut c = Command::new(prog);
-                        c.process_group(0);
-                        c
-                    }
-                };
-                c.args(args);
-                let cwd = zones
-                    .iter()
-                    .find(|z| z.writable)
-                    .map_or_else(|| mp.to_path_buf(), |z| mp.join(&z.name));
-                c.current_dir(cwd);
-                for e in &self.env {
-                    if let Some(v) = &e.value {
-                        c.env(&e.name, v);
-                    }
-                }
-                c
-            }
+            Some((bwrap, host)) => self.isolated(mp, &zones, bwrap, host)?,
+            None => self.plain(mp, &zones)?,
         };
         if let Some(u) = self.user {
             // std sets the gid, clears the supplementary groups, then sets
@@ -338,6 +298,68 @@ impl Plan {
             cmd.gid(u.gid).uid(u.uid);
         }
         Ok(cmd)
+    }
+
+    /// bwrap, in a process group of its own (it makes CMD's session).
+    fn isolated(
+        &self,
+        mp: &Path,
+        zones: &[ZoneBind],
+        bwrap: &Path,
+        host: &HostFacts,
+    ) -> Result<Command, Failure> {
+        let home = isolate::home_in_sandbox(zones);
+        let env = isolate::sandbox_env(|n| std::env::var_os(n), &self.env, &home);
+        let iso = Isolation {
+            mountpoint: mp,
+            zones,
+            network: self.network,
+            env: &env,
+            command: &self.command,
+        };
+        let args = isolate::bwrap_args(&iso, host).map_err(|e| Failure::new(2, e.to_string()))?;
+        let mut c = Command::new(bwrap);
+        c.args(args).env_clear().current_dir("/").process_group(0);
+        Ok(c)
+    }
+
+    /// CMD itself, in the first rw zone (or the mount's root), with the
+    /// caller's environment plus `--env NAME=VALUE`.
+    fn plain(&self, mp: &Path, zones: &[ZoneBind]) -> Result<Command, Failure> {
+        let Some((prog, args)) = self.command.split_first() else {
+            return Err(Failure::new(2, "no command to run: give it after `--`"));
+        };
+        // A session of its own, through util-linux `setsid` (std has no
+        // stable setsid): CMD is then a group leader we can signal as a
+        // whole, and the terminal is not its controlling one, so reading it
+        // doesn't stop CMD (SIGTTIN) as it would in a background process
+        // group. `setsid` execs CMD in place (it only forks when already a
+        // group leader, which is why no process_group(0) here), so the pid
+        // is CMD's.
+        let mut c = match isolate::find_on_path("setsid") {
+            Some(setsid) => {
+                let mut c = Command::new(setsid);
+                c.arg("--").arg(prog);
+                c
+            }
+            None => {
+                let mut c = Command::new(prog);
+                c.process_group(0);
+                c
+            }
+        };
+        c.args(args);
+        let cwd = zones
+            .iter()
+            .find(|z| z.writable)
+            .map_or_else(|| mp.to_path_buf(), |z| mp.join(&z.name));
+        c.current_dir(cwd);
+        for e in &self.env {
+            if let Some(v) = &e.value {
+                c.env(&e.name, v);
+            }
+        }
+        Ok(c)
     }
 }
 
@@ -449,10 +471,17 @@ impl Drop for TaskMount {
 /// every `ask` is answered at once, so there is nothing to deny.
 fn deny_pending(_mountpoint: &Path) {}
 
+/// Signal CMD's process group (its pid is the group's id).
 fn signal_group(pgid: Pid, sig: i32) {
-    if let Some(s) = Signal::from_named_raw(sig) {
-        // ESRCH: the group is gone already; nothing to do.
-        let _ = rustix::process::kill_process_group(pgid, s);
+    let Some(s) = Signal::from_named_raw(sig) else {
+        return;
+    };
+    // No such group yet: `setsid` has not made it (the signal came right
+    // after the spawn), so the process itself gets it. Once the group
+    // existed, its leader stays in it as a zombie until reaped, so ESRCH
+    // never means "gone" while we hold the unreaped leader.
+    if let Err(rustix::io::Errno::SRCH) = rustix::process::kill_process_group(pgid, s) {
+        let _ = rustix::process::kill_process(pgid, s);
     }
 }
 
