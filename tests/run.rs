@@ -176,7 +176,10 @@ fn cmd_runs_in_the_first_rw_zone_and_writes_reach_the_backing_dir() {
         "cwd {pwd}"
     );
     assert!(out.stdout.contains("d\n"));
-    assert_eq!(fs::read_to_string(t.backing("ws", "out.txt")).unwrap(), "hi\n");
+    assert_eq!(
+        fs::read_to_string(t.backing("ws", "out.txt")).unwrap(),
+        "hi\n"
+    );
     t.assert_clean("after a write");
 }
 
@@ -211,7 +214,10 @@ fn processes_cmd_leaves_behind_are_killed() {
     let out = t.sh(&[], "sleep 60 & echo $! > bg.pid");
     assert!(out.success(), "{}", out.describe());
     let bg = read_pid(&t.backing("ws", "bg.pid"));
-    assert!(wait_until(Duration::from_secs(5), || !alive(bg)), "sleep {bg} survived");
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(bg)),
+        "sleep {bg} survived"
+    );
     t.assert_clean("background child");
 }
 
@@ -222,16 +228,16 @@ fn timeout_kills_the_whole_process_group() {
     }
     let t = Task::new();
     let start = Instant::now();
-    let out = t.sh(
-        &["--timeout", "1"],
-        "sleep 60 & echo $! > bg.pid; sleep 60",
-    );
+    let out = t.sh(&["--timeout", "1"], "sleep 60 & echo $! > bg.pid; sleep 60");
     let took = start.elapsed();
     assert_eq!(out.code(), Some(128 + 15), "{}", out.describe());
     assert!(out.stderr.contains("timed out"), "{}", out.describe());
     assert!(took < Duration::from_secs(20), "took {took:?}");
     let bg = read_pid(&t.backing("ws", "bg.pid"));
-    assert!(wait_until(Duration::from_secs(5), || !alive(bg)), "sleep {bg} survived");
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(bg)),
+        "sleep {bg} survived"
+    );
     t.assert_clean("timeout");
 }
 
@@ -294,6 +300,14 @@ fn failures_before_cmd_leave_nothing() {
     t.assert_clean("bad --user");
     let out = t.run(&["--timeout", "0"], &["true"]);
     assert_eq!(out.code(), Some(2), "{}", out.describe());
+    let out = run(
+        t.command(&["--isolate"], &["true"])
+            .env("PATH", "/nonexistent"),
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("bubblewrap"), "{}", out.describe());
+    t.assert_clean("no bwrap");
     fs::write(&t.config, "sandbox:\n  bogus: 1\n").unwrap();
     let out = t.run(&[], &["true"]);
     assert_eq!(out.code(), Some(2), "{}", out.describe());
@@ -415,7 +429,10 @@ fn isolate_environment_is_only_what_was_allowed() {
         return;
     }
     let t = Task::new();
-    let mut cmd = t.command(&["--isolate", "--env", "FOO=bar", "--env", "COPYME"], &["env"]);
+    let mut cmd = t.command(
+        &["--isolate", "--env", "FOO=bar", "--env", "COPYME"],
+        &["env"],
+    );
     cmd.env("SECRET_TOKEN", "shh")
         .env("AWS_SECRET_ACCESS_KEY", "shh")
         .env("COPYME", "copied")
@@ -487,7 +504,10 @@ fn user_runs_cmd_as_that_uid_and_files_belong_to_it() {
     }
     let t = Task::new();
     fs::set_permissions(t.backing("ws", ""), fs::Permissions::from_mode(0o777)).unwrap();
-    for opts in [&["--user", "65534:65534"][..], &["--user", "65534:65534", "--isolate"]] {
+    for opts in [
+        &["--user", "65534:65534"][..],
+        &["--user", "65534:65534", "--isolate"],
+    ] {
         if opts.contains(&"--isolate") && !tool_ok("bwrap") {
             continue;
         }
@@ -571,9 +591,16 @@ fn list_shows_live_mounts_and_a_stale_one_after_its_daemon_is_killed() {
 
     let out = run(Command::new(BIN).args(["unmount", "--stale"]), CMD_TIMEOUT);
     assert!(out.success(), "{}", out.describe());
-    assert!(out.stderr.contains(&*victim.to_string_lossy()), "{}", out.describe());
+    assert!(
+        out.stderr.contains(&*victim.to_string_lossy()),
+        "{}",
+        out.describe()
+    );
     let rows = list_json();
-    assert!(row_for(&rows, victim).is_none(), "still listed after --stale");
+    assert!(
+        row_for(&rows, victim).is_none(),
+        "still listed after --stale"
+    );
     assert!(!is_mounted(victim));
     for m in &mounts[1..] {
         assert!(m.is_mounted(), "--stale touched a live mount");
@@ -582,7 +609,9 @@ fn list_shows_live_mounts_and_a_stale_one_after_its_daemon_is_killed() {
 }
 
 fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts")
+        .join(name)
 }
 
 #[test]
@@ -620,14 +649,23 @@ fn teardown_script_unmounts_three_live_mounts_and_is_safe_twice() {
     for m in &mounts {
         assert!(!m.is_mounted(), "{:?} still mounted", m.mnt);
         assert!(
-            out.stdout.contains(&format!("unmounted {}", m.mnt.display())),
+            out.stdout
+                .contains(&format!("unmounted {}", m.mnt.display())),
             "{}",
             out.describe()
         );
-        assert!(daemon_pids_for(&m.mnt).is_empty(), "daemon of {:?} lives", m.mnt);
+        assert!(
+            daemon_pids_for(&m.mnt).is_empty(),
+            "daemon of {:?} lives",
+            m.mnt
+        );
     }
     assert!(out.stdout.contains("daemon"), "{}", out.describe());
-    assert!(out.stdout.contains("3 unmounted, 0 failed"), "{}", out.describe());
+    assert!(
+        out.stdout.contains("3 unmounted, 0 failed"),
+        "{}",
+        out.describe()
+    );
     if tmpfs {
         assert!(is_mounted(&other), "teardown touched a tmpfs");
         let _ = Command::new("umount").arg(&other).status();
@@ -635,7 +673,11 @@ fn teardown_script_unmounts_three_live_mounts_and_is_safe_twice() {
 
     let again = teardown();
     assert!(again.success(), "{}", again.describe());
-    assert!(again.stdout.contains("no zonemount mounts"), "{}", again.describe());
+    assert!(
+        again.stdout.contains("no zonemount mounts"),
+        "{}",
+        again.describe()
+    );
 }
 
 #[test]
@@ -653,6 +695,13 @@ fn per_task_example_script_runs_clean() {
     );
     assert!(out.success(), "{}", out.describe());
     assert!(out.stdout.contains("result: 3 words"), "{}", out.describe());
-    assert!(out.stdout.contains("result (run): 1 line"), "{}", out.describe());
-    assert!(names(tmp.path()).unwrap().is_empty(), "left behind in TMPDIR");
+    assert!(
+        out.stdout.contains("result (run): 1 line"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        names(tmp.path()).unwrap().is_empty(),
+        "left behind in TMPDIR"
+    );
 }
