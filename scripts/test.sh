@@ -10,6 +10,7 @@ missing=()
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 command -v setfattr >/dev/null || missing+=(attr)
 command -v git >/dev/null || missing+=(git)
+command -v bwrap >/dev/null || missing+=(bubblewrap)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   if [ "$(id -u)" -eq 0 ]; then

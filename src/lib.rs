@@ -8,7 +8,8 @@
 //! - [`fs`]: the `fuser::Filesystem` adapter over a testable core.
 //! - [`approval`]: the broker an `ask` decision is handed to.
 //! - [`error`]: the one place errors become errnos.
-//! - [`cli`]: commands, daemonizing, readiness, exit codes.
+//! - [`cli`]: commands, daemonizing, readiness, exit codes, `run`, `list`.
+//! - [`isolate`]: the bubblewrap command line for `run --isolate`.
 
 pub mod approval;
 #[allow(unsafe_code)]
@@ -17,5 +18,6 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod fs;
+pub mod isolate;
 pub mod mount;
 pub mod policy;

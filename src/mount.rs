@@ -310,6 +310,9 @@ pub struct Record {
     pub config: Option<PathBuf>,
     pub workers: Vec<PathBuf>,
     pub started: u64,
+    /// The zone names, for `zonemount list` (absent in older records).
+    #[serde(default)]
+    pub zones: Vec<String>,
 }
 
 /// The runtime directory for records (and later control sockets).

@@ -6,7 +6,9 @@
 //! --notify-ready`: the daemon reports readiness (or its error) as one line
 //! on its stdout, which the parent reads before it returns.
 
+mod list;
 mod mount_cmd;
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,7 +38,19 @@ enum Cmd {
         /// Detach now even if busy; the mount goes when its last user does.
         #[arg(long)]
         lazy: bool,
-        mountpoint: PathBuf,
+        /// Instead of one MOUNTPOINT: clean up every stale mount `list` shows.
+        #[arg(long, conflicts_with_all = ["mountpoint", "lazy"])]
+        stale: bool,
+        #[arg(required_unless_present = "stale")]
+        mountpoint: Option<PathBuf>,
+    },
+    /// Mount on a fresh temporary directory, run CMD there, always tear down.
+    Run(run::RunArgs),
+    /// Show every zonemount mount on this host, stale ones marked.
+    List {
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the effective zone table without mounting.
     Derive(ConfigArgs),
@@ -113,12 +127,22 @@ impl From<mount::MountError> for Failure {
 
 /// Entry point of the binary.
 pub fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(run::presplit(std::env::args_os().collect()));
     init_logging();
     let result = match cli.cmd {
         Cmd::Mount(a) if a.foreground => mount_cmd::foreground(&a),
         Cmd::Mount(a) => mount_cmd::detach(&a),
-        Cmd::Unmount { lazy, mountpoint } => mount_cmd::unmount(&mountpoint, lazy),
+        Cmd::Unmount {
+            mountpoint: Some(mountpoint),
+            lazy,
+            ..
+        } => mount_cmd::unmount(&mountpoint, lazy),
+        Cmd::Unmount { .. } => list::unmount_stale(),
+        Cmd::Run(a) => match run::run(a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::List { json } => list::list(json),
         Cmd::Derive(c) => derive(&c),
     };
     match result {

@@ -142,6 +142,7 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         config: spec.config.as_deref().map(abs),
         workers: spec.workers.iter().map(|w| abs(w)).collect(),
         started: mount::now_secs(),
+        zones: table.zones.iter().map(|z| z.name.clone()).collect(),
     };
     if let Err(e) = mount::write_record(&record) {
         tracing::warn!("cannot write the mount record: {e}");

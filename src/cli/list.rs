@@ -1,0 +1,391 @@
+//! `list [--json]` and `unmount --stale`: every zonemount mount of this
+//! host, from the kernel's mount table and the registry of records.
+//!
+//! [`gather`] is pure: it joins the `fuse.zonemount` entries of mountinfo
+//! with the records and decides staleness from facts passed in (is this
+//! daemon alive? does a stat of this path say ENOTCONN?), so each rule is
+//! unit-tested. A mount is stale when its record's daemon is gone (whether
+//! the kernel still lists the mount or, with auto_unmount, not), or when a
+//! mount without a live daemon answers "transport endpoint is not
+//! connected". A path is only stat'ed when no live daemon is known for it:
+//! a stat of a live mount could wait on its daemon.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::Failure;
+use crate::mount::{self, FSTYPE, MountEntry, Record, Unmounted};
+
+/// One row of `zonemount list`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct MountStatus {
+    pub(crate) mountpoint: PathBuf,
+    /// The daemon, when its record is readable here.
+    pub(crate) pid: Option<u32>,
+    pub(crate) config: Option<PathBuf>,
+    pub(crate) workers: Vec<PathBuf>,
+    pub(crate) zones: Vec<String>,
+    /// Start time, seconds since the epoch.
+    pub(crate) started: Option<u64>,
+    /// Pending approval requests; `None` = unknown (see [`pending_requests`]).
+    pub(crate) pending: Option<u64>,
+    /// Listed in the kernel's mount table.
+    pub(crate) mounted: bool,
+    pub(crate) stale: bool,
+    /// Why it is stale (or odd), in a few words.
+    pub(crate) note: Option<String>,
+}
+
+/// Facts about the host that [`gather`] needs, as functions.
+pub(crate) struct Probe<'a> {
+    pub(crate) daemon_alive: &'a dyn Fn(u32) -> bool,
+    pub(crate) not_connected: &'a dyn Fn(&Path) -> bool,
+}
+
+/// Join mounts and records into rows, sorted by mountpoint.
+pub(crate) fn gather(mounts: &[MountEntry], records: &[Record], probe: &Probe) -> Vec<MountStatus> {
+    let mut rows: BTreeMap<PathBuf, MountStatus> = BTreeMap::new();
+    for m in mounts.iter().filter(|m| m.fstype == FSTYPE) {
+        rows.insert(
+            m.mountpoint.clone(),
+            MountStatus {
+                mountpoint: m.mountpoint.clone(),
+                pid: None,
+                config: None,
+                workers: Vec::new(),
+                zones: Vec::new(),
+                started: None,
+                pending: None,
+                mounted: true,
+                stale: false,
+                note: None,
+            },
+        );
+    }
+    for r in records {
+        let row = rows
+            .entry(r.mountpoint.clone())
+            .or_insert_with(|| MountStatus {
+                mountpoint: r.mountpoint.clone(),
+                pid: None,
+                config: None,
+                workers: Vec::new(),
+                zones: Vec::new(),
+                started: None,
+                pending: None,
+                mounted: false,
+                stale: false,
+                note: None,
+            });
+        row.pid = Some(r.pid);
+        row.config = r.config.clone();
+        row.workers = r.workers.clone();
+        row.zones = r.zones.clone();
+        row.started = Some(r.started);
+    }
+    for row in rows.values_mut() {
+        let alive = row.pid.map(|p| (probe.daemon_alive)(p));
+        match alive {
+            Some(true) => {
+                row.pending = pending_requests(&row.mountpoint);
+                if !row.mounted {
+                    row.note = Some("daemon running, but not mounted".into());
+                }
+            }
+            Some(false) => {
+                row.stale = true;
+                let pid = row.pid.unwrap_or_default();
+                row.note = Some(if row.mounted {
+                    format!("daemon {pid} is gone")
+                } else {
+                    format!("daemon {pid} is gone; only its record is left")
+                });
+            }
+            None => {
+                if row.mounted && (probe.not_connected)(&row.mountpoint) {
+                    row.stale = true;
+                    row.note = Some("transport endpoint is not connected".into());
+                }
+            }
+        }
+    }
+    rows.into_values().collect()
+}
+
+/// Pending approval requests of a live mount. The hook for the control
+/// socket (DESIGN §4): until it exists, the count is unknown.
+fn pending_requests(_mountpoint: &Path) -> Option<u64> {
+    None
+}
+
+/// Every record in the registry (this user's runtime directory).
+fn records() -> Vec<Record> {
+    let dir = mount::runtime_dir().join("mounts");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|data| serde_json::from_slice(&data).ok())
+        .collect()
+}
+
+/// Whether `pid` is a live (not zombie) zonemount process: a pid reused by
+/// something else does not count.
+fn daemon_alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the last ')' (the command name may hold one).
+    let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+    if state.is_none_or(|s| s.starts_with('Z') || s.starts_with('X')) {
+        return false;
+    }
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .ok()
+        .and_then(|c| {
+            let argv0 = c.split(|b| *b == 0).next()?.to_vec();
+            let name = Path::new(std::str::from_utf8(&argv0).ok()?).file_name()?;
+            Some(name.to_string_lossy().contains("zonemount"))
+        })
+        .unwrap_or(false)
+}
+
+fn not_connected(path: &Path) -> bool {
+    std::fs::metadata(path).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+fn current() -> Vec<MountStatus> {
+    let probe = Probe {
+        daemon_alive: &daemon_alive,
+        not_connected: &not_connected,
+    };
+    gather(&mount::mounts(), &records(), &probe)
+}
+
+fn show_list(v: &[PathBuf]) -> String {
+    v.iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The table `list` prints.
+pub(crate) fn render(rows: &[MountStatus]) -> String {
+    if rows.is_empty() {
+        return "no zonemount mounts\n".into();
+    }
+    let mut table = vec![[
+        "MOUNTPOINT".to_string(),
+        "PID".into(),
+        "ZONES".into(),
+        "PENDING".into(),
+        "STATE".into(),
+        "CONFIG".into(),
+        "WORKERS".into(),
+    ]];
+    for r in rows {
+        let state = match (&r.note, r.stale) {
+            (Some(n), true) => format!("stale: {n}"),
+            (Some(n), false) => n.clone(),
+            (None, _) => "live".into(),
+        };
+        table.push([
+            r.mountpoint.display().to_string(),
+            r.pid.map_or_else(|| "?".into(), |p| p.to_string()),
+            if r.zones.is_empty() && r.pid.is_none() {
+                "?".into()
+            } else {
+                r.zones.join(",")
+            },
+            r.pending.map_or_else(|| "?".into(), |p| p.to_string()),
+            state,
+            r.config
+                .as_ref()
+                .map_or_else(|| "-".into(), |c| c.display().to_string()),
+            if r.workers.is_empty() {
+                "-".into()
+            } else {
+                show_list(&r.workers)
+            },
+        ]);
+    }
+    let mut widths = [0usize; 7];
+    for row in &table {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in &table {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+pub(crate) fn list(json: bool) -> Result<(), Failure> {
+    let rows = current();
+    if json {
+        let text = serde_json::to_string_pretty(&rows)
+            .map_err(|e| Failure::new(1, format!("cannot render JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        print!("{}", render(&rows));
+    }
+    Ok(())
+}
+
+/// `unmount --stale`: each stale mount by its exact path, then its record.
+pub(crate) fn unmount_stale() -> Result<(), Failure> {
+    let stale: Vec<MountStatus> = current().into_iter().filter(|r| r.stale).collect();
+    if stale.is_empty() {
+        eprintln!("zonemount: note: no stale mounts; nothing to do");
+        return Ok(());
+    }
+    let mut failed = 0;
+    for r in &stale {
+        let why = r.note.clone().unwrap_or_default();
+        if !r.mounted {
+            mount::remove_record(&r.mountpoint);
+            eprintln!(
+                "zonemount: removed the record of {} ({why})",
+                r.mountpoint.display()
+            );
+            continue;
+        }
+        let done = match mount::unmount(&r.mountpoint, false) {
+            Err(mount::UnmountError::Busy(_)) => mount::unmount(&r.mountpoint, true),
+            other => other,
+        };
+        match done {
+            Ok(Unmounted::Done | Unmounted::NotMounted | Unmounted::DaemonLingers(_)) => {
+                mount::remove_record(&r.mountpoint);
+                eprintln!(
+                    "zonemount: unmounted stale {} ({why})",
+                    r.mountpoint.display()
+                );
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("zonemount: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(Failure::new(
+            1,
+            format!("{failed} stale mount(s) could not be unmounted"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn entry(mp: &str, fstype: &str) -> MountEntry {
+        MountEntry {
+            mountpoint: mp.into(),
+            fstype: fstype.into(),
+        }
+    }
+
+    fn record(mp: &str, pid: u32) -> Record {
+        Record {
+            mountpoint: mp.into(),
+            pid,
+            config: Some("/p/project.yaml".into()),
+            workers: vec!["/p/w.worker".into()],
+            started: 17,
+            zones: vec!["data".into(), "ws".into()],
+        }
+    }
+
+    fn rows(mounts: &[MountEntry], records: &[Record]) -> Vec<MountStatus> {
+        let alive = |pid: u32| pid < 100;
+        let dead_mount = |p: &Path| p == Path::new("/m/dead");
+        gather(
+            mounts,
+            records,
+            &Probe {
+                daemon_alive: &alive,
+                not_connected: &dead_mount,
+            },
+        )
+    }
+
+    #[test]
+    fn a_live_mount_with_its_record() {
+        let r = rows(&[entry("/m/a", FSTYPE)], &[record("/m/a", 7)]);
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].pid, Some(7));
+        assert_eq!(r[0].zones, ["data", "ws"]);
+        assert!(r[0].mounted && !r[0].stale && r[0].note.is_none());
+        assert_eq!(r[0].pending, None);
+    }
+
+    #[test]
+    fn other_filesystems_are_ignored() {
+        let r = rows(&[entry("/", "ext4"), entry("/m/x", "fuse.sshfs")], &[]);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn a_dead_daemon_makes_a_mount_stale_listed_or_not() {
+        let r = rows(
+            &[entry("/m/a", FSTYPE)],
+            &[record("/m/a", 500), record("/m/gone", 501)],
+        );
+        assert_eq!(r.len(), 2);
+        assert!(r.iter().all(|x| x.stale));
+        assert!(r[0].mounted && !r[1].mounted);
+        assert!(r[1].note.as_deref().unwrap().contains("501"));
+    }
+
+    #[test]
+    fn without_a_record_enotconn_decides() {
+        let r = rows(&[entry("/m/dead", FSTYPE), entry("/m/other", FSTYPE)], &[]);
+        assert!(r[0].stale && r[0].pid.is_none());
+        assert!(!r[1].stale);
+    }
+
+    #[test]
+    fn a_live_daemon_is_never_stat_ed() {
+        let never = |_: &Path| -> bool { panic!("stat of a live mount") };
+        let alive = |_: u32| true;
+        let r = gather(
+            &[entry("/m/a", FSTYPE)],
+            &[record("/m/a", 7)],
+            &Probe {
+                daemon_alive: &alive,
+                not_connected: &never,
+            },
+        );
+        assert!(!r[0].stale);
+    }
+
+    #[test]
+    fn the_table_marks_stale_rows() {
+        let r = rows(&[entry("/m/a", FSTYPE)], &[record("/m/a", 500)]);
+        let t = render(&r);
+        assert!(t.starts_with("MOUNTPOINT"), "{t}");
+        assert!(t.contains("stale: daemon 500 is gone"), "{t}");
+        assert!(t.contains("data,ws"), "{t}");
+        assert_eq!(render(&[]), "no zonemount mounts\n");
+    }
+
+    #[test]
+    fn a_missing_pid_is_not_alive() {
+        assert!(!daemon_alive(u32::MAX));
+    }
+}

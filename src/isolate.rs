@@ -1,0 +1,629 @@
+//! The bubblewrap command line for `zonemount run --isolate`: the zones
+//! become the worker's whole world.
+//!
+//! [`bwrap_args`] is a pure function from the zones, the options and a few
+//! facts about the host ([`HostFacts`], read once by [`HostFacts::read`]) to
+//! bwrap's argv, so every rule below is unit-tested without a sandbox:
+//! - each zone of the mount appears at `/<zone>` (a ro zone also bound
+//!   read-only, so the kernel refuses writes before FUSE is asked; the mount
+//!   itself refuses them too);
+//! - `/usr`, `/bin`, `/sbin`, `/lib*` read-only (as symlinks where the host
+//!   has merged `/usr`), and a minimal `/etc` of files programs need to run
+//!   (users, name resolution, the dynamic linker, certificates);
+//! - private `/tmp`, `/proc`, `/dev`; new user, pid, ipc, uts, cgroup and
+//!   network namespaces (`--network` keeps the host's network); no
+//!   capabilities; a new session (no TIOCSTI into the caller's terminal);
+//!   the sandbox dies with `zonemount run`;
+//! - a root that is read-only, so nothing else can be created there;
+//! - a backing dir that happens to lie inside an exposed system directory
+//!   is covered by an empty tmpfs, so the worker only reaches it through the
+//!   policed mount;
+//! - the environment cleared, then set from [`sandbox_env`]: `PATH`, `LANG`,
+//!   `TERM` copied from the host, `HOME` at the first rw zone, plus what
+//!   `--env` asked for.
+//!
+//! Homes, `/root`, `/run`, `/var`, `/mnt` and every other host path are
+//! simply never bound, which is how they stay invisible.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Top-level system directories offered to the worker, when the host has
+/// them.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+
+/// The parts of `/etc` a worker gets (read-only), when the host has them.
+/// No shadow files, no credentials, nothing per-service.
+pub const ETC_ENTRIES: &[&str] = &[
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/hosts",
+    "/etc/host.conf",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/gai.conf",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/ca-certificates.conf",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/mime.types",
+    "/etc/protocols",
+    "/etc/services",
+];
+
+/// Names the sandbox's root uses itself; a zone can't take one.
+const RESERVED: &[&str] = &["etc", "proc", "dev", "tmp"];
+
+/// Variables copied from the host when set.
+pub const ENV_ALLOWED: &[&str] = &["PATH", "LANG", "TERM"];
+
+/// `PATH` when the host has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// One zone as the worker will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneBind {
+    pub name: String,
+    pub writable: bool,
+    /// The zone's backing dir on the host (hidden if a system dir holds it).
+    pub backing: PathBuf,
+}
+
+/// A top-level system entry of the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SystemEntry {
+    /// A real directory: bound read-only at the same path.
+    Dir(PathBuf),
+    /// A symlink (merged `/usr`: `/bin -> usr/bin`): recreated as is.
+    Symlink { path: PathBuf, target: PathBuf },
+}
+
+impl SystemEntry {
+    fn path(&self) -> &Path {
+        match self {
+            SystemEntry::Dir(p) | SystemEntry::Symlink { path: p, .. } => p,
+        }
+    }
+}
+
+/// What the host has, read once; the argv builder takes it as data.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HostFacts {
+    /// Present entries of [`SYSTEM_DIRS`].
+    pub system: Vec<SystemEntry>,
+    /// Present entries of [`ETC_ENTRIES`].
+    pub etc: Vec<PathBuf>,
+}
+
+impl HostFacts {
+    /// Look at the host's `/` and `/etc`.
+    pub fn read() -> Self {
+        let system = SYSTEM_DIRS
+            .iter()
+            .filter_map(|d| {
+                let path = PathBuf::from(d);
+                let meta = std::fs::symlink_metadata(&path).ok()?;
+                if meta.file_type().is_symlink() {
+                    let target = std::fs::read_link(&path).ok()?;
+                    // A dangling link (no /lib32 behind it) is left out.
+                    path.is_dir()
+                        .then_some(SystemEntry::Symlink { path, target })
+                } else {
+                    meta.is_dir().then_some(SystemEntry::Dir(path))
+                }
+            })
+            .collect();
+        let etc = ETC_ENTRIES
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .collect();
+        HostFacts { system, etc }
+    }
+}
+
+/// What the sandbox should hold.
+#[derive(Debug, Clone)]
+pub struct Isolation<'a> {
+    /// The live zonemount mount whose zone dirs are bound.
+    pub mountpoint: &'a Path,
+    pub zones: &'a [ZoneBind],
+    /// Keep the host's network namespace.
+    pub network: bool,
+    /// The complete environment (see [`sandbox_env`]).
+    pub env: &'a [(OsString, OsString)],
+    pub command: &'a [OsString],
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum IsolateError {
+    #[error("zone '{0}' would hide the system directory /{0} under --isolate: rename the zone")]
+    ReservedName(String),
+    #[error("--env {0:?}: a variable name is letters, digits and '_', not starting with a digit")]
+    BadEnvName(String),
+    #[error("no command to run: give it after `--`")]
+    NoCommand,
+}
+
+/// The first rw zone's path in the sandbox (the worker's cwd and `HOME`),
+/// or `/` when every zone is ro.
+pub fn home_in_sandbox(zones: &[ZoneBind]) -> PathBuf {
+    zones
+        .iter()
+        .find(|z| z.writable)
+        .map_or_else(|| PathBuf::from("/"), |z| Path::new("/").join(&z.name))
+}
+
+/// One `--env` argument: `NAME=VALUE`, or `NAME` to copy the host's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvSpec {
+    pub name: String,
+    pub value: Option<OsString>,
+}
+
+impl EnvSpec {
+    pub fn parse(arg: &OsStr) -> Result<Self, IsolateError> {
+        let bytes = arg.as_bytes();
+        let (name, value) = match bytes.iter().position(|b| *b == b'=') {
+            Some(i) => (
+                &bytes[..i],
+                Some(OsStr::from_bytes(&bytes[i + 1..]).to_os_string()),
+            ),
+            None => (bytes, None),
+        };
+        let valid = !name.is_empty()
+            && !name[0].is_ascii_digit()
+            && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_');
+        if !valid {
+            return Err(IsolateError::BadEnvName(
+                String::from_utf8_lossy(name).into_owned(),
+            ));
+        }
+        Ok(EnvSpec {
+            name: String::from_utf8_lossy(name).into_owned(),
+            value,
+        })
+    }
+}
+
+/// The sandbox's environment: the allow list copied from the host, `HOME`,
+/// then each `--env` (a later one wins). `host` looks a variable up.
+pub fn sandbox_env(
+    host: impl Fn(&str) -> Option<OsString>,
+    extra: &[EnvSpec],
+    home: &Path,
+) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
+    let mut set = |name: &str, value: OsString| {
+        env.retain(|(n, _)| n != name);
+        env.push((name.into(), value));
+    };
+    set(
+        "PATH",
+        host("PATH").unwrap_or_else(|| OsString::from(DEFAULT_PATH)),
+    );
+    for name in ENV_ALLOWED.iter().filter(|n| **n != "PATH") {
+        if let Some(v) = host(name) {
+            set(name, v);
+        }
+    }
+    set("HOME", home.as_os_str().to_os_string());
+    for e in extra {
+        match (&e.value, host(&e.name)) {
+            (Some(v), _) => set(&e.name, v.clone()),
+            (None, Some(v)) => set(&e.name, v),
+            // `--env NAME` with NAME unset on the host: nothing to copy.
+            (None, None) => {}
+        }
+    }
+    env
+}
+
+fn push(argv: &mut Vec<OsString>, items: &[&OsStr]) {
+    argv.extend(items.iter().map(|s| s.to_os_string()));
+}
+
+/// bwrap's arguments (without the `bwrap` itself), ending with `--` and the
+/// command.
+pub fn bwrap_args(iso: &Isolation, host: &HostFacts) -> Result<Vec<OsString>, IsolateError> {
+    if iso.command.is_empty() {
+        return Err(IsolateError::NoCommand);
+    }
+    let taken: Vec<String> = host
+        .system
+        .iter()
+        .filter_map(|e| e.path().file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .chain(RESERVED.iter().map(|s| s.to_string()))
+        .collect();
+    if let Some(z) = iso.zones.iter().find(|z| taken.contains(&z.name)) {
+        return Err(IsolateError::ReservedName(z.name.clone()));
+    }
+
+    let mut a: Vec<OsString> = Vec::new();
+    let s = |x: &str| OsString::from(x);
+    // Namespaces and process hygiene.
+    push(
+        &mut a,
+        &[
+            OsStr::new("--unshare-all"),
+            OsStr::new("--die-with-parent"),
+            OsStr::new("--new-session"),
+            OsStr::new("--cap-drop"),
+            OsStr::new("ALL"),
+            OsStr::new("--hostname"),
+            OsStr::new("zonemount"),
+        ],
+    );
+    if iso.network {
+        a.push(s("--share-net"));
+    }
+    // System directories, read-only.
+    for e in &host.system {
+        match e {
+            SystemEntry::Dir(p) => push(
+                &mut a,
+                &[OsStr::new("--ro-bind"), p.as_os_str(), p.as_os_str()],
+            ),
+            SystemEntry::Symlink { path, target } => push(
+                &mut a,
+                &[
+                    OsStr::new("--symlink"),
+                    target.as_os_str(),
+                    path.as_os_str(),
+                ],
+            ),
+        }
+    }
+    // A minimal /etc. bwrap would create it 0700; everyone must read it.
+    push(
+        &mut a,
+        &[
+            OsStr::new("--perms"),
+            OsStr::new("0755"),
+            OsStr::new("--dir"),
+            OsStr::new("/etc"),
+        ],
+    );
+    for p in &host.etc {
+        push(
+            &mut a,
+            &[OsStr::new("--ro-bind-try"), p.as_os_str(), p.as_os_str()],
+        );
+    }
+    // Private /proc, /dev, /tmp.
+    push(
+        &mut a,
+        &[
+            OsStr::new("--proc"),
+            OsStr::new("/proc"),
+            OsStr::new("--dev"),
+            OsStr::new("/dev"),
+            OsStr::new("--perms"),
+            OsStr::new("1777"),
+            OsStr::new("--tmpfs"),
+            OsStr::new("/tmp"),
+        ],
+    );
+    // A backing dir inside an exposed system dir: cover it, so the only way
+    // to it is the policed mount.
+    for z in iso.zones {
+        let exposed = host
+            .system
+            .iter()
+            .filter_map(|e| match e {
+                SystemEntry::Dir(p) => Some(p.as_path()),
+                SystemEntry::Symlink { .. } => None,
+            })
+            .chain(host.etc.iter().map(PathBuf::as_path))
+            .any(|sys| z.backing.starts_with(sys));
+        if exposed {
+            push(&mut a, &[OsStr::new("--tmpfs"), z.backing.as_os_str()]);
+        }
+    }
+    // The zones.
+    for z in iso.zones {
+        let src = iso.mountpoint.join(&z.name);
+        let dst = Path::new("/").join(&z.name);
+        let how = if z.writable { "--bind" } else { "--ro-bind" };
+        push(&mut a, &[OsStr::new(how), src.as_os_str(), dst.as_os_str()]);
+    }
+    a.push(s("--remount-ro"));
+    a.push(s("/"));
+    // Environment and working directory.
+    a.push(s("--clearenv"));
+    for (k, v) in iso.env {
+        push(&mut a, &[OsStr::new("--setenv"), k, v]);
+    }
+    let home = home_in_sandbox(iso.zones);
+    push(&mut a, &[OsStr::new("--chdir"), home.as_os_str()]);
+    a.push(s("--"));
+    a.extend(iso.command.iter().cloned());
+    Ok(a)
+}
+
+/// `bwrap` on PATH, if installed.
+pub fn find_bwrap() -> Option<PathBuf> {
+    find_on_path("bwrap")
+}
+
+/// A program on PATH (or the default PATH).
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn zone(name: &str, writable: bool) -> ZoneBind {
+        ZoneBind {
+            name: name.into(),
+            writable,
+            backing: PathBuf::from("/srv/proj").join(name),
+        }
+    }
+
+    fn merged_usr() -> HostFacts {
+        HostFacts {
+            system: vec![
+                SystemEntry::Dir("/usr".into()),
+                SystemEntry::Symlink {
+                    path: "/bin".into(),
+                    target: "usr/bin".into(),
+                },
+                SystemEntry::Symlink {
+                    path: "/lib".into(),
+                    target: "usr/lib".into(),
+                },
+                SystemEntry::Dir("/sbin".into()),
+            ],
+            etc: vec!["/etc/passwd".into(), "/etc/ssl".into()],
+        }
+    }
+
+    fn strs(v: &[OsString]) -> Vec<String> {
+        v.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    /// The argv, and whether `window` appears in it consecutively.
+    fn has(argv: &[String], window: &[&str]) -> bool {
+        argv.windows(window.len()).any(|w| w == window)
+    }
+
+    fn build(zones: &[ZoneBind], network: bool) -> Vec<String> {
+        let cmd = [
+            OsString::from("sh"),
+            OsString::from("-c"),
+            OsString::from("ls /"),
+        ];
+        let env = [(OsString::from("PATH"), OsString::from("/usr/bin"))];
+        let iso = Isolation {
+            mountpoint: Path::new("/tmp/zonemount-run.x"),
+            zones,
+            network,
+            env: &env,
+            command: &cmd,
+        };
+        strs(&bwrap_args(&iso, &merged_usr()).unwrap())
+    }
+
+    #[test]
+    fn zones_are_bound_at_the_root_ro_ones_read_only() {
+        let a = build(&[zone("data", false), zone("ws", true)], false);
+        assert!(has(
+            &a,
+            &["--ro-bind", "/tmp/zonemount-run.x/data", "/data"]
+        ));
+        assert!(has(&a, &["--bind", "/tmp/zonemount-run.x/ws", "/ws"]));
+    }
+
+    #[test]
+    fn system_dirs_read_only_and_merged_usr_symlinks_kept() {
+        let a = build(&[zone("ws", true)], false);
+        assert!(has(&a, &["--ro-bind", "/usr", "/usr"]));
+        assert!(has(&a, &["--ro-bind", "/sbin", "/sbin"]));
+        assert!(has(&a, &["--symlink", "usr/bin", "/bin"]));
+        assert!(has(&a, &["--symlink", "usr/lib", "/lib"]));
+        assert!(has(&a, &["--ro-bind-try", "/etc/passwd", "/etc/passwd"]));
+        assert!(has(&a, &["--ro-bind-try", "/etc/ssl", "/etc/ssl"]));
+        assert!(has(&a, &["--perms", "0755", "--dir", "/etc"]));
+        assert!(has(&a, &["--remount-ro", "/"]));
+        // Nothing else of the host is bound.
+        let sources: Vec<&String> = a
+            .windows(3)
+            .filter(|w| w[0] == "--bind" || w[0] == "--ro-bind" || w[0] == "--ro-bind-try")
+            .map(|w| &w[1])
+            .collect();
+        for src in sources {
+            assert!(
+                src.starts_with("/usr")
+                    || src == "/sbin"
+                    || src.starts_with("/etc/")
+                    || src.starts_with("/tmp/zonemount-run.x/"),
+                "unexpected bind source {src}"
+            );
+        }
+    }
+
+    #[test]
+    fn private_tmp_proc_dev_and_namespaces() {
+        let a = build(&[zone("ws", true)], false);
+        for w in [
+            &["--proc", "/proc"][..],
+            &["--dev", "/dev"],
+            &["--perms", "1777", "--tmpfs", "/tmp"],
+            &["--unshare-all"],
+            &["--die-with-parent"],
+            &["--new-session"],
+            &["--cap-drop", "ALL"],
+        ] {
+            assert!(has(&a, w), "missing {w:?} in {a:?}");
+        }
+        assert!(!a.contains(&"--share-net".to_string()));
+    }
+
+    #[test]
+    fn network_only_when_asked() {
+        let a = build(&[zone("ws", true)], true);
+        assert!(has(&a, &["--unshare-all"]));
+        assert!(has(&a, &["--share-net"]));
+    }
+
+    #[test]
+    fn cwd_is_the_first_rw_zone_or_the_root() {
+        let a = build(
+            &[zone("data", false), zone("ws", true), zone("out", true)],
+            false,
+        );
+        assert!(has(&a, &["--chdir", "/ws"]));
+        let a = build(&[zone("data", false)], false);
+        assert!(has(&a, &["--chdir", "/"]));
+        let a = build(&[], false);
+        assert!(has(&a, &["--chdir", "/"]));
+    }
+
+    #[test]
+    fn environment_is_cleared_then_set_and_command_comes_last() {
+        let a = build(&[zone("ws", true)], false);
+        let clear = a.iter().position(|x| x == "--clearenv").unwrap();
+        let set = a.iter().position(|x| x == "--setenv").unwrap();
+        assert!(clear < set);
+        assert!(has(&a, &["--setenv", "PATH", "/usr/bin"]));
+        assert!(a.ends_with(&["--".into(), "sh".into(), "-c".into(), "ls /".into()]));
+    }
+
+    #[test]
+    fn zone_names_that_hide_system_dirs_are_refused() {
+        for name in ["usr", "bin", "etc", "proc", "dev", "tmp", "lib", "sbin"] {
+            let cmd = [OsString::from("true")];
+            let zones = [zone(name, true)];
+            let iso = Isolation {
+                mountpoint: Path::new("/m"),
+                zones: &zones,
+                network: false,
+                env: &[],
+                command: &cmd,
+            };
+            assert_eq!(
+                bwrap_args(&iso, &merged_usr()),
+                Err(IsolateError::ReservedName(name.into())),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_command_is_refused() {
+        let iso = Isolation {
+            mountpoint: Path::new("/m"),
+            zones: &[],
+            network: false,
+            env: &[],
+            command: &[],
+        };
+        assert_eq!(
+            bwrap_args(&iso, &merged_usr()),
+            Err(IsolateError::NoCommand)
+        );
+    }
+
+    #[test]
+    fn a_backing_dir_inside_a_system_dir_is_covered() {
+        let mut z = zone("docs", false);
+        z.backing = "/usr/share/doc".into();
+        let a = build(&[z], false);
+        assert!(has(&a, &["--tmpfs", "/usr/share/doc"]));
+        let a = build(&[zone("docs", false)], false);
+        assert!(!has(&a, &["--tmpfs", "/srv/proj/docs"]));
+    }
+
+    #[test]
+    fn env_specs_parse() {
+        assert_eq!(
+            EnvSpec::parse(OsStr::new("A=1=2")).unwrap(),
+            EnvSpec {
+                name: "A".into(),
+                value: Some("1=2".into())
+            }
+        );
+        assert_eq!(
+            EnvSpec::parse(OsStr::new("FOO_2")).unwrap(),
+            EnvSpec {
+                name: "FOO_2".into(),
+                value: None
+            }
+        );
+        assert_eq!(
+            EnvSpec::parse(OsStr::new("B=")).unwrap().value,
+            Some("".into())
+        );
+        for bad in ["", "=x", "1A", "A-B=1", "A B"] {
+            assert!(EnvSpec::parse(OsStr::new(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn env_is_the_allow_list_plus_home_plus_extras() {
+        let host = |n: &str| match n {
+            "PATH" => Some(OsString::from("/host/bin:/usr/bin")),
+            "TERM" => Some("xterm".into()),
+            "SECRET" => Some("s3cret".into()),
+            "AWS_SECRET_ACCESS_KEY" => Some("k".into()),
+            "COPY" => Some("copied".into()),
+            _ => None,
+        };
+        let extra = [
+            EnvSpec::parse(OsStr::new("FOO=bar")).unwrap(),
+            EnvSpec::parse(OsStr::new("COPY")).unwrap(),
+            EnvSpec::parse(OsStr::new("UNSET_ON_HOST")).unwrap(),
+            EnvSpec::parse(OsStr::new("HOME=/elsewhere")).unwrap(),
+        ];
+        let env = sandbox_env(host, &extra, Path::new("/ws"));
+        let got: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string_lossy().into(), v.to_string_lossy().into()))
+            .collect();
+        let want: Vec<(String, String)> = [
+            ("PATH", "/host/bin:/usr/bin"),
+            ("TERM", "xterm"),
+            ("FOO", "bar"),
+            ("COPY", "copied"),
+            ("HOME", "/elsewhere"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn env_without_host_path_gets_a_default_and_home_the_zone() {
+        let env = sandbox_env(|_| None, &[], Path::new("/ws"));
+        assert_eq!(
+            env,
+            vec![
+                (OsString::from("PATH"), OsString::from(DEFAULT_PATH)),
+                (OsString::from("HOME"), OsString::from("/ws")),
+            ]
+        );
+    }
+
+    #[test]
+    fn host_facts_on_this_machine_include_usr() {
+        let h = HostFacts::read();
+        assert!(h.system.contains(&SystemEntry::Dir("/usr".into())));
+    }
+}
