@@ -48,7 +48,7 @@ fn well_formed(data: &[u8]) -> bool {
 }
 
 fn worker(dir: &Path, w: u64) -> (u64, u64) {
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ (w + 1) * 0x9e37_79b9);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ ((w + 1) * 0x9e37_79b9));
     let (mut ops, mut bad_reads) = (0, 0);
     let start = Instant::now();
     while ops < MAX_OPS && start.elapsed() < MAX_TIME {
