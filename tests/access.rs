@@ -74,7 +74,6 @@ fn other_users_are_refused_by_default() {
 }
 
 #[test]
-
 fn allow_other_runs_as_the_caller() {
     if !ready() {
         return;
@@ -133,7 +132,6 @@ fn allow_other_runs_as_the_caller() {
 }
 
 #[test]
-
 fn allow_uid_narrows_allow_other() {
     if !ready() {
         return;
@@ -156,4 +154,76 @@ fn allow_uid_narrows_allow_other() {
     assert_sh_errno(&out, EACCES, "uid not in --allow-uid reading");
     // Root and the mounting user still get in.
     assert_eq!(fs::read_to_string(m.path("ws/other.txt")).unwrap(), "hi\n");
+}
+
+/// Two workers under different uids share a rw zone: neither can read the
+/// other's 0600 file, chown its own file to root, or write a file it has no
+/// mode bits for; the daemon (root) is no confused deputy.
+#[test]
+fn workers_cannot_use_the_daemon_against_each_other() {
+    if !ready() {
+        return;
+    }
+    let m = setup(Mode::Direct).arg("--allow-other").mount();
+    let mnt = m.mountpoint().display().to_string();
+    let out = sh_as(
+        OTHER,
+        &format!(
+            "umask 077 && echo private > {mnt}/ws/other.txt && echo ro > {mnt}/ws/ro.txt && chmod 0444 {mnt}/ws/ro.txt"
+        ),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let md = fs::metadata(m.backing("ws", "other.txt")).unwrap();
+    assert_eq!((md.uid(), md.mode() & 0o777), (OTHER, 0o600));
+    let out = sh_as(NOBODY, &format!("cat {mnt}/ws/other.txt"));
+    assert_sh_errno(&out, EACCES, "reading another worker's 0600 file");
+    let out = sh_as(OTHER, &format!("chown 0 {mnt}/ws/other.txt"));
+    assert_sh_errno(&out, libc::EPERM, "chown to root");
+    assert_eq!(
+        fs::metadata(m.backing("ws", "other.txt")).unwrap().uid(),
+        OTHER
+    );
+    let out = sh_as(OTHER, &format!("echo more >> {mnt}/ws/ro.txt"));
+    assert_sh_errno(&out, EACCES, "writing a 0444 file of one's own");
+    assert_eq!(
+        fs::read_to_string(m.backing("ws", "ro.txt")).unwrap(),
+        "ro\n"
+    );
+    // A setgid directory hands its group to what the worker creates there,
+    // as on the host.
+    fs::create_dir(m.backing("ws", "shared")).unwrap();
+    std::os::unix::fs::chown(m.backing("ws", "shared"), None, Some(OTHER)).unwrap();
+    fs::set_permissions(
+        m.backing("ws", "shared"),
+        fs::Permissions::from_mode(0o2777),
+    )
+    .unwrap();
+    let out = sh_as(NOBODY, &format!("echo g > {mnt}/ws/shared/g.txt"));
+    assert!(out.success(), "{}", out.describe());
+    let md = fs::metadata(m.backing("ws", "shared/g.txt")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (NOBODY, OTHER));
+}
+
+/// Mounts are nosuid,nodev with default_permissions: a setuid-root binary
+/// in a zone runs with the caller's rights, and device nodes can't be made.
+#[test]
+fn setuid_bits_grant_nothing() {
+    if !ready() {
+        return;
+    }
+    let m = setup(Mode::Direct).arg("--allow-other").mount();
+    let opts = mount_entry(m.mountpoint()).map(|e| e.2).unwrap_or_default();
+    for o in ["nosuid", "nodev", "default_permissions"] {
+        assert!(opts.split(',').any(|x| x == o), "{o} missing from {opts}");
+    }
+    let id = m.backing("ws", "suid-id");
+    fs::copy("/usr/bin/id", &id).unwrap();
+    fs::set_permissions(&id, fs::Permissions::from_mode(0o4755)).unwrap();
+    let mnt = m.mountpoint().display().to_string();
+    let out = sh_as(NOBODY, &format!("{mnt}/ws/suid-id -u"));
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout.trim(), NOBODY.to_string(), "setuid took effect");
+    let out = sh_as(NOBODY, &format!("mknod {mnt}/ws/null c 1 3"));
+    assert!(!out.success(), "{}", out.describe());
+    assert!(!m.backing("ws", "null").exists());
 }
