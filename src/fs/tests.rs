@@ -355,3 +355,11 @@ fn an_unlinked_open_file_stays_reachable_through_its_handle() {
     assert_eq!(f.core.read(fh, 0, 100).unwrap(), b"still");
     f.core.release(fh);
 }
+
+#[test]
+fn a_panicking_callback_does_not_unwind_into_the_fuse_thread() {
+    let mut after = false;
+    super::guarded("test", || panic!("boom"));
+    super::guarded("test", || after = true);
+    assert!(after, "the thread serves the next request");
+}
