@@ -105,6 +105,16 @@ for s in $seeds; do
     run_fsx "mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" || status=1
   done
 done
+# The same suite as a non-root worker (the daemon switches to its uid).
+mkdir -p "$work/zone/nobody" && chown nobody "$work/zone/nobody"
+if setpriv --reuid=nobody --regid=nogroup --clear-groups -- \
+    fsx -N $((n / 5)) -S 99 -f scripts/conformance/fsx-nommap.toml "$mnt/rw/nobody/f" >"$work/fsx-nobody.log" 2>&1; then
+  owner=$(stat -c %U "$work/zone/nobody/f")
+  echo "fsx as nobody: $((n / 5)) ops OK, backing file owned by $owner"
+  [ "$owner" = nobody ] || { echo "fsx as nobody: file owned by $owner"; status=1; }
+else
+  echo "fsx as nobody FAILED:"; tail -30 "$work/fsx-nobody.log"; status=1
+fi
 echo "fsx total: $(( $(date +%s) - start )) s"
 
 if [ $status -eq 0 ]; then echo "conformance: OK"; else echo "conformance: FAILED"; fi
