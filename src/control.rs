@@ -55,7 +55,9 @@ pub enum BindError {
 pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> {
     let err = |e| BindError::Io(path.to_path_buf(), e);
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(err)?;
+        if !dir.exists() {
+            crate::mount::private_dir(dir).map_err(err)?;
+        }
     }
     if let Ok(m) = std::fs::symlink_metadata(path) {
         if !m.file_type().is_socket() {
@@ -328,12 +330,20 @@ impl Client {
         let mut line =
             serde_json::to_vec(&req).map_err(|e| ClientError::Protocol(e.to_string()))?;
         line.push(b'\n');
-        self.writer
-            .write_all(&line)
-            .map_err(|e| ClientError::Io(self.path.clone(), e))?;
-        let v = self
-            .next_line()?
-            .ok_or_else(|| ClientError::Protocol("the daemon closed the connection".into()))?;
+        // A refused peer may find the connection closed before it writes:
+        // the daemon's one-line answer is still there to read.
+        let sent = self.writer.write_all(&line);
+        let answer = self.next_line();
+        let v = match (sent, answer) {
+            (_, Ok(Some(v))) => v,
+            (Err(e), _) => return Err(ClientError::Io(self.path.clone(), e)),
+            (Ok(()), Err(e)) => return Err(e),
+            (Ok(()), Ok(None)) => {
+                return Err(ClientError::Protocol(
+                    "the daemon closed the connection".into(),
+                ));
+            }
+        };
         if v["ok"] == true {
             Ok(v)
         } else {

@@ -326,7 +326,7 @@ pub fn find_record(mountpoint: &Path) -> Option<Record> {
 pub fn write_record(rec: &Record) -> io::Result<()> {
     let path = record_path(&rec.mountpoint);
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        private_dir(dir)?;
     }
     let tmp = path.with_extension("tmp");
     // Explicit mode: the daemon runs with umask 0, and a record others
@@ -342,6 +342,21 @@ pub fn write_record(rec: &Record) -> io::Result<()> {
         &serde_json::to_vec_pretty(rec).map_err(io::Error::other)?,
     )?;
     std::fs::rename(tmp, path)
+}
+
+/// Create `dir` (and parents) writable only by us, whatever the umask
+/// (the daemon runs with umask 0); tighten it if it exists.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+    if let Some(parent) = dir.parent().filter(|p| p.ends_with("zonemount")) {
+        let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
+    }
+    Ok(())
 }
 
 pub fn read_record(mountpoint: &Path) -> Option<Record> {

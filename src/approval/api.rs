@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use super::broker::Listener;
 use super::{Approvals, Decision, Event, RequestInfo, Scope, Settings};
-use crate::audit::Audit;
+use crate::audit::{Audit, Kind, Record as AuditRecord};
 use crate::config::ZoneTable;
 use crate::mount::{self, MountError, MountSpec};
 
@@ -209,11 +209,23 @@ impl Mount {
     }
 
     fn close(&mut self) -> std::io::Result<()> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        // First answer every waiting syscall: a pending one keeps the
+        // mount busy.
         self.broker.shutdown("the mount is closing");
-        match self.session.take() {
-            Some(s) => s.umount_and_join(),
-            None => Ok(()),
+        // Unmount ourselves, as the daemon does (fuser's own unmount leaves
+        // an auto_unmount mount to fusermount3, which may not act).
+        if let Err(e) = mount::detach(&self.mountpoint, false) {
+            tracing::warn!("unmount failed ({e}); detaching lazily");
+            mount::detach(&self.mountpoint, true).map_err(std::io::Error::other)?;
         }
+        let joined = session.join();
+        if let Some(a) = self.broker.audit() {
+            a.log(Kind::Unmount, &AuditRecord::default());
+        }
+        joined
     }
 }
 
@@ -258,6 +270,9 @@ pub fn mount(table: &ZoneTable, opts: Options) -> Result<(Mount, Requests), ApiE
     };
     let session = mount::start(&mp, table, &spec, Some(Arc::new(broker.clone())))?;
     let session = session.spawn().map_err(ApiError::Spawn)?;
+    if let Some(a) = broker.audit() {
+        a.log(Kind::Mount, &AuditRecord::default());
+    }
     Ok((
         Mount {
             session: Some(session),
