@@ -17,6 +17,7 @@ mod broker;
 pub mod caller;
 pub mod on_ask;
 pub mod prompt;
+mod records;
 #[cfg(test)]
 mod tests;
 

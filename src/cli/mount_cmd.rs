@@ -239,6 +239,34 @@ fn status_base(
     })
 }
 
+/// SIGTERM, SIGINT, SIGHUP: deny what is pending, then unmount (the
+/// session then ends and `serve` returns).
+fn unmount_on_signals(mountpoint: &Path, broker: &Approvals) -> Result<(), Failure> {
+    let signal_mp = mountpoint.to_path_buf();
+    let signal_broker = broker.clone();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| Failure::new(1, format!("cannot install signal handlers: {e}")))?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!(sig, "signal: unmounting");
+            // First answer every waiting syscall: a pending one keeps the
+            // mount busy, and nobody is left to decide it.
+            signal_broker.shutdown("the daemon got a signal and is unmounting");
+            if let Err(e) = mount::detach(&signal_mp, false) {
+                tracing::warn!("unmount failed ({e}); detaching lazily");
+                if let Err(e) = mount::detach(&signal_mp, true) {
+                    tracing::error!("lazy unmount failed too: {e}");
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
 fn serve(a: &MountArgs) -> Result<(), Failure> {
     let table = zone_table(&a.config)?;
     config::prepare_backing(&table)?;
@@ -299,28 +327,7 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         .try_clone()
         .map_err(|e| Failure::new(1, format!("control socket: {e}")))?;
     runtime.spawn(control::serve(listener, server));
-    let signal_mp = mountpoint.clone();
-    let signal_broker = ap.broker.clone();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ])
-    .map_err(|e| Failure::new(1, format!("cannot install signal handlers: {e}")))?;
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            tracing::info!(sig, "signal: unmounting");
-            // First answer every waiting syscall: a pending one keeps the
-            // mount busy, and nobody is left to decide it.
-            signal_broker.shutdown("the daemon got a signal and is unmounting");
-            if let Err(e) = mount::detach(&signal_mp, false) {
-                tracing::warn!("unmount failed ({e}); detaching lazily");
-                if let Err(e) = mount::detach(&signal_mp, true) {
-                    tracing::error!("lazy unmount failed too: {e}");
-                }
-            }
-        }
-    });
+    unmount_on_signals(&mountpoint, &ap.broker)?;
     let prompt = if a.prompt {
         if a.foreground && !a.notify_ready && prompt::stdin_is_tty() {
             Some(prompt::start(&ap.broker))
