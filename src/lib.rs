@@ -6,16 +6,21 @@
 //! - [`policy`]: the pure decision "may this operation proceed here?".
 //! - [`backing`]: fd-relative access to backing dirs; the only `unsafe`.
 //! - [`fs`]: the `fuser::Filesystem` adapter over a testable core.
-//! - [`approval`]: the broker an `ask` decision is handed to.
+//! - [`approval`]: the broker an `ask` decision is handed to, its
+//!   approvers (prompt, hook, Rust API) and their caches.
+//! - [`audit`]: the JSON Lines ledger.
+//! - [`control`]: the per-mount control socket (server and client).
 //! - [`error`]: the one place errors become errnos.
 //! - [`cli`]: commands, daemonizing, readiness, exit codes, `run`, `list`.
 //! - [`isolate`]: the bubblewrap command line for `run --isolate`.
 
 pub mod approval;
+pub mod audit;
 #[allow(unsafe_code)]
 pub mod backing;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod error;
 pub mod fs;
 pub mod isolate;

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -313,6 +314,9 @@ pub struct Record {
     /// The zone names, for `zonemount list` (absent in older records).
     #[serde(default)]
     pub zones: Vec<String>,
+    /// The daemon's control socket (approvals, status).
+    #[serde(default)]
+    pub control: Option<PathBuf>,
 }
 
 /// The runtime directory for records (and later control sockets).
@@ -328,27 +332,74 @@ pub fn runtime_dir() -> PathBuf {
     }
 }
 
-fn record_path(mountpoint: &Path) -> PathBuf {
-    // FNV-1a of the mountpoint: stable, short, filename-safe.
+/// FNV-1a of the mountpoint: stable, short, filename-safe.
+fn mount_key(mountpoint: &Path) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in mountpoint.as_os_str().as_bytes() {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x100_0000_01b3);
     }
-    runtime_dir().join("mounts").join(format!("{h:016x}.json"))
+    format!("{h:016x}")
+}
+
+fn record_path(mountpoint: &Path) -> PathBuf {
+    record_path_in(&runtime_dir(), mountpoint)
+}
+
+fn record_path_in(runtime: &Path, mountpoint: &Path) -> PathBuf {
+    runtime
+        .join("mounts")
+        .join(format!("{}.json", mount_key(mountpoint)))
+}
+
+/// Where a mount's control socket goes unless `--control` says otherwise.
+pub fn default_control_path(mountpoint: &Path) -> PathBuf {
+    runtime_dir().join(format!("{}.sock", mount_key(mountpoint)))
+}
+
+/// The record of `mountpoint` in this user's registry, else in root's
+/// (`/run/zonemount`): a user may look at a mount root made for them.
+pub fn find_record(mountpoint: &Path) -> Option<Record> {
+    read_record(mountpoint).or_else(|| {
+        let data = std::fs::read(record_path_in(Path::new("/run/zonemount"), mountpoint)).ok()?;
+        serde_json::from_slice(&data).ok()
+    })
 }
 
 pub fn write_record(rec: &Record) -> io::Result<()> {
     let path = record_path(&rec.mountpoint);
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        private_dir(dir)?;
     }
     let tmp = path.with_extension("tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec_pretty(rec).map_err(io::Error::other)?,
+    // Explicit mode: the daemon runs with umask 0, and a record others
+    // could rewrite would point the CLI at someone else's socket.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(&tmp)?;
+    io::Write::write_all(
+        &mut f,
+        &serde_json::to_vec_pretty(rec).map_err(io::Error::other)?,
     )?;
     std::fs::rename(tmp, path)
+}
+
+/// Create `dir` (and parents) writable only by us, whatever the umask
+/// (the daemon runs with umask 0); tighten it if it exists.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+    if let Some(parent) = dir.parent().filter(|p| p.ends_with("zonemount")) {
+        let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
+    }
+    Ok(())
 }
 
 pub fn read_record(mountpoint: &Path) -> Option<Record> {
@@ -389,7 +440,7 @@ pub enum Unmounted {
     DaemonLingers(u32),
 }
 
-fn process_alive(pid: u32) -> bool {
+pub fn process_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
         && std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|s| !s.contains(") Z "))

@@ -112,10 +112,10 @@ pub(crate) fn gather(mounts: &[MountEntry], records: &[Record], probe: &Probe) -
     rows.into_values().collect()
 }
 
-/// Pending approval requests of a live mount. The hook for the control
-/// socket (DESIGN §4): until it exists, the count is unknown.
-fn pending_requests(_mountpoint: &Path) -> Option<u64> {
-    None
+/// Pending approval requests of a live mount, asked over its control
+/// socket (unknown when that can't be reached).
+fn pending_requests(mountpoint: &Path) -> Option<u64> {
+    super::mount_cmd::pending_count(mountpoint)
 }
 
 /// Every record in the registry (this user's runtime directory).
@@ -308,6 +308,7 @@ mod tests {
             workers: vec!["/p/w.worker".into()],
             started: 17,
             zones: vec!["data".into(), "ws".into()],
+            control: None,
         }
     }
 

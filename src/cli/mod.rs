@@ -6,6 +6,7 @@
 //! --notify-ready`: the daemon reports readiness (or its error) as one line
 //! on its stdout, which the parent reads before it returns.
 
+mod approvals;
 mod list;
 mod mount_cmd;
 mod run;
@@ -54,6 +55,11 @@ enum Cmd {
     },
     /// Print the effective zone table without mounting.
     Derive(ConfigArgs),
+    /// Show a mount's zones, settings, pending requests and counters.
+    Status(approvals::StatusArgs),
+    /// List, watch and decide a mount's approval requests.
+    #[command(subcommand)]
+    Approvals(approvals::ApprovalsCmd),
 }
 
 #[derive(Debug, Args, Clone)]
@@ -77,7 +83,7 @@ pub(crate) struct MountArgs {
     /// Stay attached; SIGTERM or SIGINT unmounts.
     #[arg(long)]
     pub(crate) foreground: bool,
-    /// Deny every `ask` at once (the only behaviour until approvals exist).
+    /// Deny every `ask` at once.
     #[arg(long)]
     pub(crate) no_approvals: bool,
     /// Let users other than the mounting one in (root, or
@@ -88,6 +94,24 @@ pub(crate) struct MountArgs {
     /// implies --allow-other.
     #[arg(long, value_name = "UID")]
     pub(crate) allow_uid: Vec<u32>,
+    /// With --foreground on a terminal: show each request and answer it
+    /// with a key.
+    #[arg(long)]
+    pub(crate) prompt: bool,
+    /// Append the audit ledger (JSON Lines) to F.
+    #[arg(long, value_name = "F")]
+    pub(crate) audit_log: Option<PathBuf>,
+    /// The control socket (default: in the runtime directory).
+    #[arg(long, value_name = "SOCK")]
+    pub(crate) control: Option<PathBuf>,
+    /// Seconds a request waits for a decision before it is denied.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0)]
+    pub(crate) approval_timeout: f64,
+    /// Run CMD (no shell) whenever a request starts waiting; the request
+    /// is in its environment (ZONEMOUNT_ID, ZONEMOUNT_PATH, ...) and on
+    /// its stdin as JSON.
+    #[arg(long, value_name = "CMD")]
+    pub(crate) on_ask: Option<String>,
     /// Seconds the kernel may cache names and attributes.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub(crate) cache_ttl: f64,
@@ -144,6 +168,8 @@ pub fn run() -> ExitCode {
         },
         Cmd::List { json } => list::list(json),
         Cmd::Derive(c) => derive(&c),
+        Cmd::Status(a) => approvals::status(&a),
+        Cmd::Approvals(c) => approvals::run(&c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

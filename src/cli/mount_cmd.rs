@@ -5,14 +5,61 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Failure, MountArgs, zone_table};
-use crate::config;
+use crate::approval::{self, Approvals, on_ask, prompt};
+use crate::audit::{self, Audit};
+use crate::config::{self, ZoneTable};
+use crate::control;
 use crate::mount::{self, MountSpec, Record, Unmounted};
 
+/// Ask the daemon to deny what is pending; how many it denied.
+pub(crate) fn deny_pending(path: &Path) -> usize {
+    let Some(sock) = mount::find_record(&mount::absolute(path)).and_then(|r| r.control) else {
+        return 0;
+    };
+    let Ok(mut c) = control::Client::connect(&sock) else {
+        return 0;
+    };
+    c.call(serde_json::json!({"v": control::VERSION, "op": "deny_pending"}))
+        .ok()
+        .and_then(|v| v["denied"].as_u64())
+        .unwrap_or(0) as usize
+}
+
+/// Unmount, denying pending requests first: a syscall waiting on one
+/// keeps the mount busy. A request that arrives in between is denied on a
+/// retry.
+fn unmount_denying(path: &Path, lazy: bool) -> Result<Unmounted, mount::UnmountError> {
+    let mut denied = deny_pending(path);
+    let mut tries = 0;
+    loop {
+        match mount::unmount(path, lazy) {
+            Err(mount::UnmountError::Busy(_)) if denied > 0 && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+                denied += deny_pending(path);
+            }
+            r => return r,
+        }
+    }
+}
+
+/// How many requests a live mount has pending (None: unknown, e.g. no
+/// control socket or not ours to ask).
+pub(crate) fn pending_count(path: &Path) -> Option<u64> {
+    let sock = mount::find_record(&mount::absolute(path)).and_then(|r| r.control)?;
+    let mut c = control::Client::connect(&sock).ok()?;
+    let v = c
+        .call(serde_json::json!({"v": control::VERSION, "op": "list"}))
+        .ok()?;
+    v["requests"].as_array().map(|a| a.len() as u64)
+}
+
 pub(crate) fn unmount(path: &Path, lazy: bool) -> Result<(), Failure> {
-    match mount::unmount(path, lazy) {
+    match unmount_denying(path, lazy) {
         Ok(Unmounted::Done) => Ok(()),
         Ok(Unmounted::NotMounted) => {
             eprintln!(
@@ -116,6 +163,121 @@ pub(crate) fn foreground(a: &MountArgs) -> Result<(), Failure> {
     }
 }
 
+/// The approval side of a mount: broker, ledger, control socket.
+struct Approving {
+    broker: Approvals,
+    audit: Option<Arc<Audit>>,
+    control_path: PathBuf,
+    listener: std::os::unix::net::UnixListener,
+}
+
+fn approving(a: &MountArgs, mountpoint: &Path) -> Result<Approving, Failure> {
+    if !(a.approval_timeout.is_finite() && a.approval_timeout > 0.0) {
+        return Err(Failure::new(
+            2,
+            "--approval-timeout must be a number of seconds > 0",
+        ));
+    }
+    let on_ask = match &a.on_ask {
+        None => None,
+        Some(cmd) => Some(on_ask::parse(cmd).ok_or_else(|| {
+            Failure::new(
+                2,
+                format!("--on-ask {cmd:?}: not a command (empty, or unbalanced quotes)"),
+            )
+        })?),
+    };
+    let (timeout, capped) =
+        approval::cap_timeout_for_kernel(Duration::from_secs_f64(a.approval_timeout));
+    if capped {
+        tracing::warn!(
+            "--approval-timeout capped to {} s: the kernel aborts FUSE requests that wait longer (fs.fuse.default_request_timeout / max_request_timeout)",
+            timeout.as_secs()
+        );
+    }
+    let audit = match &a.audit_log {
+        Some(p) => Some(Arc::new(
+            Audit::open(&abs(p), mountpoint).map_err(|e| Failure::new(1, e.to_string()))?,
+        )),
+        None => None,
+    };
+    let control_path = a
+        .control
+        .as_deref()
+        .map(abs)
+        .unwrap_or_else(|| mount::default_control_path(mountpoint));
+    // Bound now, while this is the only thread: see control::bind.
+    let listener = control::bind(&control_path).map_err(|e| Failure::new(1, e.to_string()))?;
+    let broker = Approvals::new(
+        approval::Settings {
+            mountpoint: mountpoint.to_path_buf(),
+            timeout,
+            no_approvals: a.no_approvals,
+        },
+        audit.clone(),
+    );
+    if let Some(argv) = on_ask {
+        broker.subscribe(on_ask::listener(argv, mountpoint.to_path_buf()));
+    }
+    Ok(Approving {
+        broker,
+        audit,
+        control_path,
+        listener,
+    })
+}
+
+/// The fixed part of `status`.
+fn status_base(
+    a: &MountArgs,
+    table: &ZoneTable,
+    rec: &Record,
+    ap: &Approving,
+) -> serde_json::Value {
+    serde_json::json!({
+        "mountpoint": rec.mountpoint,
+        "pid": rec.pid,
+        "started": rec.started,
+        "config": rec.config,
+        "workers": rec.workers,
+        "control": ap.control_path,
+        "audit_log": ap.audit.as_ref().map(|x| x.path().to_path_buf()),
+        "approval_timeout_secs": ap.broker.settings().timeout.as_secs(),
+        "no_approvals": a.no_approvals,
+        "owner_uid": rustix::process::geteuid().as_raw(),
+        "sandbox_mode": table.mode.to_string(),
+        "zones": table.zones,
+    })
+}
+
+/// SIGTERM, SIGINT, SIGHUP: deny what is pending, then unmount (the
+/// session then ends and `serve` returns).
+fn unmount_on_signals(mountpoint: &Path, broker: &Approvals) -> Result<(), Failure> {
+    let signal_mp = mountpoint.to_path_buf();
+    let signal_broker = broker.clone();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| Failure::new(1, format!("cannot install signal handlers: {e}")))?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!(sig, "signal: unmounting");
+            // First answer every waiting syscall: a pending one keeps the
+            // mount busy, and nobody is left to decide it.
+            signal_broker.shutdown("the daemon got a signal and is unmounting");
+            if let Err(e) = mount::detach(&signal_mp, false) {
+                tracing::warn!("unmount failed ({e}); detaching lazily");
+                if let Err(e) = mount::detach(&signal_mp, true) {
+                    tracing::error!("lazy unmount failed too: {e}");
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
 fn serve(a: &MountArgs) -> Result<(), Failure> {
     let table = zone_table(&a.config)?;
     config::prepare_backing(&table)?;
@@ -126,6 +288,7 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
             "--cache-ttl must be a number of seconds >= 0",
         ));
     }
+    let ap = approving(a, &mountpoint)?;
     let spec = MountSpec {
         mountpoint: mountpoint.clone(),
         ttl: Duration::from_secs_f64(a.cache_ttl),
@@ -135,7 +298,18 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         allow_other: a.allow_other || !a.allow_uid.is_empty(),
         allow_uids: a.allow_uid.clone(),
     };
-    let session = mount::start(&mountpoint, &table, &spec, None)?;
+    let session = match mount::start(
+        &mountpoint,
+        &table,
+        &spec,
+        Some(Arc::new(ap.broker.clone())),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&ap.control_path);
+            return Err(e.into());
+        }
+    };
     let record = Record {
         mountpoint: mountpoint.clone(),
         pid: std::process::id(),
@@ -143,28 +317,41 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         workers: spec.workers.iter().map(|w| abs(w)).collect(),
         started: mount::now_secs(),
         zones: table.zones.iter().map(|z| z.name.clone()).collect(),
+        control: Some(ap.control_path.clone()),
     };
     if let Err(e) = mount::write_record(&record) {
         tracing::warn!("cannot write the mount record: {e}");
     }
-    let signal_mp = mountpoint.clone();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ])
-    .map_err(|e| Failure::new(1, format!("cannot install signal handlers: {e}")))?;
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            tracing::info!(sig, "signal: unmounting");
-            if let Err(e) = mount::detach(&signal_mp, false) {
-                tracing::warn!("unmount failed ({e}); detaching lazily");
-                if let Err(e) = mount::detach(&signal_mp, true) {
-                    tracing::error!("lazy unmount failed too: {e}");
-                }
-            }
+    if let Some(audit) = &ap.audit {
+        audit.log(audit::Kind::Mount, &audit::Record::default());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("zm-control")
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(1, format!("cannot start the control runtime: {e}")))?;
+    let server = control::Server::new(
+        ap.broker.clone(),
+        rustix::process::geteuid().as_raw(),
+        status_base(a, &table, &record, &ap),
+    );
+    let listener = ap
+        .listener
+        .try_clone()
+        .map_err(|e| Failure::new(1, format!("control socket: {e}")))?;
+    runtime.spawn(control::serve(listener, server));
+    unmount_on_signals(&mountpoint, &ap.broker)?;
+    let prompt = if a.prompt {
+        if a.foreground && !a.notify_ready && prompt::stdin_is_tty() {
+            Some(prompt::start(&ap.broker))
+        } else {
+            tracing::warn!("--prompt needs --foreground and a terminal on stdin; not prompting");
+            None
         }
-    });
+    } else {
+        None
+    };
     if a.notify_ready {
         let mut out = std::io::stdout();
         let _ = writeln!(out, "READY");
@@ -175,6 +362,13 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     }
     let _ = std::env::set_current_dir("/");
     let result = session.run();
+    ap.broker.shutdown("the mount is gone");
+    drop(prompt);
+    if let Some(audit) = &ap.audit {
+        audit.log(audit::Kind::Unmount, &audit::Record::default());
+    }
     mount::remove_record(&mountpoint);
+    let _ = std::fs::remove_file(&ap.control_path);
+    runtime.shutdown_timeout(Duration::from_secs(1));
     result.map_err(|e| Failure::new(1, format!("the FUSE session ended with an error: {e}")))
 }

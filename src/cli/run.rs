@@ -465,11 +465,15 @@ impl Drop for TaskMount {
     }
 }
 
-/// The hook where pending approval requests of the mount get denied before
-/// CMD is killed (DESIGN §4: a caller waiting on a request can't die until
-/// it is answered). Until the control socket exists, no request can wait:
-/// every `ask` is answered at once, so there is nothing to deny.
-fn deny_pending(_mountpoint: &Path) {}
+/// Deny the mount's pending approval requests before CMD is killed
+/// (DESIGN §4: a caller waiting on a request can't die until it is
+/// answered).
+fn deny_pending(mountpoint: &Path) {
+    let n = super::mount_cmd::deny_pending(mountpoint);
+    if n > 0 {
+        tracing::info!(denied = n, "denied pending requests before stopping CMD");
+    }
+}
 
 /// Signal CMD's process group (its pid is the group's id).
 fn signal_group(pgid: Pid, sig: i32) {

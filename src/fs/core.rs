@@ -22,6 +22,8 @@ use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::inodes::{Anchor, Found, Inodes, Node, ROOT};
 use crate::policy::{self, AskItem, Decision, Loc, Op, ZoneRules};
 
+use crate::fs::notes;
+
 /// What a `check_*` step concluded.
 #[derive(Debug)]
 pub enum Gate {
@@ -468,10 +470,14 @@ impl Core {
 
     fn gate(&self, op: &Op<'_>) -> FsResult<Gate> {
         match policy::decide(op) {
-            Decision::Allow => Ok(Gate::Go),
+            Decision::Allow => {
+                notes::allowed(op);
+                Ok(Gate::Go)
+            }
             Decision::Ask(items) => Ok(Gate::Ask(items)),
             Decision::Refuse(r) => {
                 tracing::info!(?op, refusal = ?r, errno = r.errno_name(), "refused");
+                notes::refused(op, r);
                 Err(FsError::Refused(r))
             }
         }

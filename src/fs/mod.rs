@@ -7,6 +7,7 @@
 
 pub mod core;
 pub mod inodes;
+pub mod notes;
 #[cfg(test)]
 mod tests;
 
@@ -23,7 +24,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::approval::{AskRequest, Broker, Verdict};
+use crate::approval::{AskRequest, Broker, Note, Verdict};
 use crate::backing::Caller;
 use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::core::{Core, Gate, SetAttr, XattrReply};
@@ -108,7 +109,8 @@ impl ZoneFs {
     }
 
     /// Run `work` now if `check` allows, after approval if it asks, or
-    /// answer the refusal.
+    /// answer the refusal. What the policy concluded on the way is handed
+    /// to the broker for the ledger.
     fn gated<R: Fail>(
         &self,
         req: &Request,
@@ -117,6 +119,17 @@ impl ZoneFs {
         reply: R,
         work: impl FnOnce(&Core, R) + Send + 'static,
     ) {
+        for n in notes::take_notes() {
+            self.broker.note(&Note {
+                op,
+                pid: req.pid(),
+                uid: req.uid(),
+                zone: n.zone,
+                path: n.path,
+                target: n.target,
+                refusal: n.refusal,
+            });
+        }
         match check {
             Err(e) => reply.fail(e.fuse_errno()),
             Ok(Gate::Go) => work(&self.core, reply),
@@ -134,6 +147,8 @@ impl ZoneFs {
                     Box::new(move |v| match v {
                         Verdict::Allow => work(&core, reply),
                         Verdict::Deny => reply.fail(FsError::Refused(Refusal::Denied).fuse_errno()),
+                        // The caller is being killed: it will never see this.
+                        Verdict::Withdrawn => reply.fail(Errno::from_i32(libc::EINTR)),
                     }),
                 );
             }

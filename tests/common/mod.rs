@@ -532,6 +532,8 @@ pub struct Setup {
     mnt: PathBuf,
     create_mnt: bool,
     config_rel: String,
+    /// Leave out [`default_mount_args`] (tests of approvals themselves).
+    asking: bool,
 }
 
 impl Setup {
@@ -558,6 +560,7 @@ impl Setup {
             mnt,
             create_mnt: true,
             config_rel: "project.yaml".to_string(),
+            asking: false,
         }
     }
 
@@ -624,6 +627,13 @@ impl Setup {
         self
     }
 
+    /// Mount without [`default_mount_args`]: `ask` really waits for a
+    /// decision (give `--approval-timeout` to bound it).
+    pub fn asking(mut self) -> Self {
+        self.asking = true;
+        self
+    }
+
     /// Write the config as `<tmp>/rel` instead of `<tmp>/project.yaml`.
     pub fn config_at(mut self, rel: &str) -> Self {
         self.config_rel = rel.to_string();
@@ -666,6 +676,7 @@ impl Setup {
             mnt,
             create_mnt,
             config_rel,
+            asking,
         } = self;
         if create_mnt {
             fs::create_dir_all(&mnt).expect("create mountpoint");
@@ -687,7 +698,9 @@ impl Setup {
             argv.push("--worker".into());
             argv.push(p.into());
         }
-        argv.extend(default_mount_args().iter().map(OsString::from));
+        if !asking {
+            argv.extend(default_mount_args().iter().map(OsString::from));
+        }
         argv.extend(args.iter().map(OsString::from));
         argv.push(mnt.clone().into());
         let cwd = cwd.unwrap_or_else(|| root.clone());

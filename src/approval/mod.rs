@@ -1,0 +1,224 @@
+//! Approvals: where an `ask` decision is sent, and who answers it.
+//!
+//! The filesystem never waits for a human on a FUSE thread: it hands the
+//! request and a continuation to a [`Broker`], which calls the continuation
+//! exactly once — at once, or later from another thread — with the verdict.
+//!
+//! - [`Approvals`] (in `broker`) is the real broker: a table of pending
+//!   requests, allow/deny caches for the rest of the mount, timeouts, and a
+//!   watcher that withdraws requests whose caller is being killed.
+//! - `caller` reads the facts about a calling process from `/proc`.
+//! - [`api`] is the Rust API for supervisors that embed the crate.
+//! - `on_ask` and `prompt` are the `--on-ask` hook and the `--prompt` TTY.
+//! - [`DenyAll`] answers every request with a denial at once.
+
+pub mod api;
+mod broker;
+pub mod caller;
+pub mod on_ask;
+pub mod prompt;
+mod records;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use broker::{Approvals, Counters, DecideError, Event, Listener, Resolution, Settings};
+
+use crate::policy::{AskItem, Class};
+
+/// What the filesystem asks the broker to decide.
+#[derive(Clone, Debug)]
+pub struct AskRequest {
+    /// Every (class, path) the operation needs approved.
+    pub items: Vec<AskItem>,
+    /// The FUSE call, for information.
+    pub op: &'static str,
+    /// Rename or link target, for information.
+    pub target: Option<String>,
+    /// FUSE's pid: the calling *thread* id.
+    pub pid: u32,
+    pub uid: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    /// Denied, timed out, or no approver: EACCES.
+    Deny,
+    /// The caller is being killed or is gone: EINTR.
+    Withdrawn,
+}
+
+/// Called exactly once with the verdict.
+pub type Continuation = Box<dyn FnOnce(Verdict) + Send + 'static>;
+
+/// Something the policy concluded without asking anyone, for the ledger and
+/// the counters: a refusal, or a mutation allowed in a gated zone.
+#[derive(Clone, Debug)]
+pub struct Note {
+    pub op: &'static str,
+    /// FUSE's pid (thread id).
+    pub pid: u32,
+    pub uid: u32,
+    pub zone: Option<String>,
+    /// The path as the worker sees it (`/zone/dir/name`).
+    pub path: String,
+    pub target: Option<String>,
+    /// `None`: allowed (a mutation); `Some`: refused.
+    pub refusal: Option<crate::error::Refusal>,
+}
+
+pub trait Broker: Send + Sync + 'static {
+    /// Decide `req`, now or later; call `then` exactly once.
+    fn ask(&self, req: AskRequest, then: Continuation);
+
+    /// Record a refusal or an allowed mutation (default: nothing).
+    fn note(&self, _note: &Note) {}
+}
+
+/// Denies every request at once (a mount started without a broker).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DenyAll;
+
+impl Broker for DenyAll {
+    fn ask(&self, req: AskRequest, then: Continuation) {
+        tracing::info!(op = req.op, pid = req.pid, uid = req.uid, items = ?req.items, "ask denied: no approver");
+        then(Verdict::Deny)
+    }
+}
+
+/// How long an allow lasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// This one request.
+    #[default]
+    Once,
+    /// The same class on the same path, for the rest of the mount.
+    Path,
+    /// The same class anywhere in the zone, for the rest of the mount.
+    Zone,
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scope::Once => "once",
+            Scope::Path => "path",
+            Scope::Zone => "zone",
+        })
+    }
+}
+
+impl std::str::FromStr for Scope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "once" => Ok(Scope::Once),
+            "path" => Ok(Scope::Path),
+            "zone" => Ok(Scope::Zone),
+            _ => Err(format!("unknown scope '{s}': use once, path or zone")),
+        }
+    }
+}
+
+/// An approver's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allow(Scope),
+    Deny,
+}
+
+pub fn class_name(c: Class) -> &'static str {
+    match c {
+        Class::Write => "write",
+        Class::Delete => "delete",
+    }
+}
+
+/// A path as the worker sees it: `/zone/rel`.
+pub fn virtual_path(zone: &str, rel: &Path) -> String {
+    if rel.as_os_str().is_empty() {
+        format!("/{zone}")
+    } else {
+        format!("/{zone}/{}", rel.display())
+    }
+}
+
+/// One (class, path) a request needs approved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemInfo {
+    pub class: String,
+    pub zone: String,
+    pub path: String,
+}
+
+/// A pending request as approvers see it (control socket, API, hook).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestInfo {
+    pub id: u64,
+    pub zone: String,
+    /// `write`, `delete`, or both joined by `+` (a rename).
+    pub class: String,
+    /// The FUSE call, for information.
+    pub op: String,
+    /// The path as the worker sees it (the source of a rename).
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The calling process (thread group) id.
+    pub pid: u32,
+    pub uid: u32,
+    /// `/proc/PID/cmdline`, arguments joined by spaces.
+    pub cmdline: String,
+    /// When it was asked (RFC 3339, UTC).
+    pub time: String,
+    /// Seconds until it times out (at the time it was listed).
+    #[serde(default)]
+    pub timeout_secs: u64,
+    /// Everything the operation needs approved.
+    pub items: Vec<ItemInfo>,
+}
+
+/// Where the kernel aborts a FUSE connection whose request outlives a
+/// limit, keep the approval timeout below it. `default_secs`/`max_secs` are
+/// `/proc/sys/fs/fuse/{default,max}_request_timeout` (0: no limit). Returns
+/// the timeout to use and whether it was capped.
+pub fn cap_timeout(wanted: Duration, default_secs: u64, max_secs: u64) -> (Duration, bool) {
+    let limit = [default_secs, max_secs]
+        .into_iter()
+        .filter(|&s| s > 0)
+        .min();
+    let Some(limit) = limit else {
+        return (wanted, false);
+    };
+    // The kernel checks its timeouts periodically, not to the second:
+    // leave a quarter (at most 30 s) of margin, and at least 1 s.
+    let margin = (limit / 4).clamp(1, 30);
+    let cap = Duration::from_secs(limit.saturating_sub(margin).max(1));
+    if wanted > cap {
+        (cap, true)
+    } else {
+        (wanted, false)
+    }
+}
+
+/// [`cap_timeout`] with the kernel's current settings.
+pub fn cap_timeout_for_kernel(wanted: Duration) -> (Duration, bool) {
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/fs/fuse/{name}"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    cap_timeout(
+        wanted,
+        read("default_request_timeout"),
+        read("max_request_timeout"),
+    )
+}

@@ -1,0 +1,324 @@
+//! Broker tests without the kernel: continuations capture their verdicts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::*;
+use crate::policy::{AskItem, Class};
+
+fn broker(timeout: Duration) -> Approvals {
+    Approvals::new(
+        Settings {
+            mountpoint: "/m".into(),
+            timeout,
+            no_approvals: false,
+        },
+        None,
+    )
+}
+
+fn item(class: Class, path: &str) -> AskItem {
+    AskItem {
+        class,
+        zone: "final".into(),
+        path: PathBuf::from(path),
+    }
+}
+
+fn ask_as(b: &Approvals, pid: u32, items: Vec<AskItem>) -> mpsc::Receiver<Verdict> {
+    let (tx, rx) = mpsc::channel();
+    b.ask(
+        AskRequest {
+            items,
+            op: "create",
+            target: None,
+            pid,
+            uid: 1000,
+        },
+        Box::new(move |v| {
+            let _ = tx.send(v);
+        }),
+    );
+    rx
+}
+
+fn ask(b: &Approvals, class: Class, path: &str) -> mpsc::Receiver<Verdict> {
+    ask_as(b, std::process::id(), vec![item(class, path)])
+}
+
+fn got(rx: &mpsc::Receiver<Verdict>) -> Option<Verdict> {
+    rx.recv_timeout(Duration::from_secs(5)).ok()
+}
+
+fn waiting(rx: &mpsc::Receiver<Verdict>) -> bool {
+    rx.recv_timeout(Duration::from_millis(50)).is_err()
+}
+
+fn only_pending(b: &Approvals) -> u64 {
+    let p = b.pending();
+    assert_eq!(p.len(), 1, "{p:?}");
+    p[0].id
+}
+
+#[test]
+fn allow_once_answers_that_request_only() {
+    let b = broker(Duration::from_secs(60));
+    let rx = ask(&b, Class::Write, "a.md");
+    assert!(waiting(&rx));
+    let id = only_pending(&b);
+    let info = &b.pending()[0];
+    assert_eq!(info.path, "/final/a.md");
+    assert_eq!(info.pid, std::process::id());
+    assert!(!info.cmdline.is_empty());
+    b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
+    assert_eq!(got(&rx), Some(Verdict::Allow));
+    // Deciding again is a clear error.
+    assert_eq!(
+        b.decide(id, Decision::Deny, 0),
+        Err(DecideError::NotPending(id))
+    );
+    // Once means once: the same write asks again.
+    let rx = ask(&b, Class::Write, "a.md");
+    assert!(waiting(&rx));
+    assert_eq!(b.pending().len(), 1);
+    b.shutdown("test over");
+    assert_eq!(got(&rx), Some(Verdict::Deny));
+}
+
+#[test]
+fn path_and_zone_scopes_last_for_the_mount() {
+    let b = broker(Duration::from_secs(60));
+    let rx = ask(&b, Class::Write, "a.md");
+    b.decide(only_pending(&b), Decision::Allow(Scope::Path), 0)
+        .unwrap();
+    assert_eq!(got(&rx), Some(Verdict::Allow));
+    // Same class and path: at once. Other path or class: asks.
+    assert_eq!(got(&ask(&b, Class::Write, "a.md")), Some(Verdict::Allow));
+    let other = ask(&b, Class::Write, "b.md");
+    let delete = ask(&b, Class::Delete, "a.md");
+    assert!(waiting(&other) && waiting(&delete));
+    let id = b
+        .pending()
+        .iter()
+        .find(|p| p.path == "/final/b.md")
+        .unwrap()
+        .id;
+    b.decide(id, Decision::Allow(Scope::Zone), 0).unwrap();
+    assert_eq!(got(&other), Some(Verdict::Allow));
+    assert_eq!(got(&ask(&b, Class::Write, "x/y.md")), Some(Verdict::Allow));
+    // The zone scope covers writes only: the delete still waits.
+    assert!(waiting(&delete));
+    assert_eq!(
+        b.counters()
+            .cached_allows
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    b.shutdown("test over");
+    assert_eq!(got(&delete), Some(Verdict::Deny));
+}
+
+#[test]
+fn a_denied_fingerprint_is_denied_at_once_afterwards() {
+    let b = broker(Duration::from_secs(60));
+    let rx = ask(&b, Class::Write, "a.md");
+    let id = only_pending(&b);
+    b.decide(id, Decision::Deny, 0).unwrap();
+    assert_eq!(got(&rx), Some(Verdict::Deny));
+    assert_eq!(got(&ask(&b, Class::Write, "a.md")), Some(Verdict::Deny));
+    assert!(
+        b.pending().is_empty(),
+        "no new request for a denied fingerprint"
+    );
+    // Another class on the same path is another question.
+    let rx = ask(&b, Class::Delete, "a.md");
+    assert!(waiting(&rx));
+    b.shutdown("test over");
+}
+
+#[test]
+fn identical_requests_from_one_process_are_one_request() {
+    let b = broker(Duration::from_secs(60));
+    let me = std::process::id();
+    let r1 = ask_as(&b, me, vec![item(Class::Write, "a.md")]);
+    let r2 = ask_as(&b, me, vec![item(Class::Write, "a.md")]);
+    assert_eq!(b.pending().len(), 1);
+    // Another process asking the same is its own request.
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let r3 = ask_as(&b, child.id(), vec![item(Class::Write, "a.md")]);
+    assert_eq!(b.pending().len(), 2);
+    let mine = b.pending().iter().find(|p| p.pid == me).unwrap().id;
+    b.decide(mine, Decision::Allow(Scope::Once), 0).unwrap();
+    assert_eq!(got(&r1), Some(Verdict::Allow));
+    assert_eq!(got(&r2), Some(Verdict::Allow));
+    assert!(waiting(&r3));
+    b.shutdown("test over");
+    assert_eq!(got(&r3), Some(Verdict::Deny));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_path_allow_settles_other_waiting_requests_it_covers() {
+    let b = broker(Duration::from_secs(60));
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let mine = ask(&b, Class::Write, "a.md");
+    let theirs = ask_as(&b, child.id(), vec![item(Class::Write, "a.md")]);
+    let id = b.pending()[0].id;
+    b.decide(id, Decision::Allow(Scope::Path), 0).unwrap();
+    assert_eq!(got(&mine), Some(Verdict::Allow));
+    assert_eq!(got(&theirs), Some(Verdict::Allow));
+    assert!(b.pending().is_empty());
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn timeouts_deny_and_are_not_remembered() {
+    let b = broker(Duration::from_millis(300));
+    let rx = ask(&b, Class::Write, "a.md");
+    assert_eq!(got(&rx), Some(Verdict::Deny));
+    assert_eq!(
+        b.counters()
+            .timeouts
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // A retry asks again.
+    let rx = ask(&b, Class::Write, "a.md");
+    assert!(waiting(&rx));
+    assert_eq!(b.pending().len(), 1);
+    assert_eq!(got(&rx), Some(Verdict::Deny));
+}
+
+#[test]
+fn a_killed_caller_is_withdrawn() {
+    let b = broker(Duration::from_secs(60));
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let rx = ask_as(&b, child.id(), vec![item(Class::Write, "a.md")]);
+    assert!(waiting(&rx));
+    child.kill().unwrap();
+    // Still a zombie until reaped: that counts as gone too.
+    assert_eq!(got(&rx), Some(Verdict::Withdrawn));
+    assert!(b.pending().is_empty());
+    let _ = child.wait();
+}
+
+#[test]
+fn shutdown_and_drop_deny_everything_pending() {
+    let b = broker(Duration::from_secs(60));
+    let rx = ask(&b, Class::Write, "a.md");
+    b.shutdown("unmounting");
+    assert_eq!(got(&rx), Some(Verdict::Deny));
+    assert_eq!(got(&ask(&b, Class::Write, "b.md")), Some(Verdict::Deny));
+
+    let b = broker(Duration::from_secs(60));
+    let rx = ask(&b, Class::Write, "a.md");
+    drop(b);
+    assert_eq!(got(&rx), Some(Verdict::Deny));
+}
+
+#[test]
+fn no_approvals_denies_at_once() {
+    let b = Approvals::new(
+        Settings {
+            mountpoint: "/m".into(),
+            timeout: Duration::from_secs(60),
+            no_approvals: true,
+        },
+        None,
+    );
+    assert_eq!(got(&ask(&b, Class::Write, "a.md")), Some(Verdict::Deny));
+    assert!(b.pending().is_empty());
+}
+
+#[test]
+fn a_panicking_continuation_costs_only_its_request() {
+    let b = broker(Duration::from_secs(60));
+    b.ask(
+        AskRequest {
+            items: vec![item(Class::Write, "a.md")],
+            op: "create",
+            target: None,
+            pid: std::process::id(),
+            uid: 0,
+        },
+        Box::new(|_| panic!("boom")),
+    );
+    let id = only_pending(&b);
+    b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
+    let rx = ask(&b, Class::Write, "b.md");
+    b.decide(only_pending(&b), Decision::Allow(Scope::Once), 0)
+        .unwrap();
+    assert_eq!(got(&rx), Some(Verdict::Allow));
+}
+
+#[test]
+fn the_api_channel_hears_requests_and_its_drop_denies() {
+    let b = broker(Duration::from_secs(60));
+    let requests = api::channel(&b);
+    let rx = ask(&b, Class::Write, "a.md");
+    let req = requests.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(req.info().path, "/final/a.md");
+    assert!(req.allow(Scope::Once));
+    assert!(
+        !req.allow(Scope::Once),
+        "idempotent: the second answer is a no-op"
+    );
+    assert!(!req.deny());
+    assert_eq!(got(&rx), Some(Verdict::Allow));
+    let rx = ask(&b, Class::Write, "b.md");
+    assert!(requests.recv_timeout(Duration::from_secs(5)).is_some());
+    drop(requests);
+    assert_eq!(got(&rx), Some(Verdict::Deny));
+    assert_eq!(got(&ask(&b, Class::Write, "c.md")), Some(Verdict::Deny));
+}
+
+#[test]
+fn rename_requests_show_source_and_target() {
+    let b = broker(Duration::from_secs(60));
+    let (tx, _rx) = mpsc::channel();
+    b.ask(
+        AskRequest {
+            items: vec![item(Class::Write, "new.md"), item(Class::Delete, "old.md")],
+            op: "rename",
+            target: None,
+            pid: std::process::id(),
+            uid: 0,
+        },
+        Box::new(move |v| {
+            let _ = tx.send(v);
+        }),
+    );
+    let p = &b.pending()[0];
+    assert_eq!(p.class, "write+delete");
+    assert_eq!(p.path, "/final/old.md");
+    assert_eq!(p.target.as_deref(), Some("/final/new.md"));
+    assert_eq!(p.items.len(), 2);
+    b.shutdown("test over");
+}
+
+#[test]
+fn the_timeout_stays_below_the_kernels() {
+    let w = Duration::from_secs(300);
+    assert_eq!(cap_timeout(w, 0, 0), (w, false));
+    assert_eq!(cap_timeout(w, 120, 0), (Duration::from_secs(90), true));
+    assert_eq!(cap_timeout(w, 0, 600), (w, false));
+    assert_eq!(cap_timeout(w, 1000, 200), (Duration::from_secs(170), true));
+    assert_eq!(cap_timeout(w, 2, 0), (Duration::from_secs(1), true));
+    assert_eq!(
+        cap_timeout(Duration::from_secs(10), 120, 0),
+        (Duration::from_secs(10), false)
+    );
+}

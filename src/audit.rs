@@ -1,0 +1,186 @@
+//! The audit ledger (`--audit-log FILE`): one JSON object per line,
+//! appended, each written and fsynced before the syscall it concerns is
+//! answered (DESIGN §4 "Audit records"). Never file contents.
+//!
+//! Writers share one file behind a mutex; a record is one `write` of a
+//! whole line followed by `fdatasync`, so a reader never sees half a line
+//! and a crash loses nothing that was answered.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// Format version of every record.
+pub const VERSION: u32 = 1;
+
+/// The kinds of record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Mount,
+    Unmount,
+    Request,
+    Decision,
+    Timeout,
+    Withdrawn,
+    Refusal,
+    Mutation,
+}
+
+/// One record. Fields that don't apply stay `None` and are left out.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Record {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approver_uid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    v: u32,
+    ts: String,
+    event: Kind,
+    mount: &'a str,
+    #[serde(flatten)]
+    rec: &'a Record,
+}
+
+/// Why the ledger could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open the audit log {path}: {source}")]
+pub struct OpenError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+/// The ledger of one mount.
+#[derive(Debug)]
+pub struct Audit {
+    file: Mutex<File>,
+    path: PathBuf,
+    mount: String,
+}
+
+/// The current time as RFC 3339, UTC, with milliseconds.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+impl Audit {
+    /// Open `path` for appending (created with mode 0600 if missing).
+    pub fn open(path: &Path, mountpoint: &Path) -> Result<Audit, OpenError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|source| OpenError {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(Audit {
+            file: Mutex::new(file),
+            path: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
+            mount: mountpoint.display().to_string(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append one record and make it durable. Returns the error so that a
+    /// caller about to answer a syscall can refuse rather than go unlogged.
+    pub fn write(&self, event: Kind, rec: &Record) -> io::Result<()> {
+        let line = Line {
+            v: VERSION,
+            ts: now_rfc3339(),
+            event,
+            mount: &self.mount,
+            rec,
+        };
+        let mut text = serde_json::to_vec(&line).map_err(io::Error::other)?;
+        text.push(b'\n');
+        let mut f = self.file.lock();
+        f.write_all(&text)?;
+        f.sync_data()
+    }
+
+    /// [`Audit::write`], logging a failure instead of returning it.
+    pub fn log(&self, event: Kind, rec: &Record) {
+        if let Err(e) = self.write(event, rec) {
+            tracing::error!(path = %self.path.display(), "audit log write failed: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_one_line_each_with_the_fixed_fields() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("audit.jsonl");
+        let a = Audit::open(&p, Path::new("/mnt/x")).expect("open");
+        a.log(Kind::Mount, &Record::default());
+        a.log(
+            Kind::Refusal,
+            &Record {
+                zone: Some("data".into()),
+                path: Some("/data/a".into()),
+                errno: Some("EROFS".into()),
+                reason: Some("the zone is read-only".into()),
+                ..Record::default()
+            },
+        );
+        let text = std::fs::read_to_string(&p).expect("read");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["v"], 1);
+        assert_eq!(lines[0]["event"], "mount");
+        assert_eq!(lines[0]["mount"], "/mnt/x");
+        assert!(lines[0].get("zone").is_none());
+        assert_eq!(lines[1]["event"], "refusal");
+        assert_eq!(lines[1]["errno"], "EROFS");
+        let ts = lines[1]["ts"].as_str().expect("ts");
+        assert!(humantime::parse_rfc3339(ts).is_ok(), "{ts}");
+        assert!(ts.ends_with('Z'));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&p).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}

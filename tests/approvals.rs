@@ -1,0 +1,858 @@
+//! Approvals for real (DESIGN §4): a worker's syscall waits on an `ask`
+//! zone while the test decides it through the CLI (or the Rust API), then
+//! the test checks the syscall's result, the backing store and the ledger.
+//!
+//! Every mount is torn down by its guard; every wait is bounded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+const ZONES: &[(&str, &str)] = &[
+    ("workspace", "mode: rw"),
+    ("final", "mode: rw, approval: { write: ask, delete: ask }"),
+];
+
+/// A fixture with a `final` zone that asks, a ledger, and a timeout long
+/// enough that only a test's own decision ends a request.
+fn setup() -> Setup {
+    let s = Setup::zones(Mode::Sandboxed, ZONES).asking();
+    let audit = s.root().join("audit.jsonl");
+    s.arg("--audit-log")
+        .arg(audit.to_str().unwrap())
+        .arg("--approval-timeout")
+        .arg("60")
+}
+
+fn zm(args: &[&str], mnt: &Path) -> Out {
+    let mut cmd = Command::new(BIN);
+    for a in args {
+        cmd.arg(a);
+    }
+    cmd.arg(mnt);
+    run(&mut cmd, Duration::from_secs(30))
+}
+
+fn decide(m: &TestMount, how: &[&str], id: u64) -> Out {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("approvals")
+        .args(how)
+        .arg(m.mountpoint())
+        .arg(id.to_string());
+    run(&mut cmd, Duration::from_secs(30))
+}
+
+fn pending(m: &TestMount) -> Vec<Value> {
+    let out = zm(&["approvals", "list", "--json"], m.mountpoint());
+    assert!(out.success(), "{}", out.describe());
+    serde_json::from_str::<Vec<Value>>(&out.stdout).unwrap()
+}
+
+/// Poll until exactly `n` requests wait; returns them.
+#[track_caller]
+fn wait_pending(m: &TestMount, n: usize) -> Vec<Value> {
+    let mut last = Vec::new();
+    let ok = wait_until(Duration::from_secs(10), || {
+        last = pending(m);
+        last.len() == n
+    });
+    assert!(ok, "expected {n} pending requests, have {last:?}");
+    last
+}
+
+fn ledger(m: &TestMount) -> Vec<Value> {
+    fs::read_to_string(m.root().join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn events(m: &TestMount, kind: &str) -> Vec<Value> {
+    ledger(m)
+        .into_iter()
+        .filter(|r| r["event"] == kind)
+        .collect()
+}
+
+/// A worker: `sh -c script` in the mount, in the background.
+struct Worker {
+    child: Child,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Worker {
+    fn start(m: &TestMount, script: &str) -> Worker {
+        let n = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let out = m.root().join(format!("worker-{n}.out"));
+        let err = m.root().join(format!("worker-{n}.err"));
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(m.mountpoint())
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&out).unwrap())
+            .stderr(fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        Worker { child, out, err }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait for it (bounded): (exit status, stderr).
+    #[track_caller]
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        let st = wait_child(&mut self.child, Duration::from_secs(20))
+            .expect("the worker did not finish within 20 s");
+        let _ = fs::read_to_string(&self.out);
+        (st, fs::read_to_string(&self.err).unwrap_or_default())
+    }
+
+    fn still_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[track_caller]
+fn assert_denied(st: std::process::ExitStatus, err: &str) {
+    assert!(
+        !st.success() && err.contains("Permission denied"),
+        "expected EACCES, got {st:?}: {err}"
+    );
+}
+
+#[test]
+fn allow_once_path_and_zone_then_deny_is_remembered() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().file("final", "old.md", "old\n").mount();
+
+    // Allow once: the write finishes; the next write asks again.
+    let w = Worker::start(&m, "echo hi > final/report.md");
+    let reqs = wait_pending(&m, 1);
+    let r = &reqs[0];
+    assert_eq!(r["path"], "/final/report.md");
+    assert_eq!(r["class"], "write");
+    assert_eq!(r["op"], "create");
+    assert_eq!(r["zone"], "final");
+    assert_eq!(r["pid"], w.pid());
+    assert_eq!(r["uid"], 0);
+    assert!(
+        r["cmdline"]
+            .as_str()
+            .unwrap()
+            .contains("echo hi > final/report.md")
+    );
+    let human = zm(&["approvals", "list"], m.mountpoint());
+    assert!(
+        human.stdout.starts_with("ID  AGE  ZONE"),
+        "{}",
+        human.stdout
+    );
+    assert!(
+        human.stdout.contains("/final/report.md"),
+        "{}",
+        human.stdout
+    );
+    let id = r["id"].as_u64().unwrap();
+    let out = decide(&m, &["allow"], id);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout, format!("allowed request {id} (scope once)\n"));
+    let (st, err) = w.finish();
+    assert!(st.success(), "{err}");
+    assert_eq!(
+        fs::read_to_string(m.backing("final", "report.md")).unwrap(),
+        "hi\n"
+    );
+    // The ledger had both records by the time the write returned.
+    let kinds: Vec<String> = ledger(&m)
+        .iter()
+        .map(|r| r["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["mount", "request", "decision"], "{kinds:?}");
+
+    // Deciding it again: a clear error, exit 1.
+    let again = decide(&m, &["allow"], id);
+    assert_eq!(again.code(), Some(1));
+    assert!(
+        again.stderr.contains(&format!("no pending request {id}")),
+        "{}",
+        again.stderr
+    );
+
+    // Allow --scope path: later writes to that path go through at once.
+    let w = Worker::start(&m, "echo two > final/report.md");
+    let id = wait_pending(&m, 1)[0]["id"].as_u64().unwrap();
+    assert!(decide(&m, &["allow", "--scope", "path"], id).success());
+    assert!(w.finish().0.success());
+    let (st, _, err) = m.sh("echo three > final/report.md");
+    assert!(st.success(), "{err}");
+    assert!(pending(&m).is_empty());
+    assert_eq!(
+        fs::read_to_string(m.backing("final", "report.md")).unwrap(),
+        "three\n"
+    );
+
+    // Allow --scope zone: writes anywhere in the zone go through at once.
+    let w = Worker::start(&m, "mkdir final/sub");
+    let r = wait_pending(&m, 1);
+    assert_eq!(r[0]["op"], "mkdir");
+    assert!(
+        decide(
+            &m,
+            &["allow", "--scope", "zone"],
+            r[0]["id"].as_u64().unwrap()
+        )
+        .success()
+    );
+    assert!(w.finish().0.success());
+    let (st, _, err) = m.sh("echo x > final/sub/a.md && ln -s a.md final/sub/l.md");
+    assert!(st.success(), "{err}");
+
+    // Deletes are another class: still asked. Deny: EACCES, the file stays,
+    // and the same delete is refused at once afterwards, with no request.
+    let w = Worker::start(&m, "rm final/old.md");
+    let id = wait_pending(&m, 1)[0]["id"].as_u64().unwrap();
+    let out = decide(&m, &["deny"], id);
+    assert_eq!(out.stdout, format!("denied request {id}\n"));
+    let (st, err) = w.finish();
+    assert_denied(st, &err);
+    let t = Instant::now();
+    let (st, _, err) = m.sh("rm final/old.md");
+    assert_denied(st, &err);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(pending(&m).is_empty());
+    assert!(m.backing("final", "old.md").exists());
+
+    // The ledger tells who allowed what.
+    let decisions = events(&m, "decision");
+    let scopes: Vec<(&str, Option<&str>)> = decisions
+        .iter()
+        .map(|d| (d["decision"].as_str().unwrap(), d["scope"].as_str()))
+        .collect();
+    assert_eq!(
+        scopes,
+        [
+            ("allow", Some("once")),
+            ("allow", Some("path")),
+            ("allow", Some("zone")),
+            ("deny", None)
+        ]
+    );
+    assert!(decisions.iter().all(|d| d["approver_uid"] == 0));
+    let requests = events(&m, "request");
+    assert_eq!(requests.len(), 4);
+    let refusal = events(&m, "refusal");
+    assert_eq!(refusal.len(), 1, "{refusal:?}");
+    assert_eq!(refusal[0]["path"], "/final/old.md");
+    assert_eq!(refusal[0]["errno"], "EACCES");
+    assert!(
+        refusal[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("denied for the rest of the mount")
+    );
+    // Writes allowed by a path/zone decision are logged as mutations.
+    let mutations = events(&m, "mutation");
+    assert!(mutations.len() >= 3, "{mutations:?}");
+    // Every record has the fixed fields, and ids go up in order.
+    for r in ledger(&m) {
+        assert_eq!(r["v"], 1);
+        assert!(humantime::parse_rfc3339(r["ts"].as_str().unwrap()).is_ok());
+        assert_eq!(r["mount"], m.mountpoint().to_str().unwrap());
+    }
+    let ids: Vec<u64> = requests.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+}
+
+#[test]
+fn a_rename_asks_for_write_and_delete_and_shows_its_target() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().file("final", "a.md", "a\n").mount();
+    let w = Worker::start(&m, "mv final/a.md final/b.md");
+    let r = wait_pending(&m, 1);
+    assert_eq!(r[0]["op"], "rename");
+    assert_eq!(r[0]["class"], "write+delete");
+    assert_eq!(r[0]["path"], "/final/a.md");
+    assert_eq!(r[0]["target"], "/final/b.md");
+    assert!(decide(&m, &["allow"], r[0]["id"].as_u64().unwrap()).success());
+    assert!(w.finish().0.success());
+    assert!(m.backing("final", "b.md").exists() && !m.backing("final", "a.md").exists());
+}
+
+#[test]
+fn a_request_times_out_with_eacces_and_is_not_remembered() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::zones(Mode::Sandboxed, ZONES).asking();
+    let audit = s.root().join("audit.jsonl");
+    let m = s
+        .arg("--audit-log")
+        .arg(audit.to_str().unwrap())
+        .arg("--approval-timeout")
+        .arg("1")
+        .mount();
+    let t = Instant::now();
+    let (st, _, err) = m.sh("echo x > final/t.md");
+    assert_denied(st, &err);
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert_eq!(events(&m, "timeout").len(), 1);
+    assert!(events(&m, "decision").is_empty());
+    // A retry asks again (and times out again).
+    let w = Worker::start(&m, "echo x > final/t.md");
+    wait_pending(&m, 1);
+    assert_denied(w.finish().0, "Permission denied");
+    assert_eq!(events(&m, "request").len(), 2);
+}
+
+#[test]
+fn identical_requests_of_one_process_are_one_and_the_rest_goes_on() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup()
+        .file("final", "e.md", "e\n")
+        .file("workspace", "r.txt", "read me\n")
+        .mount();
+    let target = m.path("final/e.md");
+    // Two threads of this process open the same file for writing.
+    let openers: Vec<_> = (0..2)
+        .map(|_| {
+            let p = target.clone();
+            std::thread::spawn(move || fs::OpenOptions::new().write(true).open(&p).map(|_| ()))
+        })
+        .collect();
+    let r = wait_pending(&m, 1);
+    assert_eq!(r[0]["pid"], std::process::id());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(pending(&m).len(), 1, "one request for both");
+
+    // While it waits: 1,000 operations by this process and another.
+    let t = Instant::now();
+    let other = Worker::start(
+        &m,
+        "i=0; while [ $i -lt 500 ]; do echo $i > workspace/o$i.txt; cat workspace/r.txt >/dev/null; i=$((i+1)); done",
+    );
+    for i in 0..500 {
+        match i % 4 {
+            0 => {
+                fs::metadata(m.path("workspace/r.txt")).unwrap();
+            }
+            1 => assert_eq!(
+                fs::read_to_string(m.path("workspace/r.txt")).unwrap(),
+                "read me\n"
+            ),
+            2 => fs::write(m.path(&format!("workspace/s{i}.txt")), "x").unwrap(),
+            _ => {
+                fs::read_dir(m.path("final")).unwrap().count();
+            }
+        }
+    }
+    let (st, err) = other.finish();
+    assert!(st.success(), "{err}");
+    let took = t.elapsed();
+    eprintln!("1,000 operations (+500 reads) while a request waited: {took:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert_eq!(pending(&m).len(), 1, "still waiting");
+    assert!(openers.iter().all(|h| !h.is_finished()));
+
+    let id = r[0]["id"].as_u64().unwrap();
+    assert!(decide(&m, &["allow"], id).success());
+    for h in openers {
+        h.join().unwrap().unwrap();
+    }
+    assert_eq!(events(&m, "request").len(), 1);
+}
+
+#[test]
+fn unmount_denies_what_is_pending_and_the_daemon_exits() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = setup().dir("final", "one").dir("final", "two").mount();
+    let daemon = daemon_pids_for(m.mountpoint());
+    assert_eq!(daemon.len(), 1, "{daemon:?}");
+    // Two directories: a waiting create holds its directory's lock, and a
+    // lookup in that directory would wait behind it.
+    let w1 = Worker::start(&m, "echo a > final/one/a.md");
+    wait_pending(&m, 1);
+    let mut w2 = Worker::start(&m, "echo b > workspace/b.txt && mkdir final/two/d");
+    wait_pending(&m, 2);
+    assert!(w2.still_running());
+    let t = Instant::now();
+    let out = m.unmount();
+    assert!(out.success(), "{}", out.describe());
+    assert_denied(w1.finish().0, "Permission denied");
+    let (st, err) = w2.finish();
+    assert_denied(st, &err);
+    assert!(t.elapsed() < Duration::from_secs(15));
+    assert!(!m.is_mounted());
+    assert!(wait_until(Duration::from_secs(10), || !process_exists(
+        daemon[0]
+    )));
+    let decisions = events(&m, "decision");
+    assert_eq!(decisions.len(), 2);
+    assert!(decisions.iter().all(|d| d["decision"] == "deny"));
+    assert_eq!(ledger(&m).last().unwrap()["event"], "unmount");
+}
+
+fn process_exists(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+#[test]
+fn sigterm_denies_what_is_pending_and_the_daemon_exits() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let daemon = daemon_pids_for(m.mountpoint());
+    assert_eq!(daemon.len(), 1);
+    let w = Worker::start(&m, "echo a > final/a.md");
+    wait_pending(&m, 1);
+    run(
+        Command::new("kill").arg("-TERM").arg(daemon[0].to_string()),
+        Duration::from_secs(5),
+    );
+    assert_denied(w.finish().0, "Permission denied");
+    assert!(wait_until(Duration::from_secs(10), || !process_exists(
+        daemon[0]
+    )));
+    assert!(wait_unmounted(m.mountpoint()));
+}
+
+#[test]
+fn a_killed_waiting_process_is_withdrawn_with_eintr() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let mut w = Worker::start(&m, "echo a > final/a.md");
+    wait_pending(&m, 1);
+    w.child.kill().unwrap();
+    let st = wait_child(&mut w.child, Duration::from_secs(10)).expect("killed worker never died");
+    assert_eq!(st.signal(), Some(libc::SIGKILL));
+    wait_pending(&m, 0);
+    let wd = events(&m, "withdrawn");
+    assert_eq!(wd.len(), 1);
+    assert_eq!(wd[0]["errno"], "EINTR");
+    assert!(!m.backing("final", "a.md").exists());
+}
+
+#[test]
+fn the_control_socket_refuses_other_users() {
+    if !fuse_ok() || !is_root() || !tool_ok("setpriv") {
+        return;
+    }
+    let m = setup().mount();
+    let status = zm(&["status", "--json"], m.mountpoint());
+    assert!(status.success(), "{}", status.describe());
+    let s: Value = serde_json::from_str(&status.stdout).unwrap();
+    let sock = PathBuf::from(s["control"].as_str().unwrap());
+    let meta = fs::metadata(&sock).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let w = Worker::start(&m, "echo a > final/a.md");
+    let id = wait_pending(&m, 1)[0]["id"].as_u64().unwrap();
+    let as_nobody = |args: &[&str]| {
+        let mut cmd = Command::new("setpriv");
+        cmd.args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            BIN,
+        ])
+        .args(args)
+        .env_remove("XDG_RUNTIME_DIR")
+        .current_dir("/");
+        run(&mut cmd, Duration::from_secs(30))
+    };
+    let mp = m.mountpoint().to_str().unwrap().to_string();
+    let id_s = id.to_string();
+    // The socket's mode keeps nobody out...
+    let out = as_nobody(&["approvals", "allow", &mp, &id_s]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains("Permission denied"),
+        "{}",
+        out.describe()
+    );
+    // ...and with the mode opened, the peer check does.
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o666)).unwrap();
+    for args in [
+        vec!["approvals", "allow", &mp, &id_s],
+        vec!["approvals", "list", &mp],
+    ] {
+        let out = as_nobody(&args);
+        assert_eq!(out.code(), Some(1), "{}", out.describe());
+        assert!(
+            out.stderr.contains("uid 65534 may not use"),
+            "{}",
+            out.describe()
+        );
+    }
+    assert_eq!(pending(&m).len(), 1, "nobody decided anything");
+    assert!(decide(&m, &["deny"], id).success());
+    assert_denied(w.finish().0, "Permission denied");
+}
+
+#[test]
+fn status_shows_zones_pending_and_counters() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let w = Worker::start(&m, "echo a > final/a.md");
+    wait_pending(&m, 1);
+    let out = zm(&["status"], m.mountpoint());
+    assert!(out.success(), "{}", out.describe());
+    for want in [
+        "mountpoint: ",
+        "zones:",
+        "final",
+        "ask",
+        "workspace",
+        "preApproved",
+        "pending: 1",
+        "/final/a.md",
+        "counters: ",
+        "requests 1",
+    ] {
+        assert!(
+            out.stdout.contains(want),
+            "missing {want:?} in\n{}",
+            out.stdout
+        );
+    }
+    let out = zm(&["status", "--json"], m.mountpoint());
+    let s: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(s["zones"].as_array().unwrap().len(), 2);
+    assert_eq!(s["zones"][1]["policy"]["approval"]["write"], "ask");
+    assert_eq!(s["pending"].as_array().unwrap().len(), 1);
+    assert_eq!(s["counters"]["requests"], 1);
+    assert_eq!(s["approval_timeout_secs"], 60);
+    assert!(s["audit_log"].as_str().unwrap().ends_with("audit.jsonl"));
+    let id = s["pending"][0]["id"].as_u64().unwrap();
+    assert!(decide(&m, &["deny"], id).success());
+    assert_denied(w.finish().0, "Permission denied");
+    // Unknown mountpoints are a clear error.
+    let out = zm(&["status"], m.root());
+    assert_eq!(out.code(), Some(1));
+    assert!(
+        out.stderr.contains("not a live zonemount mount"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn watch_prints_requests_and_outcomes() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let log = m.root().join("watch.out");
+    let mut watcher = Command::new(BIN)
+        .args(["approvals", "watch", "--json"])
+        .arg(m.mountpoint())
+        .stdout(fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The watcher is connected once a request shows in its output.
+    let w = Worker::start(&m, "echo a > final/a.md");
+    let id = wait_pending(&m, 1)[0]["id"].as_u64().unwrap();
+    let seen = wait_until(Duration::from_secs(10), || {
+        fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("\"event\":\"request\"")
+    });
+    assert!(seen, "watch printed no request");
+    assert!(decide(&m, &["allow", "--scope", "path"], id).success());
+    assert!(w.finish().0.success());
+    let done = wait_until(Duration::from_secs(10), || {
+        fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("\"event\":\"resolved\"")
+    });
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    assert!(done, "watch printed no outcome");
+    let lines: Vec<Value> = fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["request"]["path"], "/final/a.md");
+    let end = lines.iter().find(|l| l["event"] == "resolved").unwrap();
+    assert_eq!(end["outcome"], "allow");
+    assert_eq!(end["scope"], "path");
+    assert_eq!(end["id"], id);
+}
+
+#[test]
+fn on_ask_runs_a_hook_with_the_request_and_never_decides() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = setup();
+    let dump = s.root().join("hook.json");
+    let env = s.root().join("hook.env");
+    let hook = format!(
+        "sh -c 'cat > {} && env > {} && exit 3'",
+        dump.display(),
+        env.display()
+    );
+    let m = s.arg("--on-ask").arg(&hook).mount();
+    let w = Worker::start(&m, "echo a > final/a.md");
+    let id = wait_pending(&m, 1)[0]["id"].as_u64().unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        fs::read_to_string(&env).is_ok_and(|e| e.contains("ZONEMOUNT_PATH"))
+    }));
+    let j: Value = serde_json::from_str(fs::read_to_string(&dump).unwrap().trim()).unwrap();
+    assert_eq!(j["id"], id);
+    assert_eq!(j["path"], "/final/a.md");
+    let e = fs::read_to_string(&env).unwrap();
+    assert!(e.contains(&format!("ZONEMOUNT_ID={id}\n")), "{e}");
+    assert!(e.contains("ZONEMOUNT_PATH=/final/a.md\n"), "{e}");
+    assert!(e.contains("ZONEMOUNT_CLASS=write\n"), "{e}");
+    // The hook failed (exit 3): the request still waits for a person.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(pending(&m).len(), 1);
+    assert!(decide(&m, &["allow"], id).success());
+    assert!(w.finish().0.success());
+}
+
+#[test]
+fn no_approvals_denies_at_once_and_logs_it() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::zones(Mode::Sandboxed, ZONES).asking();
+    let audit = s.root().join("audit.jsonl");
+    let m = s
+        .arg("--audit-log")
+        .arg(audit.to_str().unwrap())
+        .arg("--no-approvals")
+        .mount();
+    let t = Instant::now();
+    let (st, _, err) = m.sh("echo x > final/t.md");
+    assert_denied(st, &err);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let r = events(&m, "refusal");
+    assert_eq!(r.len(), 1);
+    assert!(r[0]["reason"].as_str().unwrap().contains("--no-approvals"));
+}
+
+#[test]
+fn refusals_and_gated_mutations_reach_the_ledger() {
+    if !fuse_ok() {
+        return;
+    }
+    let zones: &[(&str, &str)] = &[
+        ("data", "mode: ro"),
+        (
+            "final",
+            "mode: rw, approval: { write: ask, delete: blocked }",
+        ),
+        (
+            "notes",
+            "mode: rw, approval: { write: preApproved, delete: ask }",
+        ),
+    ];
+    let s = Setup::zones(Mode::Sandboxed, zones).asking();
+    let audit = s.root().join("audit.jsonl");
+    let m = s
+        .arg("--audit-log")
+        .arg(audit.to_str().unwrap())
+        .file("final", "keep.md", "k")
+        .dir("data", "")
+        .mount();
+    let (st, _, _) = m.sh("echo x > data/new.txt");
+    assert!(!st.success());
+    let (st, _, _) = m.sh("rm final/keep.md");
+    assert!(!st.success());
+    let (st, _, err) = m.sh("echo n > notes/n.txt");
+    assert!(st.success(), "{err}");
+    let refusals = events(&m, "refusal");
+    let errnos: Vec<&str> = refusals
+        .iter()
+        .map(|r| r["errno"].as_str().unwrap())
+        .collect();
+    assert_eq!(errnos, ["EROFS", "EPERM"], "{refusals:?}");
+    assert_eq!(refusals[0]["path"], "/data/new.txt");
+    assert_eq!(refusals[0]["reason"], "the zone is read-only");
+    assert_eq!(refusals[1]["op"], "unlink");
+    assert!(refusals[1]["pid"].as_u64().unwrap() > 0);
+    let muts = events(&m, "mutation");
+    assert!(
+        muts.iter()
+            .any(|r| r["path"] == "/notes/n.txt" && r["op"] == "create"),
+        "{muts:?}"
+    );
+}
+
+#[test]
+fn the_rust_api_receives_requests_and_decides_them() {
+    if !fuse_ok() {
+        return;
+    }
+    use zonemount::approval::{Scope, api};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(tmp.path()).unwrap();
+    fs::write(
+        root.join("project.yaml"),
+        zones_yaml(Mode::Sandboxed, ZONES),
+    )
+    .unwrap();
+    fs::create_dir(root.join("mnt")).unwrap();
+    let table = zonemount::config::load_project(
+        Some(&root.join("project.yaml")),
+        &root,
+        &zonemount::config::LoadOptions::from_host(false),
+    )
+    .unwrap();
+    zonemount::config::prepare_backing(&table).unwrap();
+    let mut opts = api::Options::new(root.join("mnt"));
+    opts.audit_log = Some(root.join("audit.jsonl"));
+    let (mount, requests) = api::mount(&table, opts).unwrap();
+    let mnt = mount.mountpoint().to_path_buf();
+
+    let p = mnt.join("final/api.md");
+    let writer = std::thread::spawn(move || fs::write(&p, "from api\n"));
+    let req = requests
+        .recv_timeout(Duration::from_secs(10))
+        .expect("no request");
+    assert_eq!(req.info().path, "/final/api.md");
+    assert_eq!(req.info().pid, std::process::id());
+    assert!(req.allow(Scope::Path));
+    assert!(!req.deny(), "the first answer wins");
+    writer.join().unwrap().unwrap();
+    assert_eq!(
+        fs::read_to_string(root.join(".sandbox/final/api.md")).unwrap(),
+        "from api\n"
+    );
+    assert_eq!(mount.approvals().pending().len(), 0);
+
+    // Deny: EACCES.
+    let p = mnt.join("final/no.md");
+    let writer = std::thread::spawn(move || fs::write(&p, "x"));
+    let req = requests
+        .recv_timeout(Duration::from_secs(10))
+        .expect("no request");
+    assert!(req.deny());
+    assert_errno(writer.join().unwrap(), libc::EACCES);
+
+    // Dropping the receiver denies what waits and every later ask.
+    let p = mnt.join("final/later.md");
+    let writer = std::thread::spawn(move || fs::write(&p, "x"));
+    assert!(requests.recv_timeout(Duration::from_secs(10)).is_some());
+    drop(requests);
+    assert_errno(writer.join().unwrap(), libc::EACCES);
+    assert_errno(fs::write(mnt.join("final/after.md"), "x"), libc::EACCES);
+
+    mount.unmount().unwrap();
+    assert!(!is_mounted(&mnt));
+    let log = fs::read_to_string(root.join("audit.jsonl")).unwrap();
+    assert!(
+        log.contains("\"event\":\"mount\"") && log.contains("\"event\":\"unmount\""),
+        "{log}"
+    );
+}
+
+#[test]
+fn prompt_answers_with_a_key_on_a_terminal() {
+    if !fuse_ok() || !tool_ok("script") {
+        return;
+    }
+    let s = Setup::zones(Mode::Sandboxed, ZONES);
+    let root = s.root().to_path_buf();
+    let cfg = root.join("project.yaml");
+    fs::write(&cfg, zones_yaml(Mode::Sandboxed, ZONES)).unwrap();
+    let mnt = root.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    let inner = format!(
+        "{BIN} mount --foreground --prompt --approval-timeout 60 --config {} {}",
+        cfg.display(),
+        mnt.display()
+    );
+    // `script` gives the daemon a pseudo-terminal and forwards our keys.
+    let screen = root.join("screen.out");
+    let mut term = Command::new("script")
+        .args(["-qfec", &inner, "/dev/null"])
+        .current_dir(&root)
+        .stdin(Stdio::piped())
+        .stdout(fs::File::create(&screen).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Cleanup(PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            cleanup_mount(&self.0, true);
+        }
+    }
+    let _guard = Cleanup(mnt.clone());
+    assert!(wait_mounted(&mnt), "foreground mount did not come up");
+    let target = mnt.join("final/p.md");
+    let writer = std::thread::spawn(move || fs::write(&target, "p\n"));
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            fs::read_to_string(&screen)
+                .unwrap_or_default()
+                .contains("[o] allow once")
+        }),
+        "no prompt shown: {}",
+        fs::read_to_string(&screen).unwrap_or_default()
+    );
+    let shown = fs::read_to_string(&screen).unwrap();
+    assert!(shown.contains("write /final/p.md (create)"), "{shown}");
+    term.stdin.as_mut().unwrap().write_all(b"x").unwrap(); // ignored
+    term.stdin.as_mut().unwrap().write_all(b"p").unwrap();
+    term.stdin.as_mut().unwrap().flush().unwrap();
+    writer.join().unwrap().unwrap();
+    // Path scope: the same write now goes through without a prompt.
+    fs::write(mnt.join("final/p.md"), "again\n").unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        fs::read_to_string(&screen)
+            .unwrap_or_default()
+            .contains("allowed (path)")
+    }));
+    drop(term.stdin.take());
+    cleanup_mount(&mnt, true);
+    let _ = wait_child(&mut term, Duration::from_secs(10));
+}
