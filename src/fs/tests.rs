@@ -25,6 +25,7 @@ fn zone(name: &str, dir: &Path, access: Access) -> Zone {
             suffixes: None,
             max_file_bytes: None,
             protect: vec![],
+            hidden: vec![],
         },
     }
 }
