@@ -308,6 +308,8 @@ mod tests {
             workers: vec!["/p/w.worker".into()],
             started: 17,
             zones: vec!["data".into(), "ws".into()],
+            cwd: None,
+            allow_sensitive_roots: false,
         }
     }
 

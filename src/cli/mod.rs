@@ -6,6 +6,7 @@
 //! --notify-ready`: the daemon reports readiness (or its error) as one line
 //! on its stdout, which the parent reads before it returns.
 
+mod check;
 mod list;
 mod mount_cmd;
 mod run;
@@ -54,6 +55,9 @@ enum Cmd {
     },
     /// Print the effective zone table without mounting.
     Derive(ConfigArgs),
+    /// Would a worker's read, write or delete of PATH be allowed (exit 0),
+    /// asked (3) or refused (4), and why? Touches nothing.
+    Check(check::CheckArgs),
 }
 
 #[derive(Debug, Args, Clone)]
@@ -144,6 +148,10 @@ pub fn run() -> ExitCode {
         },
         Cmd::List { json } => list::list(json),
         Cmd::Derive(c) => derive(&c),
+        Cmd::Check(a) => match check::check(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -170,8 +178,13 @@ fn cwd() -> Result<PathBuf, Failure> {
 
 /// Load the project config and apply each worker in turn.
 pub(crate) fn zone_table(c: &ConfigArgs) -> Result<ZoneTable, Failure> {
+    zone_table_in(c, &cwd()?)
+}
+
+/// [`zone_table`] as if run in `cwd`.
+pub(crate) fn zone_table_in(c: &ConfigArgs, cwd: &std::path::Path) -> Result<ZoneTable, Failure> {
     let opts = LoadOptions::from_host(c.allow_sensitive_roots);
-    let mut table = config::load_project(c.config.as_deref(), &cwd()?, &opts)?;
+    let mut table = config::load_project(c.config.as_deref(), cwd, &opts)?;
     for w in &c.worker {
         let decl = config::load_worker(w)?;
         table = config::derive(&table, &decl)?;

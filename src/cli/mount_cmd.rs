@@ -143,6 +143,8 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         workers: spec.workers.iter().map(|w| abs(w)).collect(),
         started: mount::now_secs(),
         zones: table.zones.iter().map(|z| z.name.clone()).collect(),
+        cwd: std::env::current_dir().ok(),
+        allow_sensitive_roots: a.config.allow_sensitive_roots,
     };
     if let Err(e) = mount::write_record(&record) {
         tracing::warn!("cannot write the mount record: {e}");

@@ -469,7 +469,11 @@ impl Core {
 
     fn loc<'a>(&'a self, w: &'a Where) -> Loc<'a> {
         match w.zone {
-            None => Loc::root(),
+            // An entry of the root keeps its name, for explanations.
+            None => Loc {
+                zone: None,
+                path: &w.path,
+            },
             Some(z) => Loc::in_zone(&self.zones[z], &w.path),
         }
     }

@@ -354,13 +354,23 @@ fn cross_zone(s: &Subject<'_>) -> (String, String) {
 fn protected(s: &Subject<'_>, z: &ZoneRules) -> (String, String) {
     let covered = s
         .places()
-        .find_map(|l| z.protected_by(l.path, s.is_dir).map(|p| (l, p)));
+        .find_map(|l| z.protected_by(l.path, s.is_dir).map(|p| (l.path, p)));
     let reason = match covered {
-        Some((l, pat)) => format!(
-            "'{}' is protected (read-only) in {} by the pattern '{pat}'",
-            shown(l),
-            zone_dir(z)
-        ),
+        Some((path, pat)) => {
+            // Name the protected dir itself, the shortest covered ancestor.
+            let mut ancestors: Vec<&Path> = path.ancestors().collect();
+            ancestors.reverse();
+            let top = ancestors
+                .into_iter()
+                .filter(|a| !a.as_os_str().is_empty())
+                .find(|a| z.is_protected(a, *a != path || s.is_dir))
+                .unwrap_or(path);
+            format!(
+                "{} is protected (read-only) in {} by the pattern '{pat}'",
+                in_zone(z, top),
+                zone_dir(z)
+            )
+        }
         None => {
             let pat = s
                 .places()
@@ -687,8 +697,8 @@ mod tests {
         );
         assert_eq!(
             m,
-            "Cannot create '/home/src/.git/objects/x': '/home/src/.git/objects/x' is protected \
-             (read-only) in /home by the pattern '.git'. Paths of /home that no protect pattern \
+            "Cannot create '/home/src/.git/objects/x': /home/src/.git is protected (read-only) \
+             in /home by the pattern '.git'. Paths of /home that no protect pattern \
              covers are writable."
         );
         let m = refusal_message(

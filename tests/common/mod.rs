@@ -532,6 +532,7 @@ pub struct Setup {
     mnt: PathBuf,
     create_mnt: bool,
     config_rel: String,
+    env: Vec<(String, String)>,
 }
 
 impl Setup {
@@ -558,6 +559,7 @@ impl Setup {
             mnt,
             create_mnt: true,
             config_rel: "project.yaml".to_string(),
+            env: Vec::new(),
         }
     }
 
@@ -608,6 +610,13 @@ impl Setup {
     /// One more command-line argument before the mountpoint.
     pub fn arg(mut self, a: &str) -> Self {
         self.args.push(a.to_string());
+        self
+    }
+
+    /// An environment variable for `zonemount mount` (and, through the
+    /// guard, for [`TestMount::zonemount`]).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
         self
     }
 
@@ -666,6 +675,7 @@ impl Setup {
             mnt,
             create_mnt,
             config_rel,
+            env,
         } = self;
         if create_mnt {
             fs::create_dir_all(&mnt).expect("create mountpoint");
@@ -698,10 +708,14 @@ impl Setup {
             backing,
             cwd: cwd.clone(),
             tried_mount: true,
+            env: env.clone(),
         };
         let mut guard = guard;
         let out = run(
-            Command::new(BIN).args(&argv).current_dir(&cwd),
+            Command::new(BIN)
+                .args(&argv)
+                .current_dir(&cwd)
+                .envs(env.iter().map(|(k, v)| (k, v))),
             Duration::from_secs(30),
         );
         // A refused mount needs no `zonemount unmount` (Drop still checks
@@ -750,6 +764,7 @@ pub struct TestMount {
     backing: BTreeMap<String, PathBuf>,
     cwd: PathBuf,
     tried_mount: bool,
+    env: Vec<(String, String)>,
 }
 
 impl TestMount {
@@ -794,6 +809,17 @@ impl TestMount {
     /// `sh -c cmd` with cwd `rel` inside the mount, extra env.
     pub fn sh_in(&self, rel: &str, cmd: &str, env: &[(&str, &str)]) -> Out {
         sh_at(&self.path(rel), cmd, env)
+    }
+
+    /// `zonemount ARGS...` from the mount's cwd, with the mount's env.
+    pub fn zonemount(&self, args: &[&str]) -> Out {
+        run(
+            Command::new(BIN)
+                .args(args)
+                .current_dir(&self.cwd)
+                .envs(self.env.iter().map(|(k, v)| (k, v))),
+            Duration::from_secs(30),
+        )
     }
 
     /// `zonemount unmount` on this mountpoint, as a test step.
