@@ -280,7 +280,16 @@ const CHECK_ZONES: &[(&str, &str)] = &[
 ];
 
 /// (path, operation flag, exit status, decision, errno, start of message).
-const CHECKS: &[(&str, &str, i32, &str, Option<&str>, &str)] = &[
+type Case = (
+    &'static str,
+    &'static str,
+    i32,
+    &'static str,
+    Option<&'static str>,
+    &'static str,
+);
+
+const CHECKS: &[Case] = &[
     ("/", "--read", 0, "allow", None, "Can read '/'"),
     (
         "/new",

@@ -247,7 +247,7 @@ fn answer(
             e,
         ));
     }
-    let meta = stat_through(&mp.join(&shown.strip_prefix("/").unwrap_or(&shown)))?;
+    let meta = stat_through(&mp.join(shown.strip_prefix("/").unwrap_or(&shown)))?;
     let op = match (asked, &meta) {
         (Asked::Read, Some(m)) => Op::Read {
             at,

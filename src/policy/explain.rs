@@ -438,12 +438,16 @@ pub fn explain_decision(s: &Subject<'_>, d: &Decision, zones: &[ZoneRules]) -> E
             let mut parts: Vec<String> = Vec::new();
             for i in items {
                 let z = zones.iter().find(|z| z.name == i.zone);
-                let p = format!(
-                    "{}'s {} policy is 'ask' ({})",
+                let path = z.map_or_else(|| i.path.display().to_string(), |z| in_zone(z, &i.path));
+                let mut p = format!(
+                    "{}'s {} policy is 'ask'",
                     z.map_or_else(|| format!("/{}", i.zone), zone_dir),
                     class_word(i.class),
-                    z.map_or_else(|| i.path.display().to_string(), |z| in_zone(z, &i.path))
                 );
+                // A rename asks for two paths: say which is which.
+                if path != shown(s.at) || s.to.is_some() {
+                    let _ = write!(p, " (for {path})");
+                }
                 if !parts.contains(&p) {
                     parts.push(p);
                 }
@@ -842,7 +846,7 @@ mod tests {
         };
         let d = super::super::decide(&op);
         let e = explain_decision(&Subject::of(&op), &d, &t);
-        assert_eq!(e.reason, "/final's write policy is 'ask' (/final/r.md)");
+        assert_eq!(e.reason, "/final's write policy is 'ask'");
         assert!(
             e.message.starts_with("Would ask to create '/final/r.md'"),
             "{e:?}"
