@@ -521,6 +521,23 @@ impl Core {
         FsError::Refused(r)
     }
 
+    /// Record, explained, that the approval of `items` was denied (or not
+    /// given in time); returns the error to answer the held call with.
+    pub fn denied(&self, items: &[AskItem]) -> FsError {
+        let first = items
+            .first()
+            .and_then(|i| Some((i, self.zones.iter().find(|z| z.name == i.zone)?)));
+        let Some((item, zone)) = first else {
+            return FsError::Refused(Refusal::Denied);
+        };
+        let action = match item.class {
+            policy::Class::Write => Action::Write,
+            policy::Class::Delete => Action::Delete,
+        };
+        let at = Loc::in_zone(zone, &item.path);
+        self.refused(&Subject::new(action, at), Refusal::Denied)
+    }
+
     /// The last refusals, oldest first (at most [`RECENT_REFUSALS`]).
     pub fn recent_refusals(&self) -> Vec<RecentRefusal> {
         self.recent.lock().iter().cloned().collect()

@@ -386,6 +386,21 @@ fn refusals_are_kept_explained_and_bounded() {
         format!("/n{}", crate::fs::core::RECENT_REFUSALS + 4)
     );
     assert_eq!(last.errno, "EACCES");
+    // A denied approval, as the broker's caller reports it.
+    let e = c.denied(&[crate::policy::AskItem {
+        class: crate::policy::Class::Delete,
+        zone: "work".into(),
+        path: "a/b".into(),
+    }]);
+    assert_eq!(refusal(e), Refusal::Denied);
+    let last = c.recent_refusals().pop().unwrap();
+    assert_eq!(last.path, "/work/a/b");
+    assert!(
+        last.message
+            .starts_with("Cannot delete '/work/a/b': approval was asked for and denied"),
+        "{}",
+        last.message
+    );
 }
 
 #[test]

@@ -209,12 +209,12 @@ fn open_for(zones: &[ZoneRules], class: Class, not: Option<&ZoneRules>) -> Vec<S
 fn alternatives(zones: &[ZoneRules], class: Class, not: Option<&ZoneRules>) -> String {
     let list = open_for(zones, class, not);
     let what = match class {
-        Class::Write => "writable",
-        Class::Delete => "deleting is allowed",
+        Class::Write => "is writable",
+        Class::Delete => "allows deleting",
     };
     match (list.is_empty(), not.is_some()) {
-        (true, true) => format!("No other zone of this mount is {what}."),
-        (true, false) => format!("No zone of this mount is {what}."),
+        (true, true) => format!("No other zone of this mount {what}."),
+        (true, false) => format!("No zone of this mount {what}."),
         (false, _) => {
             let head = match class {
                 Class::Write => "Writable",
@@ -835,6 +835,19 @@ mod tests {
         );
         let e = explain(&s, Refusal::NotAllowed, &t);
         assert!(e.message.contains("--allow-uid"), "{e:?}");
+        // Nowhere else to go.
+        let one = vec![compile(Z {
+            name: "only",
+            delete: Approval::Ask,
+            ..BASE
+        })];
+        let s = Subject::new(Action::Delete, Loc::in_zone(&one[0], Path::new("f")));
+        let e = explain(&s, Refusal::Denied, &one);
+        assert!(
+            e.message
+                .ends_with("No other zone of this mount allows deleting."),
+            "{e:?}"
+        );
     }
 
     #[test]
