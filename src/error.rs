@@ -11,6 +11,9 @@ use std::fmt;
 /// list: when several apply, the first one is reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Refusal {
+    /// The path is, or is inside, a sensitive root (`~/.ssh`…) that the
+    /// zone's backing dir contains: it is hidden from the mount.
+    Sensitive,
     /// The name is invisible in this zone (outside `suffixes`).
     Hidden,
     /// Adds, removes or renames an entry of the mount root or a zone dir.
@@ -21,6 +24,9 @@ pub enum Refusal {
     ReadOnly,
     /// The path is inside a `protect` pattern.
     Protected,
+    /// Renaming this directory would move a hidden sensitive root with it
+    /// (and so make it visible under the new name).
+    SensitiveInside,
     /// Creating or renaming to a name outside `suffixes`.
     Suffix,
     /// The file is or would become larger than `max_file_bytes`.
@@ -37,7 +43,9 @@ impl Refusal {
     /// The errno a worker sees. No `_` arm: a new refusal must pick one here.
     pub fn errno(self) -> i32 {
         match self {
-            Refusal::Hidden => libc::ENOENT,
+            // A hidden path must look like nothing at all, for every
+            // operation: another errno would confirm something is there.
+            Refusal::Sensitive | Refusal::Hidden => libc::ENOENT,
             // EACCES, not EROFS: the root is not read-only, it is not the
             // worker's to change (a zone dir is the supervisor's contract).
             Refusal::RootLevel => libc::EACCES,
@@ -45,6 +53,9 @@ impl Refusal {
             Refusal::CrossZone => libc::EXDEV,
             Refusal::ReadOnly | Refusal::Protected => libc::EROFS,
             Refusal::Suffix => libc::EACCES,
+            // The directory is visible and the worker's; it just can't be
+            // moved. EACCES, like a name the zone won't take.
+            Refusal::SensitiveInside => libc::EACCES,
             Refusal::TooBig => libc::EFBIG,
             Refusal::Blocked => libc::EPERM,
             Refusal::Denied | Refusal::NotAllowed => libc::EACCES,
@@ -60,11 +71,13 @@ impl Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = match self {
+            Refusal::Sensitive => "the path is a hidden sensitive root",
             Refusal::Hidden => "the name is not visible in this zone",
             Refusal::RootLevel => "the mount root and zone directories cannot be changed",
             Refusal::CrossZone => "renames and links cannot cross zones",
             Refusal::ReadOnly => "the zone is read-only",
             Refusal::Protected => "the path is protected (read-only) in this zone",
+            Refusal::SensitiveInside => "the directory holds a hidden sensitive root",
             Refusal::Suffix => "the name's suffix is not allowed in this zone",
             Refusal::TooBig => "the file would exceed the zone's max_file_bytes",
             Refusal::Blocked => "the zone's approval policy blocks this operation",

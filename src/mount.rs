@@ -317,6 +317,13 @@ pub struct Record {
     /// The daemon's control socket (approvals, status).
     #[serde(default)]
     pub control: Option<PathBuf>,
+    /// The daemon's working directory when it loaded the config (where a
+    /// missing `--config` was looked for), so `check` can load it again.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// `--allow-sensitive-roots`, which changes what the zones hide.
+    #[serde(default)]
+    pub allow_sensitive_roots: bool,
 }
 
 /// The runtime directory for records (and later control sockets).

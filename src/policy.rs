@@ -5,8 +5,13 @@
 //! [`Refusal`], or ask for approval of one or more (class, path) pairs.
 //! Precedence follows DESIGN §3: hidden, root-level, cross-zone, read-only
 //! or protected, suffix, size, then the zone's approval policy.
+//! [`explain`] turns a refusal (or any decision) into words for an LLM.
 
-use std::ffi::OsStr;
+mod explain;
+
+pub use explain::{Action, Explanation, Subject, explain, explain_decision, shown};
+
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobMatcher};
@@ -24,9 +29,15 @@ pub struct ZoneRules {
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     protect: Gitignore,
-    /// Anchored protect patterns, split into per-component matchers: a
-    /// directory rename that would carry one of them away is refused.
-    anchored: Vec<Vec<GlobMatcher>>,
+    /// Anchored protect patterns (as written, and split into per-component
+    /// matchers): a directory rename that would carry one of them away is
+    /// refused.
+    anchored: Vec<(String, Vec<GlobMatcher>)>,
+    /// Sensitive roots inside the zone, relative to its root: hidden.
+    hidden: Vec<PathBuf>,
+    /// The last component of each hidden path, so the common case (a name
+    /// that can't be one) costs no path building.
+    hidden_names: Vec<OsString>,
 }
 
 impl ZoneRules {
@@ -49,9 +60,14 @@ impl ZoneRules {
                         glob: Some(pat.clone()),
                         err: e.to_string(),
                     })?;
-                anchored.push(comps);
+                anchored.push((pat.clone(), comps));
             }
         }
+        let hidden = zone.policy.hidden.clone();
+        let hidden_names = hidden
+            .iter()
+            .filter_map(|h| h.file_name().map(OsStr::to_os_string))
+            .collect();
         Ok(ZoneRules {
             name: zone.name.clone(),
             access: zone.policy.access,
@@ -60,7 +76,51 @@ impl ZoneRules {
             max_file_bytes: zone.policy.max_file_bytes,
             protect: b.build()?,
             anchored,
+            hidden,
+            hidden_names,
         })
+    }
+
+    /// Whether an entry called `name` could be a hidden sensitive root
+    /// (cheap; [`is_sensitive`](Self::is_sensitive) decides).
+    pub fn may_hide(&self, name: &OsStr) -> bool {
+        self.hidden_names.iter().any(|n| n == name)
+    }
+
+    /// Whether `path` (relative to the zone root) is, or is inside, a
+    /// hidden sensitive root.
+    pub fn is_sensitive(&self, path: &Path) -> bool {
+        self.sensitive_root_of(path).is_some()
+    }
+
+    /// The hidden sensitive root that `path` is or is inside.
+    pub fn sensitive_root_of(&self, path: &Path) -> Option<&Path> {
+        self.hidden
+            .iter()
+            .find(|h| path.starts_with(h))
+            .map(PathBuf::as_path)
+    }
+
+    /// A hidden sensitive root strictly below `dir`: renaming `dir` would
+    /// carry it to a visible name.
+    pub fn sensitive_below(&self, dir: &Path) -> Option<&Path> {
+        self.hidden
+            .iter()
+            .find(|h| h.starts_with(dir) && h.as_path() != dir)
+            .map(PathBuf::as_path)
+    }
+
+    /// Whether an entry at `path` is invisible, and why: a sensitive root,
+    /// or a file name outside `suffixes`.
+    pub fn hiding(&self, path: &Path, is_dir: bool) -> Option<Refusal> {
+        let name = path.file_name()?;
+        if self.may_hide(name) && self.is_sensitive(path) {
+            Some(Refusal::Sensitive)
+        } else if !self.visible(name, is_dir) {
+            Some(Refusal::Hidden)
+        } else {
+            None
+        }
     }
 
     /// Whether `name` may be seen at all (directories are exempt from suffixes).
@@ -81,29 +141,44 @@ impl ZoneRules {
     /// Whether `path` (relative to the zone root) is, or is inside, a
     /// protected path.
     pub fn is_protected(&self, path: &Path, is_dir: bool) -> bool {
+        self.protected_by(path, is_dir).is_some()
+    }
+
+    /// The protect pattern (as written) that covers `path`, if any.
+    pub fn protected_by(&self, path: &Path, is_dir: bool) -> Option<&str> {
         if path.as_os_str().is_empty() || self.protect.is_empty() {
-            return false;
+            return None;
         }
         let abs = Path::new("/").join(path);
-        self.protect
-            .matched_path_or_any_parents(&abs, is_dir)
-            .is_ignore()
+        match self.protect.matched_path_or_any_parents(&abs, is_dir) {
+            ignore::Match::Ignore(glob) => Some(glob.original()),
+            _ => None,
+        }
     }
 
     /// Whether an anchored protect pattern names something strictly below
     /// `dir`: renaming `dir` would move it out of protection.
     pub fn protects_below(&self, dir: &Path) -> bool {
-        let comps: Vec<_> = dir.components().map(|c| c.as_os_str()).collect();
-        self.anchored.iter().any(|pat| {
-            pat.len() > comps.len()
-                && pat
-                    .iter()
-                    .zip(&comps)
-                    .all(|(m, c)| m.is_match(Path::new(c)))
-        })
+        self.protected_below(dir).is_some()
     }
 
-    fn level(&self, class: Class) -> Approval {
+    /// The anchored protect pattern strictly below `dir`, if any.
+    pub fn protected_below(&self, dir: &Path) -> Option<&str> {
+        let comps: Vec<_> = dir.components().map(|c| c.as_os_str()).collect();
+        self.anchored
+            .iter()
+            .find(|(_, pat)| {
+                pat.len() > comps.len()
+                    && pat
+                        .iter()
+                        .zip(&comps)
+                        .all(|(m, c)| m.is_match(Path::new(c)))
+            })
+            .map(|(orig, _)| orig.as_str())
+    }
+
+    /// The approval policy of one class.
+    pub fn level(&self, class: Class) -> Approval {
         match class {
             Class::Write => self.approval.write,
             Class::Delete => self.approval.delete,
@@ -177,6 +252,20 @@ pub enum Op<'a> {
     Link { from: Loc<'a>, to: Loc<'a> },
 }
 
+impl<'a> Op<'a> {
+    /// The one or two places an operation touches.
+    pub fn places(&self) -> [Option<Loc<'a>>; 2] {
+        match *self {
+            Op::Read { at, .. }
+            | Op::WriteContent { at, .. }
+            | Op::NewName { at, .. }
+            | Op::Metadata { at }
+            | Op::Remove { at } => [Some(at), None],
+            Op::Rename { from, to, .. } | Op::Link { from, to } => [Some(from), Some(to)],
+        }
+    }
+}
+
 /// One approval that an operation needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AskItem {
@@ -195,6 +284,9 @@ pub enum Decision {
 
 /// Decide an operation. Pure: the caller supplies every fact.
 pub fn decide(op: &Op<'_>) -> Decision {
+    if let Err(r) = op.places().into_iter().flatten().try_for_each(sensitive) {
+        return Decision::Refuse(r);
+    }
     match structural(op) {
         Err(r) => Decision::Refuse(r),
         Ok(needs) => by_approval(&needs),
@@ -254,6 +346,10 @@ fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
             {
                 return Err(Refusal::Protected);
             }
+            let carries = |p: &Path| fz.sensitive_below(p).is_some();
+            if is_dir && (carries(from.path) || (exchange && carries(to.path))) {
+                return Err(Refusal::SensitiveInside);
+            }
             suffix(fz, to.path, is_dir)?;
             if exchange {
                 suffix(fz, from.path, is_dir)?;
@@ -279,6 +375,15 @@ fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
             suffix(tz, to.path, false)?;
             Ok(vec![(Write, to)])
         }
+    }
+}
+
+/// A hidden sensitive root is refused before every other rule: it must
+/// look absent, whatever the operation.
+fn sensitive(at: Loc<'_>) -> Result<(), Refusal> {
+    match at.zone {
+        Some(z) if z.is_sensitive(at.path) => Err(Refusal::Sensitive),
+        _ => Ok(()),
     }
 }
 
@@ -369,12 +474,129 @@ mod tests {
                 suffixes: suffixes.map(|s| s.iter().map(|x| x.to_string()).collect()),
                 max_file_bytes: max,
                 protect: protect.iter().map(|x| x.to_string()).collect(),
+                hidden: vec![],
             },
         })
         .unwrap()
     }
 
     use Approval::{Ask, Blocked, PreApproved};
+
+    fn with_hidden(access: Access, hidden: &[&str]) -> ZoneRules {
+        ZoneRules::compile(&Zone {
+            name: "home".into(),
+            backing: PathBuf::from("/nonexistent"),
+            policy: ZonePolicy {
+                access,
+                approval: ApprovalPolicy::default(),
+                suffixes: Some(vec![".md".into()]),
+                max_file_bytes: Some(1),
+                protect: vec![".git".into()],
+                hidden: hidden.iter().map(PathBuf::from).collect(),
+            },
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn sensitive_roots_are_enoent_for_everything_first() {
+        for access in [Access::Rw, Access::Ro] {
+            let z = with_hidden(access, &[".ssh", ".config/gh"]);
+            for p in [".ssh", ".ssh/id_rsa", ".config/gh", ".config/gh/hosts.yml"] {
+                let f = at(&z, p);
+                for op in [
+                    Op::Read { at: f, size: 100 },
+                    Op::WriteContent {
+                        at: f,
+                        new_size: Some(100),
+                    },
+                    Op::NewName {
+                        at: f,
+                        is_dir: false,
+                    },
+                    Op::NewName {
+                        at: f,
+                        is_dir: true,
+                    },
+                    Op::Metadata { at: f },
+                    Op::Remove { at: f },
+                    Op::Rename {
+                        from: at(&z, "x.md"),
+                        to: f,
+                        is_dir: false,
+                        to_exists: false,
+                        exchange: false,
+                    },
+                    Op::Rename {
+                        from: f,
+                        to: at(&z, "x.md"),
+                        is_dir: true,
+                        to_exists: false,
+                        exchange: false,
+                    },
+                    Op::Link {
+                        from: at(&z, "x.md"),
+                        to: f,
+                    },
+                ] {
+                    assert_eq!(refused(op), Refusal::Sensitive, "{access:?} {op:?}");
+                }
+            }
+            // Neighbours and look-alikes are not hidden.
+            for p in [".sshx", ".config", ".config/ghx", "sub/.ssh", "ssh"] {
+                assert!(!z.is_sensitive(Path::new(p)), "{p}");
+            }
+        }
+        assert_eq!(Refusal::Sensitive.errno(), libc::ENOENT);
+        let z = with_hidden(Access::Rw, &[".ssh", ".config/gh"]);
+        assert!(z.may_hide(OsStr::new("gh")) && !z.may_hide(OsStr::new(".config")));
+        assert_eq!(
+            z.hiding(Path::new(".ssh"), true),
+            Some(Refusal::Sensitive),
+            "directories too"
+        );
+        assert_eq!(z.hiding(Path::new("a.txt"), false), Some(Refusal::Hidden));
+        assert_eq!(z.hiding(Path::new("a.md"), false), None);
+        assert_eq!(z.hiding(Path::new("dir"), true), None);
+    }
+
+    #[test]
+    fn renaming_a_dir_that_holds_a_sensitive_root_is_refused() {
+        let z = with_hidden(Access::Rw, &[".config/gh"]);
+        let mv = |from: &'static str, to: &'static str, is_dir: bool, exchange: bool| {
+            decide(&Op::Rename {
+                from: Loc::in_zone(&z, Path::new(from)),
+                to: Loc::in_zone(&z, Path::new(to)),
+                is_dir,
+                to_exists: exchange,
+                exchange,
+            })
+        };
+        assert_eq!(
+            mv(".config", "cfg", true, false),
+            Decision::Refuse(Refusal::SensitiveInside)
+        );
+        assert_eq!(
+            mv("cfg", ".config", true, true),
+            Decision::Refuse(Refusal::SensitiveInside)
+        );
+        assert_eq!(mv("other", "o2", true, false), Decision::Allow);
+        // A directory moved *onto* `.config` only gets hidden content.
+        assert_eq!(mv("other", ".config", true, false), Decision::Allow);
+        assert_eq!(Refusal::SensitiveInside.errno(), libc::EACCES);
+        // Read-only wins over it.
+        let z = with_hidden(Access::Ro, &[".config/gh"]);
+        assert_eq!(
+            refused(Op::Rename {
+                from: at(&z, ".config"),
+                to: at(&z, "cfg"),
+                is_dir: true,
+                to_exists: false,
+                exchange: false,
+            }),
+            Refusal::ReadOnly
+        );
+    }
 
     fn rw() -> ZoneRules {
         zone(Access::Rw, PreApproved, PreApproved)
@@ -797,11 +1019,14 @@ mod tests {
             Refusal::CrossZone,
             Refusal::RootLevel,
             Refusal::Hidden,
+            Refusal::Sensitive,
+            Refusal::SensitiveInside,
         ];
         all.sort();
-        assert_eq!(all[0], Refusal::Hidden);
-        assert_eq!(all[1], Refusal::RootLevel);
-        assert_eq!(all[2], Refusal::CrossZone);
+        assert_eq!(all[0], Refusal::Sensitive);
+        assert_eq!(all[1], Refusal::Hidden);
+        assert_eq!(all[2], Refusal::RootLevel);
+        assert_eq!(all[3], Refusal::CrossZone);
         assert_eq!(all.last(), Some(&Refusal::Blocked));
     }
 }

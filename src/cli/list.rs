@@ -309,6 +309,8 @@ mod tests {
             started: 17,
             zones: vec!["data".into(), "ws".into()],
             control: None,
+            cwd: None,
+            allow_sensitive_roots: false,
         }
     }
 

@@ -7,6 +7,7 @@
 //! on its stdout, which the parent reads before it returns.
 
 mod approvals;
+mod check;
 mod list;
 mod mount_cmd;
 mod run;
@@ -60,6 +61,9 @@ enum Cmd {
     /// List, watch and decide a mount's approval requests.
     #[command(subcommand)]
     Approvals(approvals::ApprovalsCmd),
+    /// Would a worker's read, write or delete of PATH be allowed (exit 0),
+    /// asked (3) or refused (4), and why? Touches nothing.
+    Check(check::CheckArgs),
 }
 
 #[derive(Debug, Args, Clone)]
@@ -170,6 +174,10 @@ pub fn run() -> ExitCode {
         Cmd::Derive(c) => derive(&c),
         Cmd::Status(a) => approvals::status(&a),
         Cmd::Approvals(c) => approvals::run(&c),
+        Cmd::Check(a) => match check::check(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -196,8 +204,13 @@ fn cwd() -> Result<PathBuf, Failure> {
 
 /// Load the project config and apply each worker in turn.
 pub(crate) fn zone_table(c: &ConfigArgs) -> Result<ZoneTable, Failure> {
+    zone_table_in(c, &cwd()?)
+}
+
+/// [`zone_table`] as if run in `cwd`.
+pub(crate) fn zone_table_in(c: &ConfigArgs, cwd: &std::path::Path) -> Result<ZoneTable, Failure> {
     let opts = LoadOptions::from_host(c.allow_sensitive_roots);
-    let mut table = config::load_project(c.config.as_deref(), &cwd()?, &opts)?;
+    let mut table = config::load_project(c.config.as_deref(), cwd, &opts)?;
     for w in &c.worker {
         let decl = config::load_worker(w)?;
         table = config::derive(&table, &decl)?;

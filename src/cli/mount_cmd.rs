@@ -318,6 +318,8 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         started: mount::now_secs(),
         zones: table.zones.iter().map(|z| z.name.clone()).collect(),
         control: Some(ap.control_path.clone()),
+        cwd: std::env::current_dir().ok(),
+        allow_sensitive_roots: a.config.allow_sensitive_roots,
     };
     if let Err(e) = mount::write_record(&record) {
         tracing::warn!("cannot write the mount record: {e}");

@@ -82,6 +82,8 @@ fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, String> 
         suffixes,
         max_file_bytes,
         protect,
+        // Where the backing dir is decides what is hidden: the parent's.
+        hidden: parent.hidden.clone(),
     })
 }
 

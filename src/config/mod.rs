@@ -99,6 +99,12 @@ pub struct ZonePolicy {
     pub max_file_bytes: Option<u64>,
     /// gitignore-style patterns, kept as written (checked to compile).
     pub protect: Vec<String>,
+    /// Sensitive roots inside the backing dir, relative to it: invisible
+    /// (ENOENT) in the mount. Computed from real paths when the project is
+    /// loaded (empty with `--allow-sensitive-roots`); a worker can't
+    /// declare or drop any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -239,8 +245,14 @@ pub struct LoadOptions {
     pub homes: Vec<PathBuf>,
 }
 
+/// Extra homes (colon-separated) whose sensitive roots are protected too,
+/// besides /etc/passwd's and `$HOME`'s. It can only add protection, never
+/// remove any; tests use it to point at a fake home.
+pub const EXTRA_HOMES_ENV: &str = "ZONEMOUNT_EXTRA_HOMES";
+
 impl LoadOptions {
-    /// homes = every home dir in /etc/passwd plus $HOME.
+    /// homes = every home dir in /etc/passwd, plus $HOME, plus
+    /// `$ZONEMOUNT_EXTRA_HOMES`.
     pub fn from_host(allow_sensitive_roots: bool) -> Self {
         Self {
             allow_sensitive_roots,
@@ -460,6 +472,20 @@ impl ZoneTable {
             }
             out.push_str(line.trim_end());
             out.push('\n');
+        }
+        for z in self.zones.iter().filter(|z| !z.policy.hidden.is_empty()) {
+            let names: Vec<String> = z
+                .policy
+                .hidden
+                .iter()
+                .map(|h| h.display().to_string())
+                .collect();
+            let _ = writeln!(
+                out,
+                "hidden in {} (sensitive roots): {}",
+                z.name,
+                names.join(", ")
+            );
         }
         out
     }

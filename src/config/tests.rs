@@ -130,6 +130,7 @@ fn map_and_list_forms_give_the_same_table() {
             suffixes: Some(vec![".md".into()]),
             max_file_bytes: Some(10),
             protect: vec![".git".into()],
+            hidden: vec![],
         }
     );
     assert_eq!(map.source, Some(real(&f.proj()).join("project.yaml")));
@@ -688,21 +689,23 @@ fn sensitive_roots_are_refused_unless_allowed() {
             f.load_with(&text, &allow).unwrap();
         }
     }
-    // Contains: the home itself, and its parent.
-    for root in [home.clone(), f.tmp.path().join("home")] {
+    // Contains: the home itself, and its parent. Mounted, with every
+    // sensitive root hidden (relative to the backing dir); nothing hidden
+    // with --allow-sensitive-roots.
+    for (root, prefix) in [(home.clone(), ""), (f.tmp.path().join("home"), "u/")] {
         let text = format!(
             "sandbox:\n  root: '{}'\n  zones:\n    z:\n      path: .\n",
             root.display()
         );
-        let e = f.load_err(&text);
-        assert_err(
-            &e,
-            "project.yaml",
-            5,
-            "sandbox.zones.z.path",
-            "contains the sensitive path",
-        );
-        f.load_with(&text, &allow).unwrap();
+        let t = f.load(&text).unwrap();
+        let want: Vec<PathBuf> = SENSITIVE_ROOTS
+            .iter()
+            .map(|n| PathBuf::from(format!("{prefix}{n}")))
+            .collect();
+        assert_eq!(t.zones[0].policy.hidden, want);
+        assert!(t.render().contains("hidden in z (sensitive roots): "));
+        let t = f.load_with(&text, &allow).unwrap();
+        assert!(t.zones[0].policy.hidden.is_empty());
     }
     // Direct mode, the zone reaching ~/.ssh through a symlink.
     fs::create_dir_all(home.join(".ssh")).unwrap();
@@ -741,12 +744,63 @@ fn sensitive_roots_are_refused_unless_allowed() {
 }
 
 #[test]
+fn sensitive_roots_inside_a_zone_are_hidden_by_real_path() {
+    let f = Fixture::new();
+    let home = f.home();
+    // ~/.ssh a symlink to a dir inside the home: both names are hidden.
+    fs::create_dir_all(home.join("dotfiles/ssh")).unwrap();
+    std::os::unix::fs::symlink(home.join("dotfiles/ssh"), home.join(".ssh")).unwrap();
+    // ~/.aws a symlink to somewhere outside: its name is hidden.
+    fs::create_dir_all(f.tmp.path().join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(f.tmp.path().join("elsewhere"), home.join(".aws")).unwrap();
+    let text = format!(
+        "sandbox:\n  mode: direct\n  zones:\n    h: {{ path: '{}', mode: rw }}\n    c: {{ path: '{}' }}\n",
+        home.display(),
+        f.tmp.path().join("elsewhere").display()
+    );
+    let e = f.load_err(&text);
+    assert!(e.message.contains("zone 'c' is the sensitive path"), "{e}");
+    let text = format!(
+        "sandbox:\n  mode: direct\n  zones:\n    h: {{ path: '{}', mode: rw }}\n",
+        home.display()
+    );
+    let t = f.load(&text).unwrap();
+    let hidden = &t.zones[0].policy.hidden;
+    for h in [".ssh", "dotfiles/ssh", ".aws", ".config/gh", ".npmrc"] {
+        assert!(hidden.contains(&PathBuf::from(h)), "{h} in {hidden:?}");
+    }
+    assert!(!hidden.iter().any(|h| h.is_absolute()), "{hidden:?}");
+    // A zone of ~/.config hides gh and gcloud under it.
+    fs::create_dir_all(home.join(".config")).unwrap();
+    let text = format!(
+        "sandbox:\n  mode: direct\n  zones:\n    c: {{ path: '{}' }}\n",
+        home.join(".config").display()
+    );
+    let t = f.load(&text).unwrap();
+    assert_eq!(
+        t.zones[0].policy.hidden,
+        vec![PathBuf::from("gcloud"), PathBuf::from("gh")]
+    );
+    // Derivation keeps the parent's hidden paths, whatever the worker says.
+    let derived = derive(
+        &t,
+        &worker("sandbox:\n  zones:\n    c: { mode: ro, protect: [x] }\n"),
+    )
+    .unwrap();
+    assert_eq!(derived.zones[0].policy.hidden, t.zones[0].policy.hidden);
+}
+
+#[test]
 fn the_embedded_default_is_checked_too() {
     let f = Fixture::new();
-    // A (contrived) home whose ~/.ssh the default `cache` zone would hold.
+    // A (contrived) home whose ~/.ssh holds the default `cache` zone.
+    let home = f.tmp.path().join("home2");
+    fs::create_dir_all(&home).unwrap();
+    f.mkdir(".sandbox");
+    std::os::unix::fs::symlink(f.proj().join(".sandbox"), home.join(".ssh")).unwrap();
     let opts = LoadOptions {
         allow_sensitive_roots: false,
-        homes: vec![f.proj().join(".sandbox/cache")],
+        homes: vec![home],
     };
     let e = load_project(None, &f.proj(), &opts).unwrap_err();
     assert_eq!(e.file, None);
@@ -789,6 +843,7 @@ fn zone(name: &str, access: Access) -> Zone {
             suffixes: None,
             max_file_bytes: None,
             protect: vec![],
+            hidden: vec![],
         },
     }
 }

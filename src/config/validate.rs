@@ -81,9 +81,11 @@ pub(super) fn build(
             SandboxMode::Direct => direct_backing(site, z, config_dir)?,
         };
         check_overlap(site, &raw.zones, &zones, z, &backing)?;
-        if !opts.allow_sensitive_roots {
-            check_sensitive(site, z, &backing, &opts.homes)?;
-        }
+        let hidden = if opts.allow_sensitive_roots {
+            Vec::new()
+        } else {
+            check_sensitive(site, z, &backing, &opts.homes)?
+        };
         zones.push(Zone {
             name: z.name.clone(),
             backing,
@@ -97,6 +99,7 @@ pub(super) fn build(
                 suffixes: z.suffixes.clone(),
                 max_file_bytes: z.max_file_bytes,
                 protect: z.protect.clone(),
+                hidden,
             },
         });
     }
@@ -227,24 +230,29 @@ pub fn sensitive_paths(home: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Refuses a backing dir that is, or is inside, a sensitive root; returns
+/// the sensitive roots it contains, relative to it, to be hidden.
 fn check_sensitive(
     site: &Site,
     z: &RawZone,
     backing: &Path,
     homes: &[PathBuf],
-) -> Result<(), ConfigError> {
+) -> Result<Vec<PathBuf>, ConfigError> {
+    let mut hidden = Vec::new();
     for home in homes {
         for s in sensitive_paths(home) {
-            if !overlaps(&s, backing) {
+            if let Ok(rel) = s.strip_prefix(backing) {
+                if !rel.as_os_str().is_empty() {
+                    if !hidden.iter().any(|h: &PathBuf| h == rel) {
+                        hidden.push(rel.to_path_buf());
+                    }
+                    continue;
+                }
+            }
+            if !backing.starts_with(&s) {
                 continue;
             }
-            let how = if s == backing {
-                "is"
-            } else if backing.starts_with(&s) {
-                "is inside"
-            } else {
-                "contains"
-            };
+            let how = if s == backing { "is" } else { "is inside" };
             let (field, line) = zone_site(z);
             return Err(site.err(
                 line,
@@ -258,7 +266,7 @@ fn check_sensitive(
             ));
         }
     }
-    Ok(())
+    Ok(hidden)
 }
 
 /// Absolute real path of `path`, which need not exist: the longest existing
@@ -341,14 +349,16 @@ pub(super) fn prepare(table: &ZoneTable) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Every home on the host: `/etc/passwd`'s sixth field, plus `$HOME`.
+/// Every home on the host: `/etc/passwd`'s sixth field, plus `$HOME`,
+/// plus each of `$ZONEMOUNT_EXTRA_HOMES`.
 pub(super) fn host_homes() -> Vec<PathBuf> {
     let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
     let mut homes = homes_from_passwd(&passwd);
-    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        let home = PathBuf::from(home);
-        if !homes.contains(&home) {
-            homes.push(home);
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let extra = std::env::var_os(super::EXTRA_HOMES_ENV).unwrap_or_default();
+    for h in home.into_iter().chain(std::env::split_paths(&extra)) {
+        if h.is_absolute() && !homes.contains(&h) {
+            homes.push(h);
         }
     }
     homes

@@ -2,7 +2,7 @@
 //! testable without the kernel. Mutating operations come in two steps: a
 //! `check_*` that asks the policy (and may need approval), then the action.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -20,7 +20,7 @@ use crate::backing::{self, AsCaller, Caller, FileType, ProcFds, Stat};
 use crate::config::ZoneTable;
 use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::inodes::{Anchor, Found, Inodes, Node, ROOT};
-use crate::policy::{self, AskItem, Decision, Loc, Op, ZoneRules};
+use crate::policy::{self, Action, AskItem, Decision, Loc, Op, Subject, ZoneRules};
 
 use crate::fs::notes;
 
@@ -84,6 +84,26 @@ enum Handle {
     },
 }
 
+/// How many refusals [`Core::recent_refusals`] keeps.
+pub const RECENT_REFUSALS: usize = 32;
+
+/// One refusal as `status` and the audit log show it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RecentRefusal {
+    pub at: SystemTime,
+    pub action: Action,
+    /// The path as the worker sees it (a rename's source).
+    pub path: String,
+    #[serde(skip)]
+    pub refusal: Refusal,
+    /// The errno's name, e.g. `EROFS`.
+    pub errno: &'static str,
+    /// One line, as `check` would say it.
+    pub reason: String,
+    /// The whole explanation, with what would work instead.
+    pub message: String,
+}
+
 /// Settings of a mount that the core needs.
 #[derive(Debug, Clone)]
 pub struct CoreOptions {
@@ -121,6 +141,8 @@ pub struct Core {
     procfds: ProcFds,
     opts: CoreOptions,
     started: SystemTime,
+    /// The last refusals, explained, oldest first.
+    recent: Mutex<VecDeque<RecentRefusal>>,
 }
 
 /// Errors opening a mount's zones.
@@ -290,6 +312,7 @@ impl Core {
             procfds,
             opts,
             started: SystemTime::now(),
+            recent: Mutex::new(VecDeque::with_capacity(RECENT_REFUSALS)),
         })
     }
 
@@ -448,7 +471,11 @@ impl Core {
 
     fn loc<'a>(&'a self, w: &'a Where) -> Loc<'a> {
         match w.zone {
-            None => Loc::root(),
+            // An entry of the root keeps its name, for explanations.
+            None => Loc {
+                zone: None,
+                path: &w.path,
+            },
             Some(z) => Loc::in_zone(&self.zones[z], &w.path),
         }
     }
@@ -476,11 +503,71 @@ impl Core {
             }
             Decision::Ask(items) => Ok(Gate::Ask(items)),
             Decision::Refuse(r) => {
-                tracing::info!(?op, refusal = ?r, errno = r.errno_name(), "refused");
                 notes::refused(op, r);
-                Err(FsError::Refused(r))
+                Err(self.refused(&Subject::of(op), r))
             }
         }
+    }
+
+    /// Log a refusal, explained, and keep it among the recent ones.
+    fn refused(&self, s: &Subject<'_>, r: Refusal) -> FsError {
+        let e = policy::explain(s, r, &self.zones);
+        tracing::info!(refusal = ?r, errno = r.errno_name(), message = %e.message, "refused");
+        let mut recent = self.recent.lock();
+        if recent.len() == RECENT_REFUSALS {
+            recent.pop_front();
+        }
+        recent.push_back(RecentRefusal {
+            at: SystemTime::now(),
+            action: s.action,
+            path: policy::shown(s.at),
+            refusal: r,
+            errno: r.errno_name(),
+            reason: e.reason,
+            message: e.message,
+        });
+        FsError::Refused(r)
+    }
+
+    /// Record, explained, that the approval of `items` was denied (or not
+    /// given in time); returns the error to answer the held call with.
+    pub fn denied(&self, items: &[AskItem]) -> FsError {
+        let first = items
+            .first()
+            .and_then(|i| Some((i, self.zones.iter().find(|z| z.name == i.zone)?)));
+        let Some((item, zone)) = first else {
+            return FsError::Refused(Refusal::Denied);
+        };
+        let action = match item.class {
+            policy::Class::Write => Action::Write,
+            policy::Class::Delete => Action::Delete,
+        };
+        let at = Loc::in_zone(zone, &item.path);
+        self.refused(&Subject::new(action, at), Refusal::Denied)
+    }
+
+    /// The last refusals, oldest first (at most [`RECENT_REFUSALS`]).
+    pub fn recent_refusals(&self) -> Vec<RecentRefusal> {
+        self.recent.lock().iter().cloned().collect()
+    }
+
+    /// ENOENT (explained) when `name` in `parent` is a hidden sensitive root.
+    fn not_sensitive(
+        &self,
+        zone: usize,
+        parent: &Node,
+        name: &OsStr,
+        action: Action,
+    ) -> FsResult<()> {
+        let rules = &self.zones[zone];
+        if !rules.may_hide(name) {
+            return Ok(());
+        }
+        let w = self.where_child(parent, name);
+        if !rules.is_sensitive(&w.path) {
+            return Ok(());
+        }
+        Err(self.refused(&Subject::new(action, self.loc(&w)), Refusal::Sensitive))
     }
 
     // ---- lookups -------------------------------------------------------
@@ -503,10 +590,19 @@ impl Core {
             let node = self.inodes.zone_root(i).ok_or_else(FsError::enoent)?;
             return self.attr_of(&node);
         };
+        // A hidden sensitive root is refused before it is even opened.
+        self.not_sensitive(zone, parent, name, Action::Access)?;
         let fd = backing::lookup(self.fd_of(parent)?.as_fd(), name)?;
         let o = self.opened(fd)?;
         if !self.zones[zone].visible(name, o.found.is_dir) {
-            return Err(FsError::Refused(Refusal::Hidden));
+            let w = self.where_child(parent, name);
+            return Err(self.refused(
+                &Subject {
+                    is_dir: o.found.is_dir,
+                    ..Subject::new(Action::Access, self.loc(&w))
+                },
+                Refusal::Hidden,
+            ));
         }
         let stat = o.stat;
         let node = self.enter(zone, parent, name, o);
@@ -525,6 +621,10 @@ impl Core {
                     backing::stat(self.fd_of(&n).ok()?.as_fd()).ok()
                 }));
         };
+        let rules = &self.zones[zone];
+        if rules.may_hide(name) && rules.is_sensitive(&parent.zone_path().join(name)) {
+            return Ok(None);
+        }
         match backing::lookup(self.fd_of(parent)?.as_fd(), name) {
             Ok(fd) => {
                 let st = backing::stat(fd.as_fd())?;
@@ -1071,7 +1171,15 @@ impl Core {
                 let held = self.fd_of(&node)?;
                 let fd = held.as_fd();
                 let list = backing::read_dir(self.procfds.open_dir(fd)?)?;
+                let rules = &self.zones[zone];
+                let dir_path = std::cell::OnceCell::new();
                 for e in list {
+                    if rules.may_hide(&e.name)
+                        && rules
+                            .is_sensitive(&dir_path.get_or_init(|| node.zone_path()).join(&e.name))
+                    {
+                        continue;
+                    }
                     let mut kind = e.kind;
                     if kind == FileType::Unknown {
                         kind = backing::lookup(fd, &e.name)

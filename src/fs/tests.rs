@@ -25,6 +25,7 @@ fn zone(name: &str, dir: &Path, access: Access) -> Zone {
             suffixes: None,
             max_file_bytes: None,
             protect: vec![],
+            hidden: vec![],
         },
     }
 }
@@ -362,4 +363,126 @@ fn a_panicking_callback_does_not_unwind_into_the_fuse_thread() {
     super::guarded("test", || panic!("boom"));
     super::guarded("test", || after = true);
     assert!(after, "the thread serves the next request");
+}
+
+#[test]
+fn refusals_are_kept_explained_and_bounded() {
+    let f = fixture();
+    let c = &f.core;
+    assert!(c.recent_refusals().is_empty());
+    let e = c.check_new(DATA, OsStr::new("new.txt"), false).unwrap_err();
+    assert_eq!(refusal(e), Refusal::ReadOnly);
+    let recent = c.recent_refusals();
+    assert_eq!(recent.len(), 1);
+    let r = &recent[0];
+    assert_eq!(r.path, "/data/new.txt");
+    assert_eq!(r.errno, "EROFS");
+    assert_eq!(r.reason, "/data is read-only");
+    assert_eq!(
+        r.message,
+        "Cannot create '/data/new.txt': /data is read-only. Writable: /work."
+    );
+    for i in 0..(crate::fs::core::RECENT_REFUSALS + 5) {
+        let name = format!("n{i}");
+        c.check_new(ROOT, OsStr::new(&name), true).unwrap_err();
+    }
+    let recent = c.recent_refusals();
+    assert_eq!(recent.len(), crate::fs::core::RECENT_REFUSALS);
+    let last = recent.last().unwrap();
+    assert_eq!(
+        last.path,
+        format!("/n{}", crate::fs::core::RECENT_REFUSALS + 4)
+    );
+    assert_eq!(last.errno, "EACCES");
+    // A denied approval, as the broker's caller reports it.
+    let e = c.denied(&[crate::policy::AskItem {
+        class: crate::policy::Class::Delete,
+        zone: "work".into(),
+        path: "a/b".into(),
+    }]);
+    assert_eq!(refusal(e), Refusal::Denied);
+    let last = c.recent_refusals().pop().unwrap();
+    assert_eq!(last.path, "/work/a/b");
+    assert!(
+        last.message
+            .starts_with("Cannot delete '/work/a/b': approval was asked for and denied"),
+        "{}",
+        last.message
+    );
+}
+
+#[test]
+fn sensitive_roots_are_neither_looked_up_nor_listed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    for d in [".ssh", ".config/gh", ".config/other"] {
+        std::fs::create_dir_all(home.join(d)).unwrap();
+    }
+    std::fs::write(home.join(".ssh/id_rsa"), "key").unwrap();
+    let mut z = zone("home", &home, Access::Rw);
+    z.policy.hidden = vec![".ssh".into(), ".config/gh".into()];
+    let table = ZoneTable {
+        mode: SandboxMode::Direct,
+        zones: vec![z],
+        source: None,
+    };
+    let c = Core::new(
+        &table,
+        CoreOptions {
+            ttl: Duration::from_secs(1),
+            owner_uid: 0,
+            owner_gid: 0,
+        },
+    )
+    .unwrap();
+    let home_ino = 2;
+    assert_eq!(
+        refusal(c.lookup(home_ino, OsStr::new(".ssh")).unwrap_err()),
+        Refusal::Sensitive
+    );
+    let cfg = c.lookup(home_ino, OsStr::new(".config")).unwrap().ino.0;
+    assert_eq!(
+        refusal(c.lookup(cfg, OsStr::new("gh")).unwrap_err()),
+        Refusal::Sensitive
+    );
+    let listed = |ino: u64| -> Vec<String> {
+        let fh = c.opendir(ino).unwrap();
+        let names = c
+            .readdir(fh, 0)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name.to_string_lossy().into_owned())
+            .collect();
+        c.releasedir(fh);
+        names
+    };
+    assert_eq!(listed(home_ino), [".", "..", ".config"]);
+    assert_eq!(listed(cfg), [".", "..", "other"]);
+    assert_eq!(
+        refusal(c.check_new(home_ino, OsStr::new(".ssh"), true).unwrap_err()),
+        Refusal::Sensitive
+    );
+    assert_eq!(
+        c.check_remove(cfg, OsStr::new("gh")).unwrap_err(),
+        FsError::enoent()
+    );
+    assert_eq!(
+        refusal(
+            c.check_rename(
+                home_ino,
+                OsStr::new(".config"),
+                home_ino,
+                OsStr::new("c"),
+                0
+            )
+            .unwrap_err()
+        ),
+        Refusal::SensitiveInside
+    );
+    let recent = c.recent_refusals();
+    assert!(
+        recent[0].message.contains("/home/.ssh holds credentials"),
+        "{recent:?}"
+    );
+    assert_eq!(recent[0].errno, "ENOENT");
 }

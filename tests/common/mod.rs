@@ -534,6 +534,7 @@ pub struct Setup {
     config_rel: String,
     /// Leave out [`default_mount_args`] (tests of approvals themselves).
     asking: bool,
+    env: Vec<(String, String)>,
 }
 
 impl Setup {
@@ -561,6 +562,7 @@ impl Setup {
             create_mnt: true,
             config_rel: "project.yaml".to_string(),
             asking: false,
+            env: Vec::new(),
         }
     }
 
@@ -611,6 +613,13 @@ impl Setup {
     /// One more command-line argument before the mountpoint.
     pub fn arg(mut self, a: &str) -> Self {
         self.args.push(a.to_string());
+        self
+    }
+
+    /// An environment variable for `zonemount mount` (and, through the
+    /// guard, for [`TestMount::zonemount`]).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
         self
     }
 
@@ -677,6 +686,7 @@ impl Setup {
             create_mnt,
             config_rel,
             asking,
+            env,
         } = self;
         if create_mnt {
             fs::create_dir_all(&mnt).expect("create mountpoint");
@@ -711,10 +721,14 @@ impl Setup {
             backing,
             cwd: cwd.clone(),
             tried_mount: true,
+            env: env.clone(),
         };
         let mut guard = guard;
         let out = run(
-            Command::new(BIN).args(&argv).current_dir(&cwd),
+            Command::new(BIN)
+                .args(&argv)
+                .current_dir(&cwd)
+                .envs(env.iter().map(|(k, v)| (k, v))),
             Duration::from_secs(30),
         );
         // A refused mount needs no `zonemount unmount` (Drop still checks
@@ -763,6 +777,7 @@ pub struct TestMount {
     backing: BTreeMap<String, PathBuf>,
     cwd: PathBuf,
     tried_mount: bool,
+    env: Vec<(String, String)>,
 }
 
 impl TestMount {
@@ -807,6 +822,17 @@ impl TestMount {
     /// `sh -c cmd` with cwd `rel` inside the mount, extra env.
     pub fn sh_in(&self, rel: &str, cmd: &str, env: &[(&str, &str)]) -> Out {
         sh_at(&self.path(rel), cmd, env)
+    }
+
+    /// `zonemount ARGS...` from the mount's cwd, with the mount's env.
+    pub fn zonemount(&self, args: &[&str]) -> Out {
+        run(
+            Command::new(BIN)
+                .args(args)
+                .current_dir(&self.cwd)
+                .envs(self.env.iter().map(|(k, v)| (k, v))),
+            Duration::from_secs(30),
+        )
     }
 
     /// `zonemount unmount` on this mountpoint, as a test step.

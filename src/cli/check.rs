@@ -1,0 +1,413 @@
+//! `zonemount check [--json] MOUNTPOINT PATH [--read|--write|--delete]`:
+//! would this operation be allowed, asked or refused, and why — without
+//! touching the file.
+//!
+//! The mount's zone table is recomputed from its registry record (config,
+//! workers, working directory, `--allow-sensitive-roots`) and decided by the
+//! pure policy. The only facts taken from the file system are read through
+//! the mount itself (`lstat`: exists? directory? size?), which is always
+//! allowed and changes nothing. Exit status: 0 allowed, 3 would ask,
+//! 4 refused, 1 when MOUNTPOINT is not a live zonemount mount, 2 bad usage.
+
+use std::ffi::OsString;
+use std::fs::Metadata;
+use std::path::{Component, Path, PathBuf};
+
+use clap::Args;
+
+use super::{ConfigArgs, Failure, zone_table_in};
+use crate::error::Refusal;
+use crate::mount;
+use crate::policy::{self, Action, Decision, Explanation, Loc, Op, Subject, ZoneRules};
+
+pub(crate) const EXIT_ALLOW: u8 = 0;
+pub(crate) const EXIT_ASK: u8 = 3;
+pub(crate) const EXIT_REFUSE: u8 = 4;
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// One JSON object: path, zone, operation, decision, errno, reason, message.
+    #[arg(long)]
+    json: bool,
+    /// Open for reading (the default).
+    #[arg(long, group = "operation")]
+    read: bool,
+    /// Write the file's content, or create it when it does not exist.
+    #[arg(long, group = "operation")]
+    write: bool,
+    /// Remove it (unlink or rmdir).
+    #[arg(long, group = "operation")]
+    delete: bool,
+    mountpoint: PathBuf,
+    /// As a worker sees it: under MOUNTPOINT, or from the mount's root
+    /// (`/data/new.txt`).
+    path: PathBuf,
+}
+
+/// The answer, as `--json` prints it.
+#[derive(Debug, serde::Serialize)]
+struct Answer {
+    /// The path as a worker sees it from the mount's root.
+    path: String,
+    /// `None` at the mount's root.
+    zone: Option<String>,
+    /// read | write | delete, as asked.
+    operation: &'static str,
+    /// What the operation amounts to: read, write, create, change, delete.
+    action: Action,
+    /// allow | ask | refuse
+    decision: &'static str,
+    /// What the worker would get when refused, e.g. `EROFS`.
+    errno: Option<&'static str>,
+    reason: String,
+    message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Asked {
+    Read,
+    Write,
+    Delete,
+}
+
+impl Asked {
+    fn name(self) -> &'static str {
+        match self {
+            Asked::Read => "read",
+            Asked::Write => "write",
+            Asked::Delete => "delete",
+        }
+    }
+}
+
+/// Run `check`; returns the exit status.
+pub(crate) fn check(a: &CheckArgs) -> Result<u8, Failure> {
+    let asked = if a.write {
+        Asked::Write
+    } else if a.delete {
+        Asked::Delete
+    } else {
+        Asked::Read
+    };
+    let mp = mount::absolute(&a.mountpoint);
+    let zones = mounted_zones(&mp)?;
+    let comps = worker_path(&mp, &a.mountpoint, &a.path);
+    let answer = answer(&mp, &zones, &comps, asked)?;
+    if a.json {
+        let text = serde_json::to_string_pretty(&answer)
+            .map_err(|e| Failure::new(1, format!("cannot render JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        let errno = answer.errno.map_or_else(String::new, |e| format!(" ({e})"));
+        println!("{}{errno}: {}", answer.decision, answer.message);
+    }
+    Ok(match answer.decision {
+        "allow" => EXIT_ALLOW,
+        "ask" => EXIT_ASK,
+        _ => EXIT_REFUSE,
+    })
+}
+
+/// The compiled rules of the live zonemount mount at `mp`.
+fn mounted_zones(mp: &Path) -> Result<Vec<ZoneRules>, Failure> {
+    let show = mp.display();
+    match mount::find_mount(mp) {
+        Some(m) if m.fstype == mount::FSTYPE => {}
+        Some(m) => {
+            return Err(Failure::new(
+                1,
+                format!("{show} is a {} mount, not a zonemount mount", m.fstype),
+            ));
+        }
+        None => {
+            return Err(Failure::new(
+                1,
+                format!("{show} is not mounted: no zonemount mount there (see zonemount list)"),
+            ));
+        }
+    }
+    let rec = mount::read_record(mp).ok_or_else(|| {
+        Failure::new(
+            1,
+            format!(
+                "{show} has no mount record in {}: it was mounted by another user or an older zonemount",
+                mount::runtime_dir().display()
+            ),
+        )
+    })?;
+    let args = ConfigArgs {
+        config: rec.config.clone(),
+        worker: rec.workers.clone(),
+        allow_sensitive_roots: rec.allow_sensitive_roots,
+    };
+    let cwd = rec.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
+    let table = zone_table_in(&args, &cwd).map_err(|f| {
+        Failure::new(
+            1,
+            format!("cannot load the configuration of {show} again: {}", f.msg),
+        )
+    })?;
+    let names: Vec<&str> = table.zones.iter().map(|z| z.name.as_str()).collect();
+    if !rec.zones.is_empty() && names != rec.zones {
+        return Err(Failure::new(
+            1,
+            format!(
+                "the configuration of {show} changed since it was mounted (zones now {names:?}, mounted {:?}); remount to check against it",
+                rec.zones
+            ),
+        ));
+    }
+    table
+        .zones
+        .iter()
+        .map(|z| {
+            ZoneRules::compile(z).map_err(|e| {
+                Failure::new(1, format!("zone '{}': bad protect pattern: {e}", z.name))
+            })
+        })
+        .collect()
+}
+
+/// The components of `path` from the mount's root. An absolute path under
+/// the mountpoint (as given or canonical) is taken from there; any other
+/// path is taken from the mount's root. `..` is applied lexically and
+/// never climbs above the root.
+fn worker_path(mp: &Path, given_mp: &Path, path: &Path) -> Vec<OsString> {
+    let given = std::path::absolute(given_mp).unwrap_or_else(|_| given_mp.to_path_buf());
+    let rel = path
+        .strip_prefix(mp)
+        .or_else(|_| path.strip_prefix(&given))
+        .unwrap_or(path);
+    let mut out: Vec<OsString> = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => out.push(n.to_os_string()),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// What a worker's operation on `comps` would meet.
+fn answer(
+    mp: &Path,
+    zones: &[ZoneRules],
+    comps: &[OsString],
+    asked: Asked,
+) -> Result<Answer, Failure> {
+    let shown: PathBuf = std::iter::once(OsString::from("/"))
+        .chain(comps.iter().cloned())
+        .collect();
+    let Some((first, rest)) = comps.split_first() else {
+        // The mount's root: readable, never changed.
+        let op = match asked {
+            Asked::Read => Op::Read {
+                at: Loc::root(),
+                size: 0,
+            },
+            Asked::Write => Op::Metadata { at: Loc::root() },
+            Asked::Delete => Op::Remove { at: Loc::root() },
+        };
+        return Ok(decided(&op, None, zones, asked));
+    };
+    let Some(zone) = zones.iter().find(|z| z.name.as_str() == first) else {
+        let at = Loc {
+            zone: None,
+            path: Path::new(first),
+        };
+        let op = match asked {
+            Asked::Read => {
+                let e = missing(&Subject::new(Action::Read, at), zones);
+                return Ok(refused(&shown, None, asked, Action::Read, libc::ENOENT, e));
+            }
+            Asked::Write => Op::NewName { at, is_dir: false },
+            Asked::Delete => Op::Remove { at },
+        };
+        return Ok(decided(&op, None, zones, asked));
+    };
+    let rel: PathBuf = rest.iter().collect();
+    let at = Loc::in_zone(zone, &rel);
+    if zone.is_sensitive(&rel) {
+        // Decided before the mount is asked anything: it would say ENOENT.
+        let action = match asked {
+            Asked::Read => Action::Read,
+            Asked::Write => Action::Write,
+            Asked::Delete => Action::Delete,
+        };
+        let e = policy::explain(&Subject::new(action, at), Refusal::Sensitive, zones);
+        return Ok(refused(
+            &shown,
+            Some(zone),
+            asked,
+            action,
+            Refusal::Sensitive.errno(),
+            e,
+        ));
+    }
+    let meta = stat_through(&mp.join(shown.strip_prefix("/").unwrap_or(&shown)))?;
+    let op = match (asked, &meta) {
+        (Asked::Read, Some(m)) => Op::Read {
+            at,
+            size: if m.is_file() { m.len() } else { 0 },
+        },
+        (Asked::Write, Some(m)) if m.is_dir() => Op::Metadata { at },
+        (Asked::Write, Some(_)) => Op::WriteContent { at, new_size: None },
+        (Asked::Write, None) => Op::NewName { at, is_dir: false },
+        (Asked::Delete, Some(_)) => Op::Remove { at },
+        (Asked::Read | Asked::Delete, None) => {
+            let action = if asked == Asked::Read {
+                Action::Read
+            } else {
+                Action::Delete
+            };
+            let s = Subject::new(action, at);
+            // A file name outside `suffixes` is there for nobody.
+            let hidden = rel.file_name().is_some_and(|n| !zone.visible(n, false));
+            let (errno, e) = if hidden {
+                let r = Refusal::Hidden;
+                (r.errno(), policy::explain(&s, r, zones))
+            } else {
+                (libc::ENOENT, missing(&s, zones))
+            };
+            return Ok(refused(&shown, Some(zone), asked, action, errno, e));
+        }
+    };
+    let mut a = decided(&op, meta.as_ref(), zones, asked);
+    if matches!(op, Op::NewName { .. }) && a.decision != "refuse" {
+        if let Some(parent) = shown.parent().filter(|p| p.components().count() > 2) {
+            let dir = mp.join(parent.strip_prefix("/").unwrap_or(parent));
+            if !stat_through(&dir)?.is_some_and(|m| m.is_dir()) {
+                a.message.push_str(&format!(
+                    " Note: {} does not exist yet; create it first.",
+                    parent.display()
+                ));
+            }
+        }
+    }
+    Ok(a)
+}
+
+/// `lstat` through the mount: `None` when nothing is there.
+fn stat_through(p: &Path) -> Result<Option<Metadata>, Failure> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) => Ok(Some(m)),
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(Failure::new(
+            1,
+            format!("cannot look at {} through the mount: {e}", p.display()),
+        )),
+    }
+}
+
+/// The policy's answer for `op`.
+fn decided(op: &Op<'_>, meta: Option<&Metadata>, zones: &[ZoneRules], asked: Asked) -> Answer {
+    let d = policy::decide(op);
+    let subject = Subject {
+        is_dir: meta.is_some_and(Metadata::is_dir),
+        ..Subject::of(op)
+    };
+    let e = policy::explain_decision(&subject, &d, zones);
+    let (decision, errno) = match &d {
+        Decision::Allow => ("allow", None),
+        Decision::Ask(_) => ("ask", None),
+        Decision::Refuse(r) => ("refuse", Some(r.errno_name())),
+    };
+    let at = subject.at;
+    Answer {
+        path: policy::shown(at),
+        zone: at.zone.map(|z| z.name.clone()),
+        operation: asked.name(),
+        action: subject.action,
+        decision,
+        errno,
+        reason: e.reason,
+        message: e.message,
+    }
+}
+
+fn refused(
+    shown: &Path,
+    zone: Option<&ZoneRules>,
+    asked: Asked,
+    action: Action,
+    errno: i32,
+    e: Explanation,
+) -> Answer {
+    Answer {
+        path: shown.display().to_string(),
+        zone: zone.map(|z| z.name.clone()),
+        operation: asked.name(),
+        action,
+        decision: "refuse",
+        errno: Some(crate::error::errno_name(errno)),
+        reason: e.reason,
+        message: e.message,
+    }
+}
+
+/// Nothing at the path (not a policy matter, but worth saying what is).
+fn missing(s: &Subject<'_>, zones: &[ZoneRules]) -> Explanation {
+    let path = policy::shown(s.at);
+    let reason = format!("'{path}' does not exist");
+    let instead = match s.at.zone {
+        None => {
+            let names: Vec<String> = zones.iter().map(|z| format!("/{}", z.name)).collect();
+            if names.is_empty() {
+                "The mount has no zones.".to_owned()
+            } else {
+                format!(
+                    "The mount's root holds only its zones: {}.",
+                    names.join(", ")
+                )
+            }
+        }
+        Some(_) => String::new(),
+    };
+    let mut message = format!("Cannot {} '{path}': {reason}.", s.action.verb());
+    if !instead.is_empty() {
+        message.push(' ');
+        message.push_str(&instead);
+    }
+    Explanation { reason, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn comps(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn worker_paths_from_the_mountpoint_or_the_root() {
+        let mp = Path::new("/tmp/m");
+        for (given, want) in [
+            ("/tmp/m/data/new.txt", &["data", "new.txt"][..]),
+            ("/data/new.txt", &["data", "new.txt"]),
+            ("data/./x/../new.txt", &["data", "new.txt"]),
+            ("/../../data", &["data"]),
+            ("/tmp/m", &[]),
+            ("/", &[]),
+        ] {
+            assert_eq!(
+                worker_path(mp, mp, Path::new(given)),
+                comps(want),
+                "{given}"
+            );
+        }
+        // The mountpoint as given (a symlink to the canonical one) works too.
+        assert_eq!(
+            worker_path(mp, Path::new("/link/m"), Path::new("/link/m/ws/a")),
+            comps(&["ws", "a"])
+        );
+    }
+}

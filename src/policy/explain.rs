@@ -1,0 +1,914 @@
+//! Words for decisions: every refusal (and, for `zonemount check`, every
+//! allow and ask) explained in one message written for an LLM — the path,
+//! the reason, and what would work instead.
+//!
+//! Pure like the rest of `policy`: the zone table (to list alternatives)
+//! and the facts of the operation come in as arguments. One place builds
+//! every message, so `check`, `status` and the audit log say the same.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::{Class, Decision, Loc, Op, ZoneRules};
+use crate::config::{Access, Approval};
+use crate::error::Refusal;
+
+/// What an operation does, in the words of an explanation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Look a name up (the operation behind a refused lookup).
+    Access,
+    Read,
+    /// Change a file's content.
+    Write,
+    /// Add a new name.
+    Create,
+    /// Change metadata (mode, owner, times, xattrs).
+    Change,
+    Delete,
+    Rename,
+    Link,
+}
+
+impl Action {
+    pub fn verb(self) -> &'static str {
+        match self {
+            Action::Access => "access",
+            Action::Read => "read",
+            Action::Write => "write",
+            Action::Create => "create",
+            Action::Change => "change",
+            Action::Delete => "delete",
+            Action::Rename => "rename",
+            Action::Link => "link",
+        }
+    }
+
+    /// The approval class the action needs (renames need both; the write
+    /// of the destination is the one named).
+    fn class(self) -> Class {
+        match self {
+            Action::Delete => Class::Delete,
+            _ => Class::Write,
+        }
+    }
+}
+
+/// What an explanation is about.
+#[derive(Clone, Copy, Debug)]
+pub struct Subject<'a> {
+    pub action: Action,
+    /// The path acted on (a rename's or link's source).
+    pub at: Loc<'a>,
+    /// A rename's or link's destination.
+    pub to: Option<Loc<'a>>,
+    /// The size the file has (read) or would get (write), when known.
+    pub size: Option<u64>,
+    /// Whether the path is a directory (suffixes exempt directories).
+    pub is_dir: bool,
+}
+
+impl<'a> Subject<'a> {
+    pub fn new(action: Action, at: Loc<'a>) -> Self {
+        Subject {
+            action,
+            at,
+            to: None,
+            size: None,
+            is_dir: false,
+        }
+    }
+
+    /// What `op` does, in these terms.
+    pub fn of(op: &Op<'a>) -> Self {
+        match *op {
+            Op::Read { at, size } => Subject {
+                size: Some(size),
+                ..Subject::new(Action::Read, at)
+            },
+            Op::WriteContent { at, new_size } => Subject {
+                size: new_size,
+                ..Subject::new(Action::Write, at)
+            },
+            Op::NewName { at, is_dir } => Subject {
+                is_dir,
+                ..Subject::new(Action::Create, at)
+            },
+            Op::Metadata { at } => Subject::new(Action::Change, at),
+            Op::Remove { at } => Subject::new(Action::Delete, at),
+            Op::Rename {
+                from, to, is_dir, ..
+            } => Subject {
+                to: Some(to),
+                is_dir,
+                ..Subject::new(Action::Rename, from)
+            },
+            Op::Link { from, to } => Subject {
+                to: Some(to),
+                ..Subject::new(Action::Link, from)
+            },
+        }
+    }
+
+    /// "write '/data/x'", "rename '/a/x' to '/a/y'".
+    fn doing(&self) -> String {
+        let mut s = format!("{} '{}'", self.action.verb(), shown(self.at));
+        if let Some(to) = self.to {
+            let join = if self.action == Action::Link {
+                "as"
+            } else {
+                "to"
+            };
+            let _ = write!(s, " {join} '{}'", shown(to));
+        }
+        s
+    }
+
+    fn places(&self) -> impl Iterator<Item = Loc<'a>> {
+        std::iter::once(self.at).chain(self.to)
+    }
+}
+
+/// A decision in words: `reason` is one line (the audit log's `reason`),
+/// `message` the whole explanation.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Explanation {
+    pub reason: String,
+    pub message: String,
+}
+
+impl Explanation {
+    fn new(head: String, reason: String, instead: String) -> Self {
+        let mut message = format!("{head}: {reason}.");
+        if !instead.is_empty() {
+            message.push(' ');
+            message.push_str(&instead);
+        }
+        Explanation { reason, message }
+    }
+}
+
+/// The path a worker sees: `/zone/rel`, `/name` at the root.
+pub fn shown(at: Loc<'_>) -> String {
+    let mut s = String::from("/");
+    if let Some(z) = at.zone {
+        s.push_str(&z.name);
+        if !at.path.as_os_str().is_empty() {
+            s.push('/');
+        }
+    }
+    s.push_str(&at.path.to_string_lossy());
+    s
+}
+
+fn zone_dir(z: &ZoneRules) -> String {
+    format!("/{}", z.name)
+}
+
+fn in_zone(z: &ZoneRules, rel: &Path) -> String {
+    shown(Loc::in_zone(z, rel))
+}
+
+/// "names ending in .md or .pdf".
+fn suffix_words(list: &[String]) -> String {
+    match list {
+        [] => "no file names at all".to_owned(),
+        [one] => format!("names ending in {one}"),
+        [init @ .., last] => format!("names ending in {} or {last}", init.join(", ")),
+    }
+}
+
+/// "/final (asks for approval; only names ending in .md)"; `lead` first.
+fn described(z: &ZoneRules, class: Class, lead: Option<&str>) -> String {
+    let mut notes: Vec<String> = lead.into_iter().map(str::to_owned).collect();
+    if z.level(class) == Approval::Ask {
+        notes.push("asks for approval".to_owned());
+    }
+    if let (Class::Write, Some(list)) = (class, &z.suffixes) {
+        notes.push(format!("only {}", suffix_words(list)));
+    }
+    if notes.is_empty() {
+        zone_dir(z)
+    } else {
+        format!("{} ({})", zone_dir(z), notes.join("; "))
+    }
+}
+
+/// Zones where `class` may happen at all (rw, not blocked), except `not`.
+fn open_for(zones: &[ZoneRules], class: Class, not: Option<&ZoneRules>) -> Vec<String> {
+    zones
+        .iter()
+        .filter(|z| z.access == Access::Rw && z.level(class) != Approval::Blocked)
+        .filter(|z| !not.is_some_and(|n| std::ptr::eq(n, *z)))
+        .map(|z| described(z, class, None))
+        .collect()
+}
+
+/// "Writable: /workspace, /final (asks for approval)".
+fn alternatives(zones: &[ZoneRules], class: Class, not: Option<&ZoneRules>) -> String {
+    let list = open_for(zones, class, not);
+    let what = match class {
+        Class::Write => "is writable",
+        Class::Delete => "allows deleting",
+    };
+    match (list.is_empty(), not.is_some()) {
+        (true, true) => format!("No other zone of this mount {what}."),
+        (true, false) => format!("No zone of this mount {what}."),
+        (false, _) => {
+            let head = match class {
+                Class::Write => "Writable",
+                Class::Delete => "Deleting is allowed in",
+            };
+            format!("{head}: {}.", list.join(", "))
+        }
+    }
+}
+
+/// Every zone, with what it allows: for refusals at the root.
+fn zone_list(zones: &[ZoneRules]) -> String {
+    if zones.is_empty() {
+        return "This mount has no zones: nothing in it can be used.".to_owned();
+    }
+    let all: Vec<String> = zones
+        .iter()
+        .map(|z| match z.access {
+            Access::Ro => format!("{} (read-only)", zone_dir(z)),
+            Access::Rw if z.level(Class::Write) == Approval::Blocked => {
+                format!("{} (writes blocked)", zone_dir(z))
+            }
+            Access::Rw => described(z, Class::Write, Some("writable")),
+        })
+        .collect();
+    format!("Work inside a zone: {}.", all.join(", "))
+}
+
+/// Explain a refusal of `s`.
+pub fn explain(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules]) -> Explanation {
+    let head = format!("Cannot {}", s.doing());
+    let zone = s.places().find_map(|l| l.zone);
+    let (reason, instead) = match (r, zone) {
+        (Refusal::Sensitive, Some(z)) => sensitive(s, z),
+        (Refusal::Hidden, Some(z)) => hidden(s, z),
+        (Refusal::RootLevel, _) | (_, None) => root_level(r, zones),
+        (Refusal::CrossZone, Some(_)) => cross_zone(s),
+        (Refusal::ReadOnly, Some(z)) => (
+            format!("{} is read-only", zone_dir(z)),
+            alternatives(zones, Class::Write, None),
+        ),
+        (Refusal::Protected, Some(z)) => protected(s, z),
+        (Refusal::SensitiveInside, Some(z)) => {
+            let inside = z
+                .sensitive_below(s.at.path)
+                .or_else(|| s.to.and_then(|t| z.sensitive_below(t.path)))
+                .map_or_else(|| zone_dir(z), |p| in_zone(z, p));
+            (
+                format!(
+                    "it holds {inside}, a credential path this mount hides, which must stay where it is"
+                ),
+                "Move or copy the other entries instead.".to_owned(),
+            )
+        }
+        (Refusal::Suffix, Some(z)) => (
+            format!(
+                "{} accepts only file {}",
+                zone_dir(z),
+                suffix_words(z.suffixes.as_deref().unwrap_or_default())
+            ),
+            "Use such a name; directories may have any name.".to_owned(),
+        ),
+        (Refusal::TooBig, Some(z)) => too_big(s, z),
+        (Refusal::Blocked, Some(z)) => blocked(s, z, zones),
+        (Refusal::Denied, Some(z)) => (
+            "approval was asked for and denied, or not given in time".to_owned(),
+            format!(
+                "Do not retry it: a denied request is denied again at once. {}",
+                alternatives(zones, s.action.class(), Some(z))
+            ),
+        ),
+        (Refusal::NotAllowed, Some(_)) => (
+            "this user may not use the mount".to_owned(),
+            "Only the user who mounted it, root, and users given with --allow-uid may.".to_owned(),
+        ),
+    };
+    Explanation::new(head, reason, instead)
+}
+
+fn sensitive(s: &Subject<'_>, z: &ZoneRules) -> (String, String) {
+    let root = s
+        .places()
+        .find_map(|l| z.sensitive_root_of(l.path))
+        .map_or_else(|| zone_dir(z), |p| in_zone(z, p));
+    (
+        format!("{root} holds credentials and is hidden from this mount (it appears not to exist)"),
+        format!(
+            "Use other paths in {}; only whoever starts the mount can expose it (--allow-sensitive-roots).",
+            zone_dir(z)
+        ),
+    )
+}
+
+fn hidden(s: &Subject<'_>, z: &ZoneRules) -> (String, String) {
+    let name =
+        s.at.path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let list = z.suffixes.as_deref().unwrap_or_default();
+    (
+        format!(
+            "{} shows only files with {}, so '{name}' is not visible (it appears not to exist)",
+            zone_dir(z),
+            suffix_words(list)
+        ),
+        "Directories are visible whatever their names.".to_owned(),
+    )
+}
+
+fn root_level(r: Refusal, zones: &[ZoneRules]) -> (String, String) {
+    let reason = match r {
+        Refusal::NotAllowed => "this user may not use the mount",
+        Refusal::Denied => "approval was asked for and denied, or not given in time",
+        _ => {
+            "the mount's root and its zone directories cannot be created, removed, renamed or changed"
+        }
+    };
+    (reason.to_owned(), zone_list(zones))
+}
+
+fn cross_zone(s: &Subject<'_>) -> (String, String) {
+    let names: Vec<String> = s.places().filter_map(|l| l.zone.map(zone_dir)).collect();
+    let instead = if s.action == Action::Link {
+        "Copy the file instead."
+    } else {
+        "Copy it, then delete the original (mv does this by itself)."
+    };
+    (
+        format!(
+            "renames and links cannot cross zones ({})",
+            names.join(" and ")
+        ),
+        instead.to_owned(),
+    )
+}
+
+fn protected(s: &Subject<'_>, z: &ZoneRules) -> (String, String) {
+    let covered = s
+        .places()
+        .find_map(|l| z.protected_by(l.path, s.is_dir).map(|p| (l.path, p)));
+    let reason = match covered {
+        Some((path, pat)) => {
+            // Name the protected dir itself, the shortest covered ancestor.
+            let mut ancestors: Vec<&Path> = path.ancestors().collect();
+            ancestors.reverse();
+            let top = ancestors
+                .into_iter()
+                .filter(|a| !a.as_os_str().is_empty())
+                .find(|a| z.is_protected(a, *a != path || s.is_dir))
+                .unwrap_or(path);
+            format!(
+                "{} is protected (read-only) in {} by the pattern '{pat}'",
+                in_zone(z, top),
+                zone_dir(z)
+            )
+        }
+        None => {
+            let pat = s
+                .places()
+                .find_map(|l| z.protected_below(l.path))
+                .unwrap_or_default();
+            format!(
+                "it holds a protected (read-only) path of {}, '{pat}', which must stay where it is",
+                zone_dir(z)
+            )
+        }
+    };
+    (
+        reason,
+        format!(
+            "Paths of {} that no protect pattern covers are writable.",
+            zone_dir(z)
+        ),
+    )
+}
+
+fn too_big(s: &Subject<'_>, z: &ZoneRules) -> (String, String) {
+    let max = z.max_file_bytes.unwrap_or_default();
+    let size = s.size.map_or_else(String::new, |n| format!(" ({n} bytes)"));
+    let reason = match s.action {
+        Action::Read => format!(
+            "the file{size} is larger than {}'s limit of {max} bytes (max_file_bytes)",
+            zone_dir(z)
+        ),
+        _ => format!(
+            "files in {} may not grow past {max} bytes (max_file_bytes); this would make it{size} larger",
+            zone_dir(z)
+        ),
+    };
+    (
+        reason,
+        format!("Keep files in {} at or under {max} bytes.", zone_dir(z)),
+    )
+}
+
+fn blocked(s: &Subject<'_>, z: &ZoneRules, zones: &[ZoneRules]) -> (String, String) {
+    let class = match s.action {
+        Action::Rename if z.level(Class::Write) != Approval::Blocked => Class::Delete,
+        a => a.class(),
+    };
+    let word = class_word(class);
+    (
+        format!("{}'s {word} policy is 'blocked'", zone_dir(z)),
+        alternatives(zones, class, Some(z)),
+    )
+}
+
+fn class_word(c: Class) -> &'static str {
+    match c {
+        Class::Write => "write",
+        Class::Delete => "delete",
+    }
+}
+
+/// Explain any decision about `s` (what `zonemount check` prints).
+pub fn explain_decision(s: &Subject<'_>, d: &Decision, zones: &[ZoneRules]) -> Explanation {
+    match d {
+        Decision::Refuse(r) => explain(s, *r, zones),
+        Decision::Allow => allowed(s),
+        Decision::Ask(items) => {
+            let mut parts: Vec<String> = Vec::new();
+            for i in items {
+                let z = zones.iter().find(|z| z.name == i.zone);
+                let path = z.map_or_else(|| i.path.display().to_string(), |z| in_zone(z, &i.path));
+                let mut p = format!(
+                    "{}'s {} policy is 'ask'",
+                    z.map_or_else(|| format!("/{}", i.zone), zone_dir),
+                    class_word(i.class),
+                );
+                // A rename asks for two paths: say which is which.
+                if path != shown(s.at) || s.to.is_some() {
+                    let _ = write!(p, " (for {path})");
+                }
+                if !parts.contains(&p) {
+                    parts.push(p);
+                }
+            }
+            Explanation::new(
+                format!("Would ask to {}", s.doing()),
+                parts.join("; "),
+                "The call waits until the supervisor allows or denies it; denied or unanswered, it fails with EACCES (permission denied).".to_owned(),
+            )
+        }
+    }
+}
+
+fn allowed(s: &Subject<'_>) -> Explanation {
+    let head = format!("Can {}", s.doing());
+    let Some(z) = s.at.zone else {
+        return Explanation::new(head, "reading is always allowed".to_owned(), String::new());
+    };
+    let reason = match s.action {
+        Action::Read | Action::Access => "reading is always allowed".to_owned(),
+        a => format!(
+            "{} is writable and its {} policy is 'preApproved'",
+            zone_dir(z),
+            class_word(a.class())
+        ),
+    };
+    let note = match (s.action, z.max_file_bytes) {
+        (Action::Write | Action::Create, Some(max)) => {
+            format!("Writes that would make a file larger than {max} bytes fail with EFBIG.")
+        }
+        _ => String::new(),
+    };
+    Explanation::new(head, reason, note)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ApprovalPolicy, Zone, ZonePolicy};
+    use std::path::PathBuf;
+
+    struct Z {
+        name: &'static str,
+        access: Access,
+        write: Approval,
+        delete: Approval,
+        suffixes: Option<&'static [&'static str]>,
+        max: Option<u64>,
+        protect: &'static [&'static str],
+        hidden: &'static [&'static str],
+    }
+
+    const BASE: Z = Z {
+        name: "",
+        access: Access::Rw,
+        write: Approval::PreApproved,
+        delete: Approval::PreApproved,
+        suffixes: None,
+        max: None,
+        protect: &[],
+        hidden: &[],
+    };
+
+    fn compile(z: Z) -> ZoneRules {
+        ZoneRules::compile(&Zone {
+            name: z.name.into(),
+            backing: PathBuf::from("/nonexistent"),
+            policy: ZonePolicy {
+                access: z.access,
+                approval: ApprovalPolicy {
+                    write: z.write,
+                    delete: z.delete,
+                },
+                suffixes: z
+                    .suffixes
+                    .map(|s| s.iter().map(|x| x.to_string()).collect()),
+                max_file_bytes: z.max,
+                protect: z.protect.iter().map(|x| x.to_string()).collect(),
+                hidden: z.hidden.iter().map(PathBuf::from).collect(),
+            },
+        })
+        .unwrap()
+    }
+
+    /// data ro, workspace rw, final rw+ask with suffixes, home rw with
+    /// hidden roots and a protected .git, lim rw with a size limit, arch
+    /// rw with everything blocked.
+    fn table() -> Vec<ZoneRules> {
+        vec![
+            compile(Z {
+                name: "data",
+                access: Access::Ro,
+                ..BASE
+            }),
+            compile(Z {
+                name: "workspace",
+                ..BASE
+            }),
+            compile(Z {
+                name: "final",
+                write: Approval::Ask,
+                delete: Approval::Blocked,
+                suffixes: Some(&[".md", ".pdf"]),
+                ..BASE
+            }),
+            compile(Z {
+                name: "home",
+                protect: &[".git", "/docs/final"],
+                hidden: &[".ssh", ".config/gh"],
+                ..BASE
+            }),
+            compile(Z {
+                name: "lim",
+                max: Some(10),
+                ..BASE
+            }),
+            compile(Z {
+                name: "arch",
+                write: Approval::Blocked,
+                delete: Approval::Blocked,
+                ..BASE
+            }),
+        ]
+    }
+
+    fn at<'a>(t: &'a [ZoneRules], zone: &str, p: &'a str) -> Loc<'a> {
+        let z = t.iter().find(|z| z.name == zone).unwrap();
+        Loc::in_zone(z, Path::new(p))
+    }
+
+    /// Decide `op` and explain it; the decision must be a refusal `want`.
+    fn refusal_message(t: &[ZoneRules], op: Op<'_>, want: Refusal) -> String {
+        let d = super::super::decide(&op);
+        assert_eq!(d, Decision::Refuse(want), "{op:?}");
+        let e = explain_decision(&Subject::of(&op), &d, t);
+        assert!(e.message.contains(&e.reason), "{e:?}");
+        assert!(!e.message.contains('\n'), "one line: {e:?}");
+        e.message
+    }
+
+    #[test]
+    fn read_only_names_the_writable_zones() {
+        let t = table();
+        let m = refusal_message(
+            &t,
+            Op::NewName {
+                at: at(&t, "data", "new.txt"),
+                is_dir: false,
+            },
+            Refusal::ReadOnly,
+        );
+        assert_eq!(
+            m,
+            "Cannot create '/data/new.txt': /data is read-only. Writable: /workspace, \
+             /final (asks for approval; only names ending in .md or .pdf), /home, /lim."
+        );
+        let m = refusal_message(
+            &t,
+            Op::WriteContent {
+                at: at(&t, "data", "new.txt"),
+                new_size: None,
+            },
+            Refusal::ReadOnly,
+        );
+        assert!(
+            m.starts_with("Cannot write '/data/new.txt': /data is read-only. Writable: /workspace, /final (asks for approval"),
+            "{m}"
+        );
+        // No writable zone at all.
+        let only = vec![compile(Z {
+            name: "data",
+            access: Access::Ro,
+            ..BASE
+        })];
+        let op = Op::Remove {
+            at: Loc::in_zone(&only[0], Path::new("x")),
+        };
+        let e = explain(&Subject::of(&op), Refusal::ReadOnly, &only);
+        assert!(
+            e.message
+                .ends_with("/data is read-only. No zone of this mount is writable."),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn sensitive_and_hidden_say_it_appears_absent() {
+        let t = table();
+        let m = refusal_message(
+            &t,
+            Op::Read {
+                at: at(&t, "home", ".ssh/id_rsa"),
+                size: 3,
+            },
+            Refusal::Sensitive,
+        );
+        assert!(
+            m.starts_with(
+                "Cannot read '/home/.ssh/id_rsa': /home/.ssh holds credentials and is hidden"
+            ),
+            "{m}"
+        );
+        assert!(m.contains("--allow-sensitive-roots"), "{m}");
+        let m = refusal_message(
+            &t,
+            Op::NewName {
+                at: at(&t, "home", ".config/gh"),
+                is_dir: true,
+            },
+            Refusal::Sensitive,
+        );
+        assert!(m.contains("/home/.config/gh holds credentials"), "{m}");
+        // A lookup of a name outside the suffixes.
+        let s = Subject::new(Action::Access, at(&t, "final", "notes.txt"));
+        let e = explain(&s, Refusal::Hidden, &t);
+        assert_eq!(
+            e.message,
+            "Cannot access '/final/notes.txt': /final shows only files with names ending in .md \
+             or .pdf, so 'notes.txt' is not visible (it appears not to exist). Directories are \
+             visible whatever their names."
+        );
+    }
+
+    #[test]
+    fn sensitive_inside_and_protected_renames() {
+        let t = table();
+        let m = refusal_message(
+            &t,
+            Op::Rename {
+                from: at(&t, "home", ".config"),
+                to: at(&t, "home", "cfg"),
+                is_dir: true,
+                to_exists: false,
+                exchange: false,
+            },
+            Refusal::SensitiveInside,
+        );
+        assert!(
+            m.starts_with(
+                "Cannot rename '/home/.config' to '/home/cfg': it holds /home/.config/gh"
+            ),
+            "{m}"
+        );
+        let m = refusal_message(
+            &t,
+            Op::NewName {
+                at: at(&t, "home", "src/.git/objects/x"),
+                is_dir: false,
+            },
+            Refusal::Protected,
+        );
+        assert_eq!(
+            m,
+            "Cannot create '/home/src/.git/objects/x': /home/src/.git is protected (read-only) \
+             in /home by the pattern '.git'. Paths of /home that no protect pattern \
+             covers are writable."
+        );
+        let m = refusal_message(
+            &t,
+            Op::Rename {
+                from: at(&t, "home", "docs"),
+                to: at(&t, "home", "d2"),
+                is_dir: true,
+                to_exists: false,
+                exchange: false,
+            },
+            Refusal::Protected,
+        );
+        assert!(
+            m.contains("it holds a protected (read-only) path of /home, '/docs/final'"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn root_cross_zone_suffix_size_blocked() {
+        let t = table();
+        let m = refusal_message(
+            &t,
+            Op::NewName {
+                at: Loc {
+                    zone: None,
+                    path: Path::new("new"),
+                },
+                is_dir: true,
+            },
+            Refusal::RootLevel,
+        );
+        assert!(
+            m.starts_with("Cannot create '/new': the mount's root"),
+            "{m}"
+        );
+        assert!(
+            m.contains("Work inside a zone: /data (read-only), /workspace (writable), /final (writable; asks for approval; only names ending in .md or .pdf)"),
+            "{m}"
+        );
+        assert!(m.contains("/arch (writes blocked)"), "{m}");
+        let m = refusal_message(
+            &t,
+            Op::Rename {
+                from: at(&t, "workspace", "a"),
+                to: at(&t, "lim", "a"),
+                is_dir: false,
+                to_exists: false,
+                exchange: false,
+            },
+            Refusal::CrossZone,
+        );
+        assert_eq!(
+            m,
+            "Cannot rename '/workspace/a' to '/lim/a': renames and links cannot cross zones \
+             (/workspace and /lim). Copy it, then delete the original (mv does this by itself)."
+        );
+        let m = refusal_message(
+            &t,
+            Op::NewName {
+                at: at(&t, "final", "a.txt"),
+                is_dir: false,
+            },
+            Refusal::Suffix,
+        );
+        assert_eq!(
+            m,
+            "Cannot create '/final/a.txt': /final accepts only file names ending in .md or .pdf. \
+             Use such a name; directories may have any name."
+        );
+        let m = refusal_message(
+            &t,
+            Op::Read {
+                at: at(&t, "lim", "big"),
+                size: 11,
+            },
+            Refusal::TooBig,
+        );
+        assert_eq!(
+            m,
+            "Cannot read '/lim/big': the file (11 bytes) is larger than /lim's limit of 10 bytes \
+             (max_file_bytes). Keep files in /lim at or under 10 bytes."
+        );
+        let m = refusal_message(
+            &t,
+            Op::WriteContent {
+                at: at(&t, "lim", "f"),
+                new_size: Some(20),
+            },
+            Refusal::TooBig,
+        );
+        assert!(m.contains("may not grow past 10 bytes"), "{m}");
+        let m = refusal_message(
+            &t,
+            Op::NewName {
+                at: at(&t, "arch", "f"),
+                is_dir: false,
+            },
+            Refusal::Blocked,
+        );
+        assert!(
+            m.starts_with(
+                "Cannot create '/arch/f': /arch's write policy is 'blocked'. Writable: /workspace"
+            ),
+            "{m}"
+        );
+        let m = refusal_message(
+            &t,
+            Op::Remove {
+                at: at(&t, "final", "a.md"),
+            },
+            Refusal::Blocked,
+        );
+        assert!(
+            m.starts_with("Cannot delete '/final/a.md': /final's delete policy is 'blocked'. Deleting is allowed in: /workspace, /home, /lim."),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn denied_and_not_allowed() {
+        let t = table();
+        let s = Subject::new(Action::Write, at(&t, "final", "a.md"));
+        let e = explain(&s, Refusal::Denied, &t);
+        assert!(e.message.contains("denied again at once"), "{e:?}");
+        assert!(
+            e.message.contains("Writable: /workspace, /home, /lim."),
+            "{e:?}"
+        );
+        let e = explain(&s, Refusal::NotAllowed, &t);
+        assert!(e.message.contains("--allow-uid"), "{e:?}");
+        // Nowhere else to go.
+        let one = vec![compile(Z {
+            name: "only",
+            delete: Approval::Ask,
+            ..BASE
+        })];
+        let s = Subject::new(Action::Delete, Loc::in_zone(&one[0], Path::new("f")));
+        let e = explain(&s, Refusal::Denied, &one);
+        assert!(
+            e.message
+                .ends_with("No other zone of this mount allows deleting."),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn allow_and_ask_are_explained_too() {
+        let t = table();
+        let op = Op::NewName {
+            at: at(&t, "final", "r.md"),
+            is_dir: false,
+        };
+        let d = super::super::decide(&op);
+        let e = explain_decision(&Subject::of(&op), &d, &t);
+        assert_eq!(e.reason, "/final's write policy is 'ask'");
+        assert!(
+            e.message.starts_with("Would ask to create '/final/r.md'"),
+            "{e:?}"
+        );
+        let op = Op::WriteContent {
+            at: at(&t, "lim", "f"),
+            new_size: None,
+        };
+        let e = explain_decision(&Subject::of(&op), &Decision::Allow, &t);
+        assert_eq!(
+            e.message,
+            "Can write '/lim/f': /lim is writable and its write policy is 'preApproved'. Writes \
+             that would make a file larger than 10 bytes fail with EFBIG."
+        );
+        let op = Op::Read {
+            at: at(&t, "data", "x"),
+            size: 1,
+        };
+        let e = explain_decision(&Subject::of(&op), &Decision::Allow, &t);
+        assert_eq!(e.message, "Can read '/data/x': reading is always allowed.");
+    }
+
+    #[test]
+    fn every_refusal_has_a_message() {
+        let t = table();
+        let all = [
+            Refusal::Sensitive,
+            Refusal::Hidden,
+            Refusal::RootLevel,
+            Refusal::CrossZone,
+            Refusal::ReadOnly,
+            Refusal::Protected,
+            Refusal::SensitiveInside,
+            Refusal::Suffix,
+            Refusal::TooBig,
+            Refusal::Blocked,
+            Refusal::Denied,
+            Refusal::NotAllowed,
+        ];
+        for r in all {
+            for s in [
+                Subject::new(Action::Write, at(&t, "home", "x")),
+                Subject::new(Action::Create, Loc::root()),
+            ] {
+                let e = explain(&s, r, &t);
+                assert!(e.message.starts_with("Cannot "), "{r:?}: {e:?}");
+                assert!(e.message.ends_with('.'), "{r:?}: {e:?}");
+                assert!(!e.reason.is_empty() && !e.reason.contains('\n'), "{r:?}");
+            }
+        }
+    }
+}
