@@ -86,6 +86,8 @@ pub struct Server {
     owner_uid: u32,
     /// The fixed part of `status` (zones, paths, settings).
     status: Value,
+    /// The last refusals, explained (from the filesystem core).
+    refusals: Option<Box<dyn Fn() -> Value + Send + Sync>>,
     events: broadcast::Sender<Event>,
 }
 
@@ -99,13 +101,19 @@ impl Listener for Bridge {
 }
 
 impl Server {
-    pub fn new(approvals: Approvals, owner_uid: u32, status: Value) -> Arc<Server> {
+    pub fn new(
+        approvals: Approvals,
+        owner_uid: u32,
+        status: Value,
+        refusals: Option<Box<dyn Fn() -> Value + Send + Sync>>,
+    ) -> Arc<Server> {
         let (tx, _) = broadcast::channel(1024);
         approvals.subscribe(Arc::new(Bridge(tx.clone())));
         Arc::new(Server {
             approvals,
             owner_uid,
             status,
+            refusals,
             events: tx,
         })
     }
@@ -123,6 +131,9 @@ impl Server {
                 "counters".into(),
                 json!(self.approvals.counters().snapshot()),
             );
+            if let Some(f) = &self.refusals {
+                m.insert("recent_refusals".into(), f());
+            }
         }
         s
     }
@@ -392,7 +403,7 @@ mod tests {
             },
             None,
         );
-        Server::new(a, 1000, json!({"mountpoint": "/m"}))
+        Server::new(a, 1000, json!({"mountpoint": "/m"}), None)
     }
 
     #[test]

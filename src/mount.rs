@@ -165,7 +165,7 @@ pub fn start(
     table: &ZoneTable,
     spec: &MountSpec,
     broker: Option<Arc<dyn Broker>>,
-) -> Result<fuser::Session<ZoneFs>, MountError> {
+) -> Result<(fuser::Session<ZoneFs>, Arc<Core>), MountError> {
     let euid = rustix::process::geteuid().as_raw();
     let egid = rustix::process::getegid().as_raw();
     let core = Core::new(
@@ -185,6 +185,7 @@ pub fn start(
         admission.only = Some(only);
     }
     let fs = ZoneFs::new(core, broker, admission);
+    let core = fs.core().clone();
 
     let mut config = Config::default();
     config.mount_options = vec![
@@ -217,13 +218,14 @@ pub fn start(
     config.n_threads = Some(spec.threads.max(1));
     config.clone_fd = true;
     backing_setup();
-    fuser::Session::new(fs, mountpoint, &config).map_err(|e| {
+    let session = fuser::Session::new(fs, mountpoint, &config).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound && !Path::new("/dev/fuse").exists() {
             MountError::NoFuse
         } else {
             MountError::Mount(show(mountpoint), e)
         }
-    })
+    })?;
+    Ok((session, core))
 }
 
 /// Whether /etc/fuse.conf lets non-root users mount with allow_other.

@@ -524,3 +524,37 @@ fn check_notes_a_missing_parent_dir() {
     );
     assert!(!exists_nofollow(&m.backing("ws", "a")));
 }
+
+/// The explanation a worker's refusal gets is the one `status` lists among
+/// the last refusals and the one the audit ledger records as the reason.
+#[test]
+fn status_and_the_ledger_carry_the_explanations() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::zones(Mode::Sandboxed, &[("data", "mode: ro"), ("ws", "mode: rw")]);
+    let audit = s.root().join("audit.jsonl");
+    let m = s.arg("--audit-log").arg(&audit.to_string_lossy()).mount();
+    assert_errno(std::fs::write(m.path("data/x"), "x"), libc::EROFS);
+    let want = "Cannot create '/data/x': /data is read-only. Writable: /ws.";
+    let mnt = m.mountpoint().as_os_str();
+    let out = zonemount_at(m.root(), &["status".as_ref(), "--json".as_ref(), mnt]);
+    assert!(out.success(), "{}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let last = v["recent_refusals"]
+        .as_array()
+        .and_then(|a| a.last().cloned());
+    let last = last.unwrap_or_else(|| panic!("no recent refusals in {v}"));
+    assert_eq!(last["message"], want);
+    assert_eq!(last["errno"], "EROFS");
+    let out = zonemount_at(m.root(), &["status".as_ref(), mnt]);
+    assert!(out.stdout.contains(want), "{}", out.stdout);
+    let ledger = std::fs::read_to_string(&audit).unwrap();
+    let refusal = ledger
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["event"] == "refusal")
+        .unwrap_or_else(|| panic!("no refusal record in {ledger}"));
+    assert_eq!(refusal["reason"], want);
+    assert_eq!(refusal["path"], "/data/x");
+}

@@ -270,7 +270,7 @@ pub fn mount(table: &ZoneTable, opts: Options) -> Result<(Mount, Requests), ApiE
         allow_other: false,
         allow_uids: Vec::new(),
     };
-    let session = mount::start(&mp, table, &spec, Some(Arc::new(broker.clone())))?;
+    let (session, _core) = mount::start(&mp, table, &spec, Some(Arc::new(broker.clone())))?;
     let session = session.spawn().map_err(ApiError::Spawn)?;
     if let Some(a) = broker.audit() {
         a.log(Kind::Mount, &AuditRecord::default());

@@ -686,7 +686,7 @@ impl Broker for Approvals {
         match note.refusal {
             Some(r) => {
                 rec.errno = Some(r.errno_name().into());
-                rec.reason = Some(r.to_string());
+                rec.reason = Some(note.message.clone().unwrap_or_else(|| r.to_string()));
                 a.log(Kind::Refusal, &rec);
             }
             None => {

@@ -71,6 +71,8 @@ pub struct Note {
     pub target: Option<String>,
     /// `None`: allowed (a mutation); `Some`: refused.
     pub refusal: Option<crate::error::Refusal>,
+    /// For a refusal: the explanation, as `check` would give it.
+    pub message: Option<String>,
 }
 
 pub trait Broker: Send + Sync + 'static {

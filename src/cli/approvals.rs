@@ -346,6 +346,18 @@ pub(crate) fn render_status(s: &Value, now: SystemTime) -> String {
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
     out.push_str(&format!("counters: {}\n", counters.join(", ")));
+    let refusals = s["recent_refusals"].as_array().cloned().unwrap_or_default();
+    if !refusals.is_empty() {
+        out.push_str(&format!("last refusals ({}):\n", refusals.len()));
+        for r in refusals.iter().rev().take(10) {
+            out.push_str(&format!(
+                "  {} {}: {}\n",
+                r["time"].as_str().unwrap_or("?"),
+                r["errno"].as_str().unwrap_or("?"),
+                r["message"].as_str().unwrap_or("?")
+            ));
+        }
+    }
     out
 }
 

@@ -227,6 +227,22 @@ fn approving(a: &MountArgs, mountpoint: &Path) -> Result<Approving, Failure> {
     })
 }
 
+/// The core's last refusals, explained, for `status`.
+fn recent_refusals_json(core: &crate::fs::core::Core) -> serde_json::Value {
+    core.recent_refusals()
+        .into_iter()
+        .map(|r| {
+            serde_json::json!({
+                "time": humantime::format_rfc3339_seconds(r.at).to_string(),
+                "path": r.path,
+                "errno": r.errno,
+                "reason": r.reason,
+                "message": r.message,
+            })
+        })
+        .collect()
+}
+
 /// The fixed part of `status`.
 fn status_base(
     a: &MountArgs,
@@ -298,7 +314,7 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         allow_other: a.allow_other || !a.allow_uid.is_empty(),
         allow_uids: a.allow_uid.clone(),
     };
-    let session = match mount::start(
+    let (session, core) = match mount::start(
         &mountpoint,
         &table,
         &spec,
@@ -337,6 +353,7 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         ap.broker.clone(),
         rustix::process::geteuid().as_raw(),
         status_base(a, &table, &record, &ap),
+        Some(Box::new(move || recent_refusals_json(&core))),
     );
     let listener = ap
         .listener

@@ -503,15 +503,24 @@ impl Core {
             }
             Decision::Ask(items) => Ok(Gate::Ask(items)),
             Decision::Refuse(r) => {
-                notes::refused(op, r);
-                Err(self.refused(&Subject::of(op), r))
+                let message = self.keep_refusal(&Subject::of(op), r);
+                notes::refused(op, r, message);
+                Err(FsError::Refused(r))
             }
         }
     }
 
     /// Log a refusal, explained, and keep it among the recent ones.
+    /// Explain and remember a refusal; the error to answer with.
     fn refused(&self, s: &Subject<'_>, r: Refusal) -> FsError {
+        self.keep_refusal(s, r);
+        FsError::Refused(r)
+    }
+
+    /// Explain and remember a refusal; returns the explanation.
+    fn keep_refusal(&self, s: &Subject<'_>, r: Refusal) -> String {
         let e = policy::explain(s, r, &self.zones);
+        let message = e.message.clone();
         tracing::info!(refusal = ?r, errno = r.errno_name(), message = %e.message, "refused");
         let mut recent = self.recent.lock();
         if recent.len() == RECENT_REFUSALS {
@@ -526,7 +535,7 @@ impl Core {
             reason: e.reason,
             message: e.message,
         });
-        FsError::Refused(r)
+        message
     }
 
     /// Record, explained, that the approval of `items` was denied (or not

@@ -128,6 +128,7 @@ impl ZoneFs {
                 path: n.path,
                 target: n.target,
                 refusal: n.refusal,
+                message: n.message,
             });
         }
         match check {
@@ -135,6 +136,7 @@ impl ZoneFs {
             Ok(Gate::Go) => work(&self.core, reply),
             Ok(Gate::Ask(items)) => {
                 let core = self.core.clone();
+                let asked = items.clone();
                 let ask = AskRequest {
                     items,
                     op,
@@ -146,7 +148,8 @@ impl ZoneFs {
                     ask,
                     Box::new(move |v| match v {
                         Verdict::Allow => work(&core, reply),
-                        Verdict::Deny => reply.fail(FsError::Refused(Refusal::Denied).fuse_errno()),
+                        // Remembered, explained, for `status`.
+                        Verdict::Deny => reply.fail(core.denied(&asked).fuse_errno()),
                         // The caller is being killed: it will never see this.
                         Verdict::Withdrawn => reply.fail(Errno::from_i32(libc::EINTR)),
                     }),

@@ -26,6 +26,8 @@ pub struct PolicyNote {
     pub target: Option<String>,
     /// `None`: allowed.
     pub refusal: Option<Refusal>,
+    /// For a refusal: its explanation.
+    pub message: Option<String>,
 }
 
 thread_local! {
@@ -51,13 +53,14 @@ fn subject<'a>(op: &Op<'a>) -> (Loc<'a>, Option<Loc<'a>>) {
     }
 }
 
-fn push(op: &Op<'_>, refusal: Option<Refusal>) {
+fn push(op: &Op<'_>, refusal: Option<Refusal>, message: Option<String>) {
     let (at, to) = subject(op);
     let note = PolicyNote {
         zone: at.zone.or(to.and_then(|t| t.zone)).map(|z| z.name.clone()),
         path: show(&at),
         target: to.as_ref().map(show),
         refusal,
+        message,
     };
     NOTES.with(|n| {
         let mut n = n.borrow_mut();
@@ -69,8 +72,8 @@ fn push(op: &Op<'_>, refusal: Option<Refusal>) {
 }
 
 /// A refusal.
-pub(crate) fn refused(op: &Op<'_>, r: Refusal) {
-    push(op, Some(r));
+pub(crate) fn refused(op: &Op<'_>, r: Refusal, message: String) {
+    push(op, Some(r), Some(message));
 }
 
 /// An allowed operation: noted only when it changes something in a zone
@@ -84,7 +87,7 @@ pub(crate) fn allowed(op: &Op<'_>) {
         z.approval.write != Approval::PreApproved || z.approval.delete != Approval::PreApproved
     });
     if gated {
-        push(op, None);
+        push(op, None, None);
     }
 }
 
