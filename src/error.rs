@@ -31,6 +31,8 @@ pub enum Refusal {
     Suffix,
     /// The file is or would become larger than `max_file_bytes`.
     TooBig,
+    /// A block or character device node (never made, whatever the zone).
+    Device,
     /// The zone's approval policy for this class is `blocked`.
     Blocked,
     /// An `ask` was denied (or could not be asked).
@@ -57,7 +59,8 @@ impl Refusal {
             // moved. EACCES, like a name the zone won't take.
             Refusal::SensitiveInside => libc::EACCES,
             Refusal::TooBig => libc::EFBIG,
-            Refusal::Blocked => libc::EPERM,
+            // EPERM, as mknod without CAP_MKNOD: no zone may hold devices.
+            Refusal::Device | Refusal::Blocked => libc::EPERM,
             Refusal::Denied | Refusal::NotAllowed => libc::EACCES,
         }
     }
@@ -80,6 +83,7 @@ impl fmt::Display for Refusal {
             Refusal::SensitiveInside => "the directory holds a hidden sensitive root",
             Refusal::Suffix => "the name's suffix is not allowed in this zone",
             Refusal::TooBig => "the file would exceed the zone's max_file_bytes",
+            Refusal::Device => "device nodes cannot be made in this mount",
             Refusal::Blocked => "the zone's approval policy blocks this operation",
             Refusal::Denied => "approval was denied",
             Refusal::NotAllowed => "this user may not use the mount",

@@ -795,7 +795,17 @@ impl Core {
     pub fn check_mknod(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<Gate> {
         let gate = self.check_new(parent, name, false)?;
         match FileType::from_raw_mode(mode) {
-            FileType::CharacterDevice | FileType::BlockDevice => Err(FsError::Os(libc::EPERM)),
+            FileType::CharacterDevice | FileType::BlockDevice => {
+                let parent = self.node(parent)?;
+                let w = self.where_child(&parent, name);
+                let op = Op::NewName {
+                    at: self.loc(&w),
+                    is_dir: false,
+                };
+                let message = self.keep_refusal(&Subject::of(&op), Refusal::Device);
+                notes::refused(&op, Refusal::Device, message);
+                Err(FsError::Refused(Refusal::Device))
+            }
             _ => Ok(gate),
         }
     }

@@ -486,3 +486,29 @@ fn sensitive_roots_are_neither_looked_up_nor_listed() {
     );
     assert_eq!(recent[0].errno, "ENOENT");
 }
+
+#[test]
+fn device_nodes_are_refused_explained_before_any_approval() {
+    let f = fixture();
+    let e = f
+        .core
+        .check_mknod(WORK, OsStr::new("null"), libc::S_IFCHR | 0o644)
+        .unwrap_err();
+    assert_eq!(refusal(e), Refusal::Device);
+    assert_eq!(Refusal::Device.errno(), libc::EPERM);
+    let last = f.core.recent_refusals().pop().unwrap();
+    assert_eq!(last.errno, "EPERM");
+    assert!(last.message.contains("device nodes"), "{}", last.message);
+    // A FIFO is an ordinary new name.
+    assert!(
+        f.core
+            .check_mknod(WORK, OsStr::new("fifo"), libc::S_IFIFO | 0o644)
+            .is_ok()
+    );
+    // In a ro zone, EROFS answers first.
+    let e = f
+        .core
+        .check_mknod(DATA, OsStr::new("null"), libc::S_IFCHR | 0o644)
+        .unwrap_err();
+    assert_eq!(refusal(e), Refusal::ReadOnly);
+}

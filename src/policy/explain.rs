@@ -278,6 +278,10 @@ pub fn explain(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules]) -> Explanation 
             "Use such a name; directories may have any name.".to_owned(),
         ),
         (Refusal::TooBig, Some(z)) => too_big(s, z),
+        (Refusal::Device, Some(_)) => (
+            "device nodes (block or character) cannot be made in this mount".to_owned(),
+            "Regular files, FIFOs and sockets can be.".to_owned(),
+        ),
         (Refusal::Blocked, Some(z)) => blocked(s, z, zones),
         (Refusal::Denied, Some(z)) => (
             "approval was asked for and denied, or not given in time".to_owned(),
