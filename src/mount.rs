@@ -25,8 +25,14 @@ pub const FSTYPE: &str = "fuse.zonemount";
 #[derive(Debug, Clone)]
 pub struct MountSpec {
     pub mountpoint: PathBuf,
+    /// Cache TTL of rw zones.
     pub ttl: Duration,
+    /// Cache TTL of ro zones and the mount root.
+    pub ttl_ro: Duration,
+    /// FUSE threads serving requests.
     pub threads: usize,
+    /// Use kernel passthrough for file data where possible.
+    pub passthrough: bool,
     pub config: Option<PathBuf>,
     pub workers: Vec<PathBuf>,
     /// Let users other than the mounting one (and root) in.
@@ -171,6 +177,8 @@ pub fn start(
         table,
         CoreOptions {
             ttl: spec.ttl,
+            ttl_ro: spec.ttl_ro,
+            passthrough: spec.passthrough,
             owner_uid: euid,
             owner_gid: egid,
         },
@@ -184,6 +192,7 @@ pub fn start(
         admission.only = Some(only);
     }
     let fs = ZoneFs::new(core, broker, admission);
+    let core = fs.core().clone();
 
     let mut config = Config::default();
     config.mount_options = vec![
@@ -216,13 +225,23 @@ pub fn start(
     config.n_threads = Some(spec.threads.max(1));
     config.clone_fd = true;
     backing_setup();
-    fuser::Session::new(fs, mountpoint, &config).map_err(|e| {
+    let session = fuser::Session::new(fs, mountpoint, &config).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound && !Path::new("/dev/fuse").exists() {
             MountError::NoFuse
         } else {
             MountError::Mount(show(mountpoint), e)
         }
-    })
+    })?;
+    // The handshake is done: the I/O mode is settled.
+    tracing::info!(
+        mountpoint = %mountpoint.display(),
+        io = core.io_mode().describe(),
+        ttl = ?spec.ttl,
+        ttl_ro = ?spec.ttl_ro,
+        threads = spec.threads,
+        "mounted"
+    );
+    Ok(session)
 }
 
 /// Whether /etc/fuse.conf lets non-root users mount with allow_other.

@@ -10,6 +10,12 @@
 //!   with saturation (a misbehaving client can't underflow us) and drops the
 //!   node, and its fd, at zero.
 //!
+//! - a node's passthrough backing id (see [`Passthrough`]) is registered at
+//!   its first open and lives as long as the node: the kernel wants every
+//!   open of an inode to name the same backing file, and re-registering
+//!   per open is what makes small-file workloads slower than no
+//!   passthrough at all (PERF-NOTES).
+//!
 //! Lock order: the table lock, then a node's `loc` lock; never the reverse.
 
 use std::collections::HashMap;
@@ -43,6 +49,20 @@ pub enum Anchor {
     Handle(crate::backing::InodeHandle),
 }
 
+/// A node's kernel passthrough state.
+#[derive(Debug, Default)]
+pub enum Passthrough {
+    /// Not opened yet through the mount (or passthrough is off).
+    #[default]
+    Unset,
+    /// Registered: every open of this node uses this backing id.
+    Id(Arc<fuser::BackingId>),
+    /// Registration failed (e.g. a backing file on a stacked filesystem):
+    /// this node's data goes through the daemon for its whole life, so the
+    /// kernel never sees the two modes mixed on one inode.
+    Refused,
+}
+
 #[derive(Debug)]
 pub struct Node {
     pub ino: u64,
@@ -53,6 +73,8 @@ pub struct Node {
     pub is_dir: bool,
     pub is_symlink: bool,
     pub place: Mutex<Place>,
+    /// Passthrough backing id, for regular files opened through the mount.
+    pub passthrough: Mutex<Passthrough>,
     lookups: AtomicU64,
 }
 
@@ -131,6 +153,7 @@ impl Inodes {
                 parent: None,
                 name: OsString::new(),
             }),
+            passthrough: Mutex::new(Passthrough::Unset),
             lookups: AtomicU64::new(1),
         });
         maps.by_ino.insert(ROOT, root);
@@ -145,6 +168,7 @@ impl Inodes {
                 is_dir: true,
                 is_symlink: false,
                 place: Mutex::new(Place { parent: None, name }),
+                passthrough: Mutex::new(Passthrough::Unset),
                 lookups: AtomicU64::new(1),
             });
             maps.by_key.insert((i, f.dev, f.ino), ino);
@@ -200,6 +224,7 @@ impl Inodes {
                 parent: Some(parent.clone()),
                 name: name.to_os_string(),
             }),
+            passthrough: Mutex::new(Passthrough::Unset),
             lookups: AtomicU64::new(1),
         });
         maps.by_key.insert(key, ino);

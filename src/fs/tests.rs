@@ -57,6 +57,8 @@ fn fixture() -> Fixture {
         &table,
         CoreOptions {
             ttl: Duration::from_secs(1),
+            ttl_ro: Duration::from_secs(1),
+            passthrough: false,
             owner_uid: 0,
             owner_gid: 0,
         },
