@@ -78,7 +78,11 @@ enum Handle {
         writable: bool,
     },
     Dir {
-        entries: Mutex<Vec<DirItem>>,
+        node: Arc<Node>,
+        /// Listed at the first readdir, not at opendir: with the kernel
+        /// caching directory contents (`FOPEN_CACHE_DIR`), most opens of a
+        /// known directory never read it.
+        entries: Mutex<Option<Vec<DirItem>>>,
     },
 }
 
@@ -1244,6 +1248,14 @@ impl Core {
 
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
         let node = self.node(ino)?;
+        Ok(self.add_handle(Handle::Dir {
+            node,
+            entries: Mutex::new(None),
+        }))
+    }
+
+    /// A directory's entries, in the order readdir gives them.
+    fn list_dir(&self, node: &Node) -> FsResult<Vec<DirItem>> {
         let parent_ino = match node.zone {
             None => ROOT,
             Some(_) => node.parent().map(|p| p.ino).unwrap_or(ROOT),
@@ -1303,21 +1315,26 @@ impl Core {
         for (i, e) in entries.iter_mut().enumerate() {
             e.offset = i as u64 + 1;
         }
-        Ok(self.add_handle(Handle::Dir {
-            entries: Mutex::new(entries),
-        }))
+        Ok(entries)
     }
 
     /// The entries after `offset`.
     pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<DirItem>> {
         let h = self.handle(fh)?;
         match &*h {
-            Handle::Dir { entries } => Ok(entries
-                .lock()
-                .iter()
-                .skip(offset as usize)
-                .cloned()
-                .collect()),
+            Handle::Dir { node, entries } => {
+                let mut entries = entries.lock();
+                // Listed afresh when the kernel starts over (rewinddir).
+                if entries.is_none() || offset == 0 {
+                    *entries = Some(self.list_dir(node)?);
+                }
+                Ok(entries
+                    .iter()
+                    .flatten()
+                    .skip(offset as usize)
+                    .cloned()
+                    .collect())
+            }
             Handle::File { .. } => Err(FsError::Os(libc::ENOTDIR)),
         }
     }

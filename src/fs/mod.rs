@@ -159,6 +159,11 @@ fn entry(core: &Core, reply: ReplyEntry, r: FsResult<fuser::FileAttr>) {
 /// `FUSE_AUTO_INVAL_DATA` drops pages when a host-side change shows in the
 /// attributes).
 const DAEMON_OPEN: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
+/// Directories: the kernel keeps what readdir returned (dropped when the
+/// directory changes through the mount, or its mtime changes on the host,
+/// seen once the attribute TTL has passed), so a warm walk costs an OPENDIR
+/// and a RELEASEDIR per directory, no READDIR.
+const DIR_OPEN: FopenFlags = FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
 /// Flags besides `FOPEN_PASSTHROUGH` (which allows no caching flags).
 const PASSTHROUGH_OPEN: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
@@ -200,6 +205,11 @@ impl Filesystem for ZoneFs {
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_AUTO_INVAL_DATA;
+        // Not FUSE_HANDLE_KILLPRIV_V2: with it the kernel leaves clearing
+        // setuid/setgid on write to the daemon, and a passthrough write
+        // never reaches the daemon (measured: an unprivileged write kept
+        // the bits). Without it the kernel asks for `security.capability`
+        // on each write(2) and clears the bits itself with a SETATTR.
         let supported = wanted & config.capabilities();
         if let Err(missing) = config.add_capabilities(supported) {
             tracing::warn!(?missing, "kernel lacks FUSE capabilities");
@@ -686,7 +696,7 @@ impl Filesystem for ZoneFs {
         };
         guarded("opendir", || {
             match log_err("opendir", ino.0, self.core.opendir(ino.0)) {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Ok(fh) => reply.opened(FileHandle(fh), DIR_OPEN),
                 Err(e) => reply.error(e.fuse_errno()),
             }
         });
