@@ -4,6 +4,7 @@
 #
 #   bash scripts/bench.sh [--quick] [--reps N] [--json FILE] [--only W1,W2]
 #                         [--fd-entries N] [--placements pinned,unpinned]
+#                         [--threads N]   (zonemount's FUSE threads, default 4)
 #
 # Builds release, makes a journaled ext4 image on a loop device under
 # /var/tmp (the root fs here has no journal and mounts with `discard`, which
@@ -25,11 +26,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
+orig_args="$*"
 quick=0
 reps=""
 json=""
 only=""
 fd_entries=""
+threads=4
 placements="pinned,unpinned"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,6 +42,7 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift ;;
     --fd-entries) fd_entries=$2; shift ;;
     --placements) placements=$2; shift ;;
+    --threads) threads=$2; shift ;;
     -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "bench: unknown option $1" >&2; exit 2 ;;
   esac
@@ -87,6 +91,9 @@ bg_pids=()
 cleanup() {
   set +e
   for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
+  if [ "${ops_ok:-0}" = 1 ]; then
+    echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
+  fi
   for m in "$mnt_f" "$mnt_d" "$mnt_z"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
@@ -169,8 +176,8 @@ sandbox:
 YAML
 # bindfs as a user would run it to re-present a dir (libfuse 2, 1 s TTLs).
 bindfs "$data" "$mnt_b"
-"$bin" mount --config "$work/zm.yaml" "$mnt_z"
-"$bin" mount --config "$work/zm.yaml" --no-passthrough "$mnt_d"
+"$bin" mount --config "$work/zm.yaml" --threads "$threads" "$mnt_z"
+"$bin" mount --config "$work/zm.yaml" --threads "$threads" --no-passthrough "$mnt_d"
 echo "== mounted: native=$data bindfs=$mnt_b zm=$mnt_z zm-nopt=$mnt_d"
 
 # ---- fixtures (made natively, shared read-only) ----------------------------
@@ -208,15 +215,24 @@ w_unlink() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; python3 "$
 
 # FUSE requests per opcode during one run (pinned, first repetition),
 # counted by the kernel's fuse_request_send tracepoint for that connection.
-trig=/sys/kernel/tracing/events/fuse/fuse_request_send/trigger
-ops_ok=0; [ -w "$trig" ] && ops_ok=1
+tr=/sys/kernel/tracing
+ev=$tr/events/fuse/fuse_request_send
+ops_ok=0; [ -w "$ev/enable" ] && [ -w "$tr/buffer_size_kb" ] && ops_ok=1
+if [ $ops_ok = 1 ]; then
+  old_buf=$(cut -d' ' -f1 < "$tr/buffer_size_kb")
+  echo 65536 > "$tr/buffer_size_kb" 2>/dev/null || ops_ok=0
+fi
 conn_of() { case "$1" in native) echo "" ;; *) stat -c %d "$(root_of "$1")" ;; esac; }
-ops_begin() { [ $ops_ok = 1 ] && [ -n "$1" ] && echo "hist:keys=opcode:vals=hitcount:size=256 if connection == $1" > "$trig" 2>/dev/null || true; }
+ops_begin() {
+  [ $ops_ok = 1 ] && [ -n "$1" ] || return 0
+  echo "connection == $1" > "$ev/filter"; : > "$tr/trace"; echo 1 > "$ev/enable"
+}
 ops_end() { # conn placement workload target
   [ $ops_ok = 1 ] && [ -n "$1" ] || return 0
-  sed -n 's/^{ opcode: *\([0-9]*\) *} hitcount: *\([0-9]*\).*/\1 \2/p' "${trig%/trigger}/hist" 2>/dev/null |
-    while read -r op n; do printf '%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$op" "$n"; done >> "$work/ops.tsv"
-  echo "!hist:keys=opcode:vals=hitcount:size=256 if connection == $1" > "$trig" 2>/dev/null || true
+  echo 0 > "$ev/enable"
+  grep -o '(FUSE_[A-Z_0-9]*)' "$tr/trace" | tr -d '()' | sed 's/^FUSE_//' | sort | uniq -c |
+    while read -r n op; do printf '%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$op" "$n"; done >> "$work/ops.tsv" || true
+  echo 0 > "$ev/filter"; : > "$tr/trace"
 }
 
 cleanup_scratch() { rm -rf "$data"/s-* 2>/dev/null || true; }
@@ -329,7 +345,7 @@ place "0-$(( $(nproc) - 1 ))"
 case " $WORKLOADS " in *" fds "*) echo "== bounded fds"; fds_check ;; esac
 
 # ---- report -------------------------------------------------------------------
-python3 - "$raw" "$json" "$work" "$quick" "$REPS" "$*" <<'PY'
+python3 - "$raw" "$json" "$work" "$quick" "$REPS" "$orig_args" "$threads" <<'PY'
 import json, os, platform, statistics, sys, time
 raw, out, work, quick, reps = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5])
 rows = [l.rstrip("\n").split("\t") for l in open(raw) if l.strip()]
@@ -374,12 +390,11 @@ if os.path.exists(f"{work}/fds.result"):
     fds = {"entries": int(f[1]), "listed": int(f[2]), "git_files": int(f[3]), "max_daemon_fds": int(f[4]), "ok": f[5] == "yes", "find_seconds": float(f[6]), "rlimit_nofile": 20000}
     lines.append(f"\nbounded fds (RLIMIT_NOFILE 20000): find -ls listed {fds['listed']}/{fds['entries']} entries, git add -A of {fds['git_files']} files ok={fds['ok']}, daemon fds at most {fds['max_daemon_fds']}")
 ops_file = f"{work}/ops.tsv"
-names = {1:"LOOKUP",2:"FORGET",3:"GETATTR",4:"SETATTR",5:"READLINK",6:"SYMLINK",8:"MKNOD",9:"MKDIR",10:"UNLINK",11:"RMDIR",12:"RENAME",13:"LINK",14:"OPEN",15:"READ",16:"WRITE",17:"STATFS",18:"RELEASE",20:"FSYNC",21:"SETXATTR",22:"GETXATTR",23:"LISTXATTR",24:"REMOVEXATTR",25:"FLUSH",27:"OPENDIR",28:"READDIR",29:"RELEASEDIR",30:"FSYNCDIR",34:"ACCESS",35:"CREATE",42:"BATCH_FORGET",43:"FALLOCATE",44:"READDIRPLUS",45:"RENAME2",46:"LSEEK",47:"COPY_FILE_RANGE",52:"STATX"}
 ops = {}
 if os.path.exists(ops_file):
     for l in open(ops_file):
         p, w, t, op, n = l.split()
-        ops.setdefault(f"{w} {t}", {})[names.get(int(op), op)] = int(n)
+        ops.setdefault(f"{w} {t}", {})[op] = int(n)
     lines.append("\nFUSE requests per run (pinned, first repetition, timed run incl. its warm-up):")
     for k, v in ops.items():
         lines.append(f"  {k}: total {sum(v.values())}: " + ", ".join(f"{o} {n}" for o, n in sorted(v.items(), key=lambda x: -x[1])))
@@ -390,7 +405,7 @@ doc = {
     "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     "kernel": platform.release(), "cpus": os.cpu_count(), "quick": quick, "reps": reps,
     "command": "bash scripts/bench.sh " + sys.argv[6], "results": results, "bounded_fds": fds,
-    "approvals_built": approvals == "yes", "fuse_ops": ops,
+    "approvals_built": approvals == "yes", "fuse_ops": ops, "zonemount_threads": int(sys.argv[7]),
 }
 os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
 json.dump(doc, open(out, "w"), indent=1)

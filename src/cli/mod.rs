@@ -92,7 +92,7 @@ pub(crate) struct MountArgs {
     /// attributes of rw zones; ro zones get 6 times as long. A change made
     /// on the host side shows through the mount after at most this long
     /// (0: at once, at the cost of a round trip per lookup).
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub(crate) cache_ttl: f64,
     /// Move file data through the daemon even where kernel passthrough
     /// (Linux 6.9, CAP_SYS_ADMIN) could bypass it.
