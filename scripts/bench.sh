@@ -140,6 +140,9 @@ elif op == "tree":
         for j in range(min(99, n - made)):
             with open(f"{dp}/f{j}.txt", "w") as f:
                 f.write(("needle " if rng.random() < 0.01 else "") + "x" * rng.randrange(64, 2048) + "\n")
+            # An hour old: a git index written after is not "racily clean"
+            # (git would re-read every file, natively too).
+            os.utime(f"{dp}/f{j}.txt", (time.time() - 3600, time.time() - 3600))
             made += 1
 else:
     sys.exit("unknown op " + op)

@@ -1286,7 +1286,7 @@ impl Core {
                 }
             }
             Some(zone) => {
-                let held = self.fd_of(&node)?;
+                let held = self.fd_of(node)?;
                 let fd = held.as_fd();
                 let list = backing::read_dir(self.procfds.open_dir(fd)?)?;
                 for e in list {
@@ -1300,9 +1300,8 @@ impl Core {
                     if !self.zones[zone].visible(&e.name, kind == FileType::Directory) {
                         continue;
                     }
-                    // d_ino is a hint (the node id comes with lookup): the
-                    // known node id, else the backing inode number.
-                    let ino = self.inodes.known(zone, node.key.0, e.ino).unwrap_or(e.ino);
+                    // d_ino is a hint (the node id comes with lookup).
+                    let ino = self.inodes.likely_id(zone, node.key.0, e.ino);
                     entries.push(DirItem {
                         offset: 0,
                         name: e.name,
