@@ -187,8 +187,10 @@ echo "== mounted: native=$data bindfs=$mnt_b zm=$mnt_z zm-nopt=$mnt_d"
 echo "== fixtures: tree of $TREE_ENTRIES entries, a ${RAND_MB} MiB file, a $TAR_FILES-file tarball"
 fx="$data/fixture"
 mkdir -p "$fx"
-python3 "$helper" tree "$fx/tree" "$TREE_ENTRIES" >/dev/null
-( cd "$fx/tree" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm fixture && git repack -adq && git prune )
+case " $WORKLOADS " in *" git_status "*|*" grep_r "*|*" find_ls "*)
+  python3 "$helper" tree "$fx/tree" "$TREE_ENTRIES" >/dev/null
+  ( cd "$fx/tree" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm fixture && git repack -adq && git prune ) ;;
+esac
 head -c $((RAND_MB << 20)) /dev/urandom > "$fx/rand.bin"
 mkdir -p "$work/src"
 python3 "$helper" tree "$work/src/t" "$TAR_FILES" >/dev/null
