@@ -350,6 +350,15 @@ pub fn clear_umask() {
     rustix::process::umask(Mode::empty());
 }
 
+/// Whether this thread holds CAP_SYS_ADMIN (FUSE passthrough needs it to
+/// register backing files).
+pub fn has_sys_admin() -> bool {
+    rustix::thread::capabilities(None).is_ok_and(|c| {
+        c.effective
+            .contains(rustix::thread::CapabilitySet::SYS_ADMIN)
+    })
+}
+
 /// Borrow helper for callers holding `OwnedFd`s.
 pub fn b(fd: &OwnedFd) -> BorrowedFd<'_> {
     fd.as_fd()

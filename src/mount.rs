@@ -26,8 +26,14 @@ pub const FSTYPE: &str = "fuse.zonemount";
 #[derive(Debug, Clone)]
 pub struct MountSpec {
     pub mountpoint: PathBuf,
+    /// Cache TTL of rw zones.
     pub ttl: Duration,
+    /// Cache TTL of ro zones and the mount root.
+    pub ttl_ro: Duration,
+    /// FUSE threads serving requests.
     pub threads: usize,
+    /// Use kernel passthrough for file data where possible.
+    pub passthrough: bool,
     pub config: Option<PathBuf>,
     pub workers: Vec<PathBuf>,
     /// Let users other than the mounting one (and root) in.
@@ -172,6 +178,8 @@ pub fn start(
         table,
         CoreOptions {
             ttl: spec.ttl,
+            ttl_ro: spec.ttl_ro,
+            passthrough: spec.passthrough,
             owner_uid: euid,
             owner_gid: egid,
         },
@@ -225,6 +233,15 @@ pub fn start(
             MountError::Mount(show(mountpoint), e)
         }
     })?;
+    // The handshake is done: the I/O mode is settled.
+    tracing::info!(
+        mountpoint = %mountpoint.display(),
+        io = core.io_mode().describe(),
+        ttl = ?spec.ttl,
+        ttl_ro = ?spec.ttl_ro,
+        threads = spec.threads,
+        "mounted"
+    );
     Ok((session, core))
 }
 

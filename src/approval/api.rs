@@ -264,6 +264,10 @@ pub fn mount(table: &ZoneTable, opts: Options) -> Result<(Mount, Requests), ApiE
     let spec = MountSpec {
         mountpoint: mp.clone(),
         ttl: opts.ttl,
+        // ro zones change only from the host side: cached longer, as the
+        // CLI does.
+        ttl_ro: opts.ttl.saturating_mul(6),
+        passthrough: true,
         threads: 4,
         config: table.source.clone(),
         workers: Vec::new(),

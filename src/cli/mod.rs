@@ -116,9 +116,19 @@ pub(crate) struct MountArgs {
     /// its stdin as JSON.
     #[arg(long, value_name = "CMD")]
     pub(crate) on_ask: Option<String>,
-    /// Seconds the kernel may cache names and attributes.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    /// Seconds the kernel may cache names (found or missing) and
+    /// attributes of rw zones; ro zones get 6 times as long. A change made
+    /// on the host side shows through the mount after at most this long
+    /// (0: at once, at the cost of a round trip per lookup).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub(crate) cache_ttl: f64,
+    /// Move file data through the daemon even where kernel passthrough
+    /// (Linux 6.9, CAP_SYS_ADMIN) could bypass it.
+    #[arg(long)]
+    pub(crate) no_passthrough: bool,
+    /// FUSE threads serving requests.
+    #[arg(long, value_name = "N", default_value_t = 4, hide = true)]
+    pub(crate) threads: usize,
     /// Internal: report readiness on stdout (used by the detaching parent).
     #[arg(long, hide = true)]
     pub(crate) notify_ready: bool,

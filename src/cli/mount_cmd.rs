@@ -293,6 +293,9 @@ fn unmount_on_signals(mountpoint: &Path, broker: &Approvals) -> Result<(), Failu
     });
     Ok(())
 }
+/// ro zones change only from the host side, and less often: their names
+/// and attributes are cached this many times longer than rw zones'.
+const RO_TTL_FACTOR: f64 = 6.0;
 
 fn serve(a: &MountArgs) -> Result<(), Failure> {
     let table = zone_table(&a.config)?;
@@ -308,7 +311,9 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     let spec = MountSpec {
         mountpoint: mountpoint.clone(),
         ttl: Duration::from_secs_f64(a.cache_ttl),
-        threads: 4,
+        ttl_ro: Duration::from_secs_f64(a.cache_ttl * RO_TTL_FACTOR),
+        threads: a.threads.clamp(1, 64),
+        passthrough: !a.no_passthrough,
         config: a.config.config.clone(),
         workers: a.config.worker.clone(),
         allow_other: a.allow_other || !a.allow_uid.is_empty(),

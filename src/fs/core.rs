@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType as FuseType, INodeNo, TimeOrNow};
@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use crate::backing::{self, AsCaller, Caller, FileType, ProcFds, Stat};
 use crate::config::ZoneTable;
 use crate::error::{FsError, FsResult, Refusal};
-use crate::fs::inodes::{Anchor, Found, Inodes, Node, ROOT};
+use crate::fs::inodes::{Anchor, Found, Inodes, Node, Passthrough, ROOT};
 use crate::policy::{self, Action, AskItem, Decision, Loc, Op, Subject, ZoneRules};
 
 use crate::fs::notes;
@@ -80,7 +80,11 @@ enum Handle {
         writable: bool,
     },
     Dir {
-        entries: Mutex<Vec<DirItem>>,
+        node: Arc<Node>,
+        /// Listed at the first readdir, not at opendir: with the kernel
+        /// caching directory contents (`FOPEN_CACHE_DIR`), most opens of a
+        /// known directory never read it.
+        entries: Mutex<Option<Vec<DirItem>>>,
     },
 }
 
@@ -107,9 +111,79 @@ pub struct RecentRefusal {
 /// Settings of a mount that the core needs.
 #[derive(Debug, Clone)]
 pub struct CoreOptions {
+    /// How long the kernel may keep names (found and missing) and
+    /// attributes of rw zones.
     pub ttl: Duration,
+    /// The same for ro zones and the mount root, which change only from
+    /// the host side.
+    pub ttl_ro: Duration,
+    /// Use kernel passthrough for file data where the kernel and our
+    /// privileges allow it.
+    pub passthrough: bool,
     pub owner_uid: u32,
     pub owner_gid: u32,
+}
+
+/// How file data moves between a worker and the backing files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoMode {
+    /// Kernel passthrough: reads, writes and mmap of an opened file go
+    /// straight to the backing file; the daemon sees only open and close.
+    /// Zones with `max_file_bytes` still go through the daemon.
+    Passthrough,
+    /// Every read and write goes through the daemon; the kernel keeps a
+    /// file's page cache across opens (`FOPEN_KEEP_CACHE`).
+    Daemon(DaemonWhy),
+}
+
+/// Why file data goes through the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DaemonWhy {
+    /// `--no-passthrough`.
+    Disabled,
+    /// Passthrough needs CAP_SYS_ADMIN.
+    Unprivileged,
+    /// The kernel doesn't offer passthrough (it needs Linux 6.9).
+    Kernel,
+    /// Not negotiated yet (before the FUSE handshake).
+    Starting,
+}
+
+impl IoMode {
+    fn code(self) -> u8 {
+        match self {
+            IoMode::Passthrough => 0,
+            IoMode::Daemon(DaemonWhy::Disabled) => 1,
+            IoMode::Daemon(DaemonWhy::Unprivileged) => 2,
+            IoMode::Daemon(DaemonWhy::Kernel) => 3,
+            IoMode::Daemon(DaemonWhy::Starting) => 4,
+        }
+    }
+
+    fn from_code(c: u8) -> IoMode {
+        match c {
+            0 => IoMode::Passthrough,
+            1 => IoMode::Daemon(DaemonWhy::Disabled),
+            2 => IoMode::Daemon(DaemonWhy::Unprivileged),
+            3 => IoMode::Daemon(DaemonWhy::Kernel),
+            _ => IoMode::Daemon(DaemonWhy::Starting),
+        }
+    }
+
+    /// One line for logs and `zonemount status`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            IoMode::Passthrough => {
+                "passthrough (kernel to backing file; zones with max_file_bytes through the daemon)"
+            }
+            IoMode::Daemon(DaemonWhy::Disabled) => "daemon (--no-passthrough)",
+            IoMode::Daemon(DaemonWhy::Unprivileged) => "daemon (passthrough needs CAP_SYS_ADMIN)",
+            IoMode::Daemon(DaemonWhy::Kernel) => {
+                "daemon (the kernel offers no FUSE passthrough; it needs Linux 6.9)"
+            }
+            IoMode::Daemon(DaemonWhy::Starting) => "daemon (not negotiated yet)",
+        }
+    }
 }
 
 /// Where an entry is, in policy terms: the zone (None: the mount root) and
@@ -119,25 +193,37 @@ struct Where {
     path: PathBuf,
 }
 
-/// How many inode fds opened from file handles stay cached.
-const FD_CACHE: NonZeroUsize = match NonZeroUsize::new(2048) {
+/// The handle table and the fd cache are split in this many shards, each
+/// with its own lock, so FUSE threads serving different files (and zones)
+/// rarely wait for each other.
+const SHARDS: usize = 16;
+
+/// How many inode fds opened from file handles stay cached, per shard
+/// (2048 in all).
+const FD_CACHE_SHARD: NonZeroUsize = match NonZeroUsize::new(2048 / SHARDS) {
     Some(n) => n,
     None => NonZeroUsize::MIN,
 };
+
+type Shard<T> = Mutex<T>;
 
 #[derive(Debug)]
 pub struct Core {
     /// Nodes are kept as kernel file handles (else as held fds).
     by_handle: bool,
-    /// fds of nodes kept as handles, most recently used last.
-    fd_cache: Mutex<LruCache<u64, Arc<OwnedFd>>>,
+    /// fds of nodes kept as handles, most recently used last; sharded by
+    /// node id.
+    fd_cache: Vec<Shard<LruCache<u64, Arc<OwnedFd>>>>,
     /// One fd per backing filesystem (by mount id), to open handles with.
     fs_fds: Mutex<HashMap<i32, Arc<OwnedFd>>>,
     zones: Vec<ZoneRules>,
     zone_names: Vec<OsString>,
     inodes: Inodes,
-    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    /// Open files and dirs, sharded by handle number.
+    handles: Vec<Shard<HashMap<u64, Arc<Handle>>>>,
     next_fh: AtomicU64,
+    /// [`IoMode`] as negotiated at mount.
+    io_mode: AtomicU8,
     procfds: ProcFds,
     opts: CoreOptions,
     started: SystemTime,
@@ -302,13 +388,16 @@ impl Core {
         }
         Ok(Core {
             by_handle,
-            fd_cache: Mutex::new(LruCache::new(FD_CACHE)),
+            fd_cache: (0..SHARDS)
+                .map(|_| Mutex::new(LruCache::new(FD_CACHE_SHARD)))
+                .collect(),
             fs_fds: Mutex::new(fs_fds),
             zones,
             zone_names,
             inodes: Inodes::new(roots),
-            handles: Mutex::new(HashMap::new()),
+            handles: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next_fh: AtomicU64::new(1),
+            io_mode: AtomicU8::new(IoMode::Daemon(DaemonWhy::Starting).code()),
             procfds,
             opts,
             started: SystemTime::now(),
@@ -316,8 +405,71 @@ impl Core {
         })
     }
 
+    /// The cache TTL of rw zones (the shortest one).
     pub fn ttl(&self) -> Duration {
         self.opts.ttl
+    }
+
+    /// How long the kernel may cache names and attributes in `zone` (None:
+    /// the mount root, whose entries are the fixed zone list).
+    fn zone_ttl(&self, zone: Option<usize>) -> Duration {
+        match zone {
+            Some(z) if self.zones[z].access == crate::config::Access::Rw => self.opts.ttl,
+            _ => self.opts.ttl_ro,
+        }
+    }
+
+    /// The cache TTL for node `ino` (and for names looked up in it).
+    pub fn ttl_for(&self, ino: u64) -> Duration {
+        match self.inodes.get(ino) {
+            Some(n) => self.zone_ttl(n.zone),
+            None => self.opts.ttl,
+        }
+    }
+
+    /// Attributes of "no such entry": a reply with node id 0 lets the
+    /// kernel cache the miss for the TTL (a negative entry).
+    pub fn no_entry() -> FileAttr {
+        FileAttr {
+            ino: INodeNo(0),
+            size: 0,
+            blocks: 0,
+            atime: UNIX_EPOCH,
+            mtime: UNIX_EPOCH,
+            ctime: UNIX_EPOCH,
+            crtime: UNIX_EPOCH,
+            kind: FuseType::RegularFile,
+            perm: 0,
+            nlink: 0,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 0,
+            flags: 0,
+        }
+    }
+
+    /// Whether this mount should ask the kernel for passthrough: wanted,
+    /// and the daemon holds CAP_SYS_ADMIN (the kernel checks it when a
+    /// backing file is registered).
+    pub fn passthrough_wanted(&self) -> Result<(), DaemonWhy> {
+        if !self.opts.passthrough {
+            return Err(DaemonWhy::Disabled);
+        }
+        if !backing::has_sys_admin() {
+            return Err(DaemonWhy::Unprivileged);
+        }
+        Ok(())
+    }
+
+    /// Record the I/O mode the FUSE handshake settled on.
+    pub fn set_io_mode(&self, mode: IoMode) {
+        self.io_mode.store(mode.code(), Ordering::Relaxed);
+    }
+
+    /// How file data moves in this mount (for logs and `zonemount status`).
+    pub fn io_mode(&self) -> IoMode {
+        IoMode::from_code(self.io_mode.load(Ordering::Relaxed))
     }
 
     /// Nodes currently held (for tests and status).
@@ -326,7 +478,15 @@ impl Core {
     }
 
     pub fn open_handles(&self) -> usize {
-        self.handles.lock().len()
+        self.handles.iter().map(|h| h.lock().len()).sum()
+    }
+
+    fn handle_shard(&self, fh: u64) -> &Shard<HashMap<u64, Arc<Handle>>> {
+        &self.handles[fh as usize % SHARDS]
+    }
+
+    fn fd_shard(&self, ino: u64) -> &Shard<LruCache<u64, Arc<OwnedFd>>> {
+        &self.fd_cache[ino as usize % SHARDS]
     }
 
     fn node(&self, ino: u64) -> FsResult<Arc<Node>> {
@@ -340,7 +500,7 @@ impl Core {
             Anchor::None => Err(FsError::Refused(Refusal::RootLevel)),
             Anchor::Held(fd) => Ok(fd.clone()),
             Anchor::Handle(h) => {
-                if let Some(fd) = self.fd_cache.lock().get(&node.ino) {
+                if let Some(fd) = self.fd_shard(node.ino).lock().get(&node.ino) {
                     return Ok(fd.clone());
                 }
                 let fs_fd = self
@@ -350,7 +510,7 @@ impl Core {
                     .cloned()
                     .ok_or(FsError::Os(libc::ESTALE))?;
                 let fd = Arc::new(backing::open_by_handle(fs_fd.as_fd(), h)?);
-                self.fd_cache.lock().put(node.ino, fd.clone());
+                self.fd_shard(node.ino).lock().put(node.ino, fd.clone());
                 Ok(fd)
             }
         }
@@ -408,7 +568,7 @@ impl Core {
     fn enter(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, o: Opened) -> Arc<Node> {
         let node = self.inodes.remember(zone, parent, name, o.found);
         if matches!(node.anchor, Anchor::Handle(_)) {
-            self.fd_cache.lock().put(node.ino, o.fd);
+            self.fd_shard(node.ino).lock().put(node.ino, o.fd);
         }
         node
     }
@@ -647,7 +807,7 @@ impl Core {
 
     pub fn forget(&self, ino: u64, n: u64) {
         if self.inodes.forget(ino, n) {
-            self.fd_cache.lock().pop(&ino);
+            self.fd_shard(ino).lock().pop(&ino);
         }
     }
 
@@ -667,7 +827,7 @@ impl Core {
 
     /// The fd of file handle `fh` if it is one, else the node's own.
     fn handle_or_node_fd(&self, fh: Option<u64>, node: &Node) -> FsResult<Arc<OwnedFd>> {
-        if let Some(h) = fh.and_then(|fh| self.handles.lock().get(&fh).cloned()) {
+        if let Some(h) = fh.and_then(|fh| self.handle(fh).ok()) {
             if let Handle::File { fd, .. } = &*h {
                 return Ok(fd.clone());
             }
@@ -725,7 +885,7 @@ impl Core {
     }
 
     fn writable_handle_zone(&self, fh: Option<u64>) -> Option<usize> {
-        let h = self.handles.lock().get(&fh?)?.clone();
+        let h = self.handle(fh?).ok()?;
         match &*h {
             Handle::File {
                 zone,
@@ -744,7 +904,7 @@ impl Core {
         let held = self.handle_or_node_fd(a.fh, &node)?;
         let fd = held.as_fd();
         if let Some(size) = a.size {
-            let handle = a.fh.and_then(|fh| self.handles.lock().get(&fh).cloned());
+            let handle = a.fh.and_then(|fh| self.handle(fh).ok());
             match handle.as_deref() {
                 Some(Handle::File {
                     fd: hfd,
@@ -1019,12 +1179,12 @@ impl Core {
 
     fn add_handle(&self, h: Handle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, Arc::new(h));
+        self.handle_shard(fh).lock().insert(fh, Arc::new(h));
         fh
     }
 
     fn handle(&self, fh: u64) -> FsResult<Arc<Handle>> {
-        self.handles
+        self.handle_shard(fh)
             .lock()
             .get(&fh)
             .cloned()
@@ -1107,7 +1267,63 @@ impl Core {
     }
 
     pub fn release(&self, fh: u64) {
-        self.handles.lock().remove(&fh);
+        self.handle_shard(fh).lock().remove(&fh);
+    }
+
+    /// The backing id for a file just opened (handle `fh`) when its data
+    /// may bypass the daemon: passthrough is on, and no per-file policy
+    /// (`max_file_bytes`) needs the daemon to see writes. The id is made at
+    /// the node's first open, with `register`, and kept until FORGET.
+    ///
+    /// Must run with the daemon's own credentials: the kernel wants
+    /// CAP_SYS_ADMIN to register, and opens the backing file for each
+    /// later open with the credentials seen here (the caller's rights were
+    /// checked by the daemon's own open just before).
+    pub fn passthrough_id(
+        &self,
+        ino: u64,
+        fh: u64,
+        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<fuser::BackingId>,
+    ) -> Option<Arc<fuser::BackingId>> {
+        if self.io_mode() != IoMode::Passthrough {
+            return None;
+        }
+        let node = self.inodes.get(ino)?;
+        let zone = node.zone?;
+        if self.zones[zone].max_file_bytes.is_some() {
+            return None;
+        }
+        let mut slot = node.passthrough.lock();
+        match &*slot {
+            Passthrough::Id(id) => return Some(id.clone()),
+            Passthrough::Refused => return None,
+            Passthrough::Unset => {}
+        }
+        // The kernel keeps the registered file for the node's life: it
+        // must be read-only, or exec of the file would fail with ETXTBSY.
+        // It is opened from the handle, which reaches unlinked files too.
+        let registered = self.handle(fh).ok().and_then(|h| match &*h {
+            Handle::File { fd, .. } => self
+                .procfds
+                .reopen(fd.as_fd(), libc::O_RDONLY)
+                .ok()
+                .map(|ro| register(ro.as_fd())),
+            Handle::Dir { .. } => None,
+        });
+        match registered {
+            Some(Ok(id)) => {
+                let id = Arc::new(id);
+                *slot = Passthrough::Id(id.clone());
+                Some(id)
+            }
+            other => {
+                if let Some(Err(e)) = other {
+                    tracing::info!(ino, error = %e, "passthrough refused; this file's data goes through the daemon");
+                }
+                *slot = Passthrough::Refused;
+                None
+            }
+        }
     }
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
@@ -1157,6 +1373,14 @@ impl Core {
 
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
         let node = self.node(ino)?;
+        Ok(self.add_handle(Handle::Dir {
+            node,
+            entries: Mutex::new(None),
+        }))
+    }
+
+    /// A directory's entries, in the order readdir gives them.
+    fn list_dir(&self, node: &Node) -> FsResult<Vec<DirItem>> {
         let parent_ino = match node.zone {
             None => ROOT,
             Some(_) => node.parent().map(|p| p.ino).unwrap_or(ROOT),
@@ -1187,7 +1411,7 @@ impl Core {
                 }
             }
             Some(zone) => {
-                let held = self.fd_of(&node)?;
+                let held = self.fd_of(node)?;
                 let fd = held.as_fd();
                 let list = backing::read_dir(self.procfds.open_dir(fd)?)?;
                 let rules = &self.zones[zone];
@@ -1209,9 +1433,8 @@ impl Core {
                     if !self.zones[zone].visible(&e.name, kind == FileType::Directory) {
                         continue;
                     }
-                    // d_ino is a hint (the node id comes with lookup): the
-                    // known node id, else the backing inode number.
-                    let ino = self.inodes.known(zone, node.key.0, e.ino).unwrap_or(e.ino);
+                    // d_ino is a hint (the node id comes with lookup).
+                    let ino = self.inodes.likely_id(zone, node.key.0, e.ino);
                     entries.push(DirItem {
                         offset: 0,
                         name: e.name,
@@ -1224,27 +1447,32 @@ impl Core {
         for (i, e) in entries.iter_mut().enumerate() {
             e.offset = i as u64 + 1;
         }
-        Ok(self.add_handle(Handle::Dir {
-            entries: Mutex::new(entries),
-        }))
+        Ok(entries)
     }
 
     /// The entries after `offset`.
     pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<DirItem>> {
         let h = self.handle(fh)?;
         match &*h {
-            Handle::Dir { entries } => Ok(entries
-                .lock()
-                .iter()
-                .skip(offset as usize)
-                .cloned()
-                .collect()),
+            Handle::Dir { node, entries } => {
+                let mut entries = entries.lock();
+                // Listed afresh when the kernel starts over (rewinddir).
+                if entries.is_none() || offset == 0 {
+                    *entries = Some(self.list_dir(node)?);
+                }
+                Ok(entries
+                    .iter()
+                    .flatten()
+                    .skip(offset as usize)
+                    .cloned()
+                    .collect())
+            }
             Handle::File { .. } => Err(FsError::Os(libc::ENOTDIR)),
         }
     }
 
     pub fn releasedir(&self, fh: u64) {
-        self.handles.lock().remove(&fh);
+        self.handle_shard(fh).lock().remove(&fh);
     }
 
     pub fn fsyncdir(&self, ino: u64, datasync: bool) -> FsResult<()> {

@@ -5,10 +5,21 @@
 //!   dirs, held for the whole mount and never forgotten;
 //! - every other node is keyed by (zone, dev, ino) of its backing object, so
 //!   hard links share one node and a rename under an open handle keeps it;
-//! - node ids come from a counter and are never reused;
+//! - a node's id is its backing inode number with a tag for its (zone,
+//!   device) in the top 16 bits (see [`Inodes::id_for`]): stable across
+//!   FORGET and remounts, and `st_ino` keeps the backing inode number in its
+//!   low 32 bits, which is what git's index compares (an index written on
+//!   the host stays valid through the mount, and the reverse). Objects
+//!   whose id can't be made so get one from a counter in a reserved tag;
 //! - a node lives while the kernel holds lookups on it; `forget` subtracts
 //!   with saturation (a misbehaving client can't underflow us) and drops the
 //!   node, and its fd, at zero.
+//!
+//! - a node's passthrough backing id (see [`Passthrough`]) is registered at
+//!   its first open and lives as long as the node: the kernel wants every
+//!   open of an inode to name the same backing file, and re-registering
+//!   per open is what makes small-file workloads slower than no
+//!   passthrough at all (PERF-NOTES).
 //!
 //! Lock order: the table lock, then a node's `loc` lock; never the reverse.
 
@@ -43,6 +54,20 @@ pub enum Anchor {
     Handle(crate::backing::InodeHandle),
 }
 
+/// A node's kernel passthrough state.
+#[derive(Debug, Default)]
+pub enum Passthrough {
+    /// Not opened yet through the mount (or passthrough is off).
+    #[default]
+    Unset,
+    /// Registered: every open of this node uses this backing id.
+    Id(Arc<fuser::BackingId>),
+    /// Registration failed (e.g. a backing file on a stacked filesystem):
+    /// this node's data goes through the daemon for its whole life, so the
+    /// kernel never sees the two modes mixed on one inode.
+    Refused,
+}
+
 #[derive(Debug)]
 pub struct Node {
     pub ino: u64,
@@ -53,6 +78,8 @@ pub struct Node {
     pub is_dir: bool,
     pub is_symlink: bool,
     pub place: Mutex<Place>,
+    /// Passthrough backing id, for regular files opened through the mount.
+    pub passthrough: Mutex<Passthrough>,
     lookups: AtomicU64,
 }
 
@@ -98,7 +125,14 @@ impl Node {
 struct Maps {
     by_ino: HashMap<u64, Arc<Node>>,
     by_key: HashMap<(usize, u64, u64), u64>,
+    /// The tag of each (zone, device) seen; a zone's own device is zone+1.
+    tags: HashMap<(usize, u64), u64>,
 }
+
+/// Node ids: `tag << TAG_SHIFT | backing ino`.
+const TAG_SHIFT: u32 = 48;
+/// Tag 0 is the mount root and the zone dirs; this one is for counter ids.
+const COUNTER_TAG: u64 = 0xffff;
 
 #[derive(Debug)]
 pub struct Inodes {
@@ -131,12 +165,14 @@ impl Inodes {
                 parent: None,
                 name: OsString::new(),
             }),
+            passthrough: Mutex::new(Passthrough::Unset),
             lookups: AtomicU64::new(1),
         });
         maps.by_ino.insert(ROOT, root);
         let zones = zone_roots.len();
         for (i, (name, f)) in zone_roots.into_iter().enumerate() {
             let ino = 2 + i as u64;
+            maps.tags.insert((i, f.dev), i as u64 + 1);
             let node = Arc::new(Node {
                 ino,
                 zone: Some(i),
@@ -145,6 +181,7 @@ impl Inodes {
                 is_dir: true,
                 is_symlink: false,
                 place: Mutex::new(Place { parent: None, name }),
+                passthrough: Mutex::new(Passthrough::Unset),
                 lookups: AtomicU64::new(1),
             });
             maps.by_key.insert((i, f.dev, f.ino), ino);
@@ -152,7 +189,7 @@ impl Inodes {
         }
         Inodes {
             maps: RwLock::new(maps),
-            next: AtomicU64::new(2 + zones as u64),
+            next: AtomicU64::new(COUNTER_TAG << TAG_SHIFT),
             zones,
         }
     }
@@ -175,6 +212,19 @@ impl Inodes {
         self.maps.read().by_key.get(&(zone, dev, ino)).copied()
     }
 
+    /// The id a backing object has, or will most likely get (for readdir's
+    /// d_ino hints, which should match what stat will say).
+    pub fn likely_id(&self, zone: usize, dev: u64, ino: u64) -> u64 {
+        let maps = self.maps.read();
+        if let Some(id) = maps.by_key.get(&(zone, dev, ino)) {
+            return *id;
+        }
+        match maps.tags.get(&(zone, dev)) {
+            Some(tag) if ino >> TAG_SHIFT == 0 => tag << TAG_SHIFT | ino,
+            _ => ino,
+        }
+    }
+
     /// Enter a found object (or find its existing node), record where it was
     /// seen, and count one kernel lookup on it.
     pub fn remember(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, f: Found) -> Arc<Node> {
@@ -188,7 +238,7 @@ impl Inodes {
             node.lookups.fetch_add(1, Ordering::Relaxed);
             return node;
         }
-        let ino = self.next.fetch_add(1, Ordering::Relaxed);
+        let ino = self.id_for(&mut maps, zone, f.dev, f.ino);
         let node = Arc::new(Node {
             ino,
             zone: Some(zone),
@@ -200,11 +250,26 @@ impl Inodes {
                 parent: Some(parent.clone()),
                 name: name.to_os_string(),
             }),
+            passthrough: Mutex::new(Passthrough::Unset),
             lookups: AtomicU64::new(1),
         });
         maps.by_key.insert(key, ino);
         maps.by_ino.insert(ino, node.clone());
         node
+    }
+
+    /// The id for a new node of backing object (dev, ino) in `zone`.
+    fn id_for(&self, maps: &mut Maps, zone: usize, dev: u64, ino: u64) -> u64 {
+        let next_tag = maps.tags.len() as u64 + 1;
+        let tag = *maps.tags.entry((zone, dev)).or_insert(next_tag);
+        let id = tag << TAG_SHIFT | ino;
+        // An inode number too wide for the low bits, a tag space used up,
+        // or (after a host-side reuse of an inode number while the kernel
+        // still holds the old node) an id already taken: a counter id.
+        if ino >> TAG_SHIFT != 0 || tag >= COUNTER_TAG || maps.by_ino.contains_key(&id) {
+            return self.next.fetch_add(1, Ordering::Relaxed);
+        }
+        id
     }
 
     /// The kernel forgets `n` lookups of `ino`; true when the node is gone.

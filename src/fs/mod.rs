@@ -4,6 +4,12 @@
 //! run the core's `check_*`; when the policy needs approval, the rest of the
 //! callback (and its reply) is moved into a continuation handed to the
 //! [`Broker`], so a FUSE thread never waits for a human.
+//!
+//! Round trips are what metadata costs here (PERF-NOTES), so replies carry
+//! what saves the next request: entry and attribute TTLs per zone, negative
+//! entries for missing names, `FOPEN_NOFLUSH` (nothing is buffered in the
+//! daemon and locks stay in the kernel, so FLUSH has nothing to do), and
+//! for file data either a passthrough backing id or `FOPEN_KEEP_CACHE`.
 
 pub mod core;
 pub mod inodes;
@@ -15,7 +21,7 @@ use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
@@ -27,7 +33,7 @@ use fuser::{
 use crate::approval::{AskRequest, Broker, Note, Verdict};
 use crate::backing::Caller;
 use crate::error::{FsError, FsResult, Refusal};
-use crate::fs::core::{Core, Gate, SetAttr, XattrReply};
+use crate::fs::core::{Core, DaemonWhy, Gate, IoMode, SetAttr, XattrReply};
 
 /// Replies that can carry an errno.
 pub trait Fail: Send + 'static {
@@ -159,16 +165,25 @@ impl ZoneFs {
     }
 }
 
-fn ttl(core: &Core) -> Duration {
-    core.ttl()
-}
-
 fn entry(core: &Core, reply: ReplyEntry, r: FsResult<fuser::FileAttr>) {
     match r {
-        Ok(attr) => reply.entry(&ttl(core), &attr, Generation(0)),
+        Ok(attr) => reply.entry(&core.ttl_for(attr.ino.0), &attr, Generation(0)),
         Err(e) => reply.error(e.fuse_errno()),
     }
 }
+
+/// Flags for a file opened with its data through the daemon: the page
+/// cache survives close and reopen (writes all pass through the kernel, and
+/// `FUSE_AUTO_INVAL_DATA` drops pages when a host-side change shows in the
+/// attributes).
+const DAEMON_OPEN: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
+/// Directories: the kernel keeps what readdir returned (dropped when the
+/// directory changes through the mount, or its mtime changes on the host,
+/// seen once the attribute TTL has passed), so a warm walk costs an OPENDIR
+/// and a RELEASEDIR per directory, no READDIR.
+const DIR_OPEN: FopenFlags = FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
+/// Flags besides `FOPEN_PASSTHROUGH` (which allows no caching flags).
+const PASSTHROUGH_OPEN: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
 fn empty(reply: ReplyEmpty, r: FsResult<()>) {
     match r {
@@ -206,11 +221,37 @@ impl Filesystem for ZoneFs {
         let wanted = InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_PARALLEL_DIROPS;
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_AUTO_INVAL_DATA;
+        // Not FUSE_HANDLE_KILLPRIV_V2: with it the kernel leaves clearing
+        // setuid/setgid on write to the daemon, and a passthrough write
+        // never reaches the daemon (measured: an unprivileged write kept
+        // the bits). Without it the kernel asks for `security.capability`
+        // on each write(2) and clears the bits itself with a SETATTR.
         let supported = wanted & config.capabilities();
         if let Err(missing) = config.add_capabilities(supported) {
             tracing::warn!(?missing, "kernel lacks FUSE capabilities");
         }
+        let mode = match self.core.passthrough_wanted() {
+            Err(why) => IoMode::Daemon(why),
+            Ok(()) if !config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH) => {
+                IoMode::Daemon(DaemonWhy::Kernel)
+            }
+            // Depth 2: backing dirs may be on a stacked filesystem
+            // (overlayfs, as container roots often are); nothing can be
+            // stacked on this mount in turn.
+            Ok(()) => match config
+                .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
+                .and_then(|()| {
+                    config
+                        .set_max_stack_depth(2)
+                        .map_err(|_| InitFlags::empty())
+                }) {
+                Ok(_) => IoMode::Passthrough,
+                Err(_) => IoMode::Daemon(DaemonWhy::Kernel),
+            },
+        };
+        self.core.set_io_mode(mode);
         Ok(())
     }
 
@@ -220,7 +261,17 @@ impl Filesystem for ZoneFs {
         };
         guarded("lookup", || {
             tracing::trace!(op = "lookup", parent = parent.0, ?name, pid = req.pid());
-            entry(&self.core, reply, self.core.lookup(parent.0, name));
+            match self.core.lookup(parent.0, name) {
+                // A negative entry: the kernel remembers the miss for the
+                // TTL instead of asking again (tar, git and compilers probe
+                // many missing names).
+                Err(e) if e.fuse_errno() == Errno::ENOENT => reply.entry(
+                    &self.core.ttl_for(parent.0),
+                    &Core::no_entry(),
+                    Generation(0),
+                ),
+                r => entry(&self.core, reply, r),
+            }
         });
     }
 
@@ -236,7 +287,7 @@ impl Filesystem for ZoneFs {
         };
         guarded("getattr", || {
             match log_err("getattr", ino.0, self.core.getattr(ino.0, fh.map(|f| f.0))) {
-                Ok(attr) => reply.attr(&ttl(&self.core), &attr),
+                Ok(attr) => reply.attr(&self.core.ttl_for(ino.0), &attr),
                 Err(e) => reply.error(e.fuse_errno()),
             }
         });
@@ -291,7 +342,7 @@ impl Filesystem for ZoneFs {
                 reply,
                 move |core, reply| match log_err("setattr", ino.0, core.setattr(&caller, ino.0, &a))
                 {
-                    Ok(attr) => reply.attr(&core.ttl(), &attr),
+                    Ok(attr) => reply.attr(&core.ttl_for(ino.0), &attr),
                     Err(e) => reply.error(e.fuse_errno()),
                 },
             );
@@ -502,7 +553,10 @@ impl Filesystem for ZoneFs {
                 ino.0,
                 core.open(&caller, ino.0, flags),
             ) {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Ok(fh) => match core.passthrough_id(ino.0, fh, |fd| reply.open_backing(fd)) {
+                    Some(id) => reply.opened_passthrough(FileHandle(fh), PASSTHROUGH_OPEN, &id),
+                    None => reply.opened(FileHandle(fh), DAEMON_OPEN),
+                },
                 Err(e) => reply.error(e.fuse_errno()),
             });
         });
@@ -543,13 +597,26 @@ impl Filesystem for ZoneFs {
                     parent.0,
                     core.create(&caller, parent.0, &name, mode, flags),
                 ) {
-                    Ok((attr, fh)) => reply.created(
-                        &core.ttl(),
-                        &attr,
-                        Generation(0),
-                        FileHandle(fh),
-                        FopenFlags::empty(),
-                    ),
+                    Ok((attr, fh)) => {
+                        let ttl = core.ttl_for(parent.0);
+                        match core.passthrough_id(attr.ino.0, fh, |fd| reply.open_backing(fd)) {
+                            Some(id) => reply.created_passthrough(
+                                &ttl,
+                                &attr,
+                                Generation(0),
+                                FileHandle(fh),
+                                PASSTHROUGH_OPEN,
+                                &id,
+                            ),
+                            None => reply.created(
+                                &ttl,
+                                &attr,
+                                Generation(0),
+                                FileHandle(fh),
+                                DAEMON_OPEN,
+                            ),
+                        }
+                    }
                     Err(e) => reply.error(e.fuse_errno()),
                 },
             );
@@ -647,7 +714,7 @@ impl Filesystem for ZoneFs {
         };
         guarded("opendir", || {
             match log_err("opendir", ino.0, self.core.opendir(ino.0)) {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Ok(fh) => reply.opened(FileHandle(fh), DIR_OPEN),
                 Err(e) => reply.error(e.fuse_errno()),
             }
         });
@@ -689,7 +756,7 @@ impl Filesystem for ZoneFs {
                 Ok(items) => items,
                 Err(e) => return reply.error(e.fuse_errno()),
             };
-            let ttl = self.core.ttl();
+            let ttl = self.core.ttl_for(ino.0);
             for it in items {
                 let dots = it.name == "." || it.name == "..";
                 let attr = if dots {

@@ -58,6 +58,8 @@ fn fixture() -> Fixture {
         &table,
         CoreOptions {
             ttl: Duration::from_secs(1),
+            ttl_ro: Duration::from_secs(1),
+            passthrough: false,
             owner_uid: 0,
             owner_gid: 0,
         },
@@ -430,6 +432,8 @@ fn sensitive_roots_are_neither_looked_up_nor_listed() {
         &table,
         CoreOptions {
             ttl: Duration::from_secs(1),
+            ttl_ro: Duration::from_secs(1),
+            passthrough: false,
             owner_uid: 0,
             owner_gid: 0,
         },

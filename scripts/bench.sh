@@ -1,0 +1,419 @@
+#!/usr/bin/env bash
+# Benchmark: zonemount against the native backing dir and bindfs, in one
+# interleaved run (DESIGN §7, issue 8).
+#
+#   bash scripts/bench.sh [--quick] [--reps N] [--json FILE] [--only W1,W2]
+#                         [--fd-entries N] [--placements pinned,unpinned]
+#                         [--threads N]   (zonemount's FUSE threads, default 4)
+#
+# Builds release, makes a journaled ext4 image on a loop device under
+# /var/tmp (the root fs here has no journal and mounts with `discard`, which
+# makes creates and deletes swing 10x), and mounts over one backing dir:
+#   native   the backing dir itself
+#   bindfs   Debian's bindfs (installed when missing)
+#   zm       zonemount, kernel passthrough on
+#   zm-nopt  zonemount --no-passthrough (data through the daemon)
+# Each workload runs REPS times; within a repetition the targets take turns
+# (the order rotates), with dentries and inodes dropped before each run.
+# "pinned": the daemons and the workload on CPU 0 (protocol cost, stable);
+# "unpinned": anywhere (what users get; pays cross-CPU wake-ups).
+# Prints a table of median times and ratios to native, and writes JSON.
+#
+# --quick: small sizes, one repetition (for development).
+# Needs root (loop mount, drop_caches, taskset of the daemons). Everything
+# it makes is removed by exact path on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+orig_args="$*"
+quick=0
+reps=""
+json=""
+only=""
+fd_entries=""
+threads=4
+placements="pinned,unpinned"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --reps) reps=$2; shift ;;
+    --json) json=$2; shift ;;
+    --only) only=$2; shift ;;
+    --fd-entries) fd_entries=$2; shift ;;
+    --placements) placements=$2; shift ;;
+    --threads) threads=$2; shift ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "bench: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "bench: needs root (loop mount, drop_caches)" >&2; exit 1
+fi
+
+if [ $quick = 1 ]; then
+  SEQ_MB=64; RAND_MB=16; RAND_N=2000; TAR_FILES=600; TREE_ENTRIES=3000
+  CREATE_N=500; ASK_N=500; FD_ENTRIES=${fd_entries:-20000}; FD_GIT=2000
+  REPS=${reps:-1}; IMG_GB=2
+else
+  SEQ_MB=1024; RAND_MB=256; RAND_N=50000; TAR_FILES=10000; TREE_ENTRIES=100000
+  CREATE_N=10000; ASK_N=5000; FD_ENTRIES=${fd_entries:-200000}; FD_GIT=20000
+  REPS=${reps:-3}; IMG_GB=8
+fi
+json=${json:-$repo/target/bench.json}
+ALL_WORKLOADS="seq_write seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls create unlink ask_pending fds"
+WORKLOADS=${only//,/ }
+WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
+TARGETS="native bindfs zm zm-nopt"
+
+export PATH="$HOME/.cargo/bin:$PATH"
+# git status must not rewrite the shared fixture's index.
+export GIT_OPTIONAL_LOCKS=0
+echo "== building release"
+cargo build --release --locked --quiet
+bin="$repo/target/release/zonemount"
+command -v bindfs >/dev/null || { apt-get update -qq >/dev/null 2>&1 || true; apt-get install -y -qq bindfs >/dev/null; }
+command -v git >/dev/null || apt-get install -y -qq git >/dev/null
+
+# ---- the stage: an ext4 image with a journal, on a loop device ------------
+work=$(mktemp -d /var/tmp/zonemount-bench.XXXXXX)
+img="$work/ext4.img"
+fs="$work/ext4"
+data="$fs/data"
+mnt_b="$work/mnt-bindfs"
+mnt_z="$work/mnt-zm"
+mnt_d="$work/mnt-zm-nopt"
+mnt_f="$work/mnt-fds"
+raw="$work/times.tsv"
+bg_pids=()
+cleanup() {
+  set +e
+  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
+  if [ "${ops_ok:-0}" = 1 ]; then
+    echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
+  fi
+  for m in "$mnt_f" "$mnt_d" "$mnt_z"; do
+    grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
+  done
+  grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
+  grep -q " $fs " /proc/mounts && umount "$fs" 2>/dev/null || { grep -q " $fs " /proc/mounts && umount -l "$fs"; }
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+truncate -s "${IMG_GB}G" "$img"
+mkfs.ext4 -q -F -N 1500000 "$img"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f"
+mount -o loop "$img" "$fs"
+mkdir -p "$data" "$fs/askz" "$fs/fds"
+chmod 755 "$data"
+
+# ---- helpers -------------------------------------------------------------
+helper="$work/helper.py"
+cat > "$helper" <<'PY'
+import os, random, sys, time
+op, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t = time.perf_counter()
+if op == "create":
+    for i in range(n):
+        os.close(os.open(f"{path}/f{i}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644))
+elif op == "unlink":
+    for i in range(n):
+        os.unlink(f"{path}/f{i}")
+elif op == "randread":
+    fd = os.open(path, os.O_RDONLY)
+    blocks = os.fstat(fd).st_size // 4096
+    rng = random.Random(8)
+    for _ in range(n):
+        os.pread(fd, 4096, rng.randrange(blocks) * 4096)
+    os.close(fd)
+elif op == "tree":
+    # n entries: dirs of 100 small text files (some matching grep's word).
+    rng = random.Random(1)
+    made = 0; d = 0
+    while made < n:
+        dp = f"{path}/d{d // 50}/e{d}"
+        os.makedirs(dp); made += 1; d += 1
+        for j in range(min(99, n - made)):
+            with open(f"{dp}/f{j}.txt", "w") as f:
+                f.write(("needle " if rng.random() < 0.01 else "") + "x" * rng.randrange(64, 2048) + "\n")
+            # An hour old: a git index written after is not "racily clean"
+            # (git would re-read every file, natively too).
+            os.utime(f"{dp}/f{j}.txt", (time.time() - 3600, time.time() - 3600))
+            made += 1
+else:
+    sys.exit("unknown op " + op)
+print(f"{time.perf_counter() - t:.6f}")
+PY
+
+drop() { sync; echo "${1:-2}" > /proc/sys/vm/drop_caches; }
+now() { date +%s.%N; }
+
+# The target's view of the backing dir `data`.
+root_of() {
+  case "$1" in
+    native) echo "$data" ;;
+    bindfs) echo "$mnt_b" ;;
+    zm) echo "$mnt_z/w" ;;
+    zm-nopt) echo "$mnt_d/w" ;;
+  esac
+}
+
+place() { # pin or unpin every daemon's threads
+  local cpus=$1
+  for p in $(pgrep -f "zonemount mount .* $work/mnt-") $(pgrep -f "bindfs .* $mnt_b"); do
+    taskset -a -p -c "$cpus" "$p" >/dev/null 2>&1 || true
+  done
+}
+
+# ---- mounts -----------------------------------------------------------------
+cat > "$work/zm.yaml" <<YAML
+sandbox:
+  mode: direct
+  zones:
+    - { name: w, path: $data, mode: rw }
+    - { name: askz, path: $fs/askz, mode: rw, approval: { write: ask } }
+YAML
+# bindfs as a user would run it to re-present a dir (libfuse 2, 1 s TTLs).
+bindfs "$data" "$mnt_b"
+"$bin" mount --config "$work/zm.yaml" --threads "$threads" "$mnt_z"
+"$bin" mount --config "$work/zm.yaml" --threads "$threads" --no-passthrough "$mnt_d"
+echo "== mounted: native=$data bindfs=$mnt_b zm=$mnt_z zm-nopt=$mnt_d"
+
+# ---- fixtures (made natively, shared read-only) ----------------------------
+echo "== fixtures: tree of $TREE_ENTRIES entries, a ${RAND_MB} MiB file, a $TAR_FILES-file tarball"
+fx="$data/fixture"
+mkdir -p "$fx"
+case " $WORKLOADS " in *" git_status "*|*" grep_r "*|*" find_ls "*)
+  python3 "$helper" tree "$fx/tree" "$TREE_ENTRIES" >/dev/null
+  ( cd "$fx/tree" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm fixture && git repack -adq && git prune ) ;;
+esac
+head -c $((RAND_MB << 20)) /dev/urandom > "$fx/rand.bin"
+mkdir -p "$work/src"
+python3 "$helper" tree "$work/src/t" "$TAR_FILES" >/dev/null
+tar -C "$work/src" -cf "$fx/src.tar" t
+rm -rf "$work/src"
+sync
+
+# ---- workloads ----------------------------------------------------------------
+# Each prints the seconds it took; setup and cleanup are outside the timing.
+# $1 = target root, $2 = scratch dir name (per target), $3 = taskset prefix.
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.6f\n", b - a }'; }
+timed() { local t0; t0=$(now); "$@" >/dev/null 2>&1 || echo "bench: failed: $*" >&2; since "$t0"; }
+
+w_seq_write() { local d="$1/$2"; mkdir -p "$d"; drop; timed $3 dd if=/dev/zero of="$d/big" bs=1M count=$SEQ_MB conv=fsync; }
+w_seq_read_cold() { local d="$1/$2"; [ -f "$data/$2/big" ] || dd if=/dev/zero of="$data/$2/big" bs=1M count=$SEQ_MB conv=fsync status=none; drop 3; timed $3 dd if="$d/big" of=/dev/null bs=1M; }
+w_seq_read_warm() { local d="$1/$2"; drop; $3 cat "$d/big" >/dev/null; timed $3 dd if="$d/big" of=/dev/null bs=1M; }
+w_rand_read() { drop; $3 cat "$1/fixture/rand.bin" >/dev/null; $3 python3 "$helper" randread "$1/fixture/rand.bin" "$RAND_N"; }
+w_untar() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; drop; timed $3 tar -C "$d" -xf "$data/fixture/src.tar"; }
+w_rm_rf() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; tar -C "$data/$2" -xf "$data/fixture/src.tar"; sync; drop; timed $3 rm -rf "$d/t"; }
+git_commit() { cd "$1" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm x; }
+w_git_commit() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; tar -C "$data/$2" -xf "$data/fixture/src.tar"; sync; drop; timed $3 bash -c "$(declare -f git_commit); git_commit '$d/t'"; }
+w_git_status() { local d="$1/fixture/tree"; drop; (cd "$d" && $3 git status --porcelain >/dev/null); (cd "$d" && timed $3 git status --porcelain); }
+w_grep_r() { local d="$1/fixture/tree"; drop; $3 grep -r -c needle "$d" >/dev/null; timed $3 grep -r -c needle "$d"; }
+w_find_ls() { local d="$1/fixture/tree"; drop; $3 find "$d" -ls >/dev/null; timed $3 find "$d" -ls; }
+w_create() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; drop; $3 python3 "$helper" create "$d" "$CREATE_N"; }
+w_unlink() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; python3 "$helper" create "$data/$2" "$CREATE_N" >/dev/null; sync; drop; $3 python3 "$helper" unlink "$d" "$CREATE_N"; }
+
+# FUSE requests per opcode during one run (pinned, first repetition),
+# counted by the kernel's fuse_request_send tracepoint for that connection.
+tr=/sys/kernel/tracing
+ev=$tr/events/fuse/fuse_request_send
+ops_ok=0; [ -w "$ev/enable" ] && [ -w "$tr/buffer_size_kb" ] && ops_ok=1
+if [ $ops_ok = 1 ]; then
+  old_buf=$(cut -d' ' -f1 < "$tr/buffer_size_kb")
+  echo 65536 > "$tr/buffer_size_kb" 2>/dev/null || ops_ok=0
+fi
+conn_of() { case "$1" in native) echo "" ;; *) stat -c %d "$(root_of "$1")" ;; esac; }
+ops_begin() {
+  [ $ops_ok = 1 ] && [ -n "$1" ] || return 0
+  echo "connection == $1" > "$ev/filter"; : > "$tr/trace"; echo 1 > "$ev/enable"
+}
+ops_end() { # conn placement workload target
+  [ $ops_ok = 1 ] && [ -n "$1" ] || return 0
+  echo 0 > "$ev/enable"
+  grep -o '(FUSE_[A-Z_0-9]*)' "$tr/trace" | tr -d '()' | sed 's/^FUSE_//' | sort | uniq -c |
+    while read -r n op; do printf '%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "$op" "$n"; done >> "$work/ops.tsv" || true
+  echo 0 > "$ev/filter"; : > "$tr/trace"
+}
+
+cleanup_scratch() { rm -rf "$data"/s-* 2>/dev/null || true; }
+
+# ---- the interleaved run ------------------------------------------------------
+: > "$raw"
+run_workload() { # placement workload
+  local placement=$1 w=$2 prefix="" rep t i order
+  [ "$placement" = pinned ] && prefix="taskset -c 0"
+  for rep in $(seq 1 "$REPS"); do
+    # Rotate the order so no target always runs first (or after another).
+    order=($TARGETS)
+    for i in $(seq 1 $(( (rep - 1) % 4 ))); do order=("${order[@]:1}" "${order[0]}"); done
+    for t in "${order[@]}"; do
+      local secs conn=""
+      [ "$rep" = 1 ] && [ "$placement" = pinned ] && conn=$(conn_of "$t")
+      ops_begin "$conn"
+      secs=$("w_$w" "$(root_of "$t")" "s-$t" "$prefix" | tail -1)
+      ops_end "$conn" "$placement" "$w" "$t"
+      printf '%s\t%s\t%s\t%s\n' "$placement" "$w" "$t" "$secs" >> "$raw"
+      printf '  %-9s %-14s %-8s rep %d: %ss\n' "$placement" "$w" "$t" "$rep" "$secs"
+    done
+  done
+  case "$w" in seq_read_warm|untar|rm_rf|git_commit|create|unlink) cleanup_scratch ;; esac
+}
+
+# `ask` pending in zone askz while zone w creates and unlinks files.
+ask_pending() { # placement
+  local placement=$1 prefix="" rep secs have_approvals=no
+  [ "$placement" = pinned ] && prefix="taskset -c 0"
+  "$bin" --help 2>/dev/null | grep -qw approvals && have_approvals=yes
+  for rep in $(seq 1 "$REPS"); do
+    for pending in none one; do
+      local waiter=""
+      rm -rf "$data/s-ask"; mkdir -p "$data/s-ask"
+      if [ $pending = one ]; then
+        # Without approvals (issue 4) this ask is denied at once and the
+        # writer exits: the figure then measures nothing pending.
+        (echo x > "$mnt_z/askz/pending-$rep") 2>/dev/null &
+        waiter=$!; bg_pids+=("$waiter")
+        sleep 0.2
+      fi
+      drop
+      secs=$( { $prefix python3 "$helper" create "$mnt_z/w/s-ask" "$ASK_N"; $prefix python3 "$helper" unlink "$mnt_z/w/s-ask" "$ASK_N"; } | awk '{ s += $1 } END { printf "%.6f\n", s }')
+      [ -n "$waiter" ] && { kill "$waiter" 2>/dev/null || true; wait "$waiter" 2>/dev/null || true; }
+      printf '%s\t%s\t%s\t%s\n' "$placement" ask_pending "zm-ask-$pending" "$secs" >> "$raw"
+      printf '  %-9s %-14s %-11s rep %d: %ss (approvals built: %s)\n' "$placement" ask_pending "$pending" "$rep" "$secs" "$have_approvals"
+    done
+  done
+  rm -rf "$data/s-ask" "$fs/askz"/pending-* 2>/dev/null || true
+  echo "$have_approvals" > "$work/ask-approvals"
+}
+
+# Bounded fds: the daemon runs with RLIMIT_NOFILE 20,000 (hard), walks a
+# tree of FD_ENTRIES entries with `find -ls`, and `git add -A`s FD_GIT files.
+fds_check() {
+  rm -rf "$fs/fds"; mkdir -p "$fs/fds"
+  echo "  fds: making $FD_ENTRIES entries"
+  python3 - "$fs/fds/big" "$FD_ENTRIES" <<'PY'
+import os, sys
+root, n = sys.argv[1], int(sys.argv[2])
+made = 0; d = 0
+while made < n:
+    dp = f"{root}/d{d // 100}/e{d}"; os.makedirs(dp); made += 1; d += 1
+    for j in range(min(999, n - made)):
+        os.close(os.open(f"{dp}/f{j}", os.O_CREAT | os.O_WRONLY, 0o644)); made += 1
+PY
+  python3 "$helper" tree "$fs/fds/repo" "$FD_GIT" >/dev/null
+  cat > "$work/fds.yaml" <<YAML
+sandbox:
+  mode: direct
+  zones:
+    - { name: f, path: $fs/fds, mode: rw }
+YAML
+  prlimit --nofile=20000:20000 "$bin" mount --config "$work/fds.yaml" "$mnt_f"
+  local pid max=0 n ok=yes t0 tf tg
+  pid=$(pgrep -f "zonemount mount .* $mnt_f" | head -1)
+  ( while kill -0 "$pid" 2>/dev/null; do ls "/proc/$pid/fd" 2>/dev/null | wc -l; sleep 0.2; done ) > "$work/fdcount" &
+  local sampler=$!; bg_pids+=("$sampler")
+  drop
+  t0=$(now)
+  find "$mnt_f/f/big" -ls > "$work/find.out" 2>"$work/find.err" || ok=no
+  tf=$(since "$t0")
+  n=$(wc -l < "$work/find.out")
+  t0=$(now)
+  (cd "$mnt_f/f/repo" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm x) 2>"$work/git.err" || ok=no
+  tg=$(since "$t0")
+  kill "$sampler" 2>/dev/null || true
+  max=$(sort -n "$work/fdcount" | tail -1)
+  "$bin" unmount "$mnt_f" >/dev/null
+  echo "  fds: find -ls listed $n of $FD_ENTRIES entries in ${tf}s; git add -A + commit of $FD_GIT files in ${tg}s; daemon fds at most $max (limit 20000); ok=$ok"
+  printf 'fds\t%s\t%s\t%s\t%s\t%s\t%s\n' "$FD_ENTRIES" "$n" "$FD_GIT" "$max" "$ok" "$tf" > "$work/fds.result"
+  [ -s "$work/find.err" ] && head -3 "$work/find.err"
+  rm -rf "$fs/fds"
+}
+
+IFS=, read -r -a places <<< "$placements"
+for placement in "${places[@]}"; do
+  if [ "$placement" = pinned ]; then place 0; else place "0-$(( $(nproc) - 1 ))"; fi
+  echo "== $placement"
+  for w in $WORKLOADS; do
+    case "$w" in
+      ask_pending) ask_pending "$placement" ;;
+      fds) ;;
+      *) run_workload "$placement" "$w" ;;
+    esac
+  done
+done
+place "0-$(( $(nproc) - 1 ))"
+case " $WORKLOADS " in *" fds "*) echo "== bounded fds"; fds_check ;; esac
+
+# ---- report -------------------------------------------------------------------
+python3 - "$raw" "$json" "$work" "$quick" "$REPS" "$orig_args" "$threads" <<'PY'
+import json, os, platform, statistics, sys, time
+raw, out, work, quick, reps = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5])
+rows = [l.rstrip("\n").split("\t") for l in open(raw) if l.strip()]
+res = {}
+for placement, w, t, secs in rows:
+    try: v = float(secs)
+    except ValueError: continue
+    res.setdefault((placement, w, t), []).append(v)
+def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
+targets = ["native", "bindfs", "zm", "zm-nopt"]
+order = []
+for placement, w, t, _ in rows:
+    if (placement, w) not in order: order.append((placement, w))
+results = []
+lines = []
+for placement in dict.fromkeys(p for p, _ in order):
+    lines.append(f"\n{placement}: median seconds (min-max), and ratio to native")
+    lines.append(f"| workload | native | bindfs | zm (passthrough) | zm (no passthrough) |")
+    lines.append("|---|---:|---:|---:|---:|")
+    for p, w in order:
+        if p != placement: continue
+        if w == "ask_pending":
+            a, b = res.get((p, w, "zm-ask-none")), res.get((p, w, "zm-ask-one"))
+            if a and b:
+                share = statistics.median(a) / statistics.median(b)
+                results.append({"placement": p, "workload": w, "none": stat(a), "one_pending": stat(b), "throughput_share": share})
+                lines.append(f"| ask pending elsewhere (zm, {len(a)} reps) | none pending {statistics.median(a):.3f}s | one pending {statistics.median(b):.3f}s | throughput {share*100:.0f}% of none | |")
+            continue
+        nat = res.get((p, w, "native"))
+        cells = []
+        for t in targets:
+            v = res.get((p, w, t))
+            if not v: cells.append("-"); continue
+            s = stat(v)
+            ratio = s["median"] / statistics.median(nat) if nat and statistics.median(nat) > 0 else None
+            results.append({"placement": p, "workload": w, "target": t, **s, "ratio_to_native": ratio})
+            cells.append(f"{s['median']:.3f}s ({s['min']:.2f}-{s['max']:.2f})" + ("" if t == "native" or ratio is None else f" **{ratio:.2f}x**"))
+        lines.append(f"| {w} | " + " | ".join(cells) + " |")
+fds = None
+if os.path.exists(f"{work}/fds.result"):
+    f = open(f"{work}/fds.result").read().split("\t")
+    fds = {"entries": int(f[1]), "listed": int(f[2]), "git_files": int(f[3]), "max_daemon_fds": int(f[4]), "ok": f[5] == "yes", "find_seconds": float(f[6]), "rlimit_nofile": 20000}
+    lines.append(f"\nbounded fds (RLIMIT_NOFILE 20000): find -ls listed {fds['listed']}/{fds['entries']} entries, git add -A of {fds['git_files']} files ok={fds['ok']}, daemon fds at most {fds['max_daemon_fds']}")
+ops_file = f"{work}/ops.tsv"
+ops = {}
+if os.path.exists(ops_file):
+    for l in open(ops_file):
+        p, w, t, op, n = l.split()
+        ops.setdefault(f"{w} {t}", {})[op] = int(n)
+    lines.append("\nFUSE requests per run (pinned, first repetition, timed run incl. its warm-up):")
+    for k, v in ops.items():
+        lines.append(f"  {k}: total {sum(v.values())}: " + ", ".join(f"{o} {n}" for o, n in sorted(v.items(), key=lambda x: -x[1])))
+approvals = open(f"{work}/ask-approvals").read().strip() if os.path.exists(f"{work}/ask-approvals") else None
+if approvals == "no":
+    lines.append("\nask pending: `zonemount approvals` is not built yet, so the ask is denied at once; that row measures nothing pending.")
+doc = {
+    "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    "kernel": platform.release(), "cpus": os.cpu_count(), "quick": quick, "reps": reps,
+    "command": "bash scripts/bench.sh " + sys.argv[6], "results": results, "bounded_fds": fds,
+    "approvals_built": approvals == "yes", "fuse_ops": ops, "zonemount_threads": int(sys.argv[7]),
+}
+os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+json.dump(doc, open(out, "w"), indent=1)
+print("\n".join(lines))
+print(f"\nkernel {doc['kernel']}, {doc['cpus']} CPUs, {doc['date']}; JSON: {out}")
+PY
