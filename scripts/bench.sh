@@ -279,10 +279,20 @@ ask_pending() { # placement
         (echo x > "$mnt_z/askz/pending-$rep") 2>/dev/null &
         waiter=$!; bg_pids+=("$waiter")
         sleep 0.2
+        if [ "$have_approvals" = yes ]; then
+          # Make sure the request really waits before measuring.
+          for _ in $(seq 1 50); do
+            "$bin" approvals list "$mnt_z" 2>/dev/null | grep -q pending- && break
+            sleep 0.1
+          done
+          "$bin" approvals list "$mnt_z" 2>/dev/null | grep -q pending- \
+            || echo "  ask_pending: WARNING: no request was pending"
+        fi
       fi
       drop
       secs=$( { $prefix python3 "$helper" create "$mnt_z/w/s-ask" "$ASK_N"; $prefix python3 "$helper" unlink "$mnt_z/w/s-ask" "$ASK_N"; } | awk '{ s += $1 } END { printf "%.6f\n", s }')
-      [ -n "$waiter" ] && { kill "$waiter" 2>/dev/null || true; wait "$waiter" 2>/dev/null || true; }
+      # SIGKILL: the broker withdraws the waiting request (EINTR) at once.
+      [ -n "$waiter" ] && { kill -KILL "$waiter" 2>/dev/null || true; wait "$waiter" 2>/dev/null || true; }
       printf '%s\t%s\t%s\t%s\n' "$placement" ask_pending "zm-ask-$pending" "$secs" >> "$raw"
       printf '  %-9s %-14s %-11s rep %d: %ss (approvals built: %s)\n' "$placement" ask_pending "$pending" "$rep" "$secs" "$have_approvals"
     done

@@ -23,7 +23,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 cargo build --locked --all-targets
-cargo test --locked --all-targets
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --locked --all-targets 2>&1 | tee "$log"
 
 # Conformance suites against a real mount (pjdfstest, fsx); needs root.
 bash scripts/conformance.sh
+
+# One closing line for the whole run (cargo prints one per test binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) {
+       if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
