@@ -985,6 +985,21 @@ impl Core {
         self.lookup_attr(parent, name)
     }
 
+    /// Make the entry `name` in `parent` as the caller with `make` (given
+    /// the directory's fd), then enter it like a lookup.
+    fn make_entry(
+        &self,
+        caller: &Caller,
+        parent: u64,
+        name: &OsStr,
+        make: impl FnOnce(BorrowedFd<'_>) -> backing::Sys<()>,
+    ) -> FsResult<FileAttr> {
+        let _as = AsCaller::enter(caller)?;
+        let dir = self.zone_dir(parent)?;
+        make(self.fd_of(&dir)?.as_fd())?;
+        self.entered(&dir, name)
+    }
+
     pub fn mkdir(
         &self,
         caller: &Caller,
@@ -992,10 +1007,7 @@ impl Core {
         name: &OsStr,
         mode: u32,
     ) -> FsResult<FileAttr> {
-        let _as = AsCaller::enter(caller)?;
-        let dir = self.zone_dir(parent)?;
-        backing::mkdir(self.fd_of(&dir)?.as_fd(), name, mode)?;
-        self.entered(&dir, name)
+        self.make_entry(caller, parent, name, |d| backing::mkdir(d, name, mode))
     }
 
     pub fn mknod(
@@ -1005,10 +1017,7 @@ impl Core {
         name: &OsStr,
         mode: u32,
     ) -> FsResult<FileAttr> {
-        let _as = AsCaller::enter(caller)?;
-        let dir = self.zone_dir(parent)?;
-        backing::mknod(self.fd_of(&dir)?.as_fd(), name, mode)?;
-        self.entered(&dir, name)
+        self.make_entry(caller, parent, name, |d| backing::mknod(d, name, mode))
     }
 
     pub fn symlink(
@@ -1018,10 +1027,7 @@ impl Core {
         name: &OsStr,
         target: &Path,
     ) -> FsResult<FileAttr> {
-        let _as = AsCaller::enter(caller)?;
-        let dir = self.zone_dir(parent)?;
-        backing::symlink(self.fd_of(&dir)?.as_fd(), name, target)?;
-        self.entered(&dir, name)
+        self.make_entry(caller, parent, name, |d| backing::symlink(d, name, target))
     }
 
     /// Create and open a regular file; returns its attributes and handle.

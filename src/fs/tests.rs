@@ -30,6 +30,21 @@ fn zone(name: &str, dir: &Path, access: Access) -> Zone {
     }
 }
 
+/// A core over `table` as root, daemon I/O, 1 s TTLs.
+fn core_of(table: &ZoneTable) -> Core {
+    Core::new(
+        table,
+        CoreOptions {
+            ttl: Duration::from_secs(1),
+            ttl_ro: Duration::from_secs(1),
+            passthrough: false,
+            owner_uid: 0,
+            owner_gid: 0,
+        },
+    )
+    .unwrap()
+}
+
 struct Fixture {
     _tmp: tempfile::TempDir,
     outside: std::path::PathBuf,
@@ -54,17 +69,7 @@ fn fixture() -> Fixture {
         zones: vec![zone("work", &rw, Access::Rw), zone("data", &ro, Access::Ro)],
         source: None,
     };
-    let core = Core::new(
-        &table,
-        CoreOptions {
-            ttl: Duration::from_secs(1),
-            ttl_ro: Duration::from_secs(1),
-            passthrough: false,
-            owner_uid: 0,
-            owner_gid: 0,
-        },
-    )
-    .unwrap();
+    let core = core_of(&table);
     Fixture {
         _tmp: tmp,
         outside,
@@ -428,17 +433,7 @@ fn sensitive_roots_are_neither_looked_up_nor_listed() {
         zones: vec![z],
         source: None,
     };
-    let c = Core::new(
-        &table,
-        CoreOptions {
-            ttl: Duration::from_secs(1),
-            ttl_ro: Duration::from_secs(1),
-            passthrough: false,
-            owner_uid: 0,
-            owner_gid: 0,
-        },
-    )
-    .unwrap();
+    let c = core_of(&table);
     let home_ino = 2;
     assert_eq!(
         refusal(c.lookup(home_ino, OsStr::new(".ssh")).unwrap_err()),
