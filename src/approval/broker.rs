@@ -25,7 +25,7 @@ use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 use super::caller::{self, Caller};
-use super::records::{describe, end_record, request_record};
+use super::records::{ask_record, describe, end_record, request_record};
 use super::{
     AskRequest, Broker, Continuation, Decision, ItemInfo, Note, RequestInfo, Scope, Verdict,
     class_name, virtual_path,
@@ -436,20 +436,12 @@ impl Approvals {
     fn refuse_now(&self, req: &AskRequest, caller: &Caller, reason: String, then: Continuation) {
         bump(&self.inner.counters.cached_denials, 1);
         if let Some(a) = &self.inner.audit {
-            let (zone, class, path, target) = describe(req);
             a.log(
                 Kind::Refusal,
                 &audit::Record {
-                    zone: Some(zone),
-                    class: Some(class),
-                    op: Some(req.op.to_string()),
-                    path: Some(path),
-                    target,
-                    pid: Some(caller.pid),
-                    uid: Some(req.uid),
                     errno: Some("EACCES".into()),
                     reason: Some(reason),
-                    ..audit::Record::default()
+                    ..ask_record(req, caller)
                 },
             );
         }
@@ -555,20 +547,12 @@ impl Approvals {
     fn log_mutation(&self, req: &AskRequest, caller: &Caller, reason: &str) {
         bump(&self.inner.counters.mutations, 1);
         if let Some(a) = &self.inner.audit {
-            let (zone, class, path, target) = describe(req);
             a.log(
                 Kind::Mutation,
                 &audit::Record {
-                    zone: Some(zone),
-                    class: Some(class),
-                    op: Some(req.op.to_string()),
-                    path: Some(path),
-                    target,
-                    pid: Some(caller.pid),
-                    uid: Some(req.uid),
                     decision: Some("allow".into()),
                     reason: Some(reason.into()),
-                    ..audit::Record::default()
+                    ..ask_record(req, caller)
                 },
             );
         }

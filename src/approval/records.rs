@@ -20,18 +20,27 @@ pub(super) fn request_record(info: &RequestInfo) -> audit::Record {
     }
 }
 
+/// The fields of a ledger record about `req` when no request is made for
+/// it (refused at once, or allowed without asking).
+pub(super) fn ask_record(req: &AskRequest, caller: &super::caller::Caller) -> audit::Record {
+    let (zone, class, path, target) = describe(req);
+    audit::Record {
+        zone: Some(zone),
+        class: Some(class),
+        op: Some(req.op.to_string()),
+        path: Some(path),
+        target,
+        pid: Some(caller.pid),
+        uid: Some(req.uid),
+        ..audit::Record::default()
+    }
+}
+
 /// The record of a request's end: its identity plus what ended it.
 pub(super) fn end_record(info: &RequestInfo, r: &Resolution) -> (Kind, audit::Record) {
     let mut rec = audit::Record {
-        id: Some(info.id),
-        zone: Some(info.zone.clone()),
-        class: Some(info.class.clone()),
-        op: Some(info.op.clone()),
-        path: Some(info.path.clone()),
-        target: info.target.clone(),
-        pid: Some(info.pid),
-        uid: Some(info.uid),
-        ..audit::Record::default()
+        cmdline: None,
+        ..request_record(info)
     };
     let kind = match r {
         Resolution::Allow {
