@@ -171,6 +171,12 @@ pub fn stat(fd: BorrowedFd<'_>) -> Sys<Stat> {
     rfs::fstat(fd)
 }
 
+/// Whether the object held by `fd` has no name left (a removed
+/// directory or an unlinked file).
+pub fn is_deleted(fd: BorrowedFd<'_>) -> bool {
+    stat(fd).is_ok_and(|st| st.st_nlink == 0)
+}
+
 pub fn statvfs(fd: BorrowedFd<'_>) -> Sys<StatVfs> {
     rfs::fstatvfs(fd)
 }

@@ -497,3 +497,58 @@ fn many_small_files_create_delete() {
     fs::remove_dir(m.path("ws/many")).unwrap();
     assert!(!m.backing("ws", "many").exists());
 }
+
+/// Direct mode shares backing dirs with the host. A directory the host
+/// deletes and recreates (a script's `rm -rf out && mkdir out`) must work
+/// through the mount at once, not fail with ENOENT for the cache TTL: the
+/// daemon answers ESTALE for the deleted one and the kernel looks again.
+#[test]
+fn a_directory_the_host_recreates_works_at_once() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = Setup::zones(Mode::Direct, &[("ws", "mode: rw")])
+        .file("ws", "u/sub/old.txt", "old\n")
+        .mount();
+    // Cache every entry and attribute on the way down.
+    let (st, out, err) = m.sh("ls ws/u/sub && stat -c %F ws/u/sub && cat ws/u/sub/old.txt");
+    assert!(st.success(), "{err}");
+    assert!(out.contains("old.txt"), "{out}");
+    let u = m.backing("ws", "u");
+    let recreate = || {
+        fs::remove_dir_all(&u).unwrap();
+        fs::create_dir_all(u.join("sub")).unwrap();
+    };
+    // New names in the recreated dir, through cached paths: each lands in
+    // the new directory on the host.
+    recreate();
+    let (st, _, err) = m.sh("mkdir ws/u/t && touch ws/u/sub/a && echo hi > ws/u/sub/b");
+    assert!(st.success(), "creating in a recreated dir: {err}");
+    assert!(u.join("t").is_dir() && u.join("sub/a").is_file());
+    assert_eq!(fs::read_to_string(u.join("sub/b")).unwrap(), "hi\n");
+    // Listing, stat and cd through the cached path see the new directory.
+    recreate();
+    fs::write(u.join("sub/new.txt"), "new\n").unwrap();
+    let (st, out, err) = m.sh("ls ws/u/sub; stat -c %F ws/u/sub; cd ws/u/sub && cat new.txt");
+    assert!(st.success(), "{err}");
+    assert_eq!(out, "new.txt\ndirectory\nnew\n");
+    // tar -C into a recreated dir (the start dir itself was deleted).
+    recreate();
+    fs::create_dir_all(m.root().join("src/x")).unwrap();
+    fs::write(m.root().join("src/x/f"), "f\n").unwrap();
+    let script = format!(
+        "tar -C ws/u/sub -cf /dev/null . && tar -C '{}' -cf - src | tar -C ws/u -xf -",
+        m.root().display()
+    );
+    let (st, _, err) = m.sh(&script);
+    assert!(st.success(), "tar into a recreated dir: {err}");
+    assert_eq!(fs::read_to_string(u.join("src/x/f")).unwrap(), "f\n");
+    // Deleted for good: ENOENT, not the old directory's contents. (Its
+    // cached attributes may still answer `stat` until the TTL passes.)
+    fs::remove_dir_all(&u).unwrap();
+    let out = sh_at(m.mountpoint(), "ls ws/u/sub", &[]);
+    assert_sh_errno(&out, libc::ENOENT, "ls of a dir deleted on the host");
+    let out = sh_at(m.mountpoint(), "touch ws/u/sub/c", &[]);
+    assert_sh_errno(&out, libc::ENOENT, "create in a dir deleted on the host");
+    assert!(!u.exists());
+}

@@ -88,6 +88,10 @@ enum Handle {
     },
 }
 
+/// Files first opened read-only below this size read through the daemon
+/// and the page cache rather than passthrough (see [`Core::passthrough_id`]).
+pub const CACHED_READ_BYTES: u64 = 256 * 1024;
+
 /// How many refusals [`Core::recent_refusals`] keeps.
 pub const RECENT_REFUSALS: usize = 32;
 
@@ -174,7 +178,8 @@ impl IoMode {
     pub fn describe(self) -> &'static str {
         match self {
             IoMode::Passthrough => {
-                "passthrough (kernel to backing file; zones with max_file_bytes through the daemon)"
+                "passthrough (kernel to backing file; files first opened read-only under 256 KiB \
+                 and zones with max_file_bytes through the daemon and the page cache)"
             }
             IoMode::Daemon(DaemonWhy::Disabled) => "daemon (--no-passthrough)",
             IoMode::Daemon(DaemonWhy::Unprivileged) => "daemon (passthrough needs CAP_SYS_ADMIN)",
@@ -516,6 +521,22 @@ impl Core {
         }
     }
 
+    /// The result of a name operation in directory `dir`, with one change:
+    /// ENOENT because the directory itself is gone (deleted on the host:
+    /// direct mode shares backing dirs) answers ESTALE. The kernel then
+    /// walks the caller's path again with its cached entries revalidated,
+    /// and finds the directory that took its place, or a plain ENOENT;
+    /// without this a recreated directory would fail every operation for
+    /// the entry TTL.
+    fn in_dir<T>(&self, dir: &Node, dir_fd: BorrowedFd<'_>, r: backing::Sys<T>) -> FsResult<T> {
+        match r {
+            Err(e) if e == rustix::io::Errno::NOENT && backing::is_deleted(dir_fd) => {
+                Err(self.gone(dir))
+            }
+            r => Ok(r?),
+        }
+    }
+
     /// Identify what `fd` (just opened by a lookup) refers to, and choose
     /// how its node will reach it again.
     fn opened(&self, fd: OwnedFd) -> FsResult<Opened> {
@@ -761,7 +782,22 @@ impl Core {
         };
         // A hidden sensitive root is refused before it is even opened.
         self.not_sensitive(zone, parent, name, Action::Access)?;
-        let fd = backing::lookup(self.fd_of(parent)?.as_fd(), name)?;
+        let dir_fd = self.fd_of(parent)?;
+        let fd = match backing::lookup(dir_fd.as_fd(), name) {
+            Err(e) if e == rustix::io::Errno::NOENT && backing::is_deleted(dir_fd.as_fd()) => {
+                // The host deleted `parent`. When a directory now stands in
+                // its place and holds `name`, ESTALE makes the kernel walk
+                // the path again and find it (stat, open). Otherwise ENOENT
+                // is the answer; a create that follows fails in the deleted
+                // dir with ESTALE (`in_dir`), and the kernel retries that.
+                return Err(if self.replacement_holds(parent, name) {
+                    self.gone(parent)
+                } else {
+                    FsError::enoent()
+                });
+            }
+            r => r?,
+        };
         let o = self.opened(fd)?;
         if !self.zones[zone].visible(name, o.found.is_dir) {
             let w = self.where_child(parent, name);
@@ -776,6 +812,20 @@ impl Core {
         let stat = o.stat;
         let node = self.enter(zone, parent, name, o);
         Ok(to_attr(node.ino, &stat))
+    }
+
+    /// Whether a directory now stands where the (deleted) `dir` was last
+    /// seen, holding an entry `name`.
+    fn replacement_holds(&self, dir: &Node, name: &OsStr) -> bool {
+        let Some(up) = dir.parent() else {
+            return false;
+        };
+        let Ok(up_fd) = self.fd_of(&up) else {
+            return false;
+        };
+        backing::lookup(up_fd.as_fd(), &dir.name())
+            .and_then(|fd| backing::lookup(fd.as_fd(), name))
+            .is_ok()
     }
 
     /// Look at an entry without entering it in the table.
@@ -794,14 +844,19 @@ impl Core {
         if rules.may_hide(name) && rules.is_sensitive(&parent.zone_path().join(name)) {
             return Ok(None);
         }
-        match backing::lookup(self.fd_of(parent)?.as_fd(), name) {
+        let dir_fd = self.fd_of(parent)?;
+        match self.in_dir(
+            parent,
+            dir_fd.as_fd(),
+            backing::lookup(dir_fd.as_fd(), name),
+        ) {
             Ok(fd) => {
                 let st = backing::stat(fd.as_fd())?;
                 let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
                 Ok(self.zones[zone].visible(name, is_dir).then_some(st))
             }
-            Err(e) if e == rustix::io::Errno::NOENT => Ok(None),
-            Err(e) => Err(e.into()),
+            Err(FsError::Os(libc::ENOENT)) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -813,8 +868,23 @@ impl Core {
 
     /// Attributes of a node; through the open handle `fh` when given (an
     /// unlinked file is reachable only so).
+    /// A directory deleted on the host is ESTALE here (see `in_dir`), so a
+    /// `stat` or `cd` through a cached path looks again and finds what took
+    /// its place.
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<FileAttr> {
-        self.attr_with(&*self.node(ino)?, fh)
+        let node = self.node(ino)?;
+        let attr = self.attr_with(&node, fh)?;
+        if node.is_dir && attr.nlink == 0 {
+            return Err(self.gone(&node));
+        }
+        Ok(attr)
+    }
+
+    /// ESTALE for a node whose backing object has no name left; its fd
+    /// leaves the cache, so the next use reopens it by handle (and fails).
+    fn gone(&self, node: &Node) -> FsError {
+        self.fd_shard(node.ino).lock().pop(&node.ino);
+        FsError::Os(libc::ESTALE)
     }
 
     fn attr_with(&self, node: &Node, fh: Option<u64>) -> FsResult<FileAttr> {
@@ -996,7 +1066,8 @@ impl Core {
     ) -> FsResult<FileAttr> {
         let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
-        make(self.fd_of(&dir)?.as_fd())?;
+        let dir_fd = self.fd_of(&dir)?;
+        self.in_dir(&dir, dir_fd.as_fd(), make(dir_fd.as_fd()))?;
         self.entered(&dir, name)
     }
 
@@ -1043,7 +1114,11 @@ impl Core {
         let dir = self.zone_dir(parent)?;
         let zone = dir.zone.ok_or(FsError::Refused(Refusal::RootLevel))?;
         let dir_fd = self.fd_of(&dir)?;
-        let fd = backing::create(dir_fd.as_fd(), name, flags, mode)?;
+        let fd = self.in_dir(
+            &dir,
+            dir_fd.as_fd(),
+            backing::create(dir_fd.as_fd(), name, flags, mode),
+        )?;
         let st = backing::stat(fd.as_fd())?;
         let o = self.opened(backing::lookup(dir_fd.as_fd(), name)?)?;
         if (o.found.dev, o.found.ino) != (st.st_dev, st.st_ino) {
@@ -1074,13 +1149,15 @@ impl Core {
     pub fn unlink(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
         let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
-        Ok(backing::unlink(self.fd_of(&dir)?.as_fd(), name)?)
+        let dir_fd = self.fd_of(&dir)?;
+        self.in_dir(&dir, dir_fd.as_fd(), backing::unlink(dir_fd.as_fd(), name))
     }
 
     pub fn rmdir(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
         let _as = AsCaller::enter(caller)?;
         let dir = self.zone_dir(parent)?;
-        Ok(backing::rmdir(self.fd_of(&dir)?.as_fd(), name)?)
+        let dir_fd = self.fd_of(&dir)?;
+        self.in_dir(&dir, dir_fd.as_fd(), backing::rmdir(dir_fd.as_fd(), name))
     }
 
     pub fn check_rename(
@@ -1132,7 +1209,14 @@ impl Core {
             .ok()
             .and_then(|fd| backing::stat(fd.as_fd()).ok())
             .map(|st| (st.st_dev, st.st_ino));
-        backing::rename(pfd, name, npfd, newname, flags)?;
+        // ENOENT with either directory gone is ESTALE (see `in_dir`).
+        let r = backing::rename(pfd, name, npfd, newname, flags);
+        let r = self.in_dir(&p, pfd, r);
+        let r = match r {
+            Err(FsError::Os(libc::ENOENT)) => self.in_dir(&np, npfd, Err(rustix::io::Errno::NOENT)),
+            r => r,
+        };
+        r?;
         // Keep known nodes' places current, so policy paths stay right.
         let moved = |key: Option<(u64, u64)>, dir: &Arc<Node>, to: &OsStr| {
             if let Some((dev, ino)) = key {
@@ -1173,11 +1257,11 @@ impl Core {
         if node.zone != dir.zone {
             return Err(Refusal::CrossZone.into());
         }
-        self.procfds.link(
-            self.fd_of(&node)?.as_fd(),
-            self.fd_of(&dir)?.as_fd(),
-            newname,
-        )?;
+        let dir_fd = self.fd_of(&dir)?;
+        let r = self
+            .procfds
+            .link(self.fd_of(&node)?.as_fd(), dir_fd.as_fd(), newname);
+        self.in_dir(&dir, dir_fd.as_fd(), r)?;
         self.entered(&dir, newname)
     }
 
@@ -1277,9 +1361,17 @@ impl Core {
     }
 
     /// The backing id for a file just opened (handle `fh`) when its data
-    /// may bypass the daemon: passthrough is on, and no per-file policy
-    /// (`max_file_bytes`) needs the daemon to see writes. The id is made at
-    /// the node's first open, with `register`, and kept until FORGET.
+    /// may bypass the daemon: passthrough is on, no per-file policy
+    /// (`max_file_bytes`) needs the daemon to see writes, and the node was
+    /// not first opened read-only while smaller than [`CACHED_READ_BYTES`].
+    /// The choice is made at the node's first open and kept until FORGET
+    /// (the kernel refuses to mix the two modes on one inode); an id is
+    /// made with `register`.
+    ///
+    /// Small files read through the page cache because a passthrough read
+    /// marks the kernel's atime stale, so the `fstat` that `grep -r` or
+    /// `git add` makes next costs a GETATTR round trip per file; a cached
+    /// read, once warm, costs none.
     ///
     /// Must run with the daemon's own credentials: the kernel wants
     /// CAP_SYS_ADMIN to register, and opens the backing file for each
@@ -1302,30 +1394,37 @@ impl Core {
         let mut slot = node.passthrough.lock();
         match &*slot {
             Passthrough::Id(id) => return Some(id.clone()),
-            Passthrough::Refused => return None,
+            Passthrough::Refused | Passthrough::Cached => return None,
             Passthrough::Unset => {}
+        }
+        let Ok(handle) = self.handle(fh) else {
+            return None;
+        };
+        let Handle::File { fd, writable, .. } = &*handle else {
+            return None;
+        };
+        if !writable
+            && backing::stat(fd.as_fd()).is_ok_and(|st| (st.st_size as u64) < CACHED_READ_BYTES)
+        {
+            *slot = Passthrough::Cached;
+            return None;
         }
         // The kernel keeps the registered file for the node's life: it
         // must be read-only, or exec of the file would fail with ETXTBSY.
         // It is opened from the handle, which reaches unlinked files too.
-        let registered = self.handle(fh).ok().and_then(|h| match &*h {
-            Handle::File { fd, .. } => self
-                .procfds
-                .reopen(fd.as_fd(), libc::O_RDONLY)
-                .ok()
-                .map(|ro| register(ro.as_fd())),
-            Handle::Dir { .. } => None,
-        });
+        let registered = self
+            .procfds
+            .reopen(fd.as_fd(), libc::O_RDONLY)
+            .map_err(std::io::Error::from)
+            .and_then(|ro| register(ro.as_fd()));
         match registered {
-            Some(Ok(id)) => {
+            Ok(id) => {
                 let id = Arc::new(id);
                 *slot = Passthrough::Id(id.clone());
                 Some(id)
             }
-            other => {
-                if let Some(Err(e)) = other {
-                    tracing::info!(ino, error = %e, "passthrough refused; this file's data goes through the daemon");
-                }
+            Err(e) => {
+                tracing::info!(ino, error = %e, "passthrough refused; this file's data goes through the daemon");
                 *slot = Passthrough::Refused;
                 None
             }
@@ -1377,8 +1476,12 @@ impl Core {
 
     // ---- directories -----------------------------------------------------
 
+    /// Opening a directory deleted on the host is ESTALE (see `getattr`).
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
         let node = self.node(ino)?;
+        if !node.is_root() && backing::is_deleted(self.fd_of(&node)?.as_fd()) {
+            return Err(self.gone(&node));
+        }
         Ok(self.add_handle(Handle::Dir {
             node,
             entries: Mutex::new(None),

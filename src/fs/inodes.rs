@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +54,21 @@ pub enum Anchor {
     Handle(crate::backing::InodeHandle),
 }
 
+impl Anchor {
+    /// Whether a newly found object (anchored by `other`) is the one this
+    /// anchor reaches, given that both carry the same (device, inode
+    /// number): the host may have deleted this one and the number been
+    /// reused. Handles tell by their generation; a held fd by whether its
+    /// object still has a name (two named objects never share a number).
+    pub fn same_object(&self, other: &Anchor) -> bool {
+        match (self, other) {
+            (Anchor::Handle(a), Anchor::Handle(b)) => a == b,
+            (Anchor::Held(fd), _) => !crate::backing::is_deleted(fd.as_fd()),
+            (Anchor::None, _) | (Anchor::Handle(_), _) => true,
+        }
+    }
+}
+
 /// A node's kernel passthrough state.
 #[derive(Debug, Default)]
 pub enum Passthrough {
@@ -66,6 +81,9 @@ pub enum Passthrough {
     /// this node's data goes through the daemon for its whole life, so the
     /// kernel never sees the two modes mixed on one inode.
     Refused,
+    /// First opened for reading while small: its data goes through the
+    /// daemon and stays in the kernel's page cache, for its whole life.
+    Cached,
 }
 
 #[derive(Debug)]
@@ -230,7 +248,12 @@ impl Inodes {
     pub fn remember(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, f: Found) -> Arc<Node> {
         let key = (zone, f.dev, f.ino);
         let mut maps = self.maps.write();
-        if let Some(node) = maps.by_key.get(&key).and_then(|i| maps.by_ino.get(i)) {
+        if let Some(node) = maps
+            .by_key
+            .get(&key)
+            .and_then(|i| maps.by_ino.get(i))
+            .filter(|n| n.anchor.same_object(&f.anchor))
+        {
             let node = node.clone();
             if !self.is_permanent(node.ino) {
                 node.set_place(parent.clone(), name);

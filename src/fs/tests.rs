@@ -511,3 +511,44 @@ fn device_nodes_are_refused_explained_before_any_approval() {
         .unwrap_err();
     assert_eq!(refusal(e), Refusal::ReadOnly);
 }
+
+/// Which opens get a passthrough backing id: not a file first opened
+/// read-only while small (it reads through the page cache for its life),
+/// but a big one, or one first opened for writing; the choice sticks.
+#[test]
+fn small_files_first_read_go_through_the_page_cache() {
+    use crate::fs::core::{CACHED_READ_BYTES, IoMode};
+    let f = fixture();
+    f.core.set_io_mode(IoMode::Passthrough);
+    std::fs::write(f.rw.join("small"), "x").unwrap();
+    let big = std::fs::File::create(f.rw.join("big")).unwrap();
+    big.set_len(CACHED_READ_BYTES).unwrap();
+    std::fs::write(f.rw.join("written"), "x").unwrap();
+    // Counts registrations; refuses them (a real id needs the kernel).
+    let asked = std::cell::Cell::new(0);
+    let mut open = |name: &str, flags: i32| {
+        let ino = f.core.lookup(WORK, OsStr::new(name)).unwrap().ino.0;
+        let fh = f.core.open(&ROOT_CALLER, ino, flags).unwrap();
+        let before = asked.get();
+        let id = f.core.passthrough_id(ino, fh, |_| {
+            asked.set(asked.get() + 1);
+            Err(std::io::Error::from_raw_os_error(libc::EPERM))
+        });
+        f.core.release(fh);
+        assert!(id.is_none());
+        asked.get() > before
+    };
+    assert!(
+        !open("small", libc::O_RDONLY),
+        "a small file read: page cache"
+    );
+    assert!(
+        !open("small", libc::O_RDWR),
+        "the choice sticks for the node"
+    );
+    assert!(open("big", libc::O_RDONLY), "a big file read: passthrough");
+    assert!(
+        open("written", libc::O_WRONLY),
+        "a file written: passthrough"
+    );
+}
