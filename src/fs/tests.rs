@@ -526,7 +526,7 @@ fn small_files_first_read_go_through_the_page_cache() {
     std::fs::write(f.rw.join("written"), "x").unwrap();
     // Counts registrations; refuses them (a real id needs the kernel).
     let asked = std::cell::Cell::new(0);
-    let mut open = |name: &str, flags: i32| {
+    let open = |name: &str, flags: i32| {
         let ino = f.core.lookup(WORK, OsStr::new(name)).unwrap().ino.0;
         let fh = f.core.open(&ROOT_CALLER, ino, flags).unwrap();
         let before = asked.get();
