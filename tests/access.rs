@@ -227,3 +227,59 @@ fn setuid_bits_grant_nothing() {
     assert!(!out.success(), "{}", out.describe());
     assert!(!m.backing("ws", "null").exists());
 }
+
+/// Writing, truncating or chowning a setuid/setgid file clears the bits as
+/// on the host, whether the data goes by passthrough or through the
+/// daemon: a worker must not be able to plant content in a setuid file
+/// that keeps its bit (the host runs backing files without `nosuid`).
+#[test]
+fn writes_and_chown_clear_setuid_and_setgid() {
+    if !ready() {
+        return;
+    }
+    for extra in [None, Some("--no-passthrough")] {
+        let mut s = setup(Mode::Direct).arg("--allow-other");
+        if let Some(a) = extra {
+            s = s.arg(a);
+        }
+        let m = s.mount();
+        let mnt = m.mountpoint().display().to_string();
+        let ctx = extra.unwrap_or("passthrough");
+        let mode_of = |name: &str| fs::metadata(m.backing("ws", name)).unwrap().mode() & 0o7777;
+        // Root-owned, writable by all, setuid and setgid with group exec.
+        for name in ["append", "trunc", "small", "chown"] {
+            let p = m.backing("ws", name);
+            fs::write(&p, vec![b'x'; 300 * 1024]).unwrap();
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o6777)).unwrap();
+        }
+        fs::write(m.backing("ws", "small"), "x").unwrap();
+        let out = sh_as(
+            NOBODY,
+            &format!(
+                "echo more >> {mnt}/ws/append && : > {mnt}/ws/trunc && \
+                 cat {mnt}/ws/small >/dev/null && echo y >> {mnt}/ws/small"
+            ),
+        );
+        assert!(out.success(), "{ctx}: {}", out.describe());
+        for name in ["append", "trunc", "small"] {
+            assert_eq!(mode_of(name), 0o0777, "{ctx}: {name} kept its bits");
+        }
+        // chown clears them too, even by root (Linux since 2.2.13).
+        let out = sh_at(m.mountpoint(), "chown 0:0 ws/chown", &[]);
+        assert!(out.success(), "{ctx}: {}", out.describe());
+        assert_eq!(mode_of("chown"), 0o0777, "{ctx}: chown kept the bits");
+        // Root writing keeps them (CAP_FSETID), as on the host.
+        fs::set_permissions(
+            m.backing("ws", "append"),
+            fs::Permissions::from_mode(0o6777),
+        )
+        .unwrap();
+        let out = sh_at(m.mountpoint(), "echo root >> ws/append", &[]);
+        assert!(out.success(), "{ctx}: {}", out.describe());
+        assert_eq!(
+            mode_of("append"),
+            0o6777,
+            "{ctx}: root's write cleared the bits"
+        );
+    }
+}

@@ -43,6 +43,31 @@ pub struct SetAttr {
     pub fh: Option<u64>,
 }
 
+impl SetAttr {
+    /// Nothing to set: with `FUSE_HANDLE_KILLPRIV` this is the kernel
+    /// asking the daemon to clear setuid/setgid (a write or a chown(-1,-1)
+    /// by a caller without CAP_FSETID); see [`Core::setattr`].
+    pub fn kills_privileges(&self) -> bool {
+        self.mode.is_none()
+            && self.uid.is_none()
+            && self.gid.is_none()
+            && self.size.is_none()
+            && self.atime.is_none()
+            && self.mtime.is_none()
+    }
+}
+
+/// `mode` without the bits a write or chown by an unprivileged caller
+/// clears: setuid, and setgid when group-executable (else it marks
+/// mandatory locking and stays), as the kernel's `should_remove_suid`.
+fn without_privileges(mode: u32) -> u32 {
+    let mut m = mode & !libc::S_ISUID;
+    if m & libc::S_IXGRP != 0 {
+        m &= !libc::S_ISGID;
+    }
+    m
+}
+
 /// One directory entry as the kernel gets it.
 #[derive(Debug, Clone)]
 pub struct DirItem {
@@ -925,7 +950,8 @@ impl Core {
             || a.uid.is_some()
             || a.gid.is_some()
             || a.atime.is_some()
-            || a.mtime.is_some();
+            || a.mtime.is_some()
+            || (a.kills_privileges() && self.privileges_to_kill(&node)?.is_some());
         let mut asks = Vec::new();
         if let Some(size) = a.size {
             // A truncate through a handle opened (and approved) for writing
@@ -966,9 +992,33 @@ impl Core {
         }
     }
 
+    /// The mode to set when `node` is a regular file with setuid (or
+    /// setgid and group exec) to clear; None when there is nothing to do.
+    fn privileges_to_kill(&self, node: &Node) -> FsResult<Option<u32>> {
+        if node.is_dir || node.is_symlink || node.is_root() {
+            return Ok(None);
+        }
+        let st = backing::stat(self.fd_of(node)?.as_fd())?;
+        let mode = st.st_mode & 0o7777;
+        let kept = without_privileges(mode);
+        Ok(
+            (FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && kept != mode)
+                .then_some(kept),
+        )
+    }
+
     pub fn setattr(&self, caller: &Caller, ino: u64, a: &SetAttr) -> FsResult<FileAttr> {
-        let _as = AsCaller::enter(caller)?;
         let node = self.node(ino)?;
+        if a.kills_privileges() {
+            // The kernel decided (the caller lacks CAP_FSETID) and the
+            // caller need not own the file: the daemon clears the bits with
+            // its own rights. Clearing them grants nothing.
+            if let Some(mode) = self.privileges_to_kill(&node)? {
+                self.procfds.chmod(self.fd_of(&node)?.as_fd(), mode)?;
+            }
+            return self.attr_with(&node, a.fh);
+        }
+        let _as = AsCaller::enter(caller)?;
         // Through an open handle when the kernel names one (the file may
         // be unlinked: only the handle still reaches it).
         let held = self.handle_or_node_fd(a.fh, &node)?;

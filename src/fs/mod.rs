@@ -222,12 +222,19 @@ impl Filesystem for ZoneFs {
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_AUTO_INVAL_DATA;
-        // Not FUSE_HANDLE_KILLPRIV_V2: with it the kernel leaves clearing
-        // setuid/setgid on write to the daemon, and a passthrough write
-        // never reaches the daemon (measured: an unprivileged write kept
-        // the bits). Without it the kernel asks for `security.capability`
-        // on each write(2) and clears the bits itself with a SETATTR.
+            | InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_HANDLE_KILLPRIV;
+        // FUSE_HANDLE_KILLPRIV: when a write or chown by a caller without
+        // CAP_FSETID must clear setuid/setgid, the kernel sends a SETATTR
+        // with nothing set instead of fetching the attributes (a GETATTR
+        // per chown) and sending the new mode as the caller (who may not
+        // own the file: that chmod failed, and the write with it). The
+        // daemon clears the bits itself (`Core::setattr`); chown and
+        // truncate on the backing file clear them as on the host.
+        // Not FUSE_HANDLE_KILLPRIV_V2: with it the kernel skips that
+        // SETATTR on writes and expects the daemon to see the write, which
+        // a passthrough write never reaches (measured: an unprivileged
+        // write kept the bits).
         let supported = wanted & config.capabilities();
         if let Err(missing) = config.add_capabilities(supported) {
             tracing::warn!(?missing, "kernel lacks FUSE capabilities");
