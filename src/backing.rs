@@ -410,9 +410,40 @@ pub struct AsCaller {
     saved: Option<Vec<rustix::fs::Gid>>,
 }
 
+thread_local! {
+    /// The uid this thread acts as while an [`AsCaller`] is alive.
+    static ACTING_AS: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run `f` with the daemon's effective uid (and so its capabilities) even
+/// if this thread is acting as a caller, then act as the caller again.
+fn as_daemon<T>(f: impl FnOnce() -> T) -> T {
+    let Some(uid) = ACTING_AS.get() else {
+        return f();
+    };
+    if let Err(e) = rustix::thread::set_thread_res_uid(None, Some(rustix::fs::Uid::ROOT), None) {
+        // Still the caller: `f` fails with the caller's rights, no worse.
+        tracing::warn!("cannot take back the daemon's uid: {e}");
+        return f();
+    }
+    let r = f();
+    let back = rustix::thread::set_thread_res_uid(None, Some(rustix::fs::Uid::from_raw(uid)), None);
+    if let Err(e) = back {
+        // Going on as root would act for the caller with the daemon's
+        // rights: stopping is the only safe answer.
+        tracing::error!("cannot act as uid {uid} again: {e}; aborting");
+        std::process::abort();
+    }
+    r
+}
+
 impl AsCaller {
     pub fn enter(c: &Caller) -> Sys<AsCaller> {
-        if !rustix::process::geteuid().is_root() || c.uid == 0 {
+        // The process's euid, read once (a thread's own changes only while
+        // an `AsCaller` is alive, and they never nest).
+        static DAEMON_IS_ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let daemon_is_root = *DAEMON_IS_ROOT.get_or_init(|| rustix::process::geteuid().is_root());
+        if !daemon_is_root || c.uid == 0 {
             return Ok(AsCaller { saved: None });
         }
         let saved = rustix::process::getgroups()?;
@@ -422,6 +453,7 @@ impl AsCaller {
         let undo = AsCaller { saved: Some(saved) };
         rustix::thread::set_thread_res_gid(None, Some(rustix::fs::Gid::from_raw(c.gid)), None)?;
         rustix::thread::set_thread_res_uid(None, Some(rustix::fs::Uid::from_raw(c.uid)), None)?;
+        ACTING_AS.set(Some(c.uid));
         Ok(undo)
     }
 }
@@ -431,6 +463,7 @@ impl Drop for AsCaller {
         let Some(saved) = self.saved.take() else {
             return;
         };
+        ACTING_AS.set(None);
         let root_uid = rustix::fs::Uid::ROOT;
         let root_gid = rustix::fs::Gid::ROOT;
         let restored = rustix::thread::set_thread_res_uid(None, Some(root_uid), None)
@@ -512,16 +545,23 @@ pub fn open_by_handle(mount_fd: BorrowedFd<'_>, h: &InodeHandle) -> Sys<OwnedFd>
         f_handle: [0; MAX_HANDLE_SZ],
     };
     raw.f_handle[..h.bytes.len()].copy_from_slice(&h.bytes);
-    // SAFETY: `raw` is a valid `struct file_handle` whose `handle_bytes`
-    // matches the bytes copied after the header (at most MAX_HANDLE_SZ,
-    // as produced by `handle_of`); the kernel only reads it.
-    let fd = unsafe {
-        libc::open_by_handle_at(
-            mount_fd.as_raw_fd(),
-            (&raw mut raw).cast::<libc::file_handle>(),
-            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
+    // open_by_handle_at needs CAP_DAC_READ_SEARCH: with the daemon's own
+    // rights even while the thread acts as a caller (the handle names an
+    // object the daemon already reached; the O_PATH fd grants no access,
+    // what is done with it next runs as the caller again).
+    let fd = as_daemon(|| {
+        // SAFETY: `raw` is a valid `struct file_handle` whose
+        // `handle_bytes` matches the bytes copied after the header (at
+        // most MAX_HANDLE_SZ, as produced by `handle_of`); the kernel only
+        // reads it.
+        unsafe {
+            libc::open_by_handle_at(
+                mount_fd.as_raw_fd(),
+                (&raw mut raw).cast::<libc::file_handle>(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        }
+    });
     if fd < 0 {
         return Err(Errno::from_raw_os_error(
             std::io::Error::last_os_error()

@@ -86,8 +86,10 @@ pub struct Server {
     owner_uid: u32,
     /// The fixed part of `status` (zones, paths, settings).
     status: Value,
-    /// The last refusals, explained (from the filesystem core).
-    refusals: Option<Box<dyn Fn() -> Value + Send + Sync>>,
+    /// The parts of `status` that change (from the filesystem core: the
+    /// last refusals explained, the file data mode): an object whose
+    /// entries are added to each answer.
+    live: Option<Box<dyn Fn() -> Value + Send + Sync>>,
     events: broadcast::Sender<Event>,
 }
 
@@ -105,7 +107,7 @@ impl Server {
         approvals: Approvals,
         owner_uid: u32,
         status: Value,
-        refusals: Option<Box<dyn Fn() -> Value + Send + Sync>>,
+        live: Option<Box<dyn Fn() -> Value + Send + Sync>>,
     ) -> Arc<Server> {
         let (tx, _) = broadcast::channel(1024);
         approvals.subscribe(Arc::new(Bridge(tx.clone())));
@@ -113,7 +115,7 @@ impl Server {
             approvals,
             owner_uid,
             status,
-            refusals,
+            live,
             events: tx,
         })
     }
@@ -131,8 +133,8 @@ impl Server {
                 "counters".into(),
                 json!(self.approvals.counters().snapshot()),
             );
-            if let Some(f) = &self.refusals {
-                m.insert("recent_refusals".into(), f());
+            if let Some(Value::Object(live)) = self.live.as_ref().map(|f| f()) {
+                m.extend(live);
             }
         }
         s

@@ -551,6 +551,8 @@ fn status_shows_zones_pending_and_counters() {
         "/final/a.md",
         "counters: ",
         "requests 1",
+        "file data: ",
+        "cache ttl: 30 s in rw zones, 180 s in ro zones",
     ] {
         assert!(
             out.stdout.contains(want),
@@ -566,6 +568,15 @@ fn status_shows_zones_pending_and_counters() {
     assert_eq!(s["counters"]["requests"], 1);
     assert_eq!(s["approval_timeout_secs"], 60);
     assert!(s["audit_log"].as_str().unwrap().ends_with("audit.jsonl"));
+    // Root with CAP_SYS_ADMIN on a kernel with FUSE passthrough (this
+    // machine and CI): file data bypasses the daemon.
+    assert_eq!(s["io"]["mode"], "passthrough", "{}", s["io"]);
+    assert!(
+        out.stdout
+            .contains("\"detail\": \"passthrough (kernel to backing file"),
+        "{}",
+        out.stdout
+    );
     let id = s["pending"][0]["id"].as_u64().unwrap();
     assert!(decide(&m, &["deny"], id).success());
     assert_denied(w.finish().0, "Permission denied");
@@ -860,4 +871,23 @@ fn prompt_answers_with_a_key_on_a_terminal() {
     drop(term.stdin.take());
     cleanup_mount(&mnt, true);
     let _ = wait_child(&mut term, Duration::from_secs(10));
+}
+
+/// `status` says how file data moves: `--no-passthrough` is named.
+#[test]
+fn status_names_the_file_data_mode() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().arg("--no-passthrough").mount();
+    let out = zm(&["status"], m.mountpoint());
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("file data: daemon (--no-passthrough)"),
+        "{}",
+        out.stdout
+    );
+    let out = zm(&["status", "--json"], m.mountpoint());
+    let s: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(s["io"]["mode"], "daemon");
 }

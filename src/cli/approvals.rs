@@ -271,6 +271,15 @@ fn text(v: &Value) -> String {
     }
 }
 
+/// Seconds without a needless ".0".
+fn secs(v: &Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.fract() == 0.0 && f < 1e15 => format!("{}", f as u64),
+        Some(f) => format!("{f}"),
+        None => "-".into(),
+    }
+}
+
 /// `status` for people.
 pub(crate) fn render_status(s: &Value, now: SystemTime) -> String {
     let started = s["started"]
@@ -301,6 +310,16 @@ pub(crate) fn render_status(s: &Value, now: SystemTime) -> String {
             v => text(v),
         },
     );
+    if !s["io"].is_null() {
+        out.push_str(&format!("file data: {}\n", text(&s["io"]["detail"])));
+    }
+    if !s["cache_ttl_secs"].is_null() {
+        out.push_str(&format!(
+            "cache ttl: {} s in rw zones, {} s in ro zones\n",
+            secs(&s["cache_ttl_secs"]["rw"]),
+            secs(&s["cache_ttl_secs"]["ro"])
+        ));
+    }
     let mut rows = vec![
         [
             "ZONE",

@@ -228,6 +228,17 @@ fn approving(a: &MountArgs, mountpoint: &Path) -> Result<Approving, Failure> {
 }
 
 /// The core's last refusals, explained, for `status`.
+/// The parts of `status` the filesystem core knows: how file data moves,
+/// the cache TTLs, and the last refusals explained.
+fn live_status(core: &crate::fs::core::Core) -> serde_json::Value {
+    let io = core.io_mode();
+    serde_json::json!({
+        "io": {"mode": io.name(), "detail": io.describe()},
+        "cache_ttl_secs": {"rw": core.ttls().0.as_secs_f64(), "ro": core.ttls().1.as_secs_f64()},
+        "recent_refusals": recent_refusals_json(core),
+    })
+}
+
 fn recent_refusals_json(core: &crate::fs::core::Core) -> serde_json::Value {
     core.recent_refusals()
         .into_iter()
@@ -358,7 +369,7 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         ap.broker.clone(),
         rustix::process::geteuid().as_raw(),
         status_base(a, &table, &record, &ap),
-        Some(Box::new(move || recent_refusals_json(&core))),
+        Some(Box::new(move || live_status(&core))),
     );
     let listener = ap
         .listener

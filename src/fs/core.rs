@@ -199,6 +199,14 @@ impl IoMode {
         }
     }
 
+    /// `passthrough` or `daemon`, for `zonemount status --json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoMode::Passthrough => "passthrough",
+            IoMode::Daemon(_) => "daemon",
+        }
+    }
+
     /// One line for logs and `zonemount status`.
     pub fn describe(self) -> &'static str {
         match self {
@@ -440,6 +448,11 @@ impl Core {
         self.opts.ttl
     }
 
+    /// The cache TTLs of rw and of ro zones.
+    pub fn ttls(&self) -> (Duration, Duration) {
+        (self.opts.ttl, self.opts.ttl_ro)
+    }
+
     /// How long the kernel may cache names and attributes in `zone` (None:
     /// the mount root, whose entries are the fixed zone list).
     fn zone_ttl(&self, zone: Option<usize>) -> Duration {
@@ -568,14 +581,9 @@ impl Core {
         let stat = backing::stat(fd.as_fd())?;
         let kind = FileType::from_raw_mode(stat.st_mode);
         let fd = Arc::new(fd);
-        let handle = if self.by_handle {
-            backing::handle_of(fd.as_fd()).ok()
-        } else {
-            None
-        };
-        let anchor = match handle {
-            Some(h) if self.can_open_on(h.mount_id, &fd, kind) => Anchor::Handle(h),
-            _ => Anchor::Held(fd.clone()),
+        let anchor = match self.handle_if_reopenable(fd.as_fd(), kind) {
+            Some(h) => Anchor::Handle(h),
+            None => Anchor::Held(fd.clone()),
         };
         Ok(Opened {
             found: Found {
@@ -590,10 +598,24 @@ impl Core {
         })
     }
 
+    /// A kernel file handle for what `fd` holds, when handles are in use
+    /// and can be opened again on its filesystem.
+    fn handle_if_reopenable(
+        &self,
+        fd: BorrowedFd<'_>,
+        kind: FileType,
+    ) -> Option<backing::InodeHandle> {
+        if !self.by_handle {
+            return None;
+        }
+        let h = backing::handle_of(fd).ok()?;
+        self.can_open_on(h.mount_id, fd, kind).then_some(h)
+    }
+
     /// Whether handles of filesystem `mount_id` can be opened: it needs a
     /// (non-`O_PATH`) fd on that filesystem, taken from the first directory
     /// seen there.
-    fn can_open_on(&self, mount_id: i32, fd: &OwnedFd, kind: FileType) -> bool {
+    fn can_open_on(&self, mount_id: i32, fd: BorrowedFd<'_>, kind: FileType) -> bool {
         let mut fs_fds = self.fs_fds.lock();
         if fs_fds.contains_key(&mount_id) {
             return true;
@@ -601,7 +623,7 @@ impl Core {
         if kind != FileType::Directory {
             return false;
         }
-        match self.procfds.open_dir(fd.as_fd()) {
+        match self.procfds.open_dir(fd) {
             Ok(dir) => {
                 fs_fds.insert(mount_id, Arc::new(dir));
                 true
@@ -1170,12 +1192,30 @@ impl Core {
             backing::create(dir_fd.as_fd(), name, flags, mode),
         )?;
         let st = backing::stat(fd.as_fd())?;
-        let o = self.opened(backing::lookup(dir_fd.as_fd(), name)?)?;
-        if (o.found.dev, o.found.ino) != (st.st_dev, st.st_ino) {
-            // The name was replaced between create and lookup.
-            return Err(FsError::Os(libc::EAGAIN));
-        }
-        let node = self.enter(zone, &dir, name, o);
+        let node = match self.handle_if_reopenable(fd.as_fd(), FileType::RegularFile) {
+            // The created file's own handle: no second lookup, and no race
+            // with a host that replaces the name meanwhile.
+            Some(h) => self.inodes.remember(
+                zone,
+                &dir,
+                name,
+                Found {
+                    anchor: Anchor::Handle(h),
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                    is_dir: false,
+                    is_symlink: false,
+                },
+            ),
+            None => {
+                let o = self.opened(backing::lookup(dir_fd.as_fd(), name)?)?;
+                if (o.found.dev, o.found.ino) != (st.st_dev, st.st_ino) {
+                    // The name was replaced between create and lookup.
+                    return Err(FsError::Os(libc::EAGAIN));
+                }
+                self.enter(zone, &dir, name, o)
+            }
+        };
         let fh = self.add_handle(Handle::File {
             fd: Arc::new(fd),
             zone,
@@ -1189,11 +1229,18 @@ impl Core {
     pub fn check_remove(&self, parent: u64, name: &OsStr) -> FsResult<Gate> {
         let parent = self.node(parent)?;
         let w = self.where_child(&parent, name);
+        let op = Op::Remove { at: self.loc(&w) };
         // A hidden or missing name is ENOENT before any policy question.
-        if w.zone.is_some() && self.peek(&parent, name)?.is_none() {
+        // When the answer is a plain yes there is no question to come
+        // first: the removal itself says ENOENT, and the kernel only asks
+        // to remove names it looked up, which hides hidden ones (a name's
+        // hiding depends on its path and kind, and unlink never removes a
+        // directory nor rmdir a file), so the lookup is spared.
+        let plain_yes = matches!(policy::decide(&op), Decision::Allow);
+        if !plain_yes && w.zone.is_some() && self.peek(&parent, name)?.is_none() {
             return Err(FsError::enoent());
         }
-        self.gate(&Op::Remove { at: self.loc(&w) })
+        self.gate(&op)
     }
 
     pub fn unlink(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
