@@ -724,7 +724,12 @@ impl Core {
     }
 
     fn gate(&self, op: &Op<'_>) -> FsResult<Gate> {
-        match policy::decide(op) {
+        self.settle(op, policy::decide(op))
+    }
+
+    /// Act on the policy's `decision` for `op`: note it, keep a refusal.
+    fn settle(&self, op: &Op<'_>, decision: Decision) -> FsResult<Gate> {
+        match decision {
             Decision::Allow => {
                 notes::allowed(op);
                 Ok(Gate::Go)
@@ -915,6 +920,7 @@ impl Core {
 
     /// Attributes of a node; through the open handle `fh` when given (an
     /// unlinked file is reachable only so).
+    ///
     /// A directory deleted on the host is ESTALE here (see `in_dir`), so a
     /// `stat` or `cd` through a cached path looks again and finds what took
     /// its place.
@@ -1236,11 +1242,12 @@ impl Core {
         // to remove names it looked up, which hides hidden ones (a name's
         // hiding depends on its path and kind, and unlink never removes a
         // directory nor rmdir a file), so the lookup is spared.
-        let plain_yes = matches!(policy::decide(&op), Decision::Allow);
+        let decision = policy::decide(&op);
+        let plain_yes = matches!(decision, Decision::Allow);
         if !plain_yes && w.zone.is_some() && self.peek(&parent, name)?.is_none() {
             return Err(FsError::enoent());
         }
-        self.gate(&op)
+        self.settle(&op, decision)
     }
 
     pub fn unlink(&self, caller: &Caller, parent: u64, name: &OsStr) -> FsResult<()> {
