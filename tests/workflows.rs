@@ -543,12 +543,20 @@ fn a_directory_the_host_recreates_works_at_once() {
     let (st, _, err) = m.sh(&script);
     assert!(st.success(), "tar into a recreated dir: {err}");
     assert_eq!(fs::read_to_string(u.join("src/x/f")).unwrap(), "f\n");
-    // Deleted for good: ENOENT, not the old directory's contents. (Its
-    // cached attributes may still answer `stat` until the TTL passes.)
+    // Deleted for good: creating in it is ENOENT, as on the host (its
+    // cached name may still be listed until the TTL passes).
     fs::remove_dir_all(&u).unwrap();
-    let out = sh_at(m.mountpoint(), "ls ws/u/sub", &[]);
-    assert_sh_errno(&out, libc::ENOENT, "ls of a dir deleted on the host");
     let out = sh_at(m.mountpoint(), "touch ws/u/sub/c", &[]);
     assert_sh_errno(&out, libc::ENOENT, "create in a dir deleted on the host");
     assert!(!u.exists());
+    // A cwd removed through the mount behaves as on the host: it lists
+    // nothing (not even . and ..), stats with no links, and creating in it
+    // is ENOENT.
+    let out = sh_at(
+        m.mountpoint(),
+        "mkdir ws/gone && cd ws/gone && rmdir ../gone && ls -a . && stat -c %h . && touch x",
+        &[],
+    );
+    assert_sh_errno(&out, libc::ENOENT, "create in a removed cwd");
+    assert_eq!(out.stdout, "0\n", "{}", out.describe());
 }

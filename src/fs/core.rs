@@ -560,19 +560,47 @@ impl Core {
     }
 
     /// The result of a name operation in directory `dir`, with one change:
-    /// ENOENT because the directory itself is gone (deleted on the host:
-    /// direct mode shares backing dirs) answers ESTALE. The kernel then
-    /// walks the caller's path again with its cached entries revalidated,
-    /// and finds the directory that took its place, or a plain ENOENT;
-    /// without this a recreated directory would fail every operation for
-    /// the entry TTL.
+    /// ENOENT because the directory itself was deleted and something else
+    /// now stands in its place (the host made it again: direct mode shares
+    /// backing dirs) answers ESTALE. The kernel then walks the caller's
+    /// path again with its cached entries revalidated and finds the new
+    /// one; without this a recreated directory would fail every operation
+    /// for the entry TTL. A directory simply gone stays ENOENT, as on the
+    /// host (a process whose cwd was removed).
     fn in_dir<T>(&self, dir: &Node, dir_fd: BorrowedFd<'_>, r: backing::Sys<T>) -> FsResult<T> {
         match r {
-            Err(e) if e == rustix::io::Errno::NOENT && backing::is_deleted(dir_fd) => {
+            Err(e)
+                if e == rustix::io::Errno::NOENT
+                    && backing::is_deleted(dir_fd)
+                    && self.replaced(dir) =>
+            {
                 Err(self.gone(dir))
             }
             r => Ok(r?),
         }
+    }
+
+    /// Whether something now stands where the (deleted) `dir` was last
+    /// seen.
+    fn replaced(&self, dir: &Node) -> bool {
+        self.at_place_of(dir, 0).is_some()
+    }
+
+    /// What is at the place where `node` was last seen, if anything: its
+    /// parent's entry of its name, the parent found the same way when it
+    /// was deleted too (a whole tree made again). `depth` bounds the climb.
+    fn at_place_of(&self, node: &Node, depth: u32) -> Option<OwnedFd> {
+        const MAX_CLIMB: u32 = 64;
+        let up = node.parent()?;
+        let up_fd = self.fd_of(&up).ok()?;
+        if !backing::is_deleted(up_fd.as_fd()) {
+            return backing::lookup(up_fd.as_fd(), &node.name()).ok();
+        }
+        if depth >= MAX_CLIMB {
+            return None;
+        }
+        let new_up = self.at_place_of(&up, depth + 1)?;
+        backing::lookup(new_up.as_fd(), &node.name()).ok()
     }
 
     /// Identify what `fd` (just opened by a lookup) refers to, and choose
@@ -869,15 +897,8 @@ impl Core {
     /// Whether a directory now stands where the (deleted) `dir` was last
     /// seen, holding an entry `name`.
     fn replacement_holds(&self, dir: &Node, name: &OsStr) -> bool {
-        let Some(up) = dir.parent() else {
-            return false;
-        };
-        let Ok(up_fd) = self.fd_of(&up) else {
-            return false;
-        };
-        backing::lookup(up_fd.as_fd(), &dir.name())
-            .and_then(|fd| backing::lookup(fd.as_fd(), name))
-            .is_ok()
+        self.at_place_of(dir, 0)
+            .is_some_and(|fd| backing::lookup(fd.as_fd(), name).is_ok())
     }
 
     /// Look at an entry without entering it in the table.
@@ -921,20 +942,21 @@ impl Core {
     /// Attributes of a node; through the open handle `fh` when given (an
     /// unlinked file is reachable only so).
     ///
-    /// A directory deleted on the host is ESTALE here (see `in_dir`), so a
-    /// `stat` or `cd` through a cached path looks again and finds what took
-    /// its place.
+    /// A directory deleted and replaced on the host is ESTALE here (see
+    /// `in_dir`), so a `stat` or `cd` through a cached path looks again and
+    /// finds what took its place.
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<FileAttr> {
         let node = self.node(ino)?;
         let attr = self.attr_with(&node, fh)?;
-        if node.is_dir && attr.nlink == 0 {
+        if node.is_dir && attr.nlink == 0 && self.replaced(&node) {
             return Err(self.gone(&node));
         }
         Ok(attr)
     }
 
-    /// ESTALE for a node whose backing object has no name left; its fd
-    /// leaves the cache, so the next use reopens it by handle (and fails).
+    /// ESTALE for a node whose backing object has no name left and has been
+    /// replaced; its fd leaves the cache, so the next use reopens it by
+    /// handle (and fails).
     fn gone(&self, node: &Node) -> FsError {
         self.fd_shard(node.ino).lock().pop(&node.ino);
         FsError::Os(libc::ESTALE)
@@ -1580,10 +1602,14 @@ impl Core {
 
     // ---- directories -----------------------------------------------------
 
-    /// Opening a directory deleted on the host is ESTALE (see `getattr`).
+    /// Opening a directory deleted and replaced on the host is ESTALE (see
+    /// `getattr`).
     pub fn opendir(&self, ino: u64) -> FsResult<u64> {
         let node = self.node(ino)?;
-        if !node.is_root() && backing::is_deleted(self.fd_of(&node)?.as_fd()) {
+        if !node.is_root()
+            && backing::is_deleted(self.fd_of(&node)?.as_fd())
+            && self.replaced(&node)
+        {
             return Err(self.gone(&node));
         }
         Ok(self.add_handle(Handle::Dir {
