@@ -174,6 +174,7 @@ pub fn start(
 ) -> Result<(fuser::Session<ZoneFs>, Arc<Core>), MountError> {
     let euid = rustix::process::geteuid().as_raw();
     let egid = rustix::process::getegid().as_raw();
+    let broker = broker.unwrap_or_else(|| Arc::new(DenyAll));
     let core = Core::new(
         table,
         CoreOptions {
@@ -183,16 +184,16 @@ pub fn start(
             owner_uid: euid,
             owner_gid: egid,
         },
+        broker,
     )
     .map_err(|e| MountError::Backing(e.to_string()))?;
-    let broker = broker.unwrap_or_else(|| Arc::new(DenyAll));
     let mut admission = Admission::default();
     if spec.allow_other && !spec.allow_uids.is_empty() {
         let mut only: HashSet<u32> = spec.allow_uids.iter().copied().collect();
         only.insert(euid);
         admission.only = Some(only);
     }
-    let fs = ZoneFs::new(core, broker, admission);
+    let fs = ZoneFs::new(Arc::new(core), admission);
     let core = fs.core().clone();
 
     let mut config = Config::default();

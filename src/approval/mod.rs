@@ -145,11 +145,7 @@ pub fn class_name(c: Class) -> &'static str {
 
 /// A path as the worker sees it: `/zone/rel`.
 pub fn virtual_path(zone: &str, rel: &Path) -> String {
-    if rel.as_os_str().is_empty() {
-        format!("/{zone}")
-    } else {
-        format!("/{zone}/{}", rel.display())
-    }
+    crate::policy::worker_path(Some(zone), rel)
 }
 
 /// One (class, path) a request needs approved.

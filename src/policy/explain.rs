@@ -108,6 +108,19 @@ impl<'a> Subject<'a> {
                 to: Some(to),
                 ..Subject::new(Action::Link, from)
             },
+            Op::Device { at } => Subject::new(Action::Create, at),
+            Op::Look { at, is_dir } => Subject {
+                is_dir: is_dir.unwrap_or(false),
+                ..Subject::new(Action::Access, at)
+            },
+            Op::MayWrite { at, is_dir } => Subject {
+                is_dir,
+                ..Subject::new(Action::Write, at)
+            },
+            Op::Grow { zone, new_size } => Subject {
+                size: Some(new_size),
+                ..Subject::new(Action::Write, Loc::in_zone(zone, Path::new("")))
+            },
         }
     }
 
@@ -151,15 +164,7 @@ impl Explanation {
 
 /// The path a worker sees: `/zone/rel`, `/name` at the root.
 pub fn shown(at: Loc<'_>) -> String {
-    let mut s = String::from("/");
-    if let Some(z) = at.zone {
-        s.push_str(&z.name);
-        if !at.path.as_os_str().is_empty() {
-            s.push('/');
-        }
-    }
-    s.push_str(&at.path.to_string_lossy());
-    s
+    super::worker_path(at.zone.map(|z| z.name.as_str()), at.path)
 }
 
 fn zone_dir(z: &ZoneRules) -> String {

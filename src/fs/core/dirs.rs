@@ -1,0 +1,192 @@
+//! Directories: opendir, readdir (plain and plus), releasedir, fsyncdir,
+//! and statfs. A listing leaves out every name the policy hides.
+
+use std::os::fd::AsFd;
+
+use fuser::FileType as FuseType;
+use parking_lot::Mutex;
+
+use super::{Core, Ctx, Entry, Statfs};
+use crate::backing::{self, FileType};
+use crate::error::{FsError, FsResult};
+use crate::fs::attr::fuse_kind;
+use crate::fs::handles::{DirItem, Handle};
+use crate::fs::inodes::{Node, ROOT};
+use crate::policy::{Loc, Op};
+
+impl Core {
+    /// Opening a directory deleted and replaced on the host is ESTALE (see
+    /// `getattr`).
+    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let node = self.node(ino)?;
+        if !node.is_root()
+            && backing::is_deleted(self.reach.fd_of(&node)?.as_fd())
+            && self.reach.replaced(&node)
+        {
+            return Err(self.reach.gone(&node));
+        }
+        Ok(self.handles.add(Handle::Dir {
+            node,
+            entries: Mutex::new(None),
+        }))
+    }
+
+    /// A directory's entries, in the order readdir gives them.
+    fn list_dir(&self, node: &Node) -> FsResult<Vec<DirItem>> {
+        let parent_ino = match node.zone {
+            None => ROOT,
+            Some(_) => node.parent().map(|p| p.ino).unwrap_or(ROOT),
+        };
+        let dot = |name: &str, ino| DirItem {
+            offset: 0,
+            name: name.into(),
+            kind: FuseType::Directory,
+            ino,
+        };
+        let mut entries = vec![dot(".", node.ino), dot("..", parent_ino)];
+        match node.zone {
+            None => {
+                for (i, name) in self.zone_names.iter().enumerate() {
+                    entries.push(DirItem {
+                        name: name.clone(),
+                        ..dot("", 2 + i as u64)
+                    });
+                }
+            }
+            Some(zone) => self.list_zone_dir(zone, node, &mut entries)?,
+        }
+        for (i, e) in entries.iter_mut().enumerate() {
+            e.offset = i as u64 + 1;
+        }
+        Ok(entries)
+    }
+
+    /// The visible entries of `node`, a directory of `zone`.
+    fn list_zone_dir(&self, zone: usize, node: &Node, out: &mut Vec<DirItem>) -> FsResult<()> {
+        let held = self.reach.fd_of(node)?;
+        let fd = held.as_fd();
+        let list = backing::read_dir(self.reach.procfds.open_dir(fd)?)?;
+        let dir_path = node.zone_path();
+        for e in list {
+            let mut kind = e.kind;
+            if kind == FileType::Unknown {
+                kind = backing::lookup(fd, &e.name)
+                    .and_then(|f| backing::stat(f.as_fd()))
+                    .map(|st| FileType::from_raw_mode(st.st_mode))
+                    .unwrap_or(FileType::Unknown);
+            }
+            let path = dir_path.join(&e.name);
+            let at = Loc::in_zone(&self.zones[zone], &path);
+            let is_dir = Some(kind == FileType::Directory);
+            if Self::question(&Op::Look { at, is_dir }).is_err() {
+                continue;
+            }
+            // d_ino is a hint (the node id comes with lookup).
+            let ino = self.inodes.likely_id(zone, node.key.0, e.ino);
+            out.push(DirItem {
+                offset: 0,
+                name: e.name,
+                kind: fuse_kind(kind),
+                ino,
+            });
+        }
+        Ok(())
+    }
+
+    /// The entries after `offset`.
+    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<DirItem>> {
+        let h = self.handles.get(fh)?;
+        match &*h {
+            Handle::Dir { node, entries } => {
+                let mut entries = entries.lock();
+                // Listed afresh when the kernel starts over (rewinddir).
+                if entries.is_none() || offset == 0 {
+                    *entries = Some(self.list_dir(node)?);
+                }
+                Ok(entries
+                    .iter()
+                    .flatten()
+                    .skip(offset as usize)
+                    .cloned()
+                    .collect())
+            }
+            Handle::File { .. } => Err(FsError::Os(libc::ENOTDIR)),
+        }
+    }
+
+    /// The entries after `offset`, each looked up (counted as a kernel
+    /// lookup) and handed to `add` until it says the reply is full. The
+    /// entry that did not fit is not counted; one that vanished since
+    /// opendir is skipped.
+    pub fn readdirplus(
+        &self,
+        ctx: &Ctx,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        mut add: impl FnMut(&DirItem, &Entry) -> bool,
+    ) -> FsResult<()> {
+        let dir = self.node(ino)?;
+        for it in self.readdir(fh, offset)? {
+            let dots = it.name == "." || it.name == "..";
+            let entry = match dots {
+                true => self.getattr(it.ino, None),
+                false => self.lookup_in(ctx, &dir, &it.name),
+            };
+            let Ok(entry) = entry else { continue };
+            if add(&it, &entry) {
+                if !dots {
+                    // Not sent: the kernel never saw this lookup.
+                    self.forget(entry.attr.ino.0, 1);
+                }
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.handles.remove(fh);
+    }
+
+    pub fn fsyncdir(&self, ino: u64, datasync: bool) -> FsResult<()> {
+        let node = self.node(ino)?;
+        if node.is_root() {
+            return Ok(());
+        }
+        let dfd = self
+            .reach
+            .procfds
+            .open_dir(self.reach.fd_of(&node)?.as_fd())?;
+        Ok(backing::fsync(dfd.as_fd(), datasync)?)
+    }
+
+    pub fn statfs(&self, ino: u64) -> FsResult<Statfs> {
+        // The mount root reports the first zone's filesystem.
+        let node = match self.node(ino)? {
+            n if !n.is_root() => n,
+            _ => match self.inodes.zone_root(0) {
+                Some(z) => z,
+                None => {
+                    return Ok(Statfs {
+                        bsize: 4096,
+                        frsize: 4096,
+                        namelen: 255,
+                        ..Statfs::default()
+                    });
+                }
+            },
+        };
+        let v = backing::statvfs(self.reach.fd_of(&node)?.as_fd())?;
+        Ok(Statfs {
+            blocks: v.f_blocks,
+            bfree: v.f_bfree,
+            bavail: v.f_bavail,
+            files: v.f_files,
+            ffree: v.f_ffree,
+            bsize: v.f_bsize as u32,
+            namelen: v.f_namemax as u32,
+            frsize: v.f_frsize as u32,
+        })
+    }
+}

@@ -1,0 +1,353 @@
+//! Attributes and open files: getattr, setattr, readlink, open, and the
+//! handle operations (read, write, fsync, fallocate, lseek,
+//! copy_file_range, release). Writes through a handle opened for writing
+//! were approved at the open; only the size limit still applies to them.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use fuser::{FileAttr, TimeOrNow};
+
+use super::gate::{Gate, Keep};
+use super::{Core, Ctx, Entry, FileOpen, Opening, Respond};
+use crate::backing::{self, AsCaller, Caller, FileType};
+use crate::error::{FsError, FsResult};
+use crate::fs::attr::{root_attr, timespec, to_attr};
+use crate::fs::handles::Handle;
+use crate::fs::inodes::Node;
+use crate::policy::Op;
+
+/// The attributes a `setattr` asks to change.
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+    pub fh: Option<u64>,
+}
+
+impl SetAttr {
+    /// Nothing to set: with `FUSE_HANDLE_KILLPRIV` this is the kernel
+    /// asking the daemon to clear setuid/setgid (a write or a chown(-1,-1)
+    /// by a caller without CAP_FSETID); see [`Core::setattr`].
+    pub fn kills_privileges(&self) -> bool {
+        self.mode.is_none()
+            && self.uid.is_none()
+            && self.gid.is_none()
+            && self.size.is_none()
+            && self.atime.is_none()
+            && self.mtime.is_none()
+    }
+
+    fn changes_metadata(&self) -> bool {
+        self.mode.is_some()
+            || self.uid.is_some()
+            || self.gid.is_some()
+            || self.atime.is_some()
+            || self.mtime.is_some()
+    }
+}
+
+/// `mode` without the bits a write or chown by an unprivileged caller
+/// clears: setuid, and setgid when group-executable (else it marks
+/// mandatory locking and stays), as the kernel's `should_remove_suid`.
+fn without_privileges(mode: u32) -> u32 {
+    let mut m = mode & !libc::S_ISUID;
+    if m & libc::S_IXGRP != 0 {
+        m &= !libc::S_ISGID;
+    }
+    m
+}
+
+impl Core {
+    pub(super) fn attr_of(&self, node: &Node) -> FsResult<FileAttr> {
+        self.attr_with(node, None)
+    }
+
+    /// A node's attributes, through the open handle `fh` when given (an
+    /// unlinked file is reachable only so).
+    fn attr_with(&self, node: &Node, fh: Option<u64>) -> FsResult<FileAttr> {
+        if node.is_root() {
+            let (uid, gid) = (self.opts.owner_uid, self.opts.owner_gid);
+            return Ok(root_attr(self.started, self.zones.len(), uid, gid));
+        }
+        let fd = self.handle_or_node_fd(fh, node)?;
+        Ok(to_attr(node.ino, &backing::stat(fd.as_fd())?))
+    }
+
+    /// The fd of file handle `fh` if it is one, else the node's own.
+    fn handle_or_node_fd(&self, fh: Option<u64>, node: &Node) -> FsResult<Arc<OwnedFd>> {
+        if let Some(h) = fh.and_then(|fh| self.handles.get(fh).ok()) {
+            if let Handle::File { fd, .. } = &*h {
+                return Ok(fd.clone());
+            }
+        }
+        self.reach.fd_of(node)
+    }
+
+    /// A node's attributes.
+    ///
+    /// A directory deleted and replaced on the host is ESTALE here (see
+    /// `Reach::in_dir`), so a `stat` or `cd` through a cached path looks
+    /// again and finds what took its place.
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Entry> {
+        let node = self.node(ino)?;
+        let attr = self.attr_with(&node, fh)?;
+        if node.is_dir && attr.nlink == 0 && self.reach.replaced(&node) {
+            return Err(self.reach.gone(&node));
+        }
+        Ok(self.entry(node.zone, attr))
+    }
+
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        let node = self.node(ino)?;
+        if !node.is_symlink {
+            return Err(FsError::Os(libc::EINVAL));
+        }
+        let target = backing::readlink(self.reach.fd_of(&node)?.as_fd())?;
+        Ok(target.as_bytes().to_vec())
+    }
+
+    // ---- setattr -----------------------------------------------------------
+
+    /// chmod, chown, utimens, truncate; or, with nothing to set, clearing
+    /// setuid/setgid for the kernel.
+    pub fn setattr(self: &Arc<Self>, ctx: Ctx, ino: u64, a: SetAttr, respond: impl Respond<Entry>) {
+        let plan = self.setting(&ctx, ino, &a).map(|(gate, node)| {
+            let act = move |core: &Core| core.setattr_as(&ctx.caller(), &node, &a);
+            (gate, act)
+        });
+        self.request(ctx, plan, respond);
+    }
+
+    fn setting(&self, ctx: &Ctx, ino: u64, a: &SetAttr) -> FsResult<(Gate, Arc<Node>)> {
+        let node = self.node(ino)?;
+        let w = self.where_node(&node);
+        let at = self.loc(&w);
+        let mut asks = Vec::new();
+        if let Some(size) = a.size {
+            // A truncate through a handle opened (and approved) for writing
+            // is not asked again; the size limit still applies.
+            let op = match self.handles.writable_fd(a.fh) {
+                Some((_, zone)) => Op::Grow {
+                    zone: &self.zones[zone],
+                    new_size: size,
+                },
+                None => Op::WriteContent {
+                    at,
+                    new_size: Some(size),
+                },
+            };
+            let keep = match op {
+                Op::Grow { .. } => Keep::Nothing,
+                _ => Keep::Ledger,
+            };
+            if let Gate::Ask(v) = self.gate(ctx, &op, keep)? {
+                asks.extend(v);
+            }
+        }
+        let kills = a.kills_privileges() && self.privileges_to_kill(&node)?.is_some();
+        if a.changes_metadata() || kills {
+            if let Gate::Ask(v) = self.gate(ctx, &Op::Metadata { at }, Keep::Ledger)? {
+                asks.extend(v);
+            }
+        }
+        asks.dedup();
+        let gate = match asks.is_empty() {
+            true => Gate::Go,
+            false => Gate::Ask(asks),
+        };
+        Ok((gate, node))
+    }
+
+    /// The mode to set when `node` is a regular file with setuid (or
+    /// setgid and group exec) to clear; None when there is nothing to do.
+    fn privileges_to_kill(&self, node: &Node) -> FsResult<Option<u32>> {
+        if node.is_dir || node.is_symlink || node.is_root() {
+            return Ok(None);
+        }
+        let st = backing::stat(self.reach.fd_of(node)?.as_fd())?;
+        let mode = st.st_mode & 0o7777;
+        let kept = without_privileges(mode);
+        let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
+        Ok((regular && kept != mode).then_some(kept))
+    }
+
+    fn setattr_as(&self, caller: &Caller, node: &Node, a: &SetAttr) -> FsResult<Entry> {
+        let procfds = &self.reach.procfds;
+        if a.kills_privileges() {
+            // The kernel decided (the caller lacks CAP_FSETID) and the
+            // caller need not own the file: the daemon clears the bits with
+            // its own rights. Clearing them grants nothing.
+            if let Some(mode) = self.privileges_to_kill(node)? {
+                procfds.chmod(self.reach.fd_of(node)?.as_fd(), mode)?;
+            }
+            return Ok(self.entry(node.zone, self.attr_with(node, a.fh)?));
+        }
+        let _as = AsCaller::enter(caller)?;
+        // Through an open handle when the kernel names one (the file may
+        // be unlinked: only the handle still reaches it).
+        let held = self.handle_or_node_fd(a.fh, node)?;
+        let fd = held.as_fd();
+        if let Some(size) = a.size {
+            match self.handles.writable_fd(a.fh) {
+                Some((h, _)) => backing::truncate(h.fd()?, size)?,
+                None => backing::truncate(procfds.reopen(fd, libc::O_WRONLY)?.as_fd(), size)?,
+            }
+        }
+        if a.uid.is_some() || a.gid.is_some() {
+            backing::chown(fd, a.uid, a.gid)?;
+        }
+        if let Some(mode) = a.mode {
+            procfds.chmod(fd, mode & 0o7777)?;
+        }
+        if a.atime.is_some() || a.mtime.is_some() {
+            let times = backing::Timestamps {
+                last_access: timespec(a.atime),
+                last_modification: timespec(a.mtime),
+            };
+            if node.is_symlink {
+                let parent = node.parent().ok_or(FsError::Os(libc::EPERM))?;
+                let dir = self.reach.fd_of(&parent)?;
+                backing::utimens_nofollow(dir.as_fd(), &node.name(), &times)?;
+            } else {
+                procfds.utimens(fd, &times)?;
+            }
+        }
+        Ok(self.entry(node.zone, self.attr_with(node, a.fh)?))
+    }
+
+    // ---- open files ----------------------------------------------------------
+
+    /// Open node `ino` with `flags`: for writing (or truncating) it is a
+    /// write of the file's content; for reading, a read of its size.
+    pub fn open(self: &Arc<Self>, ctx: Ctx, ino: u64, flags: i32, reply: impl Opening<FileOpen>) {
+        let plan = self.opening(&ctx, ino, flags).map(|(gate, node)| {
+            let act = move |core: &Core| {
+                let fh = core.open_as(&ctx.caller(), &node, flags)?;
+                Ok((node, fh))
+            };
+            (gate, act)
+        });
+        let core = Arc::clone(self);
+        let respond = move |r: FsResult<(Arc<Node>, u64)>| {
+            // With the daemon's own credentials again (see passthrough_id).
+            let r = r.map(|(node, fh)| FileOpen {
+                fh,
+                backing: core.passthrough_id(&node, fh, |fd| reply.register(fd)),
+            });
+            reply.respond(r)
+        };
+        self.request(ctx, plan, respond);
+    }
+
+    fn opening(&self, ctx: &Ctx, ino: u64, flags: i32) -> FsResult<(Gate, Arc<Node>)> {
+        let node = self.node(ino)?;
+        let w = self.where_node(&node);
+        let at = self.loc(&w);
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        let size = || -> FsResult<u64> {
+            Ok(match node.is_root() {
+                true => 0,
+                false => backing::stat(self.reach.fd_of(&node)?.as_fd())?.st_size as u64,
+            })
+        };
+        let op = if writes {
+            // O_RDWR also reads: an oversized file can't be opened so.
+            let new_size = if flags & libc::O_TRUNC != 0 {
+                Some(0)
+            } else if flags & libc::O_ACCMODE == libc::O_RDWR {
+                Some(size()?)
+            } else {
+                None
+            };
+            Op::WriteContent { at, new_size }
+        } else {
+            Op::Read { at, size: size()? }
+        };
+        Ok((self.gate(ctx, &op, Keep::Ledger)?, node))
+    }
+
+    pub(super) fn open_as(&self, caller: &Caller, node: &Node, flags: i32) -> FsResult<u64> {
+        let _as = AsCaller::enter(caller)?;
+        let zone = node.zone.ok_or(FsError::Os(libc::EISDIR))?;
+        let fd = self
+            .reach
+            .procfds
+            .reopen(self.reach.fd_of(node)?.as_fd(), flags)?;
+        Ok(self.handles.add(Handle::File {
+            fd: Arc::new(fd),
+            zone,
+            writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
+        }))
+    }
+
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let (h, _) = self.handles.file(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let n = backing::pread(h.fd()?, &mut buf, offset)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// The size limit of zone `zone` for a file growing to `end` bytes.
+    fn may_grow(&self, zone: usize, end: u64) -> FsResult<()> {
+        Self::question(&Op::Grow {
+            zone: &self.zones[zone],
+            new_size: end,
+        })
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let (h, zone) = self.handles.file(fh)?;
+        self.may_grow(zone, offset.saturating_add(data.len() as u64))?;
+        Ok(backing::pwrite(h.fd()?, data, offset)? as u32)
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.handles.remove(fh);
+    }
+
+    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
+        let (h, _) = self.handles.file(fh)?;
+        Ok(backing::fsync(h.fd()?, datasync)?)
+    }
+
+    pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        let (h, zone) = self.handles.file(fh)?;
+        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+            self.may_grow(zone, offset.saturating_add(len))?;
+        }
+        Ok(backing::fallocate(h.fd()?, mode, offset, len)?)
+    }
+
+    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
+        let (h, _) = self.handles.file(fh)?;
+        Ok(backing::seek(h.fd()?, offset, whence)? as i64)
+    }
+
+    pub fn copy_file_range(
+        &self,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> FsResult<u32> {
+        let (hin, zin) = self.handles.file(fh_in)?;
+        let (hout, zout) = self.handles.file(fh_out)?;
+        if zin != zout {
+            // Each zone's data goes through its own checks: let the kernel
+            // fall back to read + write.
+            return Err(FsError::Os(libc::EXDEV));
+        }
+        self.may_grow(zout, off_out.saturating_add(len))?;
+        let len = len.min(u32::MAX as u64 / 2);
+        let n = backing::copy_file_range(hin.fd()?, off_in, hout.fd()?, off_out, len)?;
+        Ok(n as u32)
+    }
+}

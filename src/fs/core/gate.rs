@@ -1,0 +1,218 @@
+//! The request path every operation that may be refused or asked about
+//! takes: [`Core::gate`] asks the pure policy and keeps what it said (the
+//! one place refusals are recorded), [`Core::request`] runs the action now
+//! or hands it, with its reply, to the broker, so a FUSE thread never
+//! waits for a human.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::{Core, Ctx, Respond};
+use crate::approval::{AskRequest, Note, Verdict};
+use crate::config::Approval;
+use crate::error::{FsError, FsResult, Refusal};
+use crate::policy::{self, Action, AskItem, Class, Decision, Loc, Op, Subject};
+
+/// How many refusals [`Core::recent_refusals`] keeps.
+pub const RECENT_REFUSALS: usize = 32;
+
+/// One refusal as `status` and the audit log show it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RecentRefusal {
+    pub at: SystemTime,
+    pub action: Action,
+    /// The path as the worker sees it (a rename's source).
+    pub path: String,
+    #[serde(skip)]
+    pub refusal: Refusal,
+    /// The errno's name, e.g. `EROFS`.
+    pub errno: &'static str,
+    /// One line, as `check` would say it.
+    pub reason: String,
+    /// The whole explanation, with what would work instead.
+    pub message: String,
+}
+
+/// What the policy said of an operation that may proceed.
+#[derive(Debug)]
+pub enum Gate {
+    Go,
+    /// Only once every item is approved.
+    Ask(Vec<AskItem>),
+}
+
+/// How much of a refusal is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Nothing: a listing leaving a hidden name out, the existence check
+    /// before a removal, a probe (`access`), a write through a handle.
+    Nothing,
+    /// The daemon's log and the recent refusals (`status`): a lookup.
+    Status,
+    /// Those, the ledger and the counters: an operation that would have
+    /// changed something.
+    Ledger,
+}
+
+impl Core {
+    /// Decide `op` for `ctx` and keep what the decision says, as `keep`
+    /// asks: a refusal becomes the error to answer with.
+    pub(super) fn gate(&self, ctx: &Ctx, op: &Op<'_>, keep: Keep) -> FsResult<Gate> {
+        self.settle(ctx, op, policy::decide(op), keep)
+    }
+
+    /// [`gate`](Self::gate) with the policy's `decision` already taken.
+    pub(super) fn settle(
+        &self,
+        ctx: &Ctx,
+        op: &Op<'_>,
+        decision: Decision,
+        keep: Keep,
+    ) -> FsResult<Gate> {
+        match decision {
+            Decision::Allow => {
+                if keep == Keep::Ledger && op.changes() {
+                    self.note_mutation(ctx, op);
+                }
+                Ok(Gate::Go)
+            }
+            Decision::Ask(items) => Ok(Gate::Ask(items)),
+            Decision::Refuse(r) => Err(self.refuse(ctx, &Subject::of(op), r, keep)),
+        }
+    }
+
+    /// Decide a question that is never asked about nor recorded: a write
+    /// through a handle approved at its open, or a probe (`access`).
+    pub(super) fn question(op: &Op<'_>) -> FsResult<()> {
+        match policy::decide(op) {
+            Decision::Refuse(r) => Err(FsError::Refused(r)),
+            Decision::Allow | Decision::Ask(_) => Ok(()),
+        }
+    }
+
+    /// Run an operation whose gate (and resolved nodes, inside `act`) is
+    /// `plan`: act now, or once the broker's verdict is in; answer
+    /// `respond` exactly once either way.
+    pub(super) fn request<T, A, R>(
+        self: &Arc<Self>,
+        ctx: Ctx,
+        plan: FsResult<(Gate, A)>,
+        respond: R,
+    ) where
+        T: Send + 'static,
+        A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
+        R: Respond<T>,
+    {
+        let (gate, act) = match plan {
+            Ok(p) => p,
+            Err(e) => return respond.respond(Err(e)),
+        };
+        let items = match gate {
+            Gate::Go => return respond.respond(act(self)),
+            Gate::Ask(items) => items,
+        };
+        let core = Arc::clone(self);
+        let first = items.first().cloned();
+        let ask = AskRequest {
+            items,
+            op: ctx.op,
+            target: None,
+            pid: ctx.pid,
+            uid: ctx.uid,
+        };
+        self.broker.ask(
+            ask,
+            Box::new(move |verdict| {
+                respond.respond(match verdict {
+                    Verdict::Allow => act(&core),
+                    Verdict::Deny => Err(core.denied(&ctx, first.as_ref())),
+                    // The caller is being killed: it will never see this.
+                    Verdict::Withdrawn => Err(FsError::Os(libc::EINTR)),
+                })
+            }),
+        );
+    }
+
+    /// Keep a refusal of `s` as `keep` asks; the error to answer with.
+    pub(super) fn refuse(&self, ctx: &Ctx, s: &Subject<'_>, r: Refusal, keep: Keep) -> FsError {
+        if keep == Keep::Nothing {
+            return FsError::Refused(r);
+        }
+        let e = policy::explain(s, r, &self.zones);
+        tracing::info!(refusal = ?r, errno = r.errno_name(), message = %e.message, "refused");
+        if keep == Keep::Ledger {
+            self.broker.note(&Note {
+                refusal: Some(r),
+                message: Some(e.message.clone()),
+                ..note(ctx, s.at, s.to)
+            });
+        }
+        let mut recent = self.recent.lock();
+        if recent.len() == RECENT_REFUSALS {
+            recent.pop_front();
+        }
+        recent.push_back(RecentRefusal {
+            at: SystemTime::now(),
+            action: s.action,
+            path: policy::shown(s.at),
+            refusal: r,
+            errno: r.errno_name(),
+            reason: e.reason,
+            message: e.message,
+        });
+        FsError::Refused(r)
+    }
+
+    /// A change allowed without asking, in a zone whose write or delete
+    /// policy is not `preApproved`: the ledger lists it.
+    fn note_mutation(&self, ctx: &Ctx, op: &Op<'_>) {
+        let [at, to] = op.places();
+        let Some(at) = at else { return };
+        let gated = at.zone.is_some_and(|z| {
+            z.approval.write != Approval::PreApproved || z.approval.delete != Approval::PreApproved
+        });
+        if gated {
+            self.broker.note(&note(ctx, at, to));
+        }
+    }
+
+    /// A denied (or unanswered) approval, explained for `status`; the
+    /// ledger has the decision already.
+    fn denied(&self, ctx: &Ctx, item: Option<&AskItem>) -> FsError {
+        let Some((item, zone)) =
+            item.and_then(|i| Some((i, self.zones.iter().find(|z| z.name == i.zone)?)))
+        else {
+            return FsError::Refused(Refusal::Denied);
+        };
+        let action = match item.class {
+            Class::Write => Action::Write,
+            Class::Delete => Action::Delete,
+        };
+        let at = Loc::in_zone(zone, &item.path);
+        self.refuse(
+            ctx,
+            &Subject::new(action, at),
+            Refusal::Denied,
+            Keep::Status,
+        )
+    }
+
+    /// The last refusals, oldest first (at most [`RECENT_REFUSALS`]).
+    pub fn recent_refusals(&self) -> Vec<RecentRefusal> {
+        self.recent.lock().iter().cloned().collect()
+    }
+}
+
+/// A ledger note about an operation on `at` (and `to`) for `ctx`.
+fn note(ctx: &Ctx, at: Loc<'_>, to: Option<Loc<'_>>) -> Note {
+    Note {
+        op: ctx.op,
+        pid: ctx.pid,
+        uid: ctx.uid,
+        zone: at.zone.or(to.and_then(|t| t.zone)).map(|z| z.name.clone()),
+        path: policy::shown(at),
+        target: to.map(policy::shown),
+        refusal: None,
+        message: None,
+    }
+}

@@ -1,0 +1,184 @@
+//! How file data moves between a worker and the backing files: kernel
+//! passthrough (the daemon sees only open and close) or through the
+//! daemon with the page cache kept, chosen per mount at the FUSE
+//! handshake and per node at its first open.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::Core;
+use crate::backing;
+use crate::fs::handles::Handle;
+use crate::fs::inodes::{Node, Passthrough};
+
+/// Files first opened read-only below this size read through the daemon
+/// and the page cache rather than passthrough (see [`Core::passthrough_id`]).
+pub const CACHED_READ_BYTES: u64 = 256 * 1024;
+
+/// How file data moves between a worker and the backing files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoMode {
+    /// Kernel passthrough: reads, writes and mmap of an opened file go
+    /// straight to the backing file; the daemon sees only open and close.
+    /// Zones with `max_file_bytes` still go through the daemon.
+    Passthrough,
+    /// Every read and write goes through the daemon; the kernel keeps a
+    /// file's page cache across opens (`FOPEN_KEEP_CACHE`).
+    Daemon(DaemonWhy),
+}
+
+/// Why file data goes through the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DaemonWhy {
+    /// `--no-passthrough`.
+    Disabled,
+    /// Passthrough needs CAP_SYS_ADMIN.
+    Unprivileged,
+    /// The kernel doesn't offer passthrough (it needs Linux 6.9).
+    Kernel,
+    /// Not negotiated yet (before the FUSE handshake).
+    Starting,
+}
+
+impl IoMode {
+    pub(super) fn code(self) -> u8 {
+        match self {
+            IoMode::Passthrough => 0,
+            IoMode::Daemon(DaemonWhy::Disabled) => 1,
+            IoMode::Daemon(DaemonWhy::Unprivileged) => 2,
+            IoMode::Daemon(DaemonWhy::Kernel) => 3,
+            IoMode::Daemon(DaemonWhy::Starting) => 4,
+        }
+    }
+
+    fn from_code(c: u8) -> IoMode {
+        match c {
+            0 => IoMode::Passthrough,
+            1 => IoMode::Daemon(DaemonWhy::Disabled),
+            2 => IoMode::Daemon(DaemonWhy::Unprivileged),
+            3 => IoMode::Daemon(DaemonWhy::Kernel),
+            _ => IoMode::Daemon(DaemonWhy::Starting),
+        }
+    }
+
+    /// `passthrough` or `daemon`, for `zonemount status --json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoMode::Passthrough => "passthrough",
+            IoMode::Daemon(_) => "daemon",
+        }
+    }
+
+    /// One line for logs and `zonemount status`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            IoMode::Passthrough => {
+                "passthrough (kernel to backing file; files first opened read-only under 256 KiB \
+                 and zones with max_file_bytes through the daemon and the page cache)"
+            }
+            IoMode::Daemon(DaemonWhy::Disabled) => "daemon (--no-passthrough)",
+            IoMode::Daemon(DaemonWhy::Unprivileged) => "daemon (passthrough needs CAP_SYS_ADMIN)",
+            IoMode::Daemon(DaemonWhy::Kernel) => {
+                "daemon (the kernel offers no FUSE passthrough; it needs Linux 6.9)"
+            }
+            IoMode::Daemon(DaemonWhy::Starting) => "daemon (not negotiated yet)",
+        }
+    }
+}
+
+impl Core {
+    /// Whether this mount should ask the kernel for passthrough: wanted,
+    /// and the daemon holds CAP_SYS_ADMIN (the kernel checks it when a
+    /// backing file is registered).
+    pub fn passthrough_wanted(&self) -> Result<(), DaemonWhy> {
+        if !self.opts.passthrough {
+            return Err(DaemonWhy::Disabled);
+        }
+        if !backing::has_sys_admin() {
+            return Err(DaemonWhy::Unprivileged);
+        }
+        Ok(())
+    }
+
+    /// Record the I/O mode the FUSE handshake settled on.
+    pub fn set_io_mode(&self, mode: IoMode) {
+        self.io_mode.store(mode.code(), Ordering::Relaxed);
+    }
+
+    /// How file data moves in this mount (for logs and `zonemount status`).
+    pub fn io_mode(&self) -> IoMode {
+        IoMode::from_code(self.io_mode.load(Ordering::Relaxed))
+    }
+
+    /// The backing id for a file just opened (handle `fh`) when its data
+    /// may bypass the daemon: passthrough is on, no per-file policy
+    /// (`max_file_bytes`) needs the daemon to see writes, and the node was
+    /// not first opened read-only while smaller than [`CACHED_READ_BYTES`].
+    /// The choice is made at the node's first open and kept until FORGET
+    /// (the kernel refuses to mix the two modes on one inode); an id is
+    /// made with `register`.
+    ///
+    /// Small files read through the page cache because a passthrough read
+    /// marks the kernel's atime stale, so the `fstat` that `grep -r` or
+    /// `git add` makes next costs a GETATTR round trip per file; a cached
+    /// read, once warm, costs none.
+    ///
+    /// Must run with the daemon's own credentials: the kernel wants
+    /// CAP_SYS_ADMIN to register, and opens the backing file for each
+    /// later open with the credentials seen here (the caller's rights were
+    /// checked by the daemon's own open just before).
+    pub(super) fn passthrough_id(
+        &self,
+        node: &Node,
+        fh: u64,
+        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<fuser::BackingId>,
+    ) -> Option<Arc<fuser::BackingId>> {
+        if self.io_mode() != IoMode::Passthrough {
+            return None;
+        }
+        let zone = node.zone?;
+        if self.zones[zone].max_file_bytes.is_some() {
+            return None;
+        }
+        let mut slot = node.passthrough.lock();
+        match &*slot {
+            Passthrough::Id(id) => return Some(id.clone()),
+            Passthrough::Refused | Passthrough::Cached => return None,
+            Passthrough::Unset => {}
+        }
+        let Ok(handle) = self.handles.get(fh) else {
+            return None;
+        };
+        let Handle::File { fd, writable, .. } = &*handle else {
+            return None;
+        };
+        if !writable
+            && backing::stat(fd.as_fd()).is_ok_and(|st| (st.st_size as u64) < CACHED_READ_BYTES)
+        {
+            *slot = Passthrough::Cached;
+            return None;
+        }
+        // The kernel keeps the registered file for the node's life: it
+        // must be read-only, or exec of the file would fail with ETXTBSY.
+        // It is opened from the handle, which reaches unlinked files too.
+        let registered = self
+            .reach
+            .procfds
+            .reopen(fd.as_fd(), libc::O_RDONLY)
+            .map_err(std::io::Error::from)
+            .and_then(|ro| register(ro.as_fd()));
+        match registered {
+            Ok(id) => {
+                let id = Arc::new(id);
+                *slot = Passthrough::Id(id.clone());
+                Some(id)
+            }
+            Err(e) => {
+                tracing::info!(ino = node.ino, error = %e, "passthrough refused; this file's data goes through the daemon");
+                *slot = Passthrough::Refused;
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! The filesystem core: every operation, testable without the kernel.
+//!
+//! Each operation receives a small request context ([`Ctx`]: the FUSE
+//! call, uid, gid, pid) and answers through a [`Respond`] (the adapter's
+//! reply, or a closure in tests). An operation that may change something
+//! takes one path, in `gate`: resolve its nodes once, ask the pure
+//! [`policy::decide`](crate::policy::decide), keep what it said (refusals
+//! and gated mutations, in one place), hand an `ask` to the broker without
+//! holding the thread, then act and answer.
+//!
+//! - `gate`: the request path and the record of refusals.
+//! - `names`: lookup and every operation on names (create, mkdir, link,
+//!   unlink, rename, ...).
+//! - `files`: attributes and open files (getattr, setattr, open, read,
+//!   write, ...).
+//! - `io`: how file data moves (kernel passthrough or the daemon).
+//! - `dirs`: opendir, readdir, statfs.
+//! - `xattr`: extended attributes and `access(2)`.
+
+mod dirs;
+mod files;
+mod gate;
+mod io;
+mod names;
+mod xattr;
+
+pub use files::SetAttr;
+pub use gate::{RECENT_REFUSALS, RecentRefusal};
+pub use io::{CACHED_READ_BYTES, DaemonWhy, IoMode};
+
+use std::ffi::OsString;
+use std::io as stdio;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU8;
+use std::time::{Duration, SystemTime};
+
+use fuser::FileAttr;
+use parking_lot::Mutex;
+
+use crate::approval::Broker;
+use crate::backing::{self, Caller, ProcFds};
+use crate::config::{Access, ZoneTable};
+use crate::error::{FsError, FsResult};
+use crate::fs::handles::Handles;
+use crate::fs::inodes::{Anchor, Found, Inodes, Node};
+use crate::fs::reach::Reach;
+use crate::policy::{Loc, ZoneRules};
+
+/// Who asks, and with which FUSE call: what every operation that may be
+/// refused or asked about receives.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    /// The FUSE call, for the ledger and approvers.
+    pub op: &'static str,
+    pub uid: u32,
+    pub gid: u32,
+    /// FUSE's pid: the calling thread's id.
+    pub pid: u32,
+}
+
+impl Ctx {
+    pub fn caller(&self) -> Caller {
+        Caller {
+            uid: self.uid,
+            gid: self.gid,
+            pid: self.pid,
+        }
+    }
+}
+
+/// Where an operation's result goes, exactly once: the adapter's reply
+/// (which encodes it), or a closure in tests.
+pub trait Respond<T>: Send + 'static {
+    fn respond(self, r: FsResult<T>);
+}
+
+impl<T, F: FnOnce(FsResult<T>) + Send + 'static> Respond<T> for F {
+    fn respond(self, r: FsResult<T>) {
+        self(r)
+    }
+}
+
+/// The reply of an open or create, which can also register a file with
+/// the kernel for passthrough.
+pub trait Opening<T>: Respond<T> {
+    fn register(&self, fd: BorrowedFd<'_>) -> stdio::Result<fuser::BackingId>;
+}
+
+/// A node's attributes and how long the kernel may keep them (and the
+/// name that led to it).
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub attr: FileAttr,
+    pub ttl: Duration,
+}
+
+/// An opened file: its handle, and its passthrough backing id when its
+/// data bypasses the daemon.
+#[derive(Debug)]
+pub struct FileOpen {
+    pub fh: u64,
+    pub backing: Option<Arc<fuser::BackingId>>,
+}
+
+/// A created file: its entry, and the file as opened.
+#[derive(Debug)]
+pub struct Created {
+    pub entry: Entry,
+    pub open: FileOpen,
+}
+
+/// A getxattr/listxattr answer: the size asked for, or the data.
+#[derive(Debug)]
+pub enum XattrReply {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// Filesystem statistics for `statfs`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Statfs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// Settings of a mount that the core needs.
+#[derive(Debug, Clone)]
+pub struct CoreOptions {
+    /// How long the kernel may keep names (found and missing) and
+    /// attributes of rw zones.
+    pub ttl: Duration,
+    /// The same for ro zones and the mount root, which change only from
+    /// the host side.
+    pub ttl_ro: Duration,
+    /// Use kernel passthrough for file data where the kernel and our
+    /// privileges allow it.
+    pub passthrough: bool,
+    pub owner_uid: u32,
+    pub owner_gid: u32,
+}
+
+/// Errors opening a mount's zones.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("zone '{zone}': cannot open backing dir {path}: {source}")]
+    Backing {
+        zone: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("zone '{zone}': bad protect pattern: {source}")]
+    Protect { zone: String, source: ignore::Error },
+    #[error("cannot open /proc/self/fd: {0}")]
+    Proc(std::io::Error),
+}
+
+pub struct Core {
+    zones: Vec<ZoneRules>,
+    zone_names: Vec<OsString>,
+    inodes: Inodes,
+    reach: Reach,
+    handles: Handles,
+    /// Where `ask` decisions go.
+    broker: Arc<dyn Broker>,
+    /// [`IoMode`] as negotiated at mount.
+    io_mode: AtomicU8,
+    opts: CoreOptions,
+    started: SystemTime,
+    /// The last refusals, explained, oldest first.
+    recent: Mutex<std::collections::VecDeque<RecentRefusal>>,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("zones", &self.zone_names)
+            .field("nodes", &self.inodes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where an entry is, in policy terms: the zone (None: the mount root) and
+/// the path inside the zone.
+struct Where {
+    zone: Option<usize>,
+    path: PathBuf,
+}
+
+impl Core {
+    /// Open every zone's backing dir (held for the whole mount) and compile
+    /// its rules; `ask` decisions go to `broker`.
+    pub fn new(
+        table: &ZoneTable,
+        opts: CoreOptions,
+        broker: Arc<dyn Broker>,
+    ) -> Result<Core, OpenError> {
+        let mut roots = Vec::new();
+        let mut zones = Vec::new();
+        for z in &table.zones {
+            let backing_err = |e: std::io::Error| OpenError::Backing {
+                zone: z.name.clone(),
+                path: z.backing.clone(),
+                source: e,
+            };
+            let fd = backing::open_zone_root(&z.backing).map_err(|e| backing_err(e.into()))?;
+            let st = backing::stat(fd.as_fd()).map_err(|e| backing_err(e.into()))?;
+            roots.push((
+                OsString::from(&z.name),
+                Found {
+                    anchor: Anchor::Held(Arc::new(fd)),
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                    is_dir: true,
+                    is_symlink: false,
+                },
+            ));
+            zones.push(ZoneRules::compile(z).map_err(|e| OpenError::Protect {
+                zone: z.name.clone(),
+                source: e,
+            })?);
+        }
+        let zone_names = roots.iter().map(|(n, _)| n.clone()).collect();
+        let procfds = ProcFds::open().map_err(|e| OpenError::Proc(e.into()))?;
+        let reach = Reach::new(&roots, procfds);
+        Ok(Core {
+            zones,
+            zone_names,
+            inodes: Inodes::new(roots),
+            reach,
+            handles: Handles::default(),
+            broker,
+            io_mode: AtomicU8::new(IoMode::Daemon(DaemonWhy::Starting).code()),
+            opts,
+            started: SystemTime::now(),
+            recent: Mutex::new(std::collections::VecDeque::with_capacity(RECENT_REFUSALS)),
+        })
+    }
+
+    /// The cache TTL of rw zones (the shortest one).
+    pub fn ttl(&self) -> Duration {
+        self.opts.ttl
+    }
+
+    /// The cache TTLs of rw and of ro zones.
+    pub fn ttls(&self) -> (Duration, Duration) {
+        (self.opts.ttl, self.opts.ttl_ro)
+    }
+
+    /// How long the kernel may cache names and attributes in `zone` (None:
+    /// the mount root, whose entries are the fixed zone list).
+    fn zone_ttl(&self, zone: Option<usize>) -> Duration {
+        match zone {
+            Some(z) if self.zones[z].access == Access::Rw => self.opts.ttl,
+            _ => self.opts.ttl_ro,
+        }
+    }
+
+    /// The cache TTL for node `ino` (and for names looked up in it).
+    pub fn ttl_for(&self, ino: u64) -> Duration {
+        match self.inodes.get(ino) {
+            Some(n) => self.zone_ttl(n.zone),
+            None => self.opts.ttl,
+        }
+    }
+
+    /// `attr` with the TTL of the zone it is in.
+    fn entry(&self, zone: Option<usize>, attr: FileAttr) -> Entry {
+        Entry {
+            attr,
+            ttl: self.zone_ttl(zone),
+        }
+    }
+
+    /// Nodes currently held (for tests and status).
+    pub fn node_count(&self) -> usize {
+        self.inodes.len()
+    }
+
+    pub fn open_handles(&self) -> usize {
+        self.handles.len()
+    }
+
+    pub(crate) fn node(&self, ino: u64) -> FsResult<Arc<Node>> {
+        self.inodes.get(ino).ok_or(FsError::Os(libc::ESTALE))
+    }
+
+    /// Where an existing node is.
+    fn where_node(&self, node: &Node) -> Where {
+        Where {
+            zone: node.zone,
+            path: if node.zone.is_some() {
+                node.zone_path()
+            } else {
+                PathBuf::new()
+            },
+        }
+    }
+
+    /// Where the entry `name` of directory `parent` is (or would be).
+    fn where_child(&self, parent: &Node, name: &std::ffi::OsStr) -> Where {
+        match parent.zone {
+            None => Where {
+                zone: None,
+                path: PathBuf::from(name),
+            },
+            Some(z) => Where {
+                zone: Some(z),
+                path: parent.zone_path().join(name),
+            },
+        }
+    }
+
+    fn loc<'a>(&'a self, w: &'a Where) -> Loc<'a> {
+        match w.zone {
+            // An entry of the root keeps its name, for explanations.
+            None => Loc {
+                zone: None,
+                path: &w.path,
+            },
+            Some(z) => Loc::in_zone(&self.zones[z], &w.path),
+        }
+    }
+}

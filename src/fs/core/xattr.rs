@@ -1,0 +1,128 @@
+//! Extended attributes (get, list, set, remove) and `access(2)`. Setting or
+//! removing one is a metadata change: gated like chmod.
+
+use std::ffi::OsStr;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use super::gate::{Gate, Keep};
+use super::{Core, Ctx, Respond, XattrReply};
+use crate::backing::AsCaller;
+use crate::error::{FsError, FsResult};
+use crate::fs::inodes::Node;
+use crate::policy::Op;
+
+/// The answer to a size query (`size == 0`) or the data.
+fn sized(size: u32, n: usize, buf: Vec<u8>) -> XattrReply {
+    match size {
+        0 => XattrReply::Size(n as u32),
+        _ => XattrReply::Data(buf),
+    }
+}
+
+impl Core {
+    /// The node whose xattrs `ino` means: none for the root and symlinks,
+    /// which carry none of their own here.
+    fn xattr_target(&self, ino: u64) -> FsResult<Option<Arc<Node>>> {
+        let node = self.node(ino)?;
+        Ok(Self::has_xattrs(&node).then_some(node))
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> FsResult<XattrReply> {
+        let Some(node) = self.xattr_target(ino)? else {
+            return Err(FsError::Os(libc::ENODATA));
+        };
+        let mut buf = Vec::with_capacity(size as usize);
+        let fd = self.reach.fd_of(&node)?;
+        let n = self.reach.procfds.getxattr(fd.as_fd(), name, &mut buf)?;
+        Ok(sized(size, n, buf))
+    }
+
+    pub fn listxattr(&self, ino: u64, size: u32) -> FsResult<XattrReply> {
+        let Some(node) = self.xattr_target(ino)? else {
+            return Ok(sized(size, 0, Vec::new()));
+        };
+        let mut buf = Vec::with_capacity(size as usize);
+        let fd = self.reach.fd_of(&node)?;
+        let n = self.reach.procfds.listxattr(fd.as_fd(), &mut buf)?;
+        Ok(sized(size, n, buf))
+    }
+
+    /// Gate a metadata change of node `ino`.
+    fn metadata(&self, ctx: &Ctx, ino: u64) -> FsResult<(Gate, Arc<Node>)> {
+        let node = self.node(ino)?;
+        let w = self.where_node(&node);
+        Ok((
+            self.gate(ctx, &Op::Metadata { at: self.loc(&w) }, Keep::Ledger)?,
+            node,
+        ))
+    }
+
+    /// Whether `node` carries xattrs of its own (not the root, nor a symlink).
+    fn has_xattrs(node: &Node) -> bool {
+        !node.is_root() && !node.is_symlink
+    }
+
+    pub fn setxattr(
+        self: &Arc<Self>,
+        ctx: Ctx,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        respond: impl Respond<()>,
+    ) {
+        let (name, value) = (name.to_owned(), value.to_vec());
+        let plan = self.metadata(&ctx, ino).map(|(gate, node)| {
+            let act = move |core: &Core| {
+                let _as = AsCaller::enter(&ctx.caller())?;
+                if !Self::has_xattrs(&node) {
+                    return Err(FsError::Os(libc::EPERM));
+                }
+                let fd = core.reach.fd_of(&node)?;
+                Ok(core
+                    .reach
+                    .procfds
+                    .setxattr(fd.as_fd(), &name, &value, flags)?)
+            };
+            (gate, act)
+        });
+        self.request(ctx, plan, respond);
+    }
+
+    pub fn removexattr(
+        self: &Arc<Self>,
+        ctx: Ctx,
+        ino: u64,
+        name: &OsStr,
+        respond: impl Respond<()>,
+    ) {
+        let name = name.to_owned();
+        let plan = self.metadata(&ctx, ino).map(|(gate, node)| {
+            let act = move |core: &Core| {
+                let _as = AsCaller::enter(&ctx.caller())?;
+                if !Self::has_xattrs(&node) {
+                    return Err(FsError::Os(libc::ENODATA));
+                }
+                let fd = core.reach.fd_of(&node)?;
+                Ok(core.reach.procfds.removexattr(fd.as_fd(), &name)?)
+            };
+            (gate, act)
+        });
+        self.request(ctx, plan, respond);
+    }
+
+    /// `access(2)`: only the zone rules matter here; mode bits are the
+    /// kernel's (default_permissions).
+    pub fn access(&self, ino: u64, mask: i32) -> FsResult<()> {
+        if mask & libc::W_OK == 0 {
+            return Ok(());
+        }
+        let node = self.node(ino)?;
+        let w = self.where_node(&node);
+        Self::question(&Op::MayWrite {
+            at: self.loc(&w),
+            is_dir: node.is_dir,
+        })
+    }
+}

@@ -1,0 +1,118 @@
+//! The table of open files and directories: handle numbers from a counter
+//! that never recycles, sharded so FUSE threads serving different files
+//! rarely wait for each other. A handle of the wrong kind is EISDIR or
+//! ENOTDIR; an unknown one EBADF.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use fuser::FileType as FuseType;
+use parking_lot::Mutex;
+
+use crate::error::{FsError, FsResult};
+use crate::fs::inodes::Node;
+
+/// Shards of the table, each with its own lock.
+const SHARDS: usize = 16;
+
+/// One directory entry as the kernel gets it.
+#[derive(Debug, Clone)]
+pub struct DirItem {
+    pub offset: u64,
+    pub name: OsString,
+    pub kind: FuseType,
+    pub ino: u64,
+}
+
+#[derive(Debug)]
+pub enum Handle {
+    File {
+        fd: Arc<OwnedFd>,
+        /// The zone's index: its size limit applies to every write.
+        zone: usize,
+        /// Opened for writing: approved, so writes through it are not
+        /// asked again.
+        writable: bool,
+    },
+    Dir {
+        node: Arc<Node>,
+        /// Listed at the first readdir, not at opendir: with the kernel
+        /// caching directory contents (`FOPEN_CACHE_DIR`), most opens of a
+        /// known directory never read it.
+        entries: Mutex<Option<Vec<DirItem>>>,
+    },
+}
+
+impl Handle {
+    /// The open file's fd; EISDIR for a directory.
+    pub fn fd(&self) -> FsResult<BorrowedFd<'_>> {
+        match self {
+            Handle::File { fd, .. } => Ok(fd.as_fd()),
+            Handle::Dir { .. } => Err(FsError::Os(libc::EISDIR)),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Handles {
+    shards: Vec<Mutex<HashMap<u64, Arc<Handle>>>>,
+    next: AtomicU64,
+}
+
+impl Default for Handles {
+    fn default() -> Self {
+        Handles {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+impl Handles {
+    fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Arc<Handle>>> {
+        &self.shards[fh as usize % SHARDS]
+    }
+
+    pub fn add(&self, h: Handle) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        self.shard(fh).lock().insert(fh, Arc::new(h));
+        fh
+    }
+
+    pub fn get(&self, fh: u64) -> FsResult<Arc<Handle>> {
+        self.shard(fh)
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::Os(libc::EBADF))
+    }
+
+    /// An open file and its zone; EISDIR for a directory.
+    pub fn file(&self, fh: u64) -> FsResult<(Arc<Handle>, usize)> {
+        let h = self.get(fh)?;
+        match &*h {
+            Handle::File { zone, .. } => {
+                let z = *zone;
+                Ok((h, z))
+            }
+            Handle::Dir { .. } => Err(FsError::Os(libc::EISDIR)),
+        }
+    }
+
+    /// The fd of `fh` when it is a file opened for writing.
+    pub fn writable_fd(&self, fh: Option<u64>) -> Option<(Arc<Handle>, usize)> {
+        let (h, zone) = self.file(fh?).ok()?;
+        matches!(&*h, Handle::File { writable: true, .. }).then_some((h, zone))
+    }
+
+    pub fn remove(&self, fh: u64) {
+        self.shard(fh).lock().remove(&fh);
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+}
