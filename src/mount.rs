@@ -175,6 +175,12 @@ pub fn start(
     let euid = rustix::process::geteuid().as_raw();
     let egid = rustix::process::getegid().as_raw();
     let broker = broker.unwrap_or_else(|| Arc::new(DenyAll));
+    let mut admission = Admission::default();
+    if spec.allow_other && !spec.allow_uids.is_empty() {
+        let mut only: HashSet<u32> = spec.allow_uids.iter().copied().collect();
+        only.insert(euid);
+        admission.only = Some(only);
+    }
     let core = Core::new(
         table,
         CoreOptions {
@@ -183,17 +189,12 @@ pub fn start(
             passthrough: spec.passthrough,
             owner_uid: euid,
             owner_gid: egid,
+            admission,
         },
         broker,
     )
     .map_err(|e| MountError::Backing(e.to_string()))?;
-    let mut admission = Admission::default();
-    if spec.allow_other && !spec.allow_uids.is_empty() {
-        let mut only: HashSet<u32> = spec.allow_uids.iter().copied().collect();
-        only.insert(euid);
-        admission.only = Some(only);
-    }
-    let fs = ZoneFs::new(Arc::new(core), admission);
+    let fs = ZoneFs::new(Arc::new(core));
     let core = fs.core().clone();
 
     let mut config = Config::default();

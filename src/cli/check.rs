@@ -16,7 +16,6 @@ use std::path::{Component, Path, PathBuf};
 use clap::Args;
 
 use super::{ConfigArgs, Failure, zone_table_in};
-use crate::error::Refusal;
 use crate::mount;
 use crate::policy::{self, Action, Decision, Explanation, Loc, Op, Subject, ZoneRules};
 
@@ -230,22 +229,16 @@ fn answer(
     };
     let rel: PathBuf = rest.iter().collect();
     let at = Loc::in_zone(zone, &rel);
-    if zone.is_sensitive(&rel) {
-        // Decided before the mount is asked anything: it would say ENOENT.
+    // What hides an entry of any kind (a sensitive root) is decided before
+    // the mount is asked anything: it would say ENOENT.
+    if let Decision::Refuse(r) = policy::decide(&Op::Look { at, is_dir: None }) {
         let action = match asked {
             Asked::Read => Action::Read,
             Asked::Write => Action::Write,
             Asked::Delete => Action::Delete,
         };
-        let e = policy::explain(&Subject::new(action, at), Refusal::Sensitive, zones);
-        return Ok(refused(
-            &shown,
-            Some(zone),
-            asked,
-            action,
-            Refusal::Sensitive.errno(),
-            e,
-        ));
+        let e = policy::explain(&Subject::new(action, at), r, zones);
+        return Ok(refused(&shown, Some(zone), asked, action, r.errno(), e));
     }
     let meta = stat_through(&mp.join(shown.strip_prefix("/").unwrap_or(&shown)))?;
     let op = match (asked, &meta) {
@@ -265,12 +258,13 @@ fn answer(
             };
             let s = Subject::new(action, at);
             // A file name outside `suffixes` is there for nobody.
-            let hidden = rel.file_name().is_some_and(|n| !zone.visible(n, false));
-            let (errno, e) = if hidden {
-                let r = Refusal::Hidden;
-                (r.errno(), policy::explain(&s, r, zones))
-            } else {
-                (libc::ENOENT, missing(&s, zones))
+            let look = Op::Look {
+                at,
+                is_dir: Some(false),
+            };
+            let (errno, e) = match policy::decide(&look) {
+                Decision::Refuse(r) => (r.errno(), policy::explain(&s, r, zones)),
+                _ => (libc::ENOENT, missing(&s, zones)),
             };
             return Ok(refused(&shown, Some(zone), asked, action, errno, e));
         }

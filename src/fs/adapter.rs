@@ -9,98 +9,45 @@
 //! and locks stay in the kernel, so FLUSH has nothing to do), and for file
 //! data either a passthrough backing id or `FOPEN_KEEP_CACHE`.
 
-use std::collections::HashSet;
 use std::ffi::OsStr;
-use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use fuser::{
-    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, FileHandle, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, FileHandle, Filesystem, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::error::{FsError, FsResult, Refusal};
-use crate::fs::core::{
-    Core, Created, Ctx, DaemonWhy, Entry, FileOpen, IoMode, Opening, Respond, SetAttr, Statfs,
-    XattrReply,
-};
-
-/// Flags for a file opened with its data through the daemon: the page
-/// cache survives close and reopen (writes all pass through the kernel, and
-/// `FUSE_AUTO_INVAL_DATA` drops pages when a host-side change shows in the
-/// attributes).
-const DAEMON_OPEN: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE.union(FopenFlags::FOPEN_NOFLUSH);
-/// Directories: the kernel keeps what readdir returned (dropped when the
-/// directory changes through the mount, or its mtime changes on the host,
-/// seen once the attribute TTL has passed), so a warm walk costs an OPENDIR
-/// and a RELEASEDIR per directory, no READDIR.
-const DIR_OPEN: FopenFlags = FopenFlags::FOPEN_CACHE_DIR.union(FopenFlags::FOPEN_KEEP_CACHE);
-/// Flags besides `FOPEN_PASSTHROUGH` (which allows no caching flags).
-const PASSTHROUGH_OPEN: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
-
-/// Who may use the mount beyond what the kernel already filters.
-#[derive(Debug, Clone, Default)]
-pub struct Admission {
-    /// With `--allow-uid`: only these users, the mounting user and root.
-    /// `None`: everyone the mount options let in.
-    pub only: Option<HashSet<u32>>,
-}
-
-impl Admission {
-    pub fn admits(&self, uid: u32) -> bool {
-        match &self.only {
-            None => true,
-            Some(set) => uid == 0 || set.contains(&uid),
-        }
-    }
-}
+use crate::error::FsResult;
+use crate::fs::core::{Core, Ctx, DaemonWhy, IoMode, Respond, SetAttr};
+use crate::fs::reply::DirHandle;
 
 /// The mounted filesystem.
 pub struct ZoneFs {
     core: Arc<Core>,
-    admission: Admission,
 }
 
 impl ZoneFs {
-    pub fn new(core: Arc<Core>, admission: Admission) -> Self {
-        ZoneFs { core, admission }
+    pub fn new(core: Arc<Core>) -> Self {
+        ZoneFs { core }
     }
 
     pub fn core(&self) -> &Arc<Core> {
         &self.core
     }
+}
 
-    /// The context of `req` if its caller may use the mount; else the
-    /// reply is answered EACCES. Handle-based calls (read, write,
-    /// release...) need no check: their handle was opened by an admitted
-    /// caller.
-    fn admit<T, R: Respond<T>>(
-        &self,
-        req: &Request,
-        op: &'static str,
-        reply: R,
-    ) -> Option<(Ctx, R)> {
-        tracing::trace!(op, pid = req.pid(), uid = req.uid());
-        if self.admission.admits(req.uid()) {
-            let ctx = Ctx {
-                op,
-                uid: req.uid(),
-                gid: req.gid(),
-                pid: req.pid(),
-            };
-            return Some((ctx, reply));
-        }
-        tracing::info!(
-            uid = req.uid(),
-            pid = req.pid(),
-            "refused: not allowed to use this mount"
-        );
-        reply.respond(Err(FsError::Refused(Refusal::NotAllowed)));
-        None
+/// The context the core gets with a request.
+fn ctx(req: &Request, op: &'static str) -> Ctx {
+    tracing::trace!(op, pid = req.pid(), uid = req.uid());
+    Ctx {
+        op,
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
     }
 }
 
@@ -116,70 +63,6 @@ pub(crate) fn guarded(op: &'static str, f: impl FnOnce()) {
 fn failed<T>(op: &'static str, r: &FsResult<T>) {
     if let Err(e) = r {
         tracing::debug!(op, error = %e, "failed");
-    }
-}
-
-// ---- replies: each fuser reply type encodes one core result --------------
-
-macro_rules! respond {
-    ($reply:ty, $t:ty, |$r:ident, $v:ident| $ok:expr) => {
-        impl Respond<$t> for $reply {
-            fn respond(self, res: FsResult<$t>) {
-                let $r = self;
-                match res {
-                    Ok($v) => $ok,
-                    Err(e) => $r.error(e.fuse_errno()),
-                }
-            }
-        }
-    };
-}
-
-/// A directory handle, as opendir answers it.
-struct DirHandle(u64);
-
-respond!(ReplyEntry, Entry, |r, e| r.entry(
-    &e.ttl,
-    &e.attr,
-    Generation(0)
-));
-respond!(ReplyAttr, Entry, |r, e| r.attr(&e.ttl, &e.attr));
-respond!(ReplyEmpty, (), |r, _v| r.ok());
-respond!(ReplyData, Vec<u8>, |r, d| r.data(&d));
-respond!(ReplyWrite, u32, |r, n| r.written(n));
-respond!(ReplyLseek, i64, |r, off| r.offset(off));
-respond!(ReplyOpen, DirHandle, |r, h| r
-    .opened(FileHandle(h.0), DIR_OPEN));
-respond!(ReplyXattr, XattrReply, |r, x| match x {
-    XattrReply::Size(n) => r.size(n),
-    XattrReply::Data(d) => r.data(&d),
-});
-respond!(ReplyStatfs, Statfs, |r, s| r.statfs(
-    s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize
-));
-respond!(ReplyOpen, FileOpen, |r, o| match o.backing {
-    Some(id) => r.opened_passthrough(FileHandle(o.fh), PASSTHROUGH_OPEN, &id),
-    None => r.opened(FileHandle(o.fh), DAEMON_OPEN),
-});
-respond!(ReplyCreate, Created, |r, c| {
-    let (e, fh) = (&c.entry, FileHandle(c.open.fh));
-    match c.open.backing {
-        Some(id) => {
-            r.created_passthrough(&e.ttl, &e.attr, Generation(0), fh, PASSTHROUGH_OPEN, &id)
-        }
-        None => r.created(&e.ttl, &e.attr, Generation(0), fh, DAEMON_OPEN),
-    }
-});
-
-impl Opening<FileOpen> for ReplyOpen {
-    fn register(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
-        self.open_backing(fd)
-    }
-}
-
-impl Opening<Created> for ReplyCreate {
-    fn register(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
-        self.open_backing(fd)
     }
 }
 
@@ -230,9 +113,7 @@ impl Filesystem for ZoneFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let Some((ctx, reply)) = self.admit(req, "lookup", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "lookup");
         guarded("lookup", || {
             reply.respond(self.core.lookup(&ctx, parent.0, name))
         });
@@ -243,11 +124,9 @@ impl Filesystem for ZoneFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let Some((_, reply)) = self.admit(req, "getattr", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "getattr");
         guarded("getattr", || {
-            let r = self.core.getattr(ino.0, fh.map(|f| f.0));
+            let r = self.core.getattr(&ctx, ino.0, fh.map(|f| f.0));
             failed("getattr", &r);
             reply.respond(r)
         });
@@ -271,9 +150,7 @@ impl Filesystem for ZoneFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let Some((ctx, reply)) = self.admit(req, "setattr", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "setattr");
         let fh = fh.map(|f| f.0);
         let a = SetAttr {
             mode,
@@ -289,10 +166,10 @@ impl Filesystem for ZoneFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        let Some((_, reply)) = self.admit(req, "readlink", reply) else {
-            return;
-        };
-        guarded("readlink", || reply.respond(self.core.readlink(ino.0)));
+        let ctx = ctx(req, "readlink");
+        guarded("readlink", || {
+            reply.respond(self.core.readlink(&ctx, ino.0))
+        });
     }
 
     fn mknod(
@@ -305,9 +182,7 @@ impl Filesystem for ZoneFs {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        let Some((ctx, reply)) = self.admit(req, "mknod", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "mknod");
         tracing::debug!(
             op = "mknod",
             parent = parent.0,
@@ -329,9 +204,7 @@ impl Filesystem for ZoneFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let Some((ctx, reply)) = self.admit(req, "mkdir", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "mkdir");
         tracing::debug!(op = "mkdir", parent = parent.0, ?name, pid = req.pid());
         guarded("mkdir", || {
             self.core.mkdir(ctx, parent.0, name, mode, reply)
@@ -339,9 +212,7 @@ impl Filesystem for ZoneFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Some((ctx, reply)) = self.admit(req, "unlink", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "unlink");
         tracing::debug!(op = "unlink", parent = parent.0, ?name, pid = req.pid());
         guarded("unlink", || {
             self.core.remove(ctx, parent.0, name, false, reply)
@@ -349,9 +220,7 @@ impl Filesystem for ZoneFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Some((ctx, reply)) = self.admit(req, "rmdir", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "rmdir");
         tracing::debug!(op = "rmdir", parent = parent.0, ?name, pid = req.pid());
         guarded("rmdir", || {
             self.core.remove(ctx, parent.0, name, true, reply)
@@ -366,9 +235,7 @@ impl Filesystem for ZoneFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let Some((ctx, reply)) = self.admit(req, "symlink", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "symlink");
         tracing::debug!(
             op = "symlink",
             parent = parent.0,
@@ -391,9 +258,7 @@ impl Filesystem for ZoneFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let Some((ctx, reply)) = self.admit(req, "rename", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "rename");
         let (from, to, flags) = (parent.0, newparent.0, flags.bits());
         tracing::debug!(
             op = "rename",
@@ -417,18 +282,14 @@ impl Filesystem for ZoneFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let Some((ctx, reply)) = self.admit(req, "link", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "link");
         let (ino, to) = (ino.0, newparent.0);
         tracing::debug!(op = "link", ino, to, ?newname, pid = req.pid());
         guarded("link", || self.core.link(ctx, ino, to, newname, reply));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let Some((ctx, reply)) = self.admit::<FileOpen, _>(req, "open", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "open");
         tracing::debug!(op = "open", ino = ino.0, flags = flags.0, pid = req.pid());
         guarded("open", || self.core.open(ctx, ino.0, flags.0, reply));
     }
@@ -443,9 +304,7 @@ impl Filesystem for ZoneFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let Some((ctx, reply)) = self.admit(req, "create", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "create");
         tracing::debug!(
             op = "create",
             parent = parent.0,
@@ -540,11 +399,9 @@ impl Filesystem for ZoneFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let Some((_, reply)) = self.admit::<DirHandle, _>(req, "opendir", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "opendir");
         guarded("opendir", || {
-            let r = self.core.opendir(ino.0).map(DirHandle);
+            let r = self.core.opendir(&ctx, ino.0).map(DirHandle);
             failed("opendir", &r);
             reply.respond(r)
         });
@@ -579,12 +436,7 @@ impl Filesystem for ZoneFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let ctx = Ctx {
-            op: "readdirplus",
-            uid: req.uid(),
-            gid: req.gid(),
-            pid: req.pid(),
-        };
+        let ctx = ctx(req, "readdirplus");
         guarded("readdirplus", || {
             let r = self.core.readdirplus(&ctx, ino.0, fh.0, offset, |it, e| {
                 reply.add(
@@ -631,10 +483,8 @@ impl Filesystem for ZoneFs {
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        let Some((_, reply)) = self.admit(req, "statfs", reply) else {
-            return;
-        };
-        guarded("statfs", || reply.respond(self.core.statfs(ino.0)));
+        let ctx = ctx(req, "statfs");
+        guarded("statfs", || reply.respond(self.core.statfs(&ctx, ino.0)));
     }
 
     fn setxattr(
@@ -647,9 +497,7 @@ impl Filesystem for ZoneFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let Some((ctx, reply)) = self.admit(req, "setxattr", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "setxattr");
         tracing::debug!(op = "setxattr", ino = ino.0, ?name, pid = req.pid());
         guarded("setxattr", || {
             self.core.setxattr(ctx, ino.0, name, value, flags, reply)
@@ -657,27 +505,21 @@ impl Filesystem for ZoneFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let Some((_, reply)) = self.admit(req, "getxattr", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "getxattr");
         guarded("getxattr", || {
-            reply.respond(self.core.getxattr(ino.0, name, size))
+            reply.respond(self.core.getxattr(&ctx, ino.0, name, size))
         });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let Some((_, reply)) = self.admit(req, "listxattr", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "listxattr");
         guarded("listxattr", || {
-            reply.respond(self.core.listxattr(ino.0, size))
+            reply.respond(self.core.listxattr(&ctx, ino.0, size))
         });
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Some((ctx, reply)) = self.admit(req, "removexattr", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "removexattr");
         tracing::debug!(op = "removexattr", ino = ino.0, ?name, pid = req.pid());
         guarded("removexattr", || {
             self.core.removexattr(ctx, ino.0, name, reply)
@@ -685,11 +527,9 @@ impl Filesystem for ZoneFs {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let Some((_, reply)) = self.admit(req, "access", reply) else {
-            return;
-        };
+        let ctx = ctx(req, "access");
         guarded("access", || {
-            reply.respond(self.core.access(ino.0, mask.bits()))
+            reply.respond(self.core.access(&ctx, ino.0, mask.bits()))
         });
     }
 

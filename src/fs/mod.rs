@@ -7,6 +7,7 @@
 //! - `inodes`: the node table (ids, lookup counts, where each node is).
 //! - `reach`: how a node reaches its backing object with bounded fds.
 //! - `handles`: open files and directories.
+//! - `reply`: core results encoded as fuser replies.
 //! - `attr`: backing `stat` as FUSE attributes.
 
 pub mod adapter;
@@ -15,8 +16,10 @@ pub mod core;
 mod handles;
 pub mod inodes;
 mod reach;
+mod reply;
 #[cfg(test)]
 mod tests;
 
-pub use adapter::{Admission, ZoneFs};
+pub use adapter::ZoneFs;
+pub use core::Admission;
 pub use handles::DirItem;

@@ -47,6 +47,7 @@ fn core_with(table: &ZoneTable, broker: Arc<dyn Broker>) -> Arc<Core> {
         passthrough: false,
         owner_uid: 0,
         owner_gid: 0,
+        admission: Default::default(),
     };
     Arc::new(Core::new(table, opts, broker).unwrap())
 }
@@ -208,7 +209,7 @@ fn zones_are_the_root_entries() {
     // A missing name is a negative entry, cached for the root's TTL.
     let miss = f.core.lookup(&CTX, ROOT, OsStr::new("nope")).unwrap();
     assert_eq!(miss.attr.ino.0, 0);
-    let fh = f.core.opendir(ROOT).unwrap();
+    let fh = f.core.opendir(&CTX, ROOT).unwrap();
     let names: Vec<_> = f
         .core
         .readdir(fh, 0)
@@ -254,7 +255,7 @@ fn nothing_leaks_on_forget() {
     f.core.forget(ROOT, 100);
     assert_eq!(f.core.node_count(), base);
     // handles are released
-    let fh = f.core.opendir(WORK).unwrap();
+    let fh = f.core.opendir(&CTX, WORK).unwrap();
     f.core.releasedir(fh);
     assert_eq!(f.core.open_handles(), 0);
 }
@@ -393,7 +394,7 @@ fn an_unlinked_open_file_stays_reachable_through_its_handle() {
         let a = found(&f.core, WORK, &name).unwrap();
         f.core.forget(a.ino.0, 1);
     }
-    let got = f.core.getattr(attr.ino.0, Some(fh)).unwrap().attr;
+    let got = f.core.getattr(&CTX, attr.ino.0, Some(fh)).unwrap().attr;
     assert_eq!(got.size, 10);
     assert_eq!(got.nlink, 0);
     let set = SetAttr {
@@ -512,7 +513,7 @@ fn sensitive_roots_are_neither_looked_up_nor_listed() {
     assert_eq!(kept.len(), 2, "{kept:?}");
     assert!(kept.iter().all(|r| r.refusal == Refusal::Sensitive));
     let listed = |ino: u64| -> Vec<String> {
-        let fh = c.opendir(ino).unwrap();
+        let fh = c.opendir(&CTX, ino).unwrap();
         let names = c
             .readdir(fh, 0)
             .unwrap()

@@ -2,7 +2,7 @@
 //! suffixes, size limit, `protect` patterns and hidden sensitive roots,
 //! with the path predicates [`decide`](super::decide) is built from.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobMatcher};
@@ -10,7 +10,6 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use super::Class;
 use crate::config::{Access, Approval, ApprovalPolicy, Zone};
-use crate::error::Refusal;
 
 /// The rules of one zone, compiled once at mount.
 #[derive(Debug)]
@@ -27,9 +26,6 @@ pub struct ZoneRules {
     anchored: Vec<(String, Vec<GlobMatcher>)>,
     /// Sensitive roots inside the zone, relative to its root: hidden.
     hidden: Vec<PathBuf>,
-    /// The last component of each hidden path, so the common case (a name
-    /// that can't be one) costs no path building.
-    hidden_names: Vec<OsString>,
 }
 
 impl ZoneRules {
@@ -56,10 +52,6 @@ impl ZoneRules {
             }
         }
         let hidden = zone.policy.hidden.clone();
-        let hidden_names = hidden
-            .iter()
-            .filter_map(|h| h.file_name().map(OsStr::to_os_string))
-            .collect();
         Ok(ZoneRules {
             name: zone.name.clone(),
             access: zone.policy.access,
@@ -69,24 +61,17 @@ impl ZoneRules {
             protect: b.build()?,
             anchored,
             hidden,
-            hidden_names,
         })
-    }
-
-    /// Whether an entry called `name` could be a hidden sensitive root
-    /// (cheap; [`is_sensitive`](Self::is_sensitive) decides).
-    pub fn may_hide(&self, name: &OsStr) -> bool {
-        self.hidden_names.iter().any(|n| n == name)
     }
 
     /// Whether `path` (relative to the zone root) is, or is inside, a
     /// hidden sensitive root.
-    pub fn is_sensitive(&self, path: &Path) -> bool {
+    pub(super) fn is_sensitive(&self, path: &Path) -> bool {
         self.sensitive_root_of(path).is_some()
     }
 
     /// The hidden sensitive root that `path` is or is inside.
-    pub fn sensitive_root_of(&self, path: &Path) -> Option<&Path> {
+    pub(super) fn sensitive_root_of(&self, path: &Path) -> Option<&Path> {
         self.hidden
             .iter()
             .find(|h| path.starts_with(h))
@@ -95,28 +80,15 @@ impl ZoneRules {
 
     /// A hidden sensitive root strictly below `dir`: renaming `dir` would
     /// carry it to a visible name.
-    pub fn sensitive_below(&self, dir: &Path) -> Option<&Path> {
+    pub(super) fn sensitive_below(&self, dir: &Path) -> Option<&Path> {
         self.hidden
             .iter()
             .find(|h| h.starts_with(dir) && h.as_path() != dir)
             .map(PathBuf::as_path)
     }
 
-    /// Whether an entry at `path` is invisible, and why: a sensitive root,
-    /// or a file name outside `suffixes`.
-    pub fn hiding(&self, path: &Path, is_dir: bool) -> Option<Refusal> {
-        let name = path.file_name()?;
-        if self.may_hide(name) && self.is_sensitive(path) {
-            Some(Refusal::Sensitive)
-        } else if !self.visible(name, is_dir) {
-            Some(Refusal::Hidden)
-        } else {
-            None
-        }
-    }
-
     /// Whether `name` may be seen at all (directories are exempt from suffixes).
-    pub fn visible(&self, name: &OsStr, is_dir: bool) -> bool {
+    pub(super) fn visible(&self, name: &OsStr, is_dir: bool) -> bool {
         is_dir || self.suffix_allowed(name)
     }
 
@@ -132,12 +104,12 @@ impl ZoneRules {
 
     /// Whether `path` (relative to the zone root) is, or is inside, a
     /// protected path.
-    pub fn is_protected(&self, path: &Path, is_dir: bool) -> bool {
+    pub(super) fn is_protected(&self, path: &Path, is_dir: bool) -> bool {
         self.protected_by(path, is_dir).is_some()
     }
 
     /// The protect pattern (as written) that covers `path`, if any.
-    pub fn protected_by(&self, path: &Path, is_dir: bool) -> Option<&str> {
+    pub(super) fn protected_by(&self, path: &Path, is_dir: bool) -> Option<&str> {
         if path.as_os_str().is_empty() || self.protect.is_empty() {
             return None;
         }
@@ -150,12 +122,12 @@ impl ZoneRules {
 
     /// Whether an anchored protect pattern names something strictly below
     /// `dir`: renaming `dir` would move it out of protection.
-    pub fn protects_below(&self, dir: &Path) -> bool {
+    pub(super) fn protects_below(&self, dir: &Path) -> bool {
         self.protected_below(dir).is_some()
     }
 
     /// The anchored protect pattern strictly below `dir`, if any.
-    pub fn protected_below(&self, dir: &Path) -> Option<&str> {
+    pub(super) fn protected_below(&self, dir: &Path) -> Option<&str> {
         let comps: Vec<_> = dir.components().map(|c| c.as_os_str()).collect();
         self.anchored
             .iter()
@@ -167,6 +139,14 @@ impl ZoneRules {
                         .all(|(m, c)| m.is_match(Path::new(c)))
             })
             .map(|(orig, _)| orig.as_str())
+    }
+
+    /// Whether changes here are gated (write or delete is not
+    /// `preApproved`): the ledger then lists every change made without
+    /// asking too.
+    pub fn gated(&self) -> bool {
+        self.approval.write != Approval::PreApproved
+            || self.approval.delete != Approval::PreApproved
     }
 
     /// The approval policy of one class.

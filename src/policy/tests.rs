@@ -102,15 +102,17 @@ fn sensitive_roots_are_enoent_for_everything_first() {
     }
     assert_eq!(Refusal::Sensitive.errno(), libc::ENOENT);
     let z = with_hidden(Access::Rw, &[".ssh", ".config/gh"]);
-    assert!(z.may_hide(OsStr::new("gh")) && !z.may_hide(OsStr::new(".config")));
     assert_eq!(
-        z.hiding(Path::new(".ssh"), true),
+        look(&z, ".ssh", Some(true)),
         Some(Refusal::Sensitive),
         "directories too"
     );
-    assert_eq!(z.hiding(Path::new("a.txt"), false), Some(Refusal::Hidden));
-    assert_eq!(z.hiding(Path::new("a.md"), false), None);
-    assert_eq!(z.hiding(Path::new("dir"), true), None);
+    assert_eq!(look(&z, "a.txt", Some(false)), Some(Refusal::Hidden));
+    assert_eq!(look(&z, "a.md", Some(false)), None);
+    assert_eq!(look(&z, "dir", Some(true)), None);
+    // Before the entry is opened, only a sensitive root is decided.
+    assert_eq!(look(&z, "a.txt", None), None);
+    assert_eq!(look(&z, ".config/gh/x", None), Some(Refusal::Sensitive));
 }
 
 #[test]
@@ -160,6 +162,18 @@ fn ro() -> ZoneRules {
 fn at<'a>(z: &'a ZoneRules, p: &'a str) -> Loc<'a> {
     Loc::in_zone(z, Path::new(p))
 }
+/// What a lookup of `p` meets (None: visible).
+fn look(z: &ZoneRules, p: &str, is_dir: Option<bool>) -> Option<Refusal> {
+    match decide(&Op::Look {
+        at: at(z, p),
+        is_dir,
+    }) {
+        Decision::Refuse(r) => Some(r),
+        Decision::Allow => None,
+        d => panic!("a lookup is never asked about: {d:?}"),
+    }
+}
+
 fn refused(op: Op<'_>) -> Refusal {
     match decide(&op) {
         Decision::Refuse(r) => r,

@@ -17,7 +17,8 @@ use crate::policy::{Loc, Op};
 impl Core {
     /// Opening a directory deleted and replaced on the host is ESTALE (see
     /// `getattr`).
-    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+    pub fn opendir(&self, ctx: &Ctx, ino: u64) -> FsResult<u64> {
+        self.admit(ctx)?;
         let node = self.node(ino)?;
         if !node.is_root()
             && backing::is_deleted(self.reach.fd_of(&node)?.as_fd())
@@ -130,7 +131,7 @@ impl Core {
         for it in self.readdir(fh, offset)? {
             let dots = it.name == "." || it.name == "..";
             let entry = match dots {
-                true => self.getattr(it.ino, None),
+                true => self.getattr(ctx, it.ino, None),
                 false => self.lookup_in(ctx, &dir, &it.name),
             };
             let Ok(entry) = entry else { continue };
@@ -161,7 +162,8 @@ impl Core {
         Ok(backing::fsync(dfd.as_fd(), datasync)?)
     }
 
-    pub fn statfs(&self, ino: u64) -> FsResult<Statfs> {
+    pub fn statfs(&self, ctx: &Ctx, ino: u64) -> FsResult<Statfs> {
+        self.admit(ctx)?;
         // The mount root reports the first zone's filesystem.
         let node = match self.node(ino)? {
             n if !n.is_root() => n,

@@ -93,7 +93,8 @@ impl Core {
     /// A directory deleted and replaced on the host is ESTALE here (see
     /// `Reach::in_dir`), so a `stat` or `cd` through a cached path looks
     /// again and finds what took its place.
-    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Entry> {
+    pub fn getattr(&self, ctx: &Ctx, ino: u64, fh: Option<u64>) -> FsResult<Entry> {
+        self.admit(ctx)?;
         let node = self.node(ino)?;
         let attr = self.attr_with(&node, fh)?;
         if node.is_dir && attr.nlink == 0 && self.reach.replaced(&node) {
@@ -102,7 +103,8 @@ impl Core {
         Ok(self.entry(node.zone, attr))
     }
 
-    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+    pub fn readlink(&self, ctx: &Ctx, ino: u64) -> FsResult<Vec<u8>> {
+        self.admit(ctx)?;
         use std::os::unix::ffi::OsStrExt;
         let node = self.node(ino)?;
         if !node.is_symlink {
@@ -117,10 +119,12 @@ impl Core {
     /// chmod, chown, utimens, truncate; or, with nothing to set, clearing
     /// setuid/setgid for the kernel.
     pub fn setattr(self: &Arc<Self>, ctx: Ctx, ino: u64, a: SetAttr, respond: impl Respond<Entry>) {
-        let plan = self.setting(&ctx, ino, &a).map(|(gate, node)| {
-            let act = move |core: &Core| core.setattr_as(&ctx.caller(), &node, &a);
-            (gate, act)
-        });
+        let plan = || {
+            self.setting(&ctx, ino, &a).map(|(gate, node)| {
+                let act = move |core: &Core| core.setattr_as(&ctx.caller(), &node, &a);
+                (gate, act)
+            })
+        };
         self.request(ctx, plan, respond);
     }
 
@@ -226,13 +230,15 @@ impl Core {
     /// Open node `ino` with `flags`: for writing (or truncating) it is a
     /// write of the file's content; for reading, a read of its size.
     pub fn open(self: &Arc<Self>, ctx: Ctx, ino: u64, flags: i32, reply: impl Opening<FileOpen>) {
-        let plan = self.opening(&ctx, ino, flags).map(|(gate, node)| {
-            let act = move |core: &Core| {
-                let fh = core.open_as(&ctx.caller(), &node, flags)?;
-                Ok((node, fh))
-            };
-            (gate, act)
-        });
+        let plan = || {
+            self.opening(&ctx, ino, flags).map(|(gate, node)| {
+                let act = move |core: &Core| {
+                    let fh = core.open_as(&ctx.caller(), &node, flags)?;
+                    Ok((node, fh))
+                };
+                (gate, act)
+            })
+        };
         let core = Arc::clone(self);
         let respond = move |r: FsResult<(Arc<Node>, u64)>| {
             // With the daemon's own credentials again (see passthrough_id).

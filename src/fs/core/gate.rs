@@ -9,7 +9,6 @@ use std::time::SystemTime;
 
 use super::{Core, Ctx, Respond};
 use crate::approval::{AskRequest, Note, Verdict};
-use crate::config::Approval;
 use crate::error::{FsError, FsResult, Refusal};
 use crate::policy::{self, Action, AskItem, Class, Decision, Loc, Op, Subject};
 
@@ -81,6 +80,21 @@ impl Core {
         }
     }
 
+    /// Whether `ctx`'s caller may use the mount at all: with `--allow-uid`,
+    /// only the listed users, the mounting user and root.
+    pub(super) fn admit(&self, ctx: &Ctx) -> FsResult<()> {
+        if self.opts.admission.admits(ctx.uid) {
+            return Ok(());
+        }
+        tracing::info!(
+            uid = ctx.uid,
+            pid = ctx.pid,
+            op = ctx.op,
+            "refused: not allowed to use this mount"
+        );
+        Err(FsError::Refused(Refusal::NotAllowed))
+    }
+
     /// Decide a question that is never asked about nor recorded: a write
     /// through a handle approved at its open, or a probe (`access`).
     pub(super) fn question(op: &Op<'_>) -> FsResult<()> {
@@ -90,20 +104,21 @@ impl Core {
         }
     }
 
-    /// Run an operation whose gate (and resolved nodes, inside `act`) is
-    /// `plan`: act now, or once the broker's verdict is in; answer
-    /// `respond` exactly once either way.
+    /// Run an operation that `plan` resolves and gates (returning the
+    /// action, which holds the resolved nodes), for an admitted caller: act
+    /// now, or once the broker's verdict is in; answer `respond` exactly
+    /// once either way.
     pub(super) fn request<T, A, R>(
         self: &Arc<Self>,
         ctx: Ctx,
-        plan: FsResult<(Gate, A)>,
+        plan: impl FnOnce() -> FsResult<(Gate, A)>,
         respond: R,
     ) where
         T: Send + 'static,
         A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
         R: Respond<T>,
     {
-        let (gate, act) = match plan {
+        let (gate, act) = match self.admit(&ctx).and_then(|()| plan()) {
             Ok(p) => p,
             Err(e) => return respond.respond(Err(e)),
         };
@@ -168,10 +183,7 @@ impl Core {
     fn note_mutation(&self, ctx: &Ctx, op: &Op<'_>) {
         let [at, to] = op.places();
         let Some(at) = at else { return };
-        let gated = at.zone.is_some_and(|z| {
-            z.approval.write != Approval::PreApproved || z.approval.delete != Approval::PreApproved
-        });
-        if gated {
+        if at.zone.is_some_and(|z| z.gated()) {
             self.broker.note(&note(ctx, at, to));
         }
     }

@@ -28,6 +28,7 @@ pub use files::SetAttr;
 pub use gate::{RECENT_REFUSALS, RecentRefusal};
 pub use io::{CACHED_READ_BYTES, DaemonWhy, IoMode};
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io as stdio;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -131,6 +132,23 @@ pub struct Statfs {
     pub frsize: u32,
 }
 
+/// Who may use the mount beyond what the kernel already filters.
+#[derive(Debug, Clone, Default)]
+pub struct Admission {
+    /// With `--allow-uid`: only these users, the mounting user and root.
+    /// `None`: everyone the mount options let in.
+    pub only: Option<HashSet<u32>>,
+}
+
+impl Admission {
+    pub fn admits(&self, uid: u32) -> bool {
+        match &self.only {
+            None => true,
+            Some(set) => uid == 0 || set.contains(&uid),
+        }
+    }
+}
+
 /// Settings of a mount that the core needs.
 #[derive(Debug, Clone)]
 pub struct CoreOptions {
@@ -145,6 +163,8 @@ pub struct CoreOptions {
     pub passthrough: bool,
     pub owner_uid: u32,
     pub owner_gid: u32,
+    /// Who may use the mount beyond what the kernel already filters.
+    pub admission: Admission,
 }
 
 /// Errors opening a mount's zones.

@@ -33,6 +33,7 @@ impl Core {
     /// remembers the miss for the TTL instead of asking again (tar, git
     /// and compilers probe many missing names).
     pub fn lookup(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> FsResult<Entry> {
+        self.admit(ctx)?;
         let parent = self.node(parent)?;
         match self.lookup_in(ctx, &parent, name) {
             Err(e) if e.errno() == libc::ENOENT => Ok(Entry {
@@ -200,11 +201,14 @@ impl Core {
         respond: impl Respond<Entry>,
     ) {
         let name = name.to_owned();
-        let plan = self.new_name(&ctx, parent, &name, kind).map(|(gate, dir)| {
-            let act =
-                move |core: &Core| core.make_entry(&ctx.caller(), &dir, &name, |d| make(d, &name));
-            (gate, act)
-        });
+        let plan = || {
+            self.new_name(&ctx, parent, &name, kind).map(|(gate, dir)| {
+                let act = move |core: &Core| {
+                    core.make_entry(&ctx.caller(), &dir, &name, |d| make(d, &name))
+                };
+                (gate, act)
+            })
+        };
         self.request(ctx, plan, respond);
     }
 
@@ -263,13 +267,14 @@ impl Core {
         reply: impl Opening<Created>,
     ) {
         let name = name.to_owned();
-        let plan = self
-            .new_name(&ctx, parent, &name, New::Other)
-            .map(|(gate, dir)| {
-                let act =
-                    move |core: &Core| core.create_as(&ctx.caller(), &dir, &name, mode, flags);
-                (gate, act)
-            });
+        let plan = || {
+            self.new_name(&ctx, parent, &name, New::Other)
+                .map(|(gate, dir)| {
+                    let act =
+                        move |core: &Core| core.create_as(&ctx.caller(), &dir, &name, mode, flags);
+                    (gate, act)
+                })
+        };
         let core = Arc::clone(self);
         let respond = move |r: FsResult<(Entry, Arc<Node>, u64)>| {
             let r = r.map(|(entry, node, fh)| {
@@ -344,19 +349,21 @@ impl Core {
         respond: impl Respond<()>,
     ) {
         let name = name.to_owned();
-        let plan = self.removal(&ctx, parent, &name).map(|(gate, at)| {
-            let act = move |core: &Core| {
-                let _as = AsCaller::enter(&ctx.caller())?;
-                Self::zone_dir(&at)?;
-                let fd = core.reach.fd_of(&at)?;
-                let r = match dir {
-                    true => backing::rmdir(fd.as_fd(), &name),
-                    false => backing::unlink(fd.as_fd(), &name),
+        let plan = || {
+            self.removal(&ctx, parent, &name).map(|(gate, at)| {
+                let act = move |core: &Core| {
+                    let _as = AsCaller::enter(&ctx.caller())?;
+                    Self::zone_dir(&at)?;
+                    let fd = core.reach.fd_of(&at)?;
+                    let r = match dir {
+                        true => backing::rmdir(fd.as_fd(), &name),
+                        false => backing::unlink(fd.as_fd(), &name),
+                    };
+                    core.reach.in_dir(&at, fd.as_fd(), r)
                 };
-                core.reach.in_dir(&at, fd.as_fd(), r)
-            };
-            (gate, act)
-        });
+                (gate, act)
+            })
+        };
         self.request(ctx, plan, respond);
     }
 
@@ -391,14 +398,15 @@ impl Core {
         respond: impl Respond<()>,
     ) {
         let (name, newname) = (name.to_owned(), newname.to_owned());
-        let plan = self
-            .renaming(&ctx, parent, &name, newparent, &newname, flags)
-            .map(|(gate, p, np)| {
-                let act = move |core: &Core| {
-                    core.rename_as(&ctx.caller(), &p, &name, &np, &newname, flags)
-                };
-                (gate, act)
-            });
+        let plan = || {
+            self.renaming(&ctx, parent, &name, newparent, &newname, flags)
+                .map(|(gate, p, np)| {
+                    let act = move |core: &Core| {
+                        core.rename_as(&ctx.caller(), &p, &name, &np, &newname, flags)
+                    };
+                    (gate, act)
+                })
+        };
         self.request(ctx, plan, respond);
     }
 
@@ -485,12 +493,13 @@ impl Core {
         respond: impl Respond<Entry>,
     ) {
         let newname = newname.to_owned();
-        let plan = self
-            .linking(&ctx, ino, newparent, &newname)
-            .map(|(gate, node, dir)| {
-                let act = move |core: &Core| core.link_as(&ctx.caller(), &node, &dir, &newname);
-                (gate, act)
-            });
+        let plan = || {
+            self.linking(&ctx, ino, newparent, &newname)
+                .map(|(gate, node, dir)| {
+                    let act = move |core: &Core| core.link_as(&ctx.caller(), &node, &dir, &newname);
+                    (gate, act)
+                })
+        };
         self.request(ctx, plan, respond);
     }
 

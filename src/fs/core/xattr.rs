@@ -28,7 +28,8 @@ impl Core {
         Ok(Self::has_xattrs(&node).then_some(node))
     }
 
-    pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> FsResult<XattrReply> {
+    pub fn getxattr(&self, ctx: &Ctx, ino: u64, name: &OsStr, size: u32) -> FsResult<XattrReply> {
+        self.admit(ctx)?;
         let Some(node) = self.xattr_target(ino)? else {
             return Err(FsError::Os(libc::ENODATA));
         };
@@ -38,7 +39,8 @@ impl Core {
         Ok(sized(size, n, buf))
     }
 
-    pub fn listxattr(&self, ino: u64, size: u32) -> FsResult<XattrReply> {
+    pub fn listxattr(&self, ctx: &Ctx, ino: u64, size: u32) -> FsResult<XattrReply> {
+        self.admit(ctx)?;
         let Some(node) = self.xattr_target(ino)? else {
             return Ok(sized(size, 0, Vec::new()));
         };
@@ -73,20 +75,22 @@ impl Core {
         respond: impl Respond<()>,
     ) {
         let (name, value) = (name.to_owned(), value.to_vec());
-        let plan = self.metadata(&ctx, ino).map(|(gate, node)| {
-            let act = move |core: &Core| {
-                let _as = AsCaller::enter(&ctx.caller())?;
-                if !Self::has_xattrs(&node) {
-                    return Err(FsError::Os(libc::EPERM));
-                }
-                let fd = core.reach.fd_of(&node)?;
-                Ok(core
-                    .reach
-                    .procfds
-                    .setxattr(fd.as_fd(), &name, &value, flags)?)
-            };
-            (gate, act)
-        });
+        let plan = || {
+            self.metadata(&ctx, ino).map(|(gate, node)| {
+                let act = move |core: &Core| {
+                    let _as = AsCaller::enter(&ctx.caller())?;
+                    if !Self::has_xattrs(&node) {
+                        return Err(FsError::Os(libc::EPERM));
+                    }
+                    let fd = core.reach.fd_of(&node)?;
+                    Ok(core
+                        .reach
+                        .procfds
+                        .setxattr(fd.as_fd(), &name, &value, flags)?)
+                };
+                (gate, act)
+            })
+        };
         self.request(ctx, plan, respond);
     }
 
@@ -98,23 +102,26 @@ impl Core {
         respond: impl Respond<()>,
     ) {
         let name = name.to_owned();
-        let plan = self.metadata(&ctx, ino).map(|(gate, node)| {
-            let act = move |core: &Core| {
-                let _as = AsCaller::enter(&ctx.caller())?;
-                if !Self::has_xattrs(&node) {
-                    return Err(FsError::Os(libc::ENODATA));
-                }
-                let fd = core.reach.fd_of(&node)?;
-                Ok(core.reach.procfds.removexattr(fd.as_fd(), &name)?)
-            };
-            (gate, act)
-        });
+        let plan = || {
+            self.metadata(&ctx, ino).map(|(gate, node)| {
+                let act = move |core: &Core| {
+                    let _as = AsCaller::enter(&ctx.caller())?;
+                    if !Self::has_xattrs(&node) {
+                        return Err(FsError::Os(libc::ENODATA));
+                    }
+                    let fd = core.reach.fd_of(&node)?;
+                    Ok(core.reach.procfds.removexattr(fd.as_fd(), &name)?)
+                };
+                (gate, act)
+            })
+        };
         self.request(ctx, plan, respond);
     }
 
     /// `access(2)`: only the zone rules matter here; mode bits are the
     /// kernel's (default_permissions).
-    pub fn access(&self, ino: u64, mask: i32) -> FsResult<()> {
+    pub fn access(&self, ctx: &Ctx, ino: u64, mask: i32) -> FsResult<()> {
+        self.admit(ctx)?;
         if mask & libc::W_OK == 0 {
             return Ok(());
         }
