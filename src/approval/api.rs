@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::broker::Listener;
+use super::Listener;
 use super::{Approvals, Decision, Event, RequestInfo, Scope, Settings};
 use crate::audit::{Audit, Kind, Record as AuditRecord};
 use crate::config::ZoneTable;

@@ -21,13 +21,15 @@ mod records;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use broker::{Approvals, Counters, DecideError, Event, Listener, Resolution, Settings};
+pub use broker::Approvals;
 
 use crate::policy::{AskItem, Class};
 
@@ -219,4 +221,93 @@ pub fn cap_timeout_for_kernel(wanted: Duration) -> (Duration, bool) {
         read("default_request_timeout"),
         read("max_request_timeout"),
     )
+}
+
+/// A broker's settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The mountpoint (for the ledger and the hook).
+    pub mountpoint: PathBuf,
+    /// How long a request waits before it is denied.
+    pub timeout: Duration,
+    /// `--no-approvals`: every `ask` is denied at once.
+    pub no_approvals: bool,
+}
+
+/// What happened to a request, for watchers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub enum Resolution {
+    Allow {
+        scope: Scope,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        approver_uid: Option<u32>,
+    },
+    Deny {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        approver_uid: Option<u32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    Timeout,
+    Withdrawn,
+}
+
+/// What listeners hear.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A new request is waiting.
+    Requested(RequestInfo),
+    /// A request is no longer waiting.
+    Resolved { id: u64, resolution: Resolution },
+}
+
+/// Someone who hears about requests: the control socket's watchers, the
+/// Rust API's channel, the `--on-ask` hook, the prompt.
+pub trait Listener: Send + Sync + 'static {
+    fn event(&self, ev: &Event);
+    /// True once this listener's approver is gone for good. The broker then
+    /// stops asking: it denies what is pending and every later `ask` (the
+    /// Rust API's "dropping the receiver denies what is pending").
+    fn gone(&self) -> bool {
+        false
+    }
+}
+
+/// Why a decision could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    #[error("no pending request {0}: it was decided, timed out or withdrawn, or never existed")]
+    NotPending(u64),
+}
+
+/// Running totals for `status`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub requests: AtomicU64,
+    pub allowed: AtomicU64,
+    pub denied: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub withdrawn: AtomicU64,
+    pub cached_allows: AtomicU64,
+    pub cached_denials: AtomicU64,
+    pub refusals: AtomicU64,
+    pub mutations: AtomicU64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> BTreeMap<&'static str, u64> {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        BTreeMap::from([
+            ("requests", g(&self.requests)),
+            ("allowed", g(&self.allowed)),
+            ("denied", g(&self.denied)),
+            ("timeouts", g(&self.timeouts)),
+            ("withdrawn", g(&self.withdrawn)),
+            ("cached_allows", g(&self.cached_allows)),
+            ("cached_denials", g(&self.cached_denials)),
+            ("refusals", g(&self.refusals)),
+            ("mutations", g(&self.mutations)),
+        ])
+    }
 }

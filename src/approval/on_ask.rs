@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::broker::Listener;
+use super::Listener;
 use super::{Event, RequestInfo};
 
 /// How long a hook may run before it is killed.

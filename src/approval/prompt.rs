@@ -14,8 +14,8 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::mpsc;
 
-use super::broker::{Listener, Resolution};
 use super::{Approvals, Decision, Event, RequestInfo, Scope};
+use super::{Listener, Resolution};
 
 /// What a key means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,8 +1,7 @@
 //! Ledger records and display fields of requests: pure functions of a
 //! request and its outcome.
 
-use super::broker::Resolution;
-use super::{AskRequest, RequestInfo, class_name, virtual_path};
+use super::{AskRequest, RequestInfo, Resolution, class_name, virtual_path};
 use crate::audit::{self, Kind};
 
 pub(super) fn request_record(info: &RequestInfo) -> audit::Record {
