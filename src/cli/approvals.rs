@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::Failure;
-use super::columns::{ZONE_HEADER, columns};
+use super::columns::{columns, zone_table};
 use crate::approval::{Decision, RequestInfo, Scope};
 use crate::control::protocol::{Status, WatchEvent};
 use crate::control::{Client, ClientError};
@@ -280,23 +280,8 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
             secs(ttl.ro)
         ));
     }
-    let mut rows = vec![ZONE_HEADER.map(String::from)];
-    for z in &s.zones {
-        let p = &z.policy;
-        rows.push([
-            z.name.clone(),
-            z.backing.display().to_string(),
-            p.access.to_string(),
-            p.approval.write.to_string(),
-            p.approval.delete.to_string(),
-            list_or_dash(p.suffixes.as_deref()),
-            p.max_file_bytes
-                .map_or_else(|| "-".into(), |b| b.to_string()),
-            list_or_dash(Some(&p.protect)),
-        ]);
-    }
     out.push_str("zones:\n");
-    for line in columns(&rows).lines() {
+    for line in zone_table(&s.zones, list_or_dash).lines() {
         out.push_str(&format!("  {line}\n"));
     }
     out.push_str(&format!("pending: {}\n", s.pending.len()));

@@ -1,8 +1,11 @@
 //! Aligned text columns: the one table layout of the CLI's human output
-//! (`derive`, `status`, `list`, `approvals list`).
+//! (`derive`, `status`, `list`, `approvals list`), and the zone table
+//! `derive` and `status` share.
 
-/// The columns of a zone table (`derive`, `status`).
-pub(crate) const ZONE_HEADER: [&str; 8] = [
+use crate::control::protocol::ZoneStatus;
+
+/// The columns of a zone table.
+const ZONE_HEADER: [&str; 8] = [
     "ZONE",
     "BACKING",
     "MODE",
@@ -33,6 +36,35 @@ pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The zone table of `derive` and `status`: zone, backing dir, mode,
+/// write/delete policy, suffixes (as `suffixes` writes the list, or its
+/// absence), max bytes, protect.
+pub(crate) fn zone_table(
+    zones: &[ZoneStatus],
+    suffixes: impl Fn(Option<&[String]>) -> String,
+) -> String {
+    let mut rows = vec![ZONE_HEADER.map(str::to_owned)];
+    for z in zones {
+        let p = &z.policy;
+        rows.push([
+            z.name.clone(),
+            z.backing.display().to_string(),
+            p.access.to_string(),
+            p.approval.write.to_string(),
+            p.approval.delete.to_string(),
+            suffixes(p.suffixes.as_deref()),
+            p.max_file_bytes
+                .map_or_else(|| "-".to_owned(), |b| b.to_string()),
+            if p.protect.is_empty() {
+                "-".to_owned()
+            } else {
+                p.protect.join(",")
+            },
+        ]);
+    }
+    columns(&rows)
 }
 
 #[cfg(test)]

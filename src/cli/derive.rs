@@ -1,11 +1,12 @@
 //! `derive`: the effective zone table, printed without mounting.
 
-use super::columns::{ZONE_HEADER, columns};
-use super::{ConfigArgs, Failure, zone_table};
+use super::columns::zone_table;
+use super::{ConfigArgs, Failure};
 use crate::config::ZoneTable;
+use crate::control::protocol::ZoneStatus;
 
 pub(crate) fn derive(c: &ConfigArgs) -> Result<(), Failure> {
-    let table = zone_table(c)?;
+    let table = super::zone_table(c)?;
     print!("{}", render(&table));
     Ok(())
 }
@@ -22,28 +23,9 @@ pub(crate) fn render(table: &ZoneTable) -> String {
         out.push_str("(no zones: the mount is an empty root)\n");
         return out;
     }
-    let mut rows = vec![ZONE_HEADER.map(str::to_owned)];
-    for z in &table.zones {
-        let p = &z.policy;
-        rows.push([
-            z.name.clone(),
-            z.backing.display().to_string(),
-            p.access.to_string(),
-            p.approval.write.to_string(),
-            p.approval.delete.to_string(),
-            p.suffixes
-                .as_ref()
-                .map_or_else(|| "*".to_owned(), |s| s.join(",")),
-            p.max_file_bytes
-                .map_or_else(|| "-".to_owned(), |b| b.to_string()),
-            if p.protect.is_empty() {
-                "-".to_owned()
-            } else {
-                p.protect.join(",")
-            },
-        ]);
-    }
-    out.push_str(&columns(&rows));
+    let zones: Vec<ZoneStatus> = table.zones.iter().map(ZoneStatus::from).collect();
+    let every_name = |s: Option<&[String]>| s.map_or_else(|| "*".to_owned(), |s| s.join(","));
+    out.push_str(&zone_table(&zones, every_name));
     for z in table.zones.iter().filter(|z| !z.policy.hidden.is_empty()) {
         let names: Vec<String> = z
             .policy
