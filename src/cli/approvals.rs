@@ -356,4 +356,33 @@ mod tests {
             "resolved 3: allow (scope path) by uid 0"
         );
     }
+
+    #[test]
+    fn status_reads_as_before() {
+        let s: Status = serde_json::from_str(crate::control::protocol::STATUS_V1_SAMPLE)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let now = humantime::parse_rfc3339("2025-01-01T00:00:12Z").unwrap_or(SystemTime::now());
+        assert_eq!(
+            render_status(&s, now),
+            "mountpoint: /t/mnt
+daemon: pid 4141, started 2023-11-14T22:13:20Z
+config: /t/project.yaml
+control: /run/zonemount/7ee8c67d9c894c2e.sock
+audit log: /t/audit.jsonl
+approvals: asked; timeout 120 s
+file data: daemon (--no-passthrough)
+cache ttl: 30.5 s in rw zones, 180 s in ro zones
+zones:
+  ZONE   BACKING            MODE  WRITE        DELETE       SUFFIXES  MAX BYTES  PROTECT
+  data   /t/.sandbox/data   ro    preApproved  preApproved  -         -          -
+  final  /t/.sandbox/final  rw    ask          blocked      .md,.txt  1000       *.lock
+pending: 1
+  ID  AGE  ZONE   CLASS  OP      PATH         PID   UID  COMMAND
+  1   12s  final  write  create  /final/a.md  4242  0    sh -c echo hi > final/a.md
+counters: allowed 0, cached_allows 0, cached_denials 0, denied 0, mutations 0, refusals 1, requests 1, timeouts 0, withdrawn 0
+last refusals (1):
+  2025-01-01T00:00:01Z EROFS: Cannot create '/data/x': /data is read-only.
+"
+        );
+    }
 }

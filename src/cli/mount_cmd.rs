@@ -265,3 +265,61 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     drop(prompt);
     result.map_err(|e| Failure::new(1, format!("the FUSE session ended with an error: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Cmd};
+
+    fn args(extra: &[&str]) -> MountArgs {
+        let argv = ["zonemount", "mount"]
+            .iter()
+            .chain(extra)
+            .chain(&["/m"])
+            .copied();
+        match Cli::try_parse_from(argv) {
+            Ok(Cli { cmd: Cmd::Mount(m) }) => m,
+            other => panic!("not a mount command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_sessions() {
+        let s = settings(&args(&[])).unwrap_or_else(|f| panic!("{}", f.msg));
+        let d = Settings::default();
+        assert_eq!(s.ttl, d.ttl);
+        assert_eq!(s.ttl_ro(), Duration::from_secs(180));
+        assert_eq!(s.approval_timeout, d.approval_timeout);
+        assert_eq!(s.threads, d.threads);
+        assert!(s.passthrough && !s.allow_other && !s.no_approvals);
+    }
+
+    #[test]
+    fn bad_durations_are_usage_errors() {
+        for (flag, value) in [
+            ("--cache-ttl", "=-1"),
+            ("--cache-ttl", "=nan"),
+            ("--cache-ttl", "=inf"),
+            ("--cache-ttl", "=1e300"),
+            ("--approval-timeout", "=0"),
+            ("--approval-timeout", "=-5"),
+            ("--approval-timeout", "=1e300"),
+        ] {
+            let a = args(&[&format!("{flag}{value}")]);
+            match settings(&a) {
+                Err(f) => {
+                    assert_eq!(f.code, 2);
+                    assert!(f.msg.starts_with(flag), "{}", f.msg);
+                }
+                Ok(_) => panic!("{flag}{value} accepted"),
+            }
+        }
+        let a = args(&["--cache-ttl=0", "--approval-timeout=0.5", "--allow-uid=7"]);
+        let s = settings(&a).unwrap_or_else(|f| panic!("{}", f.msg));
+        assert!(s.ttl.is_zero());
+        assert_eq!(s.approval_timeout, Duration::from_millis(500));
+        assert!(s.allow_other, "--allow-uid implies --allow-other");
+    }
+}

@@ -337,9 +337,25 @@ pub fn event_json(ev: &Event) -> Value {
     WatchEvent::from(ev).to_value()
 }
 
+/// A `status` answer's object as protocol v1 daemons have sent it.
+#[cfg(test)]
+pub(crate) const STATUS_V1_SAMPLE: &str = r#"{"approval_timeout_secs":120,"audit_log":"/t/audit.jsonl","cache_ttl_secs":{"ro":180.0,"rw":30.5},"config":"/t/project.yaml","control":"/run/zonemount/7ee8c67d9c894c2e.sock","counters":{"allowed":0,"cached_allows":0,"cached_denials":0,"denied":0,"mutations":0,"refusals":1,"requests":1,"timeouts":0,"withdrawn":0},"io":{"detail":"daemon (--no-passthrough)","mode":"daemon"},"mountpoint":"/t/mnt","no_approvals":false,"owner_uid":0,"pending":[{"class":"write","cmdline":"sh -c echo hi > final/a.md","id":1,"items":[{"class":"write","path":"/final/a.md","zone":"final"}],"op":"create","path":"/final/a.md","pid":4242,"time":"2025-01-01T00:00:00Z","timeout_secs":118,"uid":0,"zone":"final"}],"pid":4141,"recent_refusals":[{"errno":"EROFS","message":"Cannot create '/data/x': /data is read-only.","path":"/data/x","reason":"/data is read-only","time":"2025-01-01T00:00:01Z"}],"sandbox_mode":"sandboxed","started":1700000000,"workers":[],"zones":[{"backing":"/t/.sandbox/data","name":"data","policy":{"access":"ro","approval":{"delete":"preApproved","write":"preApproved"},"hidden":[".ssh"],"max_file_bytes":null,"protect":[],"suffixes":null}},{"backing":"/t/.sandbox/final","name":"final","policy":{"access":"rw","approval":{"delete":"blocked","write":"ask"},"max_file_bytes":1000,"protect":["*.lock"],"suffixes":[".md",".txt"]}}]}"#;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_v1_status_reads_back_to_the_same_bytes() {
+        let status: Status =
+            serde_json::from_str(STATUS_V1_SAMPLE).unwrap_or_else(|e| panic!("not a Status: {e}"));
+        let again = serde_json::to_value(&status).map(|v| v.to_string());
+        assert_eq!(again.ok().as_deref(), Some(STATUS_V1_SAMPLE));
+        assert_eq!(
+            ok_answer(&StatusAnswer { status }).to_string(),
+            format!(r#"{{"ok":true,"status":{STATUS_V1_SAMPLE},"v":1}}"#)
+        );
+    }
 
     #[test]
     fn requests_read_back_as_written() {

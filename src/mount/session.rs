@@ -382,3 +382,20 @@ impl Background {
         joined
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ro_zones_are_cached_longer_and_threads_stay_in_range() {
+        let mut s = Settings::default();
+        assert_eq!(s.ttl_ro(), s.ttl * RO_TTL_FACTOR);
+        s.ttl = Duration::MAX;
+        assert_eq!(s.ttl_ro(), Duration::MAX, "saturates");
+        s.threads = 0;
+        assert_eq!(threads(&s), 1);
+        s.threads = 1000;
+        assert_eq!(threads(&s), MAX_THREADS);
+    }
+}
