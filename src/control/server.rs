@@ -31,15 +31,11 @@ pub enum BindError {
 }
 
 /// Bind `path` (mode 0600; a stale socket left by a dead daemon is
-/// replaced). Call before any other thread runs: the umask is narrowed
-/// around `bind` so the socket is never reachable by others.
+/// replaced) in a directory that exists. Call before any other thread
+/// runs: the umask is narrowed around `bind` so the socket is never
+/// reachable by others.
 pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> {
     let err = |e| BindError::Io(path.to_path_buf(), e);
-    if let Some(dir) = path.parent() {
-        if !dir.exists() {
-            crate::mount::private_dir(dir).map_err(err)?;
-        }
-    }
     if let Ok(m) = std::fs::symlink_metadata(path) {
         if !m.file_type().is_socket() {
             return Err(err(io::Error::new(

@@ -26,9 +26,13 @@ pub struct Control {
 }
 
 impl Control {
-    /// Bind the socket at `path`. Call while this is the only thread: see
+    /// Bind the socket at `path`, making its directory as the registry's
+    /// when missing. Call while this is the only thread: see
     /// [`control::bind`].
     pub fn bind(path: &Path) -> Result<Control, BindError> {
+        if let Some(dir) = path.parent().filter(|d| !d.exists()) {
+            registry::private_dir(dir).map_err(|e| BindError::Io(path.to_path_buf(), e))?;
+        }
         let listener = control::bind(path)?;
         Ok(Control {
             path: path.to_path_buf(),
