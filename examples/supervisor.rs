@@ -13,8 +13,9 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use zonemount::approval::{Scope, api};
+use zonemount::approval::Scope;
 use zonemount::config::{self, LoadOptions};
+use zonemount::mount::api;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();

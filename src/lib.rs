@@ -7,9 +7,13 @@
 //! - [`backing`]: fd-relative access to backing dirs; the only `unsafe`.
 //! - [`fs`]: the `fuser::Filesystem` adapter over a testable core.
 //! - [`approval`]: the broker an `ask` decision is handed to, its
-//!   approvers (prompt, hook, Rust API) and their caches.
+//!   approvers (prompt, hook, a channel for the Rust API) and their caches.
 //! - [`audit`]: the JSON Lines ledger.
-//! - [`control`]: the per-mount control socket (server and client).
+//! - [`control`]: the per-mount control socket: typed protocol, server,
+//!   client.
+//! - [`mount`]: the one composition root that builds every mount (and a
+//!   mount's defaults), the Rust API, the daemon's record, socket and
+//!   signals, the mount registry, mountinfo, unmounting.
 //! - [`error`]: the one place errors become errnos.
 //! - [`cli`]: commands, daemonizing, readiness, exit codes, `run`, `list`.
 //! - [`isolate`]: the bubblewrap command line for `run --isolate`.

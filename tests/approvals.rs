@@ -747,7 +747,8 @@ fn the_rust_api_receives_requests_and_decides_them() {
     if !fuse_ok() {
         return;
     }
-    use zonemount::approval::{Scope, api};
+    use zonemount::approval::Scope;
+    use zonemount::mount::api;
     let tmp = tempfile::tempdir().unwrap();
     let root = fs::canonicalize(tmp.path()).unwrap();
     fs::write(

@@ -8,13 +8,13 @@
 //!   requests, allow/deny caches for the rest of the mount, timeouts, and a
 //!   watcher that withdraws requests whose caller is being killed.
 //! - `caller` reads the facts about a calling process from `/proc`.
-//! - [`api`] is the Rust API for supervisors that embed the crate.
+//! - [`channel`] hands requests to a supervisor that embeds the crate.
 //! - `on_ask` and `prompt` are the `--on-ask` hook and the `--prompt` TTY.
 //! - [`DenyAll`] answers every request with a denial at once.
 
-pub mod api;
 mod broker;
 pub mod caller;
+pub mod channel;
 pub mod on_ask;
 pub mod prompt;
 mod records;

@@ -267,7 +267,7 @@ fn a_panicking_continuation_costs_only_its_request() {
 #[test]
 fn the_api_channel_hears_requests_and_its_drop_denies() {
     let b = broker(Duration::from_secs(60));
-    let requests = api::channel(&b);
+    let requests = channel::channel(&b);
     let rx = ask(&b, Class::Write, "a.md");
     let req = requests.recv_timeout(Duration::from_secs(5)).unwrap();
     assert_eq!(req.info().path, "/final/a.md");

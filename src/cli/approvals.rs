@@ -7,11 +7,13 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Failure;
-use crate::approval::{RequestInfo, Scope};
-use crate::control::{self, Client, ClientError};
+use super::columns::{columns, zone_table};
+use crate::approval::{Decision, RequestInfo, Scope};
+use crate::control::protocol::{Status, WatchEvent};
+use crate::control::{Client, ClientError};
 use crate::mount;
 
 #[derive(Debug, Args, Clone)]
@@ -87,10 +89,6 @@ fn connect(mountpoint: &Path) -> Result<Client, Failure> {
     Client::connect(&sock).map_err(failure)
 }
 
-fn call(mountpoint: &Path, req: Value) -> Result<Value, Failure> {
-    connect(mountpoint)?.call(req).map_err(failure)
-}
-
 fn print(text: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
@@ -101,13 +99,10 @@ fn print(text: &str) -> Result<(), Failure> {
 pub(crate) fn run(cmd: &ApprovalsCmd) -> Result<(), Failure> {
     match cmd {
         ApprovalsCmd::List { json, mountpoint } => {
-            let v = call(mountpoint, json!({"v": control::VERSION, "op": "list"}))?;
-            let requests = v["requests"].clone();
+            let list = connect(mountpoint)?.list().map_err(failure)?;
             if *json {
-                return print(&format!("{}\n", pretty(&requests)));
+                return print(&format!("{}\n", pretty(&list)));
             }
-            let list: Vec<RequestInfo> = serde_json::from_value(requests)
-                .map_err(|e| Failure::new(1, format!("unexpected answer from the daemon: {e}")))?;
             print(&render_list(&list, SystemTime::now()))
         }
         ApprovalsCmd::Watch { json, mountpoint } => watch(mountpoint, *json),
@@ -116,20 +111,25 @@ pub(crate) fn run(cmd: &ApprovalsCmd) -> Result<(), Failure> {
             mountpoint,
             id,
         } => {
-            let req = json!({"v": control::VERSION, "op": "decide", "id": id, "decision": "allow", "scope": scope});
-            call(mountpoint, req)?;
+            connect(mountpoint)?
+                .decide(*id, Decision::Allow(*scope))
+                .map_err(failure)?;
             print(&format!("allowed request {id} (scope {scope})\n"))
         }
         ApprovalsCmd::Deny { mountpoint, id } => {
-            let req = json!({"v": control::VERSION, "op": "decide", "id": id, "decision": "deny"});
-            call(mountpoint, req)?;
+            connect(mountpoint)?
+                .decide(*id, Decision::Deny)
+                .map_err(failure)?;
             print(&format!("denied request {id}\n"))
         }
     }
 }
 
-fn pretty(v: &Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_default()
+/// `v` as pretty JSON, keys in alphabetical order as on the wire.
+fn pretty<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_default()
 }
 
 fn age(time: &str, now: SystemTime) -> String {
@@ -168,30 +168,7 @@ pub(crate) fn render_list(list: &[RequestInfo], now: SystemTime) -> String {
             r.cmdline.clone(),
         ]);
     }
-    table(&rows)
-}
-
-fn table<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0usize; N];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i + 1 == N {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    columns(&rows)
 }
 
 fn watch(mountpoint: &Path, as_json: bool) -> Result<(), Failure> {
@@ -208,173 +185,117 @@ fn watch(mountpoint: &Path, as_json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// One watch event for people.
+/// One watch event for people; one this CLI doesn't know, as its JSON.
 pub(crate) fn render_event(ev: &Value) -> String {
-    match ev["event"].as_str() {
-        Some("request") => {
-            let r = &ev["request"];
-            let target = r["target"]
-                .as_str()
+    match serde_json::from_value::<WatchEvent>(ev.clone()) {
+        Ok(WatchEvent::Request { request: r }) => {
+            let target = r
+                .target
+                .as_deref()
                 .map(|t| format!(" -> {t}"))
                 .unwrap_or_default();
             format!(
                 "request {}: {} {}{target} ({}) by pid {} uid {}: {}",
-                r["id"],
-                r["class"].as_str().unwrap_or(""),
-                r["path"].as_str().unwrap_or(""),
-                r["op"].as_str().unwrap_or(""),
-                r["pid"],
-                r["uid"],
-                r["cmdline"].as_str().unwrap_or(""),
+                r.id, r.class, r.path, r.op, r.pid, r.uid, r.cmdline,
             )
         }
-        Some("resolved") => {
-            let mut s = format!(
-                "resolved {}: {}",
-                ev["id"],
-                ev["outcome"].as_str().unwrap_or("?")
-            );
-            if let Some(scope) = ev["scope"].as_str() {
+        Ok(WatchEvent::Resolved {
+            id,
+            outcome,
+            scope,
+            approver_uid,
+            reason,
+        }) => {
+            let mut s = format!("resolved {id}: {outcome}");
+            if let Some(scope) = scope {
                 s.push_str(&format!(" (scope {scope})"));
             }
-            if let Some(uid) = ev["approver_uid"].as_u64() {
+            if let Some(uid) = approver_uid {
                 s.push_str(&format!(" by uid {uid}"));
             }
-            if let Some(why) = ev["reason"].as_str() {
+            if let Some(why) = reason {
                 s.push_str(&format!(": {why}"));
             }
             s
         }
-        _ => ev.to_string(),
+        Ok(WatchEvent::Lagged { .. }) | Err(_) => ev.to_string(),
     }
 }
 
 pub(crate) fn status(a: &StatusArgs) -> Result<(), Failure> {
-    let v = call(
-        &a.mountpoint,
-        json!({"v": control::VERSION, "op": "status"}),
-    )?;
-    let s = &v["status"];
+    let status = connect(&a.mountpoint)?.status().map_err(failure)?;
     if a.json {
-        return print(&format!("{}\n", pretty(s)));
+        return print(&format!("{}\n", pretty(&status)));
     }
-    print(&render_status(s, SystemTime::now()))
+    print(&render_status(&status, SystemTime::now()))
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        Value::Array(a) if a.is_empty() => "-".into(),
-        Value::Array(a) => a.iter().map(text).collect::<Vec<_>>().join(","),
-        other => other.to_string(),
+/// A list joined by commas, or `-` when empty or absent.
+fn list_or_dash(items: Option<&[String]>) -> String {
+    match items {
+        Some(items) if !items.is_empty() => items.join(","),
+        _ => "-".into(),
     }
 }
 
 /// Seconds without a needless ".0".
-fn secs(v: &Value) -> String {
-    match v.as_f64() {
-        Some(f) if f.fract() == 0.0 && f < 1e15 => format!("{}", f as u64),
-        Some(f) => format!("{f}"),
-        None => "-".into(),
+fn secs(f: f64) -> String {
+    if f.fract() == 0.0 && f < 1e15 {
+        format!("{}", f as u64)
+    } else {
+        format!("{f}")
     }
 }
 
 /// `status` for people.
-pub(crate) fn render_status(s: &Value, now: SystemTime) -> String {
-    let started = s["started"]
-        .as_u64()
-        .map(|t| {
-            humantime::format_rfc3339_seconds(
-                SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(t),
-            )
-            .to_string()
-        })
-        .unwrap_or_default();
-    let approvals = if s["no_approvals"] == true {
+pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
+    let started = humantime::format_rfc3339_seconds(
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s.started),
+    );
+    let approvals = if s.no_approvals {
         "off (--no-approvals: every ask is denied)".to_string()
     } else {
-        format!("asked; timeout {} s", text(&s["approval_timeout_secs"]))
+        format!("asked; timeout {} s", s.approval_timeout_secs)
     };
     let mut out = format!(
         "mountpoint: {}\ndaemon: pid {}, started {started}\nconfig: {}\ncontrol: {}\naudit log: {}\napprovals: {approvals}\n",
-        text(&s["mountpoint"]),
-        text(&s["pid"]),
-        match &s["config"] {
-            Value::Null => "embedded default".to_string(),
-            v => text(v),
-        },
-        text(&s["control"]),
-        match &s["audit_log"] {
-            Value::Null => "none".to_string(),
-            v => text(v),
-        },
+        s.mountpoint.display(),
+        s.pid,
+        s.config.as_ref().map_or_else(
+            || "embedded default".to_string(),
+            |c| c.display().to_string()
+        ),
+        s.control.display(),
+        s.audit_log
+            .as_ref()
+            .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
     );
-    if !s["io"].is_null() {
-        out.push_str(&format!("file data: {}\n", text(&s["io"]["detail"])));
+    if let Some(io) = &s.io {
+        out.push_str(&format!("file data: {}\n", io.detail));
     }
-    if !s["cache_ttl_secs"].is_null() {
+    if let Some(ttl) = &s.cache_ttl_secs {
         out.push_str(&format!(
             "cache ttl: {} s in rw zones, {} s in ro zones\n",
-            secs(&s["cache_ttl_secs"]["rw"]),
-            secs(&s["cache_ttl_secs"]["ro"])
+            secs(ttl.rw),
+            secs(ttl.ro)
         ));
     }
-    let mut rows = vec![
-        [
-            "ZONE",
-            "BACKING",
-            "MODE",
-            "WRITE",
-            "DELETE",
-            "SUFFIXES",
-            "MAX BYTES",
-            "PROTECT",
-        ]
-        .map(String::from),
-    ];
-    for z in s["zones"].as_array().into_iter().flatten() {
-        let p = &z["policy"];
-        rows.push([
-            text(&z["name"]),
-            text(&z["backing"]),
-            text(&p["access"]),
-            text(&p["approval"]["write"]),
-            text(&p["approval"]["delete"]),
-            text(&p["suffixes"]),
-            text(&p["max_file_bytes"]),
-            text(&p["protect"]),
-        ]);
-    }
     out.push_str("zones:\n");
-    for line in table(&rows).lines() {
+    for line in zone_table(&s.zones, list_or_dash).lines() {
         out.push_str(&format!("  {line}\n"));
     }
-    let pending: Vec<RequestInfo> =
-        serde_json::from_value(s["pending"].clone()).unwrap_or_default();
-    out.push_str(&format!("pending: {}\n", pending.len()));
-    if !pending.is_empty() {
-        for line in render_list(&pending, now).lines() {
+    out.push_str(&format!("pending: {}\n", s.pending.len()));
+    if !s.pending.is_empty() {
+        for line in render_list(&s.pending, now).lines() {
             out.push_str(&format!("  {line}\n"));
         }
     }
-    let counters: Vec<String> = s["counters"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
+    let counters: Vec<String> = s.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
     out.push_str(&format!("counters: {}\n", counters.join(", ")));
-    let refusals = s["recent_refusals"].as_array().cloned().unwrap_or_default();
-    if !refusals.is_empty() {
-        out.push_str(&format!("last refusals ({}):\n", refusals.len()));
-        for r in refusals.iter().rev().take(10) {
-            out.push_str(&format!(
-                "  {} {}: {}\n",
-                r["time"].as_str().unwrap_or("?"),
-                r["errno"].as_str().unwrap_or("?"),
-                r["message"].as_str().unwrap_or("?")
-            ));
+    if !s.recent_refusals.is_empty() {
+        out.push_str(&format!("last refusals ({}):\n", s.recent_refusals.len()));
+        for r in s.recent_refusals.iter().rev().take(10) {
+            out.push_str(&format!("  {} {}: {}\n", r.time, r.errno, r.message));
         }
     }
     out
@@ -418,12 +339,12 @@ mod tests {
 
     #[test]
     fn events_read_as_sentences() {
-        let ev = control::event_json(&crate::approval::Event::Requested(req(3)));
+        let ev = crate::control::event_json(&crate::approval::Event::Requested(req(3)));
         assert_eq!(
             render_event(&ev),
             "request 3: write /final/report.md (create) by pid 4242 uid 1000: sh -c echo hi > final/report.md"
         );
-        let done = control::event_json(&crate::approval::Event::Resolved {
+        let done = crate::control::event_json(&crate::approval::Event::Resolved {
             id: 3,
             resolution: crate::approval::Resolution::Allow {
                 scope: Scope::Path,
@@ -433,6 +354,35 @@ mod tests {
         assert_eq!(
             render_event(&done),
             "resolved 3: allow (scope path) by uid 0"
+        );
+    }
+
+    #[test]
+    fn status_reads_as_before() {
+        let s: Status = serde_json::from_str(crate::control::protocol::STATUS_V1_SAMPLE)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let now = humantime::parse_rfc3339("2025-01-01T00:00:12Z").unwrap_or(SystemTime::now());
+        assert_eq!(
+            render_status(&s, now),
+            "mountpoint: /t/mnt
+daemon: pid 4141, started 2023-11-14T22:13:20Z
+config: /t/project.yaml
+control: /run/zonemount/7ee8c67d9c894c2e.sock
+audit log: /t/audit.jsonl
+approvals: asked; timeout 120 s
+file data: daemon (--no-passthrough)
+cache ttl: 30.5 s in rw zones, 180 s in ro zones
+zones:
+  ZONE   BACKING            MODE  WRITE        DELETE       SUFFIXES  MAX BYTES  PROTECT
+  data   /t/.sandbox/data   ro    preApproved  preApproved  -         -          -
+  final  /t/.sandbox/final  rw    ask          blocked      .md,.txt  1000       *.lock
+pending: 1
+  ID  AGE  ZONE   CLASS  OP      PATH         PID   UID  COMMAND
+  1   12s  final  write  create  /final/a.md  4242  0    sh -c echo hi > final/a.md
+counters: allowed 0, cached_allows 0, cached_denials 0, denied 0, mutations 0, refusals 1, requests 1, timeouts 0, withdrawn 0
+last refusals (1):
+  2025-01-01T00:00:01Z EROFS: Cannot create '/data/x': /data is read-only.
+"
         );
     }
 }

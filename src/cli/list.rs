@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::Failure;
+use super::columns::columns;
 use crate::mount::{self, FSTYPE, MountEntry, Record, Unmounted};
 
 /// One row of `zonemount list`.
@@ -118,20 +119,6 @@ fn pending_requests(mountpoint: &Path) -> Option<u64> {
     super::mount_cmd::pending_count(mountpoint)
 }
 
-/// Every record in the registry (this user's runtime directory).
-fn records() -> Vec<Record> {
-    let dir = mount::runtime_dir().join("mounts");
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| std::fs::read(e.path()).ok())
-        .filter_map(|data| serde_json::from_slice(&data).ok())
-        .collect()
-}
-
 /// Whether `pid` is a live (not zombie) zonemount process: a pid reused by
 /// something else does not count.
 fn daemon_alive(pid: u32) -> bool {
@@ -162,7 +149,7 @@ fn current() -> Vec<MountStatus> {
         daemon_alive: &daemon_alive,
         not_connected: &not_connected,
     };
-    gather(&mount::mounts(), &records(), &probe)
+    gather(&mount::mounts(), &mount::records(), &probe)
 }
 
 fn show_list(v: &[PathBuf]) -> String {
@@ -212,23 +199,7 @@ pub(crate) fn render(rows: &[MountStatus]) -> String {
             },
         ]);
     }
-    let mut widths = [0usize; 7];
-    for row in &table {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in &table {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
+    columns(&table)
 }
 
 pub(crate) fn list(json: bool) -> Result<(), Failure> {

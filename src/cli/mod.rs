@@ -8,6 +8,8 @@
 
 mod approvals;
 mod check;
+mod columns;
+mod derive;
 mod list;
 mod mount_cmd;
 mod run;
@@ -18,7 +20,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, LoadOptions, ZoneTable};
-use crate::mount;
+use crate::mount::{self, session};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -109,7 +111,7 @@ pub(crate) struct MountArgs {
     #[arg(long, value_name = "SOCK")]
     pub(crate) control: Option<PathBuf>,
     /// Seconds a request waits for a decision before it is denied.
-    #[arg(long, value_name = "SECS", default_value_t = 300.0)]
+    #[arg(long, value_name = "SECS", default_value_t = session::DEFAULT_APPROVAL_TIMEOUT.as_secs_f64())]
     pub(crate) approval_timeout: f64,
     /// Run CMD (no shell) whenever a request starts waiting; the request
     /// is in its environment (ZONEMOUNT_ID, ZONEMOUNT_PATH, ...) and on
@@ -120,14 +122,14 @@ pub(crate) struct MountArgs {
     /// attributes of rw zones; ro zones get 6 times as long. A change made
     /// on the host side shows through the mount after at most this long
     /// (0: at once, at the cost of a round trip per lookup).
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    #[arg(long, value_name = "SECS", default_value_t = session::DEFAULT_CACHE_TTL.as_secs_f64())]
     pub(crate) cache_ttl: f64,
     /// Move file data through the daemon even where kernel passthrough
     /// (Linux 6.9, CAP_SYS_ADMIN) could bypass it.
     #[arg(long)]
     pub(crate) no_passthrough: bool,
     /// FUSE threads serving requests.
-    #[arg(long, value_name = "N", default_value_t = 4, hide = true)]
+    #[arg(long, value_name = "N", default_value_t = session::DEFAULT_THREADS, hide = true)]
     pub(crate) threads: usize,
     /// Internal: report readiness on stdout (used by the detaching parent).
     #[arg(long, hide = true)]
@@ -181,7 +183,7 @@ pub fn run() -> ExitCode {
             Err(f) => Err(f),
         },
         Cmd::List { json } => list::list(json),
-        Cmd::Derive(c) => derive(&c),
+        Cmd::Derive(c) => derive::derive(&c),
         Cmd::Status(a) => approvals::status(&a),
         Cmd::Approvals(c) => approvals::run(&c),
         Cmd::Check(a) => match check::check(&a) {
@@ -226,10 +228,4 @@ pub(crate) fn zone_table_in(c: &ConfigArgs, cwd: &std::path::Path) -> Result<Zon
         table = config::derive(&table, &decl)?;
     }
     Ok(table)
-}
-
-fn derive(c: &ConfigArgs) -> Result<(), Failure> {
-    let table = zone_table(c)?;
-    print!("{}", table.render());
-    Ok(())
 }

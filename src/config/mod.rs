@@ -23,7 +23,7 @@ mod yaml;
 #[cfg(test)]
 mod tests;
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::fs;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -48,7 +48,7 @@ sandbox:
 /// Config files are small; anything bigger is a mistake (or `/dev/zero`).
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxMode {
     /// Zones live under `<config dir>/<root>/<path>`, created on mount.
@@ -58,7 +58,9 @@ pub enum SandboxMode {
 }
 
 /// Ro < Rw, so "stricter of two" is `min`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     Ro,
@@ -67,7 +69,9 @@ pub enum Access {
 
 /// PreApproved < Ask < Blocked, so "stricter of two" is `max`.
 /// YAML spellings: preApproved | ask | blocked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum Approval {
     PreApproved,
@@ -75,7 +79,7 @@ pub enum Approval {
     Blocked,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ApprovalPolicy {
     pub write: Approval,
     pub delete: Approval,
@@ -409,84 +413,5 @@ pub fn prepare_backing(table: &ZoneTable) -> Result<(), ConfigError> {
 impl ZoneTable {
     pub fn zone(&self, name: &str) -> Option<&Zone> {
         self.zones.iter().find(|z| z.name == name)
-    }
-
-    /// Human-readable table for `zonemount derive`: zone, backing dir, mode,
-    /// write/delete policy, suffixes, max bytes, protect.
-    pub fn render(&self) -> String {
-        let source = self.source.as_ref().map_or_else(
-            || "embedded default".to_owned(),
-            |p| p.display().to_string(),
-        );
-        let mut out = format!("config: {source}\nmode: {}\n", self.mode);
-        if self.zones.is_empty() {
-            out.push_str("(no zones: the mount is an empty root)\n");
-            return out;
-        }
-        let header = [
-            "ZONE",
-            "BACKING",
-            "MODE",
-            "WRITE",
-            "DELETE",
-            "SUFFIXES",
-            "MAX BYTES",
-            "PROTECT",
-        ]
-        .map(str::to_owned);
-        let mut rows = vec![header];
-        for z in &self.zones {
-            let p = &z.policy;
-            rows.push([
-                z.name.clone(),
-                z.backing.display().to_string(),
-                p.access.to_string(),
-                p.approval.write.to_string(),
-                p.approval.delete.to_string(),
-                p.suffixes
-                    .as_ref()
-                    .map_or_else(|| "*".to_owned(), |s| s.join(",")),
-                p.max_file_bytes
-                    .map_or_else(|| "-".to_owned(), |b| b.to_string()),
-                if p.protect.is_empty() {
-                    "-".to_owned()
-                } else {
-                    p.protect.join(",")
-                },
-            ]);
-        }
-        let mut widths = [0usize; 8];
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        for row in &rows {
-            let mut line = String::new();
-            for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
-                if i + 1 == row.len() {
-                    line.push_str(cell);
-                } else {
-                    let _ = write!(line, "{cell:<w$}  ");
-                }
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-        for z in self.zones.iter().filter(|z| !z.policy.hidden.is_empty()) {
-            let names: Vec<String> = z
-                .policy
-                .hidden
-                .iter()
-                .map(|h| h.display().to_string())
-                .collect();
-            let _ = writeln!(
-                out,
-                "hidden in {} (sensitive roots): {}",
-                z.name,
-                names.join(", ")
-            );
-        }
-        out
     }
 }

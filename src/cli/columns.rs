@@ -1,0 +1,82 @@
+//! Aligned text columns: the one table layout of the CLI's human output
+//! (`derive`, `status`, `list`, `approvals list`), and the zone table
+//! `derive` and `status` share.
+
+use crate::control::protocol::ZoneStatus;
+
+/// The columns of a zone table.
+const ZONE_HEADER: [&str; 8] = [
+    "ZONE",
+    "BACKING",
+    "MODE",
+    "WRITE",
+    "DELETE",
+    "SUFFIXES",
+    "MAX BYTES",
+    "PROTECT",
+];
+
+/// `rows` as lines: each cell padded to its column's width, two spaces
+/// between columns, no trailing blanks.
+pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The zone table of `derive` and `status`: zone, backing dir, mode,
+/// write/delete policy, suffixes (as `suffixes` writes the list, or its
+/// absence), max bytes, protect.
+pub(crate) fn zone_table(
+    zones: &[ZoneStatus],
+    suffixes: impl Fn(Option<&[String]>) -> String,
+) -> String {
+    let mut rows = vec![ZONE_HEADER.map(str::to_owned)];
+    for z in zones {
+        let p = &z.policy;
+        rows.push([
+            z.name.clone(),
+            z.backing.display().to_string(),
+            p.access.to_string(),
+            p.approval.write.to_string(),
+            p.approval.delete.to_string(),
+            suffixes(p.suffixes.as_deref()),
+            p.max_file_bytes
+                .map_or_else(|| "-".to_owned(), |b| b.to_string()),
+            if p.protect.is_empty() {
+                "-".to_owned()
+            } else {
+                p.protect.join(",")
+            },
+        ]);
+    }
+    columns(&rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_align_and_lines_end_clean() {
+        let rows = [
+            ["A".to_string(), "BB".into(), "C".into()],
+            ["aaa".into(), "b".into(), String::new()],
+        ];
+        assert_eq!(columns(&rows), "A    BB  C\naaa  b\n");
+    }
+}

@@ -1,0 +1,115 @@
+//! `derive`: the effective zone table, printed without mounting.
+
+use super::columns::zone_table;
+use super::{ConfigArgs, Failure};
+use crate::config::ZoneTable;
+use crate::control::protocol::ZoneStatus;
+
+pub(crate) fn derive(c: &ConfigArgs) -> Result<(), Failure> {
+    let table = super::zone_table(c)?;
+    print!("{}", render(&table));
+    Ok(())
+}
+
+/// The table for people: zone, backing dir, mode, write/delete policy,
+/// suffixes, max bytes, protect; then what each zone hides.
+pub(crate) fn render(table: &ZoneTable) -> String {
+    let source = table.source.as_ref().map_or_else(
+        || "embedded default".to_owned(),
+        |p| p.display().to_string(),
+    );
+    let mut out = format!("config: {source}\nmode: {}\n", table.mode);
+    if table.zones.is_empty() {
+        out.push_str("(no zones: the mount is an empty root)\n");
+        return out;
+    }
+    let zones: Vec<ZoneStatus> = table.zones.iter().map(ZoneStatus::from).collect();
+    let every_name = |s: Option<&[String]>| s.map_or_else(|| "*".to_owned(), |s| s.join(","));
+    out.push_str(&zone_table(&zones, every_name));
+    for z in table.zones.iter().filter(|z| !z.policy.hidden.is_empty()) {
+        let names: Vec<String> = z
+            .policy
+            .hidden
+            .iter()
+            .map(|h| h.display().to_string())
+            .collect();
+        out.push_str(&format!(
+            "hidden in {} (sensitive roots): {}\n",
+            z.name,
+            names.join(", ")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::config::{Access, Approval, ApprovalPolicy, SandboxMode, Zone, ZonePolicy};
+
+    fn zone(name: &str, access: Access) -> Zone {
+        Zone {
+            name: name.into(),
+            backing: PathBuf::from(format!("/b/{name}")),
+            policy: ZonePolicy {
+                access,
+                approval: ApprovalPolicy::default(),
+                suffixes: None,
+                max_file_bytes: None,
+                protect: Vec::new(),
+                hidden: Vec::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn every_column_shows() {
+        let mut fin = zone("final", Access::Rw);
+        fin.policy.approval = ApprovalPolicy {
+            write: Approval::Ask,
+            delete: Approval::Blocked,
+        };
+        fin.policy.suffixes = Some(vec![".md".into(), ".pdf".into()]);
+        fin.policy.max_file_bytes = Some(10_000_000);
+        fin.policy.protect = vec![".git".into(), "/docs/final".into()];
+        let t = ZoneTable {
+            mode: SandboxMode::Sandboxed,
+            zones: vec![fin, zone("data", Access::Ro)],
+            source: Some("/p/project.yaml".into()),
+        };
+        assert_eq!(
+            render(&t),
+            "config: /p/project.yaml\nmode: sandboxed\n\
+             ZONE   BACKING   MODE  WRITE        DELETE       SUFFIXES  MAX BYTES  PROTECT\n\
+             final  /b/final  rw    ask          blocked      .md,.pdf  10000000   .git,/docs/final\n\
+             data   /b/data   ro    preApproved  preApproved  *         -          -\n"
+        );
+    }
+
+    #[test]
+    fn hidden_roots_and_empty_tables_are_said() {
+        let mut z = zone("z", Access::Rw);
+        z.policy.hidden = vec![".ssh".into(), ".aws".into()];
+        let t = ZoneTable {
+            mode: SandboxMode::Direct,
+            zones: vec![z],
+            source: None,
+        };
+        let out = render(&t);
+        assert!(
+            out.starts_with("config: embedded default\nmode: direct\n"),
+            "{out}"
+        );
+        assert!(
+            out.ends_with("hidden in z (sensitive roots): .ssh, .aws\n"),
+            "{out}"
+        );
+        let empty = ZoneTable {
+            zones: Vec::new(),
+            ..t
+        };
+        assert!(render(&empty).contains("(no zones: the mount is an empty root)"));
+    }
+}

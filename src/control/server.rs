@@ -1,0 +1,307 @@
+//! The control socket's server: bound once per mount (mode 0600), served
+//! on tokio inside the daemon. It admits the mount's owner and root
+//! (SO_PEERCRED), answers list, decide, status and deny_pending, and
+//! streams events to watchers. The messages are in [`super::protocol`].
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream as StdStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::broadcast;
+
+use super::protocol::{
+    Denied, Done, Listed, Request, Status, StatusAnswer, WatchEvent, check_version, event_json,
+    fail_answer as fail, ok_answer,
+};
+use crate::approval::{Approvals, Event, Listener};
+
+/// Why the socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("control socket {0} is in use by a live daemon: choose another --control path")]
+    InUse(PathBuf),
+    #[error("cannot create the control socket {0}: {1}")]
+    Io(PathBuf, io::Error),
+}
+
+/// Bind `path` (mode 0600; a stale socket left by a dead daemon is
+/// replaced) in a directory that exists. Call before any other thread
+/// runs: the umask is narrowed around `bind` so the socket is never
+/// reachable by others.
+pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> {
+    let err = |e| BindError::Io(path.to_path_buf(), e);
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if !m.file_type().is_socket() {
+            return Err(err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is in the way",
+            )));
+        }
+        if StdStream::connect(path).is_ok() {
+            return Err(BindError::InUse(path.to_path_buf()));
+        }
+        std::fs::remove_file(path).map_err(err)?;
+    }
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    rustix::process::umask(old);
+    let l = bound.map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    l.set_nonblocking(true).map_err(err)?;
+    Ok(l)
+}
+
+/// Makes the answer to `status`, afresh each time.
+pub type StatusFn = Box<dyn Fn() -> Status + Send + Sync>;
+
+/// What the server needs.
+pub struct Server {
+    approvals: Approvals,
+    owner_uid: u32,
+    /// The daemon's status: its settings, the broker's pending requests
+    /// and counters, what the filesystem core knows.
+    status: StatusFn,
+    events: broadcast::Sender<Event>,
+}
+
+struct Bridge(broadcast::Sender<Event>);
+
+impl Listener for Bridge {
+    fn event(&self, ev: &Event) {
+        // No watcher connected is fine.
+        let _ = self.0.send(ev.clone());
+    }
+}
+
+impl Server {
+    pub fn new(approvals: Approvals, owner_uid: u32, status: StatusFn) -> Arc<Server> {
+        let (tx, _) = broadcast::channel(1024);
+        approvals.subscribe(Arc::new(Bridge(tx.clone())));
+        Arc::new(Server {
+            approvals,
+            owner_uid,
+            status,
+            events: tx,
+        })
+    }
+
+    /// Whether a peer with `uid` may list and decide.
+    pub fn admits(&self, uid: u32) -> bool {
+        uid == self.owner_uid || uid == 0
+    }
+}
+
+/// Serve connections until the runtime is shut down.
+pub async fn serve(listener: std::os::unix::net::UnixListener, srv: Arc<Server>) {
+    let listener = match UnixListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("control socket: {e}");
+            return;
+        }
+    };
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let srv = srv.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = connection(stream, srv).await {
+                        tracing::debug!("control connection ended: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!("control socket accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn send(w: &mut tokio::net::unix::OwnedWriteHalf, v: &Value) -> io::Result<()> {
+    let mut line = serde_json::to_vec(v).map_err(io::Error::other)?;
+    line.push(b'\n');
+    w.write_all(&line).await
+}
+
+async fn connection(stream: UnixStream, srv: Arc<Server>) -> io::Result<()> {
+    let uid = stream.peer_cred()?.uid();
+    let (r, mut w) = stream.into_split();
+    if !srv.admits(uid) {
+        tracing::warn!(uid, "control socket: refused a peer");
+        let msg = format!(
+            "permission denied: uid {uid} may not use this mount's control socket (only uid {} and root may)",
+            srv.owner_uid
+        );
+        return send(&mut w, &fail(msg)).await;
+    }
+    let mut lines = AsyncBufReader::new(r).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let req: Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(e) => {
+                send(&mut w, &fail(format!("not a JSON object: {e}"))).await?;
+                continue;
+            }
+        };
+        if let Err(e) = check_version(&req) {
+            send(&mut w, &fail(e)).await?;
+            continue;
+        }
+        if req["op"] == "watch" {
+            return watch(&srv, &mut lines, &mut w).await;
+        }
+        let answer = handle(&srv, &req, uid);
+        send(&mut w, &answer).await?;
+    }
+    Ok(())
+}
+
+/// Answer one non-streaming request.
+pub fn handle(srv: &Server, req: &Value, uid: u32) -> Value {
+    let req = match Request::from_value(req) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    match req {
+        Request::List => ok_answer(&Listed {
+            requests: srv.approvals.pending(),
+        }),
+        Request::Status => ok_answer(&StatusAnswer {
+            status: (srv.status)(),
+        }),
+        Request::DenyPending => {
+            let n = srv.approvals.deny_pending("the mount is being unmounted");
+            ok_answer(&Denied { denied: n as u64 })
+        }
+        Request::Decide { id, decision } => match srv.approvals.decide(id, decision, uid) {
+            Ok(()) => ok_answer(&Done {}),
+            Err(e) => fail(e.to_string()),
+        },
+        // A watch streams: the connection handles it before it gets here.
+        Request::Watch => fail("watch is a stream: send it as the first request of a connection"),
+    }
+}
+
+async fn watch(
+    srv: &Server,
+    lines: &mut tokio::io::Lines<AsyncBufReader<tokio::net::unix::OwnedReadHalf>>,
+    w: &mut tokio::net::unix::OwnedWriteHalf,
+) -> io::Result<()> {
+    // Subscribe before the snapshot: an event in between shows twice
+    // rather than never.
+    let mut rx = srv.events.subscribe();
+    send(w, &ok_answer(&Done {})).await?;
+    for info in srv.approvals.pending() {
+        send(w, &event_json(&Event::Requested(info))).await?;
+    }
+    loop {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Ok(ev) => send(w, &event_json(&ev)).await?,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    send(w, &WatchEvent::Lagged { missed: n }.to_value()).await?;
+                }
+                Err(broadcast::error::RecvError::Closed) => return Ok(()),
+            },
+            line = lines.next_line() => {
+                // The client closed: watching ends. Anything it says is ignored.
+                if line?.is_none() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::approval::Settings;
+    use crate::config::SandboxMode;
+
+    fn server() -> Arc<Server> {
+        let a = Approvals::new(
+            Settings {
+                mountpoint: "/m".into(),
+                timeout: Duration::from_secs(5),
+                no_approvals: false,
+            },
+            None,
+        );
+        let broker = a.clone();
+        let status = move || Status {
+            mountpoint: "/m".into(),
+            pid: 1,
+            started: 0,
+            config: None,
+            workers: Vec::new(),
+            control: "/m.sock".into(),
+            audit_log: None,
+            approval_timeout_secs: 5,
+            no_approvals: false,
+            owner_uid: 1000,
+            sandbox_mode: SandboxMode::Direct,
+            zones: Vec::new(),
+            pending: broker.pending(),
+            counters: broker
+                .counters()
+                .snapshot()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            io: None,
+            cache_ttl_secs: None,
+            recent_refusals: Vec::new(),
+        };
+        Server::new(a, 1000, Box::new(status))
+    }
+
+    #[test]
+    fn only_the_owner_and_root_are_admitted() {
+        let s = server();
+        assert!(s.admits(1000));
+        assert!(s.admits(0));
+        assert!(!s.admits(65534));
+    }
+
+    #[test]
+    fn bad_requests_get_clear_errors() {
+        let s = server();
+        let e = handle(
+            &s,
+            &json!({"v":1,"op":"decide","id":99,"decision":"allow"}),
+            0,
+        );
+        assert_eq!(e["ok"], false);
+        assert!(
+            e["error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("no pending request 99")
+        );
+        let e = handle(
+            &s,
+            &json!({"v":1,"op":"decide","id":1,"decision":"allow","scope":"galaxy"}),
+            0,
+        );
+        assert!(e["error"].as_str().unwrap_or("").contains("unknown scope"));
+        let e = handle(&s, &json!({"v":1,"op":"frobnicate"}), 0);
+        assert!(e["error"].as_str().unwrap_or("").contains("unknown op"));
+        let st = handle(&s, &json!({"v":1,"op":"status"}), 0);
+        assert_eq!(st["status"]["mountpoint"], "/m");
+        assert_eq!(st["status"]["pending"], json!([]));
+        assert_eq!(st["status"]["counters"]["requests"], 0);
+    }
+}

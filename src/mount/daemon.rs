@@ -1,0 +1,244 @@
+//! What the `zonemount mount` daemon adds around a [`Session`]: its record
+//! in the registry, its control socket answering with the mount's
+//! [`Status`], and unmount on SIGTERM, SIGINT and SIGHUP. The readiness
+//! line, the prompt and the arguments stay with the CLI.
+//!
+//! Order matters: [`Control::bind`] runs while the process has one thread
+//! (it narrows the umask around `bind`), before [`super::session::build`]
+//! starts the broker's.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::registry::{self, Record};
+use super::session::{Session, Stopper};
+use crate::config::ZoneTable;
+use crate::control::protocol::{CacheTtls, IoStatus, RecentRefusalInfo, Status, ZoneStatus};
+use crate::control::{self, BindError, StatusFn};
+
+/// The daemon's control socket, bound; the socket file goes when this is
+/// dropped.
+#[derive(Debug)]
+pub struct Control {
+    path: PathBuf,
+    listener: std::os::unix::net::UnixListener,
+}
+
+impl Control {
+    /// Bind the socket at `path`, making its directory as the registry's
+    /// when missing. Call while this is the only thread: see
+    /// [`control::bind`].
+    pub fn bind(path: &Path) -> Result<Control, BindError> {
+        if let Some(dir) = path.parent().filter(|d| !d.exists()) {
+            registry::private_dir(dir).map_err(|e| BindError::Io(path.to_path_buf(), e))?;
+        }
+        let listener = control::bind(path)?;
+        Ok(Control {
+            path: path.to_path_buf(),
+            listener,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Where the mount came from, for its record: the files as given
+/// (absolute), and the switch that changes what zones hide.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub config: Option<PathBuf>,
+    pub workers: Vec<PathBuf>,
+    pub allow_sensitive_roots: bool,
+}
+
+/// Why the daemon could not start serving.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("cannot start the control runtime: {0}")]
+    Runtime(io::Error),
+    #[error("control socket: {0}")]
+    Control(io::Error),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(io::Error),
+}
+
+/// A mounted session with its record written, its control socket served
+/// and its signals handled; [`Daemon::run`] serves the filesystem.
+pub struct Daemon {
+    session: Session,
+    control: Control,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Daemon {
+    /// Write the record, serve the control socket, handle signals.
+    pub fn start(
+        session: Session,
+        table: &ZoneTable,
+        control: Control,
+        origin: Origin,
+    ) -> Result<Daemon, DaemonError> {
+        let record = Record {
+            mountpoint: session.mountpoint().to_path_buf(),
+            pid: std::process::id(),
+            config: origin.config,
+            workers: origin.workers,
+            started: registry::now_secs(),
+            zones: table.zones.iter().map(|z| z.name.clone()).collect(),
+            control: Some(control.path().to_path_buf()),
+            cwd: std::env::current_dir().ok(),
+            allow_sensitive_roots: origin.allow_sensitive_roots,
+        };
+        if let Err(e) = registry::write_record(&record) {
+            tracing::warn!("cannot write the mount record: {e}");
+        }
+        let started = serve_control(&session, table, &record, &control)
+            .and_then(|runtime| unmount_on_signals(session.stopper()).map(|()| runtime));
+        match started {
+            Ok(runtime) => Ok(Daemon {
+                session,
+                control,
+                runtime,
+            }),
+            Err(e) => {
+                registry::remove_record(&record.mountpoint);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn broker(&self) -> &crate::approval::Approvals {
+        self.session.broker()
+    }
+
+    /// Serve until the mount goes away, then remove the record and the
+    /// socket. Runs in `/`, so the daemon keeps no directory busy.
+    pub fn run(self) -> io::Result<()> {
+        let _ = std::env::set_current_dir("/");
+        let mountpoint = self.session.mountpoint().to_path_buf();
+        let result = self.session.run();
+        registry::remove_record(&mountpoint);
+        drop(self.control);
+        self.runtime.shutdown_timeout(Duration::from_secs(1));
+        result
+    }
+}
+
+/// Serve the control socket on a runtime of its own (one thread).
+fn serve_control(
+    session: &Session,
+    table: &ZoneTable,
+    record: &Record,
+    control: &Control,
+) -> Result<tokio::runtime::Runtime, DaemonError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("zm-control")
+        .enable_all()
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let owner_uid = rustix::process::geteuid().as_raw();
+    let server = control::Server::new(
+        session.broker().clone(),
+        owner_uid,
+        status_fn(session, table, record, control.path(), owner_uid),
+    );
+    let listener = control.listener.try_clone().map_err(DaemonError::Control)?;
+    runtime.spawn(control::serve(listener, server));
+    Ok(runtime)
+}
+
+/// The mount's status, read afresh on each call: the fixed facts, the
+/// broker's pending requests and counters, and what the filesystem core
+/// knows (how file data moves, the cache TTLs, the last refusals).
+fn status_fn(
+    session: &Session,
+    table: &ZoneTable,
+    record: &Record,
+    control: &Path,
+    owner_uid: u32,
+) -> StatusFn {
+    let broker = session.broker().clone();
+    let core = session.core().clone();
+    let fixed = Status {
+        mountpoint: record.mountpoint.clone(),
+        pid: record.pid,
+        started: record.started,
+        config: record.config.clone(),
+        workers: record.workers.clone(),
+        control: control.to_path_buf(),
+        audit_log: session.audit().map(|a| a.path().to_path_buf()),
+        approval_timeout_secs: broker.settings().timeout.as_secs(),
+        no_approvals: broker.settings().no_approvals,
+        owner_uid,
+        sandbox_mode: table.mode,
+        zones: table.zones.iter().map(ZoneStatus::from).collect(),
+        pending: Vec::new(),
+        counters: Default::default(),
+        io: None,
+        cache_ttl_secs: None,
+        recent_refusals: Vec::new(),
+    };
+    Box::new(move || {
+        let io = core.io_mode();
+        let (rw, ro) = core.ttls();
+        Status {
+            pending: broker.pending(),
+            counters: broker
+                .counters()
+                .snapshot()
+                .into_iter()
+                .map(|(name, n)| (name.to_string(), n))
+                .collect(),
+            io: Some(IoStatus {
+                mode: io.name().to_string(),
+                detail: io.describe().to_string(),
+            }),
+            cache_ttl_secs: Some(CacheTtls {
+                rw: rw.as_secs_f64(),
+                ro: ro.as_secs_f64(),
+            }),
+            recent_refusals: core
+                .recent_refusals()
+                .into_iter()
+                .map(|r| RecentRefusalInfo {
+                    time: humantime::format_rfc3339_seconds(r.at).to_string(),
+                    path: r.path,
+                    errno: r.errno.to_string(),
+                    reason: r.reason,
+                    message: r.message,
+                })
+                .collect(),
+            ..fixed.clone()
+        }
+    })
+}
+
+/// SIGTERM, SIGINT, SIGHUP: deny what is pending, then unmount (the
+/// session then ends and [`Daemon::run`] returns).
+fn unmount_on_signals(stopper: Stopper) -> Result<(), DaemonError> {
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(DaemonError::Signals)?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!(sig, "signal: unmounting");
+            if let Err(e) = stopper.stop("the daemon got a signal and is unmounting") {
+                tracing::error!("lazy unmount failed too: {e}");
+            }
+        }
+    });
+    Ok(())
+}

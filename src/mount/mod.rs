@@ -1,0 +1,38 @@
+//! Mounting, serving and unmounting one zonemount filesystem, and the
+//! facts around a mount. Each file holds one job:
+//! - `session`: the one composition root (core, broker, ledger, FUSE
+//!   session) and a mount's defaults; every entry point goes through it.
+//! - `api`: the Rust API for supervisors that embed the crate.
+//! - `daemon`: what `zonemount mount` adds around a session: its registry
+//!   record, its control socket and the status it answers, signals.
+//! - `preflight`: the checks before mounting, and why a mount fails.
+//! - `registry`: the JSON records of live mounts in the runtime directory.
+//! - `mountinfo`: which paths are mounted (`/proc/self/mountinfo`).
+//! - `unmount`: detaching a mount and waiting for its daemon.
+
+pub mod api;
+pub mod daemon;
+mod mountinfo;
+mod preflight;
+mod registry;
+pub mod session;
+mod unmount;
+
+use std::path::Path;
+
+pub use mountinfo::{MountEntry, absolute, find_mount, mounts};
+pub use preflight::{MountError, have_dev_fuse, preflight};
+pub use registry::{
+    Record, default_control_path, find_record, now_secs, private_dir, read_record, records,
+    remove_record, runtime_dir, write_record,
+};
+pub use unmount::{
+    DAEMON_EXIT_WAIT, UnmountError, Unmounted, detach, detach_or_lazily, process_alive, unmount,
+};
+
+/// The filesystem type mounts show in /proc/mounts.
+pub const FSTYPE: &str = "fuse.zonemount";
+
+fn show(p: &Path) -> String {
+    p.display().to_string()
+}

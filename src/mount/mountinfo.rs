@@ -1,0 +1,85 @@
+//! Which paths are mounted: `/proc/self/mountinfo` parsed, and the mount
+//! at exactly one path. Reads only; never touches a mountpoint itself (a
+//! dead FUSE mount can't be stat'ed).
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+
+/// One line of /proc/self/mountinfo that matters here.
+#[derive(Debug, Clone)]
+pub struct MountEntry {
+    pub mountpoint: PathBuf,
+    pub fstype: String,
+}
+
+/// A mountinfo path field with its octal escapes (`\040` for a space)
+/// decoded.
+fn unescape(field: &str) -> PathBuf {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            let oct = std::str::from_utf8(&b[i + 1..i + 4]).unwrap_or("");
+            if let Ok(v) = u8::from_str_radix(oct, 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    PathBuf::from(OsString::from_vec(out))
+}
+
+/// Every mount of this process's namespace.
+pub fn mounts() -> Vec<MountEntry> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let mp = fields.nth(4)?;
+            let rest = line.split(" - ").nth(1)?;
+            let fstype = rest.split(' ').next()?;
+            Some(MountEntry {
+                mountpoint: unescape(mp),
+                fstype: fstype.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The topmost mount at exactly `path`, if any.
+pub fn find_mount(path: &Path) -> Option<MountEntry> {
+    mounts().into_iter().rev().find(|m| m.mountpoint == path)
+}
+
+/// `path` made absolute without touching it (a dead FUSE mount can't be
+/// stat'ed), and canonical when it can be.
+pub fn absolute(path: &Path) -> PathBuf {
+    match path.canonicalize() {
+        Ok(p) => p,
+        Err(_) => std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        assert_eq!(unescape("/tmp/a\\040b"), PathBuf::from("/tmp/a b"));
+        assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
+        assert_eq!(unescape("/x\\134y"), PathBuf::from("/x\\y"));
+    }
+
+    #[test]
+    fn the_root_filesystem_is_listed() {
+        assert!(mounts().iter().any(|m| m.mountpoint == Path::new("/")));
+    }
+}

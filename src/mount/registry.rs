@@ -1,0 +1,154 @@
+//! The registry of live mounts: one JSON [`Record`] per mount in the
+//! runtime directory, beside the default control sockets. `status`,
+//! `approvals`, `check`, `list` and `unmount` find a mount's daemon and
+//! socket through it; a record whose daemon is gone marks a stale mount.
+
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// A live mount's record.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    pub mountpoint: PathBuf,
+    pub pid: u32,
+    pub config: Option<PathBuf>,
+    pub workers: Vec<PathBuf>,
+    pub started: u64,
+    /// The zone names, for `zonemount list` (absent in older records).
+    #[serde(default)]
+    pub zones: Vec<String>,
+    /// The daemon's control socket (approvals, status).
+    #[serde(default)]
+    pub control: Option<PathBuf>,
+    /// The daemon's working directory when it loaded the config (where a
+    /// missing `--config` was looked for), so `check` can load it again.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// `--allow-sensitive-roots`, which changes what the zones hide.
+    #[serde(default)]
+    pub allow_sensitive_roots: bool,
+}
+
+/// Root's runtime directory; also where a user looks for a mount root made
+/// for them.
+const ROOT_RUNTIME_DIR: &str = "/run/zonemount";
+
+/// The runtime directory for records and default control sockets.
+pub fn runtime_dir() -> PathBuf {
+    if rustix::process::geteuid().is_root() {
+        return PathBuf::from(ROOT_RUNTIME_DIR);
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("zonemount"),
+        _ => {
+            std::env::temp_dir().join(format!("zonemount-{}", rustix::process::geteuid().as_raw()))
+        }
+    }
+}
+
+/// FNV-1a of the mountpoint: stable, short, filename-safe.
+fn mount_key(mountpoint: &Path) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in mountpoint.as_os_str().as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+fn record_path(mountpoint: &Path) -> PathBuf {
+    record_path_in(&runtime_dir(), mountpoint)
+}
+
+fn record_path_in(runtime: &Path, mountpoint: &Path) -> PathBuf {
+    runtime
+        .join("mounts")
+        .join(format!("{}.json", mount_key(mountpoint)))
+}
+
+/// Where a mount's control socket goes unless `--control` says otherwise.
+pub fn default_control_path(mountpoint: &Path) -> PathBuf {
+    runtime_dir().join(format!("{}.sock", mount_key(mountpoint)))
+}
+
+/// Every record in the registry (this user's runtime directory).
+pub fn records() -> Vec<Record> {
+    let dir = runtime_dir().join("mounts");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| read_record_file(&e.path()))
+        .collect()
+}
+
+fn read_record_file(path: &Path) -> Option<Record> {
+    let data = std::fs::read(path).ok()?;
+    serde_json::from_slice(&data).ok()
+}
+
+/// The record of `mountpoint` in this user's registry, else in root's: a
+/// user may look at a mount root made for them.
+pub fn find_record(mountpoint: &Path) -> Option<Record> {
+    read_record(mountpoint)
+        .or_else(|| read_record_file(&record_path_in(Path::new(ROOT_RUNTIME_DIR), mountpoint)))
+}
+
+/// The record of `mountpoint` in this user's registry.
+pub fn read_record(mountpoint: &Path) -> Option<Record> {
+    read_record_file(&record_path(mountpoint))
+}
+
+/// Write (or replace) the record of `rec.mountpoint`, atomically.
+pub fn write_record(rec: &Record) -> io::Result<()> {
+    let path = record_path(&rec.mountpoint);
+    if let Some(dir) = path.parent() {
+        private_dir(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    // Explicit mode: the daemon runs with umask 0, and a record others
+    // could rewrite would point the CLI at someone else's socket.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(&tmp)?;
+    io::Write::write_all(
+        &mut f,
+        &serde_json::to_vec_pretty(rec).map_err(io::Error::other)?,
+    )?;
+    std::fs::rename(tmp, path)
+}
+
+pub fn remove_record(mountpoint: &Path) {
+    let _ = std::fs::remove_file(record_path(mountpoint));
+}
+
+/// Create `dir` (and parents) writable only by us, whatever the umask
+/// (the daemon runs with umask 0); tighten it if it exists.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+    if let Some(parent) = dir.parent().filter(|p| p.ends_with("zonemount")) {
+        let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
+    }
+    Ok(())
+}
+
+/// Seconds since the epoch, for [`Record::started`].
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
