@@ -1,0 +1,100 @@
+//! `zonemount run [mount options] [run options] -- CMD ARGS...`: mount on a
+//! fresh temporary directory, run CMD inside, and always tear down.
+//!
+//! The order is what makes "always" hold:
+//! 1. everything that can be refused is checked first (mount options, by
+//!    `zonemount mount`'s own parser so both accept the same; the zone
+//!    table; `--user`; `--env`; bwrap) — nothing exists yet;
+//! 2. SIGTERM/SIGINT/SIGHUP are caught *before* mounting, so a signal at any
+//!    later point is an event here, never a death that leaks the mount;
+//! 3. the temp dir and the mount are owned by [`TaskMount`], whose `Drop`
+//!    unmounts (lazily if something still holds it), waits for the daemon
+//!    and removes the dir — on every path out, panics included;
+//! 4. CMD runs in its own session and process group; a waiter thread reports its exit
+//!    without reaping it, so the rest of its group can be killed while the
+//!    leader's pid (= the group id) cannot be reused.
+//!
+//! What `Drop` can't cover: a SIGKILL of `zonemount run` itself. The mount
+//! and temp dir then stay; `zonemount list` shows them and
+//! `scripts/teardown.sh` or `zonemount unmount` removes them.
+
+mod plan;
+mod task;
+#[cfg(test)]
+mod tests;
+
+use plan::Plan;
+pub(crate) use plan::presplit;
+use task::{Event, TaskMount, catch_signals, exit_code, spawn_failure, supervise};
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::mpsc::{self};
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{Failure, mount_cmd};
+
+/// How long CMD's group gets between SIGTERM (timeout, or SIGTERM/SIGHUP
+/// to `run`) and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Args)]
+#[command(
+    override_usage = "zonemount run [MOUNT OPTIONS] [--isolate] [--network] [--env NAME[=VALUE]]... \
+[--timeout SECS] [--user UID[:GID]] -- CMD ARGS...",
+    after_help = "Mount options are those of `zonemount mount` (--config F, \
+--worker F, --no-approvals, --cache-ttl SECS, ...), without the mountpoint: \
+run mounts on a fresh directory under $TMPDIR (or /tmp). CMD runs with its \
+working directory in the first rw zone (or the mount's root). Exit status: \
+CMD's (128+N when it died of signal N); 1 or 2 when run itself failed \
+before CMD started; 126/127 when CMD could not be executed/found."
+)]
+pub(crate) struct RunArgs {
+    /// Run CMD under bubblewrap: the zones at /<zone>, system dirs
+    /// read-only, private /tmp, no network, scrubbed environment.
+    #[arg(long)]
+    pub(crate) isolate: bool,
+    /// With --isolate: keep the host's network.
+    #[arg(long, requires = "isolate")]
+    pub(crate) network: bool,
+    /// Pass NAME (the host's value) or NAME=VALUE to CMD; under --isolate
+    /// the only way past the scrubbed environment. Repeatable.
+    #[arg(long, value_name = "NAME[=VALUE]")]
+    pub(crate) env: Vec<OsString>,
+    /// Kill CMD's whole process group after SECS (SIGTERM, then SIGKILL
+    /// 5 s later).
+    #[arg(long, value_name = "SECS")]
+    pub(crate) timeout: Option<f64>,
+    /// Run CMD as this user (root only); implies --allow-uid UID.
+    #[arg(long, value_name = "UID[:GID]")]
+    pub(crate) user: Option<String>,
+    /// Mount options, each moved here by [`presplit`] (clap alone can't
+    /// tell them from run options: it doesn't know their arity).
+    #[arg(long = "mount-arg", hide = true, allow_hyphen_values = true)]
+    pub(crate) mount_options: Vec<OsString>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
+    let plan = Plan::new(a)?;
+    let (tx, rx) = mpsc::channel();
+    catch_signals(tx.clone())?;
+    let mut task = TaskMount::create_dir()?;
+    task.mount(&plan.daemon_args)?;
+    // A signal while mounting: stop here, tearing down.
+    if let Ok(Event::Signal(sig)) = rx.try_recv() {
+        return Ok(exit_code(ExitStatus::from_raw(sig)));
+    }
+    let mut cmd = plan.command_at(&task.dir)?;
+    let child = cmd
+        .spawn()
+        .map_err(|e| spawn_failure(cmd.get_program(), &e))?;
+    let status = supervise(child, &rx, tx, plan.timeout, &task.dir);
+    task.teardown();
+    Ok(exit_code(status))
+}

@@ -1,0 +1,305 @@
+//! Everything `run` can refuse, checked before anything exists: mount
+//! options (by `zonemount mount`'s own parser), `--user`, `--env`,
+//! `--timeout`, bwrap; and the command line CMD will run with.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use clap::Parser;
+
+use super::super::{Cli, Cmd, Failure, MountArgs, zone_table};
+use super::*;
+use crate::config::{Access, ZoneTable};
+use crate::isolate::{self, EnvSpec, HostFacts, Isolation, ZoneBind};
+
+/// Run options that are flags.
+pub(super) const RUN_FLAGS: &[&str] = &["--isolate", "--network", "-h", "--help"];
+/// Run options that take a value.
+pub(super) const RUN_VALUED: &[&str] = &["--env", "--timeout", "--user"];
+
+/// Rewrite `zonemount run ARGS... -- CMD...` so clap can parse it: every
+/// argument before `--` that is not a run option (or a run option's value)
+/// is a mount option, passed on as `--mount-arg X`. Other commands are
+/// returned unchanged.
+pub(crate) fn presplit(argv: Vec<OsString>) -> Vec<OsString> {
+    if argv.get(1).is_none_or(|a| a != "run") {
+        return argv;
+    }
+    let mut out: Vec<OsString> = argv[..2].to_vec();
+    let mut rest = argv.into_iter().skip(2);
+    while let Some(a) = rest.next() {
+        let s = a.to_string_lossy();
+        let is_valued = RUN_VALUED.contains(&s.as_ref());
+        let is_run_opt = RUN_FLAGS.contains(&s.as_ref())
+            || RUN_VALUED
+                .iter()
+                .any(|o| s.strip_prefix(o).is_some_and(|r| r.starts_with('=')));
+        if a == "--" {
+            out.push(a);
+            out.extend(rest);
+            break;
+        } else if is_valued {
+            out.push(a);
+            out.extend(rest.next());
+        } else if is_run_opt {
+            out.push(a);
+        } else {
+            out.push("--mount-arg".into());
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// A uid and gid to run CMD as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct User {
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+}
+
+/// Parse `UID[:GID]`; without GID, the user's primary group from
+/// `passwd` (one line of it per entry), or the uid itself.
+pub(super) fn parse_user(spec: &str, passwd: &str) -> Result<User, Failure> {
+    let bad = || {
+        Failure::new(
+            2,
+            format!("--user {spec:?}: give a numeric UID or UID:GID (e.g. --user 1000:1000)"),
+        )
+    };
+    let (u, g) = match spec.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (spec, None),
+    };
+    let uid: u32 = u.parse().map_err(|_| bad())?;
+    let gid = match g {
+        Some(g) => g.parse().map_err(|_| bad())?,
+        None => passwd
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.len() > 3 && f[2].parse() == Ok(uid)).then(|| f[3].parse().ok())?
+            })
+            .next()
+            .unwrap_or(uid),
+    };
+    Ok(User { uid, gid })
+}
+
+/// Everything `run` needs, checked before anything is created.
+pub(super) struct Plan {
+    /// Arguments for the daemon (before the mountpoint).
+    pub(super) daemon_args: Vec<OsString>,
+    pub(super) table: ZoneTable,
+    pub(super) isolate: Option<(PathBuf, HostFacts)>,
+    pub(super) network: bool,
+    pub(super) env: Vec<EnvSpec>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) user: Option<User>,
+    pub(super) command: Vec<OsString>,
+}
+
+/// Parse `args` as `zonemount mount ARGS PLACEHOLDER`.
+pub(super) fn parse_mount_options(args: &[OsString]) -> Result<MountArgs, String> {
+    let argv = ["zonemount", "mount"]
+        .iter()
+        .map(OsString::from)
+        .chain(args.iter().cloned())
+        .chain([OsString::from("/zonemount-run-placeholder")]);
+    match Cli::try_parse_from(argv) {
+        Ok(Cli { cmd: Cmd::Mount(m) }) => Ok(m),
+        Ok(_) => Err("not a mount command".into()),
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("").trim();
+            Err(first.trim_start_matches("error: ").to_string())
+        }
+    }
+}
+
+pub(super) fn parse_timeout(secs: Option<f64>) -> Result<Option<Duration>, Failure> {
+    match secs {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(_) => Err(Failure::new(2, "--timeout must be a number of seconds > 0")),
+    }
+}
+
+/// `--user SPEC`, which only root may give.
+pub(super) fn check_user(spec: &str) -> Result<User, Failure> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let u = parse_user(spec, &passwd)?;
+    if !rustix::process::geteuid().is_root() {
+        return Err(Failure::new(
+            2,
+            "--user needs root: only root can run CMD as another user",
+        ));
+    }
+    Ok(u)
+}
+
+/// The daemon's arguments: the mount options, plus what lets `--user`'s
+/// uid into the mount (DESIGN §6).
+pub(super) fn daemon_args(
+    mount_options: &[OsString],
+    user: Option<User>,
+) -> Result<Vec<OsString>, Failure> {
+    let mut args = mount_options.to_vec();
+    let Some(u) = user else {
+        return Ok(args);
+    };
+    if !args.iter().any(|x| x == "--allow-other") {
+        args.push("--allow-other".into());
+    }
+    args.push("--allow-uid".into());
+    args.push(u.uid.to_string().into());
+    parse_mount_options(&args).map_err(|e| {
+        Failure::new(
+            2,
+            format!(
+                "--user needs the mount options --allow-other and --allow-uid, which this zonemount refuses: {e}"
+            ),
+        )
+    })?;
+    Ok(args)
+}
+
+impl Plan {
+    pub(super) fn new(a: RunArgs) -> Result<Plan, Failure> {
+        let m = parse_mount_options(&a.mount_options)
+            .map_err(|e| Failure::new(2, format!("run: mount options: {e}")))?;
+        if m.foreground || m.notify_ready {
+            return Err(Failure::new(
+                2,
+                "run: --foreground is not a run option (run always supervises the mount itself)",
+            ));
+        }
+        let timeout = parse_timeout(a.timeout)?;
+        let user = a.user.as_deref().map(check_user).transpose()?;
+        let env = a
+            .env
+            .iter()
+            .map(|e| EnvSpec::parse(e).map_err(|e| Failure::new(2, e.to_string())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let daemon_args = daemon_args(&a.mount_options, user)?;
+        let table = zone_table(&m.config)?;
+        let isolate = if a.isolate {
+            let bwrap = isolate::find_bwrap().ok_or_else(|| {
+                Failure::new(
+                    1,
+                    "--isolate needs bubblewrap, and `bwrap` is not on PATH: install it (apt-get install bubblewrap)",
+                )
+            })?;
+            Some((bwrap, HostFacts::read()))
+        } else {
+            None
+        };
+        let plan = Plan {
+            daemon_args,
+            table,
+            isolate,
+            network: a.network,
+            env,
+            timeout,
+            user,
+            command: a.command,
+        };
+        // Refuse a zone named like a system dir now, before mounting.
+        if plan.isolate.is_some() {
+            plan.command_at(Path::new("/zonemount-run-placeholder"))?;
+        }
+        Ok(plan)
+    }
+
+    pub(super) fn zone_binds(&self) -> Vec<ZoneBind> {
+        self.table
+            .zones
+            .iter()
+            .map(|z| ZoneBind {
+                name: z.name.clone(),
+                writable: z.policy.access == Access::Rw,
+                backing: z.backing.clone(),
+            })
+            .collect()
+    }
+
+    /// The command to spawn for a mount at `mp`.
+    pub(super) fn command_at(&self, mp: &Path) -> Result<Command, Failure> {
+        let zones = self.zone_binds();
+        let mut cmd = match &self.isolate {
+            Some((bwrap, host)) => self.isolated(mp, &zones, bwrap, host)?,
+            None => self.plain(mp, &zones)?,
+        };
+        if let Some(u) = self.user {
+            // std sets the gid, clears the supplementary groups, then sets
+            // the uid, in the child before exec.
+            cmd.gid(u.gid).uid(u.uid);
+        }
+        Ok(cmd)
+    }
+
+    /// bwrap, in a process group of its own (it makes CMD's session).
+    pub(super) fn isolated(
+        &self,
+        mp: &Path,
+        zones: &[ZoneBind],
+        bwrap: &Path,
+        host: &HostFacts,
+    ) -> Result<Command, Failure> {
+        let home = isolate::home_in_sandbox(zones);
+        let env = isolate::sandbox_env(|n| std::env::var_os(n), &self.env, &home);
+        let iso = Isolation {
+            mountpoint: mp,
+            zones,
+            network: self.network,
+            env: &env,
+            command: &self.command,
+        };
+        let args = isolate::bwrap_args(&iso, host).map_err(|e| Failure::new(2, e.to_string()))?;
+        let mut c = Command::new(bwrap);
+        c.args(args).env_clear().current_dir("/").process_group(0);
+        Ok(c)
+    }
+
+    /// CMD itself, in the first rw zone (or the mount's root), with the
+    /// caller's environment plus `--env NAME=VALUE`.
+    pub(super) fn plain(&self, mp: &Path, zones: &[ZoneBind]) -> Result<Command, Failure> {
+        let Some((prog, args)) = self.command.split_first() else {
+            return Err(Failure::new(2, "no command to run: give it after `--`"));
+        };
+        // A session of its own, through util-linux `setsid` (std has no
+        // stable setsid): CMD is then a group leader we can signal as a
+        // whole, and the terminal is not its controlling one, so reading it
+        // doesn't stop CMD (SIGTTIN) as it would in a background process
+        // group. `setsid` execs CMD in place (it only forks when already a
+        // group leader, which is why no process_group(0) here), so the pid
+        // is CMD's.
+        let mut c = match isolate::find_on_path("setsid") {
+            Some(setsid) => {
+                let mut c = Command::new(setsid);
+                c.arg("--").arg(prog);
+                c
+            }
+            None => {
+                let mut c = Command::new(prog);
+                c.process_group(0);
+                c
+            }
+        };
+        c.args(args);
+        let cwd = zones
+            .iter()
+            .find(|z| z.writable)
+            .map_or_else(|| mp.to_path_buf(), |z| mp.join(&z.name));
+        c.current_dir(cwd);
+        for e in &self.env {
+            if let Some(v) = &e.value {
+                c.env(&e.name, v);
+            }
+        }
+        Ok(c)
+    }
+}
