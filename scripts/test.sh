@@ -1,16 +1,34 @@
 #!/usr/bin/env bash
 # The project's test command: installs what the tests need when it is
-# missing (Debian), then runs every test. Tests that need FUSE really mount
-# under temporary directories; with CI=true they fail, not skip, when FUSE
-# is unavailable.
+# missing (Debian), then runs every test:
+#
+#   1. cargo build (all targets)
+#   2. cargo test (unit and integration tests; they really mount under
+#      temporary directories)
+#   3. cargo test --doc (the doc examples compile, and run unless no_run)
+#   4. scripts/conformance.sh (pjdfstest and fsx against a mounted zone)
+#
+# Every step runs under a time limit; one that runs out fails with a line
+# naming the step and the limit. A test that can't run here (no root, no
+# /dev/fuse, a missing tool) fails under CI=true; otherwise it prints a
+# `ZONEMOUNT-SKIP:` line and is counted as skipped, not passed. The last
+# line is `summary: N passed, N failed, N skipped` over all steps; the exit
+# status is non-zero when anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Time limits, in seconds (generous: ~3x what a run takes on 2 cores).
+LIMIT_BUILD=${ZONEMOUNT_LIMIT_BUILD:-2400}
+LIMIT_TEST=${ZONEMOUNT_LIMIT_TEST:-2400}
+LIMIT_DOC=${ZONEMOUNT_LIMIT_DOC:-900}
+LIMIT_CONFORMANCE=${ZONEMOUNT_LIMIT_CONFORMANCE:-3600}
 
 missing=()
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 command -v setfattr >/dev/null || missing+=(attr)
 command -v git >/dev/null || missing+=(git)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v timeout >/dev/null || missing+=(coreutils)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   if [ "$(id -u)" -eq 0 ]; then
@@ -22,15 +40,97 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-cargo build --locked --all-targets
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-cargo test --locked --all-targets 2>&1 | tee "$log"
+work=$(mktemp -d /tmp/zmtest.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+# Tests that skip append a line here (tests/common `require`).
+export ZONEMOUNT_SKIP_LOG="$work/skips.log"
+: > "$ZONEMOUNT_SKIP_LOG"
+
+# step NAME LIMIT COMMAND...: run COMMAND under `timeout`; a run that hits
+# the limit says so on stderr. Returns COMMAND's status (124 on timeout).
+# `timeout` signals its whole process group, so the test binaries and the
+# daemons they started go too; the conformance script unmounts its own
+# mount on the way out.
+step() {
+  local name=$1 limit=$2 rc=0
+  shift 2
+  echo "== test.sh: $name (time limit ${limit} s)"
+  timeout --kill-after=30 "$limit" "$@" || rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "test.sh: TIMEOUT: step '$name' did not finish within its limit of ${limit} s" >&2
+    rc=124
+  elif [ $rc -ne 0 ]; then
+    echo "test.sh: step '$name' FAILED (exit $rc)" >&2
+  fi
+  return $rc
+}
+
+failed_steps=()
+rc_build=0 rc_test=0 rc_doc=0 rc_conf=0
+test_log="$work/cargo-test.log" doc_log="$work/cargo-doc.log"
+: > "$test_log"; : > "$doc_log"
+step "cargo build" "$LIMIT_BUILD" cargo build --locked --all-targets || rc_build=$?
+if [ $rc_build -eq 0 ]; then
+  step "cargo test" "$LIMIT_TEST" cargo test --locked --all-targets 2>&1 | tee "$test_log" || rc_test=$?
+  step "cargo test --doc" "$LIMIT_DOC" cargo test --locked --doc 2>&1 | tee "$doc_log" || rc_doc=$?
+else
+  failed_steps+=("cargo build")
+fi
+[ $rc_test -eq 0 ] || failed_steps+=("cargo test")
+[ $rc_doc -eq 0 ] || failed_steps+=("cargo test --doc")
 
 # Conformance suites against a real mount (pjdfstest, fsx); needs root.
-bash scripts/conformance.sh
+# Exit 0: passed; 3: skipped (not root, outside CI); anything else: failed.
+step "conformance" "$LIMIT_CONFORMANCE" bash scripts/conformance.sh 2>&1 | tee "$work/conformance.log" || rc_conf=$?
+if [ $rc_conf -ne 0 ] && [ $rc_conf -ne 3 ]; then failed_steps+=("conformance"); fi
 
-# One closing line for the whole run (cargo prints one per test binary).
-awk '/^test result:/ { for (i = 1; i <= NF; i++) {
-       if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
-     END { printf "summary: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+if [ -s "$ZONEMOUNT_SKIP_LOG" ]; then
+  echo "== skipped (this machine lacks what they need; under CI=true they fail):"
+  sort -u "$ZONEMOUNT_SKIP_LOG"
+fi
+
+# One closing line for the whole run.
+#  - cargo prints one `test result:` line per test binary (summed here) and
+#    one `test NAME ... ok` line per test. A test that recorded a skip
+#    (`ZONEMOUNT-SKIP: <suite>::<test>: why`, <suite> being the test
+#    binary's name without its hash) returned early, and cargo calls it ok:
+#    it is counted as skipped instead of passed.
+#  - A cargo step that failed with no failed test to show for it (a build
+#    error, a timeout, a crashed test binary) counts as one failure.
+#  - Conformance counts as one test: passed, failed or skipped.
+awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test" \
+    -v rc_doc="$rc_doc" -v rc_conf="$rc_conf" '
+  BEGIN {
+    while ((getline line < skips) > 0) {
+      sub(/^ZONEMOUNT-SKIP: /, "", line)
+      i = index(line, ": "); if (i > 0) line = substr(line, 1, i - 1)
+      skip[line] = 1
+    }
+  }
+  # "Running tests/foo.rs (target/debug/deps/foo-0123abcd)" names the suite.
+  /^ *Running / {
+    s = $NF; gsub(/[()]/, "", s); n = split(s, parts, "/"); s = parts[n]
+    sub(/-[0-9a-f]+$/, "", s); suite = s
+  }
+  /^ *Doc-tests / { suite = "doc:" $2 }
+  /^test .* \.\.\. ok$/ {
+    key = suite "::" $2
+    if (key in skip) { skipped_ok++; delete skip[key] }
+  }
+  /^test result:/ { for (i = 1; i <= NF; i++) {
+      if ($(i+1) ~ /^passed/) p += $i
+      if ($(i+1) ~ /^failed/) { f += $i; ff[FILENAME] += $i }
+      if ($(i+1) ~ /^ignored/) s += $i } }
+  END {
+    p -= skipped_ok; s += skipped_ok
+    if (rc_build != 0) f++
+    if (rc_test != 0 && ff[ARGV[1]] == 0) f++
+    if (rc_doc != 0 && ff[ARGV[2]] == 0) f++
+    if (rc_conf == 0) p++; else if (rc_conf == 3) s++; else f++
+    printf "summary: %d passed, %d failed, %d skipped\n", p, f, s
+  }' "$test_log" "$doc_log"
+
+if [ ${#failed_steps[@]} -gt 0 ]; then
+  echo "test.sh: FAILED: ${failed_steps[*]}" >&2
+  exit 1
+fi

@@ -138,6 +138,10 @@ impl Drop for Worker {
     }
 }
 
+/// The worker failed with EACCES: `err` must be the worker's own stderr,
+/// which names the errno its syscall got (a daemon that died instead
+/// shows as ENOTCONN or EIO, "Transport endpoint is not connected" or
+/// "Input/output error").
 #[track_caller]
 fn assert_denied(st: std::process::ExitStatus, err: &str) {
     assert!(
@@ -334,7 +338,8 @@ fn a_request_times_out_with_eacces_and_is_not_remembered() {
     // A retry asks again (and times out again).
     let w = Worker::start(&m, "echo x > final/t.md");
     wait_pending(&m, 1);
-    assert_denied(w.finish().0, "Permission denied");
+    let (st, err) = w.finish();
+    assert_denied(st, &err);
     assert_eq!(events(&m, "request").len(), 2);
 }
 
@@ -415,7 +420,8 @@ fn unmount_denies_what_is_pending_and_the_daemon_exits() {
     let t = Instant::now();
     let out = m.unmount();
     assert!(out.success(), "{}", out.describe());
-    assert_denied(w1.finish().0, "Permission denied");
+    let (st, err) = w1.finish();
+    assert_denied(st, &err);
     let (st, err) = w2.finish();
     assert_denied(st, &err);
     assert!(t.elapsed() < Duration::from_secs(15));
@@ -447,7 +453,8 @@ fn sigterm_denies_what_is_pending_and_the_daemon_exits() {
         Command::new("kill").arg("-TERM").arg(daemon[0].to_string()),
         Duration::from_secs(5),
     );
-    assert_denied(w.finish().0, "Permission denied");
+    let (st, err) = w.finish();
+    assert_denied(st, &err);
     assert!(wait_until(Duration::from_secs(10), || !process_exists(
         daemon[0]
     )));
@@ -474,7 +481,7 @@ fn a_killed_waiting_process_is_withdrawn_with_eintr() {
 
 #[test]
 fn the_control_socket_refuses_other_users() {
-    if !fuse_ok() || !is_root() || !tool_ok("setpriv") {
+    if !fuse_ok() || !root_ok() || !tool_ok("setpriv") {
         return;
     }
     let m = setup().mount();
@@ -527,7 +534,8 @@ fn the_control_socket_refuses_other_users() {
     }
     assert_eq!(pending(&m).len(), 1, "nobody decided anything");
     assert!(decide(&m, &["deny"], id).success());
-    assert_denied(w.finish().0, "Permission denied");
+    let (st, err) = w.finish();
+    assert_denied(st, &err);
 }
 
 #[test]
@@ -579,7 +587,8 @@ fn status_shows_zones_pending_and_counters() {
     );
     let id = s["pending"][0]["id"].as_u64().unwrap();
     assert!(decide(&m, &["deny"], id).success());
-    assert_denied(w.finish().0, "Permission denied");
+    let (st, err) = w.finish();
+    assert_denied(st, &err);
     // Unknown mountpoints are a clear error.
     let out = zm(&["status"], m.root());
     assert_eq!(out.code(), Some(1));

@@ -651,8 +651,8 @@ fn mkfifo(mode: Mode) {
 }
 
 fn device_node(mode: Mode) {
-    if !is_root() {
-        eprintln!("SKIP device_node: needs root (CAP_MKNOD)");
+    // CAP_MKNOD: without it the kernel refuses before zonemount is asked.
+    if !root_ok() {
         return;
     }
     let Some(m) = fixture(mode) else { return };
@@ -700,7 +700,8 @@ fn chmod(mode: Mode) {
 
 fn chown(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
-    let root = is_root();
+    // Without root only the no-op variant runs: recorded as a (partial) skip.
+    let root = root_ok();
     for z in zone_names() {
         let before = fs::metadata(m.backing(z, "f.txt")).unwrap();
         // As root, hand it to someone else; otherwise a no-op chown to our

@@ -46,12 +46,19 @@ fn a_directory_swapped_for_a_symlink_mid_operation() {
 
     // The worker enters `d` first (while it is a real directory), then
     // waits for the swapping to start.
-    let script = "read go; i=0; while [ $i -lt 400 ]; do echo x > f$i; mkdir m$i; ln -s t s$i; i=$((i+1)); done 2>/dev/null; true";
+    // Every operation is relative to its cwd node, so every one of them
+    // must succeed, swap or no swap: the first failure ends the worker with
+    // its error on stderr.
+    let script = "read go; i=0; while [ $i -lt 400 ]; do echo x > f$i && mkdir m$i && ln -s t s$i || exit 1; i=$((i+1)); done";
+    let err_path = m.root().join("worker.err");
     let mut worker = Command::new("sh")
         .arg("-c")
         .arg(script)
         .current_dir(m.path("ws/d"))
+        .env("LC_ALL", "C")
         .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -80,16 +87,27 @@ fn a_directory_swapped_for_a_symlink_mid_operation() {
     let status = wait_child(&mut worker, Duration::from_secs(60));
     stop.store(true, Ordering::Relaxed);
     let swaps = swapper.join().unwrap();
-    assert!(status.is_some_and(|s| s.success()), "worker: {status:?}");
+    let err = fs::read_to_string(&err_path).unwrap_or_default();
+    assert!(
+        status.is_some_and(|s| s.success()) && err.is_empty(),
+        "worker: {status:?}, stderr: {err}"
+    );
     assert!(swaps > 0, "the host never swapped the directory");
     assert_eq!(
         entries(&outside),
         Vec::<String>::new(),
         "the daemon wrote outside the zone"
     );
-    // Everything the worker made is in the real directory.
+    // Everything the worker made is in the real directory: all 1,200.
     let made = entries(&d);
-    assert!(made.iter().any(|n| n.starts_with('f')), "{made:?}");
+    let mut want: Vec<String> = (0..400)
+        .flat_map(|i| [format!("f{i}"), format!("m{i}"), format!("s{i}")])
+        .collect();
+    want.sort();
+    assert_eq!(made, want, "what the worker made, in the real directory");
+    assert!(fs::symlink_metadata(d.join("m399")).unwrap().is_dir());
+    assert_eq!(fs::read_link(d.join("s399")).unwrap(), Path::new("t"));
+    assert_eq!(fs::read_to_string(d.join("f399")).unwrap(), "x\n");
 }
 
 /// The host replaces a zone's backing path after mount: the mount carries
@@ -200,10 +218,33 @@ fn a_hundred_thousand_entries_in_one_dir() {
         fs::File::create(big.join(format!("e{i}"))).unwrap();
     }
     let m = s.mount();
-    let out = m.sh_in("ws/big", "ls -f | wc -l; ls -l | wc -l", &[]);
-    assert!(out.success(), "{}", out.describe());
-    let counts: Vec<&str> = out.stdout.split_whitespace().collect();
-    assert_eq!(counts, ["100002", "100001"], "{}", out.describe());
+    // Each listing's own exit status, and every name it printed.
+    let out = m.sh_in("ws/big", "ls -f", &[]);
+    assert!(out.success(), "ls -f: {}", out.describe());
+    let mut listed: Vec<&str> = out.stdout.lines().collect();
+    listed.sort_unstable();
+    let mut want: Vec<String> = (0..100_000).map(|i| format!("e{i}")).collect();
+    want.push(".".into());
+    want.push("..".into());
+    want.sort_unstable();
+    assert_eq!(listed.len(), 100_002, "ls -f: {} lines", listed.len());
+    assert!(
+        listed == want,
+        "ls -f lists other names than the 100,000 made"
+    );
+    // ls -l stats every entry: a "total" line, then one line per entry.
+    let out = m.sh_in("ws/big", "ls -l", &[]);
+    assert!(
+        out.success() && out.stderr.is_empty(),
+        "ls -l: {}",
+        out.describe()
+    );
+    assert_eq!(out.stdout.lines().count(), 100_001, "ls -l lines");
+    assert_eq!(
+        out.stdout.lines().filter(|l| l.starts_with("-rw")).count(),
+        100_000,
+        "ls -l: every entry a regular file"
+    );
     let fds = daemon_fds(&m);
     assert!(
         fds < 4000,
@@ -225,8 +266,13 @@ fn long_names_and_deep_paths() {
         fs::write(m.path(&format!("ws/{long}")), "x"),
         libc::ENAMETOOLONG,
     );
+    // A 5,000-byte name is also a path over PATH_MAX.
     let huge = "n".repeat(5000);
-    assert!(fs::write(m.path(&format!("ws/{huge}")), "x").is_err());
+    assert_errno(
+        fs::write(m.path(&format!("ws/{huge}")), "x"),
+        libc::ENAMETOOLONG,
+    );
+    assert_eq!(entries(&m.backing("ws", "")), std::slice::from_ref(&ok));
     // 200 levels deep, built one level at a time from inside.
     let out = m.sh_in(
         "ws",
@@ -238,8 +284,13 @@ fn long_names_and_deep_paths() {
         "{}",
         out.describe()
     );
-    let out = m.sh_in("ws", "find . | wc -l && rm -rf dddddddddd", &[]);
-    assert!(out.success(), "{}", out.describe());
+    // find walks it all: ".", the long name, 200 dirs and f.
+    let out = m.sh_in("ws", "find .", &[]);
+    assert!(out.success(), "find: {}", out.describe());
+    assert_eq!(out.stdout.lines().count(), 203, "find: {}", out.describe());
+    let out = m.sh_in("ws", "rm -rf dddddddddd", &[]);
+    assert!(out.success(), "rm -rf: {}", out.describe());
+    assert!(!exists_nofollow(&m.backing("ws", "dddddddddd")));
     assert!(m.is_mounted());
     assert_eq!(
         fs::read_to_string(m.path(&format!("ws/{ok}"))).unwrap(),

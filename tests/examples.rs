@@ -116,7 +116,7 @@ fn direct_example_mounts_existing_dirs() {
 /// tmpfs (root and `unshare` needed; the host's /dev is never touched).
 #[test]
 fn missing_dev_fuse_is_a_clear_error() {
-    if !is_root() || !tool_ok("unshare") {
+    if !root_ok() || !tool_ok("unshare") {
         return;
     }
     let s = Setup::zones(Mode::Sandboxed, &[("ws", "mode: rw")]);

@@ -340,15 +340,39 @@ fn symlinks_in_a_zone_are_never_followed_by_the_daemon() {
         assert_eq!(e.errno(), libc::ELOOP, "{name}");
         let e = open(&f.core, attr.ino.0, libc::O_WRONLY | libc::O_TRUNC).unwrap_err();
         assert_eq!(e.errno(), libc::ELOOP, "{name}");
-        // a truncate through the link fails (reopening a symlink for
-        // writing is ELOOP), and the target is untouched
-        let truncate = SetAttr {
+        // chmod/truncate through the link must not touch the target: each
+        // is refused on the link itself.
+        let target_mode = || {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(f.outside.join("secret"))
+                .unwrap()
+                .permissions()
+                .mode()
+        };
+        let before = target_mode();
+        let chmod = SetAttr {
             mode: Some(0o777),
+            ..SetAttr::default()
+        };
+        let chmod = setattr(&f.core, attr.ino.0, chmod);
+        let truncate = SetAttr {
             size: Some(0),
             ..SetAttr::default()
         };
-        let e = setattr(&f.core, attr.ino.0, truncate).unwrap_err();
-        assert_eq!(e.errno(), libc::ELOOP, "{name}");
+        let truncate = setattr(&f.core, attr.ino.0, truncate);
+        // As lchmod on the host: a symlink's mode can't be changed.
+        assert_eq!(
+            chmod.map(|_| ()).map_err(|e| e.errno()),
+            Err(libc::EOPNOTSUPP),
+            "{name}: chmod of the link"
+        );
+        // Reopening the link node for writing stops at the link itself.
+        assert_eq!(
+            truncate.map(|_| ()).map_err(|e| e.errno()),
+            Err(libc::ELOOP),
+            "{name}: truncate of the link"
+        );
+        assert_eq!(target_mode(), before, "{name}: the target's mode");
     }
     assert_eq!(
         std::fs::read_to_string(f.outside.join("secret")).unwrap(),

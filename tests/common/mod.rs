@@ -8,10 +8,12 @@
 //! unmount` and, if the mount is still listed, `umount -l` on that exact path
 //! only — on panic too. Nothing else on the host is ever unmounted.
 //!
-//! Assumes Linux, `/dev/fuse`, and the usual coreutils. Without `/dev/fuse` a
-//! test skips (prints a note), except under `CI=true`, where it fails: a CI
-//! run that silently skipped every mount would prove nothing. The same rule
-//! holds for optional tools (`setfattr`, `git`, …) via [`tool_ok`].
+//! Assumes Linux, `/dev/fuse`, and the usual coreutils. What a test needs
+//! from the machine (root, `/dev/fuse`, a tool such as `setfattr`) goes
+//! through [`require`]: without it the test skips with a visible
+//! `ZONEMOUNT-SKIP:` line that `scripts/test.sh` counts, except under
+//! `CI=true`, where it fails: a CI run that silently skipped every mount
+//! would prove nothing.
 //!
 //! Commands run with `LC_ALL=C` so their error messages carry the C-locale
 //! `strerror` text that [`assert_sh_errno`] looks for, and with stdout/stderr
@@ -49,16 +51,73 @@ pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
-/// Whether FUSE is usable here. Panics under CI when it is not.
-pub fn fuse_ok() -> bool {
-    if Path::new("/dev/fuse").exists() {
+/// Something a test needs that a machine may lack.
+#[derive(Clone, Copy, Debug)]
+pub enum Need {
+    /// Effective uid 0 (acting as other uids, device nodes, mounts).
+    Root,
+    /// A usable `/dev/fuse`.
+    Fuse,
+    /// An external command on PATH.
+    Tool(&'static str),
+}
+
+/// The one gate for everything a test needs from the machine: true when
+/// `need` is met. When it isn't, a test must not pass quietly:
+///  - under `CI=true` this panics (CI must provide root, FUSE and tools);
+///  - otherwise it prints a `ZONEMOUNT-SKIP:` line and appends the same
+///    line to the file named by `ZONEMOUNT_SKIP_LOG` (set by
+///    `scripts/test.sh`, which counts those tests as skipped, not passed),
+///    and returns false so the caller can skip (all or part of the test).
+pub fn require(need: Need) -> bool {
+    let (met, what) = match need {
+        Need::Root => (is_root(), "root (effective uid 0)".to_string()),
+        Need::Fuse => (Path::new("/dev/fuse").exists(), "/dev/fuse".to_string()),
+        Need::Tool(name) => (has_tool(name), format!("the `{name}` command")),
+    };
+    if met {
         return true;
     }
     if under_ci() {
-        panic!("/dev/fuse is missing: these tests must mount for real under CI=true");
+        panic!(
+            "this test needs {what}, which is missing: under CI=true that is a failure, not a skip"
+        );
     }
-    eprintln!("SKIP: /dev/fuse is missing; not mounting");
+    record_skip(&format!("needs {what}"));
     false
+}
+
+/// Print and record a skip of the running test (see [`require`]).
+fn record_skip(reason: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("<unnamed>")
+        .to_string();
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    // `tests/foo.rs` builds to `foo-<hash>`: name the suite, not the hash.
+    let suite = bin.rsplit_once('-').map_or(bin.as_str(), |(s, _)| s);
+    let line = format!("ZONEMOUNT-SKIP: {suite}::{test}: {reason}\n");
+    eprint!("{line}");
+    if let Some(log) = std::env::var_os("ZONEMOUNT_SKIP_LOG") {
+        use std::io::Write;
+        // One O_APPEND write per line: lines from parallel tests don't mix.
+        let r = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = r {
+            panic!("can't record a skip in {}: {e}", Path::new(&log).display());
+        }
+    }
+}
+
+/// Whether FUSE is usable here: [`require`]`(Need::Fuse)`.
+pub fn fuse_ok() -> bool {
+    require(Need::Fuse)
 }
 
 /// Whether an external tool is on PATH (quietly).
@@ -72,17 +131,14 @@ pub fn has_tool(name: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Whether an external tool is on PATH. Panics under CI when it is not
-/// (CI must install it), otherwise prints a note so the caller can skip.
-pub fn tool_ok(name: &str) -> bool {
-    if has_tool(name) {
-        return true;
-    }
-    if under_ci() {
-        panic!("`{name}` is missing: CI must install it (Debian package providing it)");
-    }
-    eprintln!("SKIP (partly): `{name}` is missing; skipping the checks that need it");
-    false
+/// Whether an external tool is on PATH: [`require`]`(Need::Tool(name))`.
+pub fn tool_ok(name: &'static str) -> bool {
+    require(Need::Tool(name))
+}
+
+/// Whether the process runs as root: [`require`]`(Need::Root)`.
+pub fn root_ok() -> bool {
+    require(Need::Root)
 }
 
 /// Whether the process runs as root (device nodes, chown to other uids).
