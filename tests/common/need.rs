@@ -1,0 +1,115 @@
+//! What a test needs from the machine (root, `/dev/fuse`, a tool on PATH)
+//! and the one gate for it, [`require`]: met, skipped visibly, or — under
+//! `CI=true` — failed.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// True when running under CI (`CI=true`), where skips become failures.
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Something a test needs that a machine may lack.
+#[derive(Clone, Copy, Debug)]
+pub enum Need {
+    /// Effective uid 0 (acting as other uids, device nodes, mounts).
+    Root,
+    /// A usable `/dev/fuse`.
+    Fuse,
+    /// An external command on PATH.
+    Tool(&'static str),
+}
+
+/// The one gate for everything a test needs from the machine: true when
+/// `need` is met. When it isn't, a test must not pass quietly:
+///  - under `CI=true` this panics (CI must provide root, FUSE and tools);
+///  - otherwise it prints a `ZONEMOUNT-SKIP:` line and appends the same
+///    line to the file named by `ZONEMOUNT_SKIP_LOG` (set by
+///    `scripts/test.sh`, which counts those tests as skipped, not passed),
+///    and returns false so the caller can skip (all or part of the test).
+pub fn require(need: Need) -> bool {
+    let (met, what) = match need {
+        Need::Root => (is_root(), "root (effective uid 0)".to_string()),
+        Need::Fuse => (Path::new("/dev/fuse").exists(), "/dev/fuse".to_string()),
+        Need::Tool(name) => (has_tool(name), format!("the `{name}` command")),
+    };
+    if met {
+        return true;
+    }
+    if under_ci() {
+        panic!(
+            "this test needs {what}, which is missing: under CI=true that is a failure, not a skip"
+        );
+    }
+    record_skip(&format!("needs {what}"));
+    false
+}
+
+/// Print and record a skip of the running test (see [`require`]).
+fn record_skip(reason: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("<unnamed>")
+        .to_string();
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    // `tests/foo.rs` builds to `foo-<hash>`: name the suite, not the hash.
+    let suite = bin.rsplit_once('-').map_or(bin.as_str(), |(s, _)| s);
+    let line = format!("ZONEMOUNT-SKIP: {suite}::{test}: {reason}\n");
+    eprint!("{line}");
+    if let Some(log) = std::env::var_os("ZONEMOUNT_SKIP_LOG") {
+        use std::io::Write;
+        // One O_APPEND write per line: lines from parallel tests don't mix.
+        let r = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = r {
+            panic!("can't record a skip in {}: {e}", Path::new(&log).display());
+        }
+    }
+}
+
+/// Whether FUSE is usable here: [`require`]`(Need::Fuse)`.
+pub fn fuse_ok() -> bool {
+    require(Need::Fuse)
+}
+
+/// Whether an external tool is on PATH (quietly).
+pub fn has_tool(name: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {name}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether an external tool is on PATH: [`require`]`(Need::Tool(name))`.
+pub fn tool_ok(name: &'static str) -> bool {
+    require(Need::Tool(name))
+}
+
+/// Whether the process runs as root: [`require`]`(Need::Root)`.
+pub fn root_ok() -> bool {
+    require(Need::Root)
+}
+
+/// Whether the process runs as root (device nodes, chown to other uids).
+pub fn is_root() -> bool {
+    // /proc/self/status "Uid:\treal\teffective\t..." — effective uid is what counts.
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
