@@ -23,11 +23,22 @@
 //!
 //! To add a row: add one line to [`ROWS`], e.g.
 //! `row("create", Write, call(|c| fs::write(c.p("new.txt"), "new\n")), &[lands("new.txt", "new\n")]),`
-//! `c` is the [`Ctx`] of one zone: `c.p(rel)` is a path in it through the
-//! mount, `c.b(rel)` the same in its backing store. Actions longer than a
-//! line go in `errno_table/actions.rs`; a row needing a tool, or root, ends
-//! in `.needs(&[Tool("perl")])` (a failure under CI=true, else a recorded
-//! skip of that row). Its zone set is made and mounted for it automatically.
+//!  - the action: `call(f)` with `f(c)` returning the worker's
+//!    `io::Result<()>`, or `sh("cmd")`, run with the zone as cwd. `c` is the
+//!    [`Ctx`] of one zone: `c.p(rel)` is a path in it through the mount,
+//!    `c.b(rel)` the same in its backing store, `c.sib("ro", rel)` a path in
+//!    the row's zone of another kind. Actions longer than a line go in
+//!    `errno_table/actions.rs`.
+//!  - the effects when allowed, one helper each: `lands(p, text)`,
+//!    `lands_data(p, Blob(n) | Padded(text, n))`, `new_dir`, `new_link`,
+//!    `new_fifo`, `gone(p)`, `moved(from, to)`, `hard_linked`, `perm`,
+//!    `owner`, `mtime`, `touched`, `xattr`; or `unchanged()`.
+//!  - a row needing a tool or root ends in `.needs(&[Tool("perl")])`: under
+//!    CI=true a missing one fails the row; otherwise the row is skipped and
+//!    the test records a `ZONEMOUNT-SKIP:` line (tests/common `require`).
+//!
+//! The row's zone set is made and mounted for it automatically. A new kind
+//! of rule is a new [`Class`] (its errno per kind of zone in `Class::want`).
 //!
 //! Rows that aren't "one operation in every zone" (between zones: EXDEV and
 //! `mv`; the mount's root: EACCES; which rule answers first) are tests of
