@@ -1,0 +1,240 @@
+//! Parsing: both zone forms (map and list), both worker forms (front
+//! matter and plain YAML), the embedded default and project-file pickup,
+//! a symlinked config, and the shipped example files.
+
+use super::*;
+
+#[test]
+fn map_and_list_forms_give_the_same_table() {
+    let f = Fixture::new();
+    let map = f
+        .load(
+            "sandbox:\n  zones:\n    data: { path: ./data, mode: ro }\n    out:\n      mode: rw\n      approval: { write: ask, delete: blocked }\n      suffixes: [.md]\n      max_file_bytes: 10\n      protect: [.git]\n",
+        )
+        .unwrap();
+    let list = f
+        .load(
+            "sandbox:\n  zones:\n    - name: data\n      path: ./data\n      mode: ro\n    - name: out\n      mode: rw\n      approval: { write: ask, delete: blocked }\n      suffixes: [.md]\n      max_file_bytes: 10\n      protect: [.git]\n",
+        )
+        .unwrap();
+    assert_eq!(map, list);
+    assert_eq!(map.mode, SandboxMode::Sandboxed);
+    let root = real(&f.proj()).join(".sandbox");
+    let data = map.zone("data").unwrap();
+    assert_eq!(data.backing, root.join("data"));
+    assert_eq!(data.policy.access, Access::Ro);
+    assert_eq!(data.policy.approval, ApprovalPolicy::default());
+    let out = map.zone("out").unwrap();
+    assert_eq!(out.backing, root.join("out"));
+    assert_eq!(
+        out.policy,
+        ZonePolicy {
+            access: Access::Rw,
+            approval: ApprovalPolicy {
+                write: Approval::Ask,
+                delete: Approval::Blocked
+            },
+            suffixes: Some(vec![".md".into()]),
+            max_file_bytes: Some(10),
+            protect: vec![".git".into()],
+            hidden: vec![],
+        }
+    );
+    assert_eq!(map.source, Some(real(&f.proj()).join("project.yaml")));
+}
+
+#[test]
+fn mode_defaults_to_ro_and_other_top_level_keys_are_ignored() {
+    let f = Fixture::new();
+    let t = f
+        .load("model: x\ntools: [a, b]\ninstructions: |\n  hi\nsandbox:\n  zones:\n    data: {}\n    logs:\n")
+        .unwrap();
+    assert_eq!(t.zone("data").unwrap().policy.access, Access::Ro);
+    assert_eq!(t.zone("logs").unwrap().policy.access, Access::Ro);
+}
+
+#[test]
+fn root_and_numeric_names() {
+    let f = Fixture::new();
+    let t = f
+        .load("sandbox:\n  root: ../shared/box\n  zones:\n    2024: { path: y/2024 }\n")
+        .unwrap();
+    let z = t.zone("2024").unwrap();
+    assert_eq!(
+        z.backing,
+        real(f.tmp.path()).join("shared/box/y/2024"),
+        "root is relative to the config dir"
+    );
+}
+
+#[test]
+fn a_list_name_matching_its_key_is_fine_a_different_one_is_not() {
+    let f = Fixture::new();
+    f.load("sandbox:\n  zones:\n    a: { name: a }\n").unwrap();
+    let e = f.load_err("sandbox:\n  zones:\n    a:\n      name: b\n");
+    assert_err(&e, "project.yaml", 4, "sandbox.zones.a.name", "differs");
+}
+
+#[test]
+fn worker_front_matter_and_plain_yaml() {
+    let f = Fixture::new();
+    let fm = f.worker(
+        "fmt.worker",
+        "---\nname: formatter\ndescription: d\nsandbox:\n  zones:\n    - name: data\n      mode: rw\n      approval: { write: ask }\n---\n\n# Body\n\nnot: [valid yaml\n",
+    );
+    assert_eq!(fm.name.as_deref(), Some("formatter"));
+    let zones = fm.zones.as_ref().unwrap();
+    assert_eq!(zones.len(), 1);
+    assert_eq!(zones[0].name, "data");
+    assert_eq!(zones[0].mode, Some(Access::Rw));
+    assert_eq!(zones[0].write, Some(Approval::Ask));
+    assert_eq!(zones[0].delete, None);
+    assert_eq!(
+        zones[0].line,
+        Some(6),
+        "front matter lines count from the file"
+    );
+    assert_eq!(zones[0].mode_line, Some(7));
+
+    let plain = f.worker(
+        "plain.worker",
+        "name: p\nsandbox:\n  zones:\n    data: { mode: ro }\n    out:\n",
+    );
+    let zones = plain.zones.as_ref().unwrap();
+    assert_eq!(zones.len(), 2);
+    assert_eq!(zones[0].mode, Some(Access::Ro));
+    assert_eq!(zones[1].name, "out");
+    assert_eq!(zones[1].mode, None);
+
+    let crlf = f.worker(
+        "crlf.worker",
+        "---\r\nsandbox:\r\n  zones: [{ name: a }]\r\n---\r\nbody\r\n",
+    );
+    assert_eq!(crlf.zones.unwrap()[0].name, "a");
+    assert_eq!(crlf.name, None);
+    assert_eq!(crlf.file, f.proj().join("crlf.worker"));
+}
+
+#[test]
+fn worker_without_sandbox_has_no_zones() {
+    let f = Fixture::new();
+    let w = f.worker("pure.worker", "---\nname: pure\n---\nJust think.\n");
+    assert_eq!(w.zones, None);
+    let w = f.worker("empty.worker", "");
+    assert_eq!(w.zones, None);
+    assert_eq!(w.display_name(), "empty");
+    let w = f.worker(
+        "md.worker",
+        "Just a prompt, no front matter.\n\nSecond paragraph.\n",
+    );
+    assert_eq!(w.zones, None);
+    let e = f.worker_err("list.worker", "- a\n- b\n");
+    assert_err(&e, "list.worker", 1, "", "expected a mapping");
+    let w = f.worker("nozones.worker", "sandbox: {}\n");
+    assert_eq!(w.zones, Some(vec![]));
+}
+
+#[test]
+fn embedded_default_and_project_file_pickup() {
+    let f = Fixture::new();
+    let t = load_project(None, &f.proj(), &f.opts()).unwrap();
+    assert_eq!(t.source, None);
+    assert_eq!(t.mode, SandboxMode::Sandboxed);
+    let names: Vec<_> = t.zones.iter().map(|z| z.name.as_str()).collect();
+    assert_eq!(names, ["cache", "workspace"]);
+    for z in &t.zones {
+        assert_eq!(z.policy.access, Access::Rw);
+        assert_eq!(z.backing, real(&f.proj()).join(".sandbox").join(&z.name));
+    }
+
+    f.write(
+        PROJECT_FILE_NAME,
+        "sandbox:\n  zones:\n    only: { mode: rw }\n",
+    );
+    let t = load_project(None, &f.proj(), &f.opts()).unwrap();
+    assert_eq!(t.zones.len(), 1);
+    assert_eq!(t.source, Some(real(&f.proj()).join(PROJECT_FILE_NAME)));
+
+    // An explicit relative path is taken from cwd.
+    f.write("sub/p.yaml", "sandbox:\n  zones:\n    x: {}\n");
+    let t = load_project(Some(Path::new("sub/p.yaml")), &f.proj(), &f.opts()).unwrap();
+    assert_eq!(
+        t.zone("x").unwrap().backing,
+        real(&f.proj()).join("sub/.sandbox/x")
+    );
+}
+
+#[test]
+fn a_project_file_without_sandbox_gets_the_default_zones_beside_it() {
+    let f = Fixture::new();
+    let t = f.load("model: m\n").unwrap();
+    let names: Vec<_> = t.zones.iter().map(|z| z.name.as_str()).collect();
+    assert_eq!(names, ["cache", "workspace"]);
+    assert_eq!(t.zones[0].backing, real(&f.proj()).join(".sandbox/cache"));
+    assert!(t.source.is_some());
+    let t = f.load("sandbox:\n  mode: sandboxed\n").unwrap();
+    assert!(
+        t.zones.is_empty(),
+        "a sandbox section lists exactly its zones"
+    );
+}
+
+#[test]
+fn missing_file_is_an_error_naming_it() {
+    let f = Fixture::new();
+    let e = load_project(Some(Path::new("nope.yaml")), &f.proj(), &f.opts()).unwrap_err();
+    assert!(e.to_string().starts_with("nope.yaml: cannot read"), "{e}");
+    let e = load_worker(&f.proj().join("nope.worker")).unwrap_err();
+    assert!(e.to_string().contains("nope.worker: cannot read"), "{e}");
+}
+
+#[test]
+fn example_files_parse() {
+    let f = Fixture::new();
+    let dir = examples();
+    let sandboxed = load_project(Some(&dir.join("sandboxed.yaml")), &dir, &f.opts()).unwrap();
+    assert_eq!(sandboxed.mode, SandboxMode::Sandboxed);
+    assert_eq!(sandboxed.zone("data").unwrap().policy.access, Access::Ro);
+    let fin = &sandboxed.zone("final").unwrap().policy;
+    assert_eq!(fin.approval.write, Approval::Ask);
+    assert_eq!(fin.approval.delete, Approval::Blocked);
+
+    // direct.yaml's dirs must exist: copy it beside fresh ones.
+    fs::copy(dir.join("direct.yaml"), f.proj().join("direct.yaml")).unwrap();
+    f.mkdir("data");
+    f.mkdir("workspace");
+    let direct = load_project(Some(&f.proj().join("direct.yaml")), &f.proj(), &f.opts()).unwrap();
+    assert_eq!(direct.mode, SandboxMode::Direct);
+    assert_eq!(
+        direct.zone("data").unwrap().backing,
+        real(&f.proj().join("data"))
+    );
+    prepare_backing(&direct).unwrap();
+
+    let formatter = load_worker(&dir.join("formatter.worker")).unwrap();
+    assert_eq!(formatter.name.as_deref(), Some("formatter"));
+    let child = load_worker(&dir.join("child.worker")).unwrap();
+    assert_eq!(child.name.as_deref(), Some("summarizer"));
+    for project in [&sandboxed, &direct] {
+        let t = derive(&derive(project, &formatter).unwrap(), &child).unwrap();
+        let ws = &t.zone("workspace").unwrap().policy;
+        assert_eq!(ws.access, Access::Rw);
+        assert_eq!(ws.approval.write, Approval::Ask);
+        assert_eq!(ws.approval.delete, Approval::Blocked);
+        assert_eq!(ws.suffixes, Some(vec![".md".into(), ".txt".into()]));
+        assert_eq!(ws.max_file_bytes, Some(1_000_000));
+        assert!(t.zone("data").is_none());
+    }
+}
+
+#[test]
+fn a_symlinked_config_is_anchored_where_the_link_is() {
+    let f = Fixture::new();
+    let target = f.tmp.path().join("elsewhere/p.yaml");
+    fs::create_dir_all(target.parent().unwrap()).unwrap();
+    fs::write(&target, "sandbox:\n  zones:\n    a: {}\n").unwrap();
+    std::os::unix::fs::symlink(&target, f.proj().join("link.yaml")).unwrap();
+    let t = load_project(Some(Path::new("link.yaml")), &f.proj(), &f.opts()).unwrap();
+    assert_eq!(t.zones[0].backing, real(&f.proj()).join(".sandbox/a"));
+    assert_eq!(t.source, Some(real(&f.proj()).join("link.yaml")));
+}
