@@ -281,10 +281,8 @@ impl Approvals {
                 Verdict::Withdrawn
             }
         };
-        if let Some(a) = &self.inner.audit {
-            let (kind, rec) = end_record(&p.info, &r);
-            a.log(kind, &rec);
-        }
+        let (kind, rec) = end_record(&p.info, &r);
+        self.ledger(kind, rec);
         tracing::info!(id = p.info.id, resolution = ?r, "approval request ended");
         out.answers.push((p.waiters, verdict));
         out.events.push(Event::Resolved {
@@ -345,16 +343,14 @@ impl Approvals {
     /// Refuse at once, with a ledger record (no request is made).
     fn refuse_now(&self, req: &AskRequest, caller: &Caller, reason: String, then: Continuation) {
         bump(&self.inner.counters.cached_denials, 1);
-        if let Some(a) = &self.inner.audit {
-            a.log(
-                Kind::Refusal,
-                &audit::Record {
-                    errno: Some("EACCES".into()),
-                    reason: Some(reason),
-                    ..ask_record(req, caller)
-                },
-            );
-        }
+        self.ledger(
+            Kind::Refusal,
+            audit::Record {
+                errno: Some("EACCES".into()),
+                reason: Some(reason),
+                ..ask_record(req, caller)
+            },
+        );
         answer(vec![Waiter { tid: 0, then }], Verdict::Deny);
     }
 
@@ -456,15 +452,20 @@ impl Approvals {
 
     fn log_mutation(&self, req: &AskRequest, caller: &Caller, reason: &str) {
         bump(&self.inner.counters.mutations, 1);
+        self.ledger(
+            Kind::Mutation,
+            audit::Record {
+                decision: Some("allow".into()),
+                reason: Some(reason.into()),
+                ..ask_record(req, caller)
+            },
+        );
+    }
+
+    /// Write `rec` to the ledger, when there is one.
+    fn ledger(&self, kind: Kind, rec: audit::Record) {
         if let Some(a) = &self.inner.audit {
-            a.log(
-                Kind::Mutation,
-                &audit::Record {
-                    decision: Some("allow".into()),
-                    reason: Some(reason.into()),
-                    ..ask_record(req, caller)
-                },
-            );
+            a.log(kind, &rec);
         }
     }
 

@@ -37,6 +37,25 @@ pub(crate) struct MountStatus {
     pub(crate) note: Option<String>,
 }
 
+impl MountStatus {
+    /// A row for `mountpoint` with nothing known yet but whether the
+    /// kernel lists it.
+    fn bare(mountpoint: &Path, mounted: bool) -> MountStatus {
+        MountStatus {
+            mountpoint: mountpoint.to_path_buf(),
+            pid: None,
+            config: None,
+            workers: Vec::new(),
+            zones: Vec::new(),
+            started: None,
+            pending: None,
+            mounted,
+            stale: false,
+            note: None,
+        }
+    }
+}
+
 /// Facts about the host that [`gather`] needs, as functions.
 pub(crate) struct Probe<'a> {
     pub(crate) daemon_alive: &'a dyn Fn(u32) -> bool,
@@ -47,37 +66,12 @@ pub(crate) struct Probe<'a> {
 pub(crate) fn gather(mounts: &[MountEntry], records: &[Record], probe: &Probe) -> Vec<MountStatus> {
     let mut rows: BTreeMap<PathBuf, MountStatus> = BTreeMap::new();
     for m in mounts.iter().filter(|m| m.fstype == FSTYPE) {
-        rows.insert(
-            m.mountpoint.clone(),
-            MountStatus {
-                mountpoint: m.mountpoint.clone(),
-                pid: None,
-                config: None,
-                workers: Vec::new(),
-                zones: Vec::new(),
-                started: None,
-                pending: None,
-                mounted: true,
-                stale: false,
-                note: None,
-            },
-        );
+        rows.insert(m.mountpoint.clone(), MountStatus::bare(&m.mountpoint, true));
     }
     for r in records {
         let row = rows
             .entry(r.mountpoint.clone())
-            .or_insert_with(|| MountStatus {
-                mountpoint: r.mountpoint.clone(),
-                pid: None,
-                config: None,
-                workers: Vec::new(),
-                zones: Vec::new(),
-                started: None,
-                pending: None,
-                mounted: false,
-                stale: false,
-                note: None,
-            });
+            .or_insert_with(|| MountStatus::bare(&r.mountpoint, false));
         row.pid = Some(r.pid);
         row.config = r.config.clone();
         row.workers = r.workers.clone();
