@@ -128,11 +128,13 @@ impl Core {
         mut add: impl FnMut(&DirItem, &Entry) -> bool,
     ) -> FsResult<()> {
         let dir = self.node(ino)?;
+        // The directory's path, found once for all its entries.
+        let path = dir.zone_path();
         for it in self.readdir(fh, offset)? {
             let dots = it.name == "." || it.name == "..";
             let entry = match dots {
                 true => self.getattr(ctx, it.ino, None),
-                false => self.lookup_in(ctx, &dir, &it.name),
+                false => self.lookup_at(ctx, &dir, &path, &it.name),
             };
             let Ok(entry) = entry else { continue };
             if add(&it, &entry) {

@@ -15,7 +15,7 @@ use crate::fs::attr::{no_entry, to_attr};
 use crate::fs::handles::Handle;
 use crate::fs::inodes::{Anchor, Found, Node};
 use crate::fs::reach::Opened;
-use crate::policy::{self, Decision, Op};
+use crate::policy::{self, Decision, Loc, Op};
 
 /// What kind of new name an operation makes.
 #[derive(Clone, Copy, Debug)]
@@ -46,7 +46,19 @@ impl Core {
 
     /// Look up and enter `name`; its attributes come from the lookup's own
     /// stat (zone dirs, seen from the root, are stat'ed on their own).
-    pub(super) fn lookup_in(&self, ctx: &Ctx, parent: &Arc<Node>, name: &OsStr) -> FsResult<Entry> {
+    fn lookup_in(&self, ctx: &Ctx, parent: &Arc<Node>, name: &OsStr) -> FsResult<Entry> {
+        self.lookup_at(ctx, parent, &parent.zone_path(), name)
+    }
+
+    /// [`lookup_in`](Self::lookup_in) with the path of `parent` in its zone
+    /// (`dir`) already known: a listing looks up all its entries with it.
+    pub(super) fn lookup_at(
+        &self,
+        ctx: &Ctx,
+        parent: &Arc<Node>,
+        dir: &Path,
+        name: &OsStr,
+    ) -> FsResult<Entry> {
         let Some(zone) = parent.zone else {
             let i = self
                 .zone_names
@@ -56,8 +68,8 @@ impl Core {
             let node = self.inodes.zone_root(i).ok_or_else(FsError::enoent)?;
             return Ok(self.entry(node.zone, self.attr_of(&node)?));
         };
-        let w = self.where_child(parent, name);
-        let at = self.loc(&w);
+        let path = dir.join(name);
+        let at = Loc::in_zone(&self.zones[zone], &path);
         // A hidden sensitive root is refused before it is even opened.
         self.gate(ctx, &Op::Look { at, is_dir: None }, Keep::Status)?;
         let dir_fd = self.reach.fd_of(parent)?;
