@@ -159,6 +159,7 @@ pub fn errno_name(e: i32) -> &'static str {
         libc::EIO => "EIO",
         libc::EBADF => "EBADF",
         libc::EACCES => "EACCES",
+        libc::EBUSY => "EBUSY",
         libc::EEXIST => "EEXIST",
         libc::EXDEV => "EXDEV",
         libc::ENOTDIR => "ENOTDIR",

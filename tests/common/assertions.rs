@@ -11,32 +11,13 @@ pub fn errno_of<T>(r: &io::Result<T>) -> Option<i32> {
     r.as_ref().err().and_then(io::Error::raw_os_error)
 }
 
-/// A readable name for the errnos these tests meet.
+/// A readable name for an errno: the library's own (as the ledger writes
+/// it), or the number.
 pub fn errno_name(e: i32) -> String {
-    let name = match e {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::EIO => "EIO",
-        libc::EBADF => "EBADF",
-        libc::EACCES => "EACCES",
-        libc::EEXIST => "EEXIST",
-        libc::EXDEV => "EXDEV",
-        libc::ENOTDIR => "ENOTDIR",
-        libc::EISDIR => "EISDIR",
-        libc::EINVAL => "EINVAL",
-        libc::EFBIG => "EFBIG",
-        libc::ENOSPC => "ENOSPC",
-        libc::EROFS => "EROFS",
-        libc::EMLINK => "EMLINK",
-        libc::ENOSYS => "ENOSYS",
-        libc::ENOTEMPTY => "ENOTEMPTY",
-        libc::ENODATA => "ENODATA",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::EBUSY => "EBUSY",
-        libc::EINTR => "EINTR",
-        _ => return format!("errno {e}"),
-    };
-    name.to_string()
+    match zonemount::error::errno_name(e) {
+        "EOTHER" => format!("errno {e}"),
+        name => name.to_string(),
+    }
 }
 
 /// The C-locale strerror text (what `sh`, coreutils, git print).
