@@ -10,6 +10,7 @@ mod approvals;
 mod check;
 mod columns;
 mod derive;
+mod doctor;
 mod list;
 mod mount_cmd;
 mod run;
@@ -66,6 +67,15 @@ enum Cmd {
     /// Would a worker's read, write or delete of PATH be allowed (exit 0),
     /// asked (3) or refused (4), and why? Touches nothing.
     Check(check::CheckArgs),
+    /// What this machine allows (FUSE, fusermount3, privilege, passthrough,
+    /// io_uring, file handles, the --isolate sandbox, state dirs) and what
+    /// zonemount does about each; exit 0 when a mount can be made here, 5
+    /// when not.
+    Doctor {
+        /// One JSON object instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args, Clone)]
@@ -186,6 +196,10 @@ pub fn run() -> ExitCode {
         Cmd::Derive(c) => derive::derive(&c),
         Cmd::Status(a) => approvals::status(&a),
         Cmd::Approvals(c) => approvals::run(&c),
+        Cmd::Doctor { json } => match doctor::doctor(json) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
         Cmd::Check(a) => match check::check(&a) {
             Ok(code) => return ExitCode::from(code),
             Err(f) => Err(f),

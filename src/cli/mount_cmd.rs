@@ -99,9 +99,9 @@ pub(crate) fn detach(_a: &MountArgs) -> Result<(), Failure> {
 pub(crate) fn spawn_daemon(mount_args: Vec<OsString>) -> Result<(), Failure> {
     // The daemon checks this too; checking first gives the real cause even
     // where a missing /dev would already stop the daemon from starting.
-    if !mount::have_dev_fuse() {
-        return Err(mount::MountError::NoFuse.into());
-    }
+    // (--allow-other's own check waits for the daemon, which has the
+    // parsed arguments.)
+    mount::host_allows(false)?;
     let exe = std::env::current_exe()
         .map_err(|e| Failure::new(1, format!("cannot find the zonemount binary: {e}")))?;
     let mut cmd = std::process::Command::new(exe);
@@ -232,10 +232,12 @@ fn report_ready() {
 }
 
 fn serve(a: &MountArgs) -> Result<(), Failure> {
+    let settings = settings(a)?;
+    // What the machine allows, before anything (./.sandbox included) is made.
+    mount::host_allows(settings.allow_other)?;
     let table = zone_table(&a.config)?;
     config::prepare_backing(&table)?;
-    let mountpoint = mount::preflight(&a.mountpoint, &table)?;
-    let settings = settings(a)?;
+    let mountpoint = mount::preflight(&a.mountpoint, &table, settings.allow_other)?;
     let on_ask = on_ask_argv(a)?;
     let control_path = a
         .control
