@@ -45,7 +45,7 @@ args=()
 for s in "$@"; do args+=(--test "$s"); done
 while IFS= read -r exe; do bins+=("$exe"); done < <(
   cargo test --locked --no-run --message-format=json "${args[@]}" 2>/dev/null |
-    grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//')
+    grep '"kind":\["test"\]' | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//')
 [ ${#bins[@]} -eq $# ] || { echo "test-envs.sh: expected $# test binaries, cargo built ${#bins[@]}" >&2; exit 1; }
 
 scratch=$(mktemp -d /tmp/zmenv.XXXXXX)
