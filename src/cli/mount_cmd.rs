@@ -233,8 +233,9 @@ fn report_ready() {
 
 fn serve(a: &MountArgs) -> Result<(), Failure> {
     let settings = settings(a)?;
-    // What the machine allows, before anything (./.sandbox included) is made.
-    mount::host_allows(settings.allow_other)?;
+    // What the machine allows and the mountpoint, before anything
+    // (./.sandbox included) is made.
+    mount::check_mountpoint(&a.mountpoint, settings.allow_other)?;
     let table = zone_table(&a.config)?;
     config::prepare_backing(&table)?;
     let mountpoint = mount::preflight(&a.mountpoint, &table, settings.allow_other)?;

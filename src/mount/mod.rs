@@ -24,7 +24,9 @@ mod unmount;
 use std::path::Path;
 
 pub use mountinfo::{MountEntry, absolute, find_mount, mounts};
-pub use preflight::{HOST_FORBIDS, MountError, have_dev_fuse, host_allows, preflight};
+pub use preflight::{
+    HOST_FORBIDS, MountError, check_mountpoint, have_dev_fuse, host_allows, preflight,
+};
 pub use registry::{
     Record, default_control_path, find_record, now_secs, private_dir, read_record, records,
     remove_record, runtime_dir, state_dir, write_record,

@@ -61,7 +61,7 @@ pub enum MountError {
         "--allow-other needs root, or 'user_allow_other' in /etc/fuse.conf: add that line (as root) or mount as root"
     )]
     AllowOtherNotPermitted,
-    #[error("cannot mount on {0}: choose a directory you own, e.g. mkdir ~/mnt")]
+    #[error("{0}: mount on a directory you own instead (e.g. mkdir ~/mnt)")]
     MountpointForbidden(String),
     #[error("mounting {0} failed: {1}")]
     Mount(String, io::Error),
@@ -127,13 +127,11 @@ pub fn host_allows(allow_other: bool) -> Result<(), MountError> {
     Ok(())
 }
 
-/// Check everything that can be checked before mounting; returns the
-/// canonical mountpoint. Nothing is created or started.
-pub fn preflight(
-    mountpoint: &Path,
-    table: &ZoneTable,
-    allow_other: bool,
-) -> Result<PathBuf, MountError> {
+/// What the host allows ([`host_allows`]) and whether `mountpoint` can
+/// take a mount: it exists, is a directory, isn't mounted, and (for an
+/// ordinary user) is one fusermount3 accepts. Returns it canonical. Needs
+/// no config: checked before anything (such as `./.sandbox`) is made.
+pub fn check_mountpoint(mountpoint: &Path, allow_other: bool) -> Result<PathBuf, MountError> {
     host_allows(allow_other)?;
     let meta = std::fs::metadata(mountpoint);
     match meta {
@@ -153,6 +151,20 @@ pub fn preflight(
     if let Some(m) = find_mount(&mp) {
         return Err(MountError::AlreadyMounted(show(&mp), m.fstype));
     }
+    if let Some(why) = probe::user_mountpoint_refusal(&mp) {
+        return Err(MountError::MountpointForbidden(why));
+    }
+    Ok(mp)
+}
+
+/// Check everything that can be checked before mounting; returns the
+/// canonical mountpoint. Nothing is created or started.
+pub fn preflight(
+    mountpoint: &Path,
+    table: &ZoneTable,
+    allow_other: bool,
+) -> Result<PathBuf, MountError> {
+    let mp = check_mountpoint(mountpoint, allow_other)?;
     for z in &table.zones {
         let backing = z.backing.canonicalize().map_err(|e| {
             MountError::Backing(format!(
@@ -175,9 +187,6 @@ pub fn preflight(
                 backing: show(&backing),
             });
         }
-    }
-    if let Some(why) = probe::user_mountpoint_refusal(&mp) {
-        return Err(MountError::MountpointForbidden(why));
     }
     Ok(mp)
 }
