@@ -146,3 +146,26 @@ def test_another_protocol_version_is_refused_on_connect(tmp_path: Path) -> None:
         zonemount.Client(path).requests()
     t.join(timeout=5)
     srv.close()
+
+
+def test_the_example_supervisor_allows_under_one_path_and_reports(tmp_path: Path, zm_bin: str) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    shutil.copy(REPO / "examples/supervisor.yaml", tmp_path / "supervisor.yaml")
+    backing = tmp_path / ".sandbox-supervisor/workspace"
+    (backing / "out").mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples/supervisor.py"), "--config", "supervisor.yaml",
+         "--allow-under", "/workspace/out/", "--",
+         "sh", "-c", "echo ok > out/a.txt; echo no > b.txt; exit 3"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 3, done.stderr
+    assert (backing / "out/a.txt").read_text() == "ok\n"
+    assert not (backing / "b.txt").exists()
+    assert "allow write /workspace/out/a.txt" in done.stdout, done.stdout
+    assert "deny  write /workspace/b.txt" in done.stdout, done.stdout

@@ -34,7 +34,7 @@ def binary(explicit: Optional[PathLike] = None) -> str:
 
 def run_cli(args: Sequence[str], bin: Optional[PathLike] = None, timeout: float = 120) -> str:
     """Run ``zonemount ARGS``; its stdout, or :class:`CommandError` with its
-    last stderr line and exit status."""
+    one-line message and exit status."""
     try:
         done = subprocess.run(
             [binary(bin), *args],
@@ -46,8 +46,10 @@ def run_cli(args: Sequence[str], bin: Optional[PathLike] = None, timeout: float 
     except subprocess.TimeoutExpired as e:
         raise ZonemountError(f"zonemount {' '.join(args)} did not finish within {timeout} s") from e
     if done.returncode != 0:
-        lines = [l for l in done.stderr.splitlines() if l.strip()]
-        msg = lines[-1] if lines else f"zonemount {args[0]} exited {done.returncode}"
+        # zonemount says what went wrong in its first line (clap's usage
+        # errors add hints after it).
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        msg = lines[0] if lines else f"zonemount {args[0]} exited {done.returncode}"
         raise CommandError(msg.removeprefix("zonemount: "), done.returncode)
     return done.stdout
 
