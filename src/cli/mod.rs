@@ -12,6 +12,7 @@ mod columns;
 mod derive;
 mod doctor;
 mod list;
+mod manuals;
 mod mount_cmd;
 mod run;
 
@@ -75,6 +76,19 @@ enum Cmd {
         /// One JSON object instead of lines.
         #[arg(long)]
         json: bool,
+    },
+    /// Print a shell completion script (e.g. `zonemount completions bash >
+    /// /etc/bash_completion.d/zonemount`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the zonemount(1) man page, or write it and one page per
+    /// command into DIR.
+    Man {
+        /// Write zonemount.1, zonemount-mount.1, ... here instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -196,6 +210,8 @@ pub fn run() -> ExitCode {
         Cmd::Derive(c) => derive::derive(&c),
         Cmd::Status(a) => approvals::status(&a),
         Cmd::Approvals(c) => approvals::run(&c),
+        Cmd::Completions { shell } => manuals::completions(shell),
+        Cmd::Man { dir } => manuals::man(dir.as_deref()),
         Cmd::Doctor { json } => match doctor::doctor(json) {
             Ok(code) => return ExitCode::from(code),
             Err(f) => Err(f),
