@@ -313,9 +313,6 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     // (./.sandbox included) is made.
     mount::check_mountpoint(&a.mountpoint, settings.allow_other)?;
     let (table, notes) = zone_table_noted(&a.config, &super::cwd()?)?;
-    for t in &notes {
-        say(a, &super::tightening_note(t));
-    }
     let created = config::prepare_backing(&table)?;
     let mountpoint = mount::preflight(&a.mountpoint, &table, settings.allow_other)?;
     let on_ask = on_ask_argv(a)?;
@@ -342,6 +339,10 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     let daemon = Daemon::start(session, &table, control, origin)
         .map_err(|e| Failure::new(1, e.to_string()))?;
     let prompt = start_prompt(a, &daemon);
+    // Said once the mount is live: a refused mount says one line, its error.
+    for t in &notes {
+        say(a, &super::tightening_note(t));
+    }
     say(
         a,
         &used_line(&mountpoint, &table, &a.config.worker, &created),
