@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::super::{Cli, Cmd, Failure, MountArgs, zone_table};
+use super::exec;
 use super::*;
 use crate::config::{Access, ZoneTable};
 use crate::isolate::{self, EnvSpec, HostFacts, Isolation, ZoneBind};
@@ -294,6 +295,8 @@ impl Plan {
             .iter()
             .find(|z| z.writable)
             .map_or_else(|| mp.to_path_buf(), |z| mp.join(&z.name));
+        // Said in our words now, not by `setsid` once it fails to exec.
+        exec::check_command(prog, &cwd, exec::cmd_path(&self.env).as_deref())?;
         c.current_dir(cwd);
         for e in &self.env {
             if let Some(v) = &e.value {
