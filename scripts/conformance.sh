@@ -58,11 +58,18 @@ pjd_config=scripts/conformance/pjdfstest.toml
 # bounded NAME LIMIT COMMAND...: COMMAND under `timeout`; when it runs out,
 # say so (naming NAME and the limit) and return 124. --foreground keeps
 # COMMAND in our process group, so a limit on this whole script (test.sh's)
-# reaches it too, and the EXIT trap still unmounts.
+# reaches it too, and the EXIT trap still unmounts. It runs in the
+# background and is waited for, so a SIGINT/SIGTERM/SIGHUP to this script
+# is handled at once (bash runs a trap only between commands, but `wait`
+# returns when one arrives): cleanup stops it, then unmounts.
+running=""
 bounded() {
   local name=$1 limit=$2 rc=0
   shift 2
-  timeout --foreground --kill-after=10 "$limit" "$@" || rc=$?
+  timeout --foreground --kill-after=10 "$limit" "$@" &
+  running=$!
+  wait "$running" || rc=$?
+  running=""
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     echo "conformance: TIMEOUT: $name did not finish within ${limit} s" >&2
     return 124
@@ -87,6 +94,11 @@ daemon_pids() {
 }
 mounted() { [ -n "$mnt" ] && grep -qF " $mnt fuse" /proc/mounts; }
 cleanup() {
+  # A suite still running (we were signalled) goes first: it holds the mount.
+  if [ -n "$running" ]; then
+    kill -TERM "$running" 2>/dev/null || true
+    wait "$running" 2>/dev/null || true
+  fi
   # A stopped daemon (the break hook) can't answer an unmount: end it first.
   if [ "$brk" = stop ]; then
     for p in $(daemon_pids); do kill -KILL "$p" 2>/dev/null || true; done
