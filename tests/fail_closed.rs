@@ -253,6 +253,34 @@ fn mount_says_which_config_and_backing_dirs_it_used() {
     }
 }
 
+#[test]
+fn mount_in_the_foreground_says_it_too() {
+    if !fuse_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(dir.path()).unwrap();
+    let mnt = root.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let config = root.join("p.yaml");
+    fs::write(&config, "sandbox:\n  zones:\n    ws: { mode: rw }\n").unwrap();
+    // The guard stops the daemon and unmounts, on panic too.
+    let fg = Foreground::spawn(&root, Some(&config), &[], &mnt);
+    let said = format!(
+        "zonemount: mounted {} with config {}; zones: ws rw {}/.sandbox/ws (created)\n",
+        mnt.display(),
+        config.display(),
+        root.display()
+    );
+    assert!(
+        wait_until(MOUNT_TIMEOUT, || fg.output().1 == said),
+        "stderr: {:?}, want {said:?}",
+        fg.output()
+    );
+    assert!(is_mounted(&mnt));
+    assert_eq!(fg.output().0, "", "nothing on stdout");
+}
+
 // ----- tightenings are said
 
 const PARENT: &str = "sandbox:
