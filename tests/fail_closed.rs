@@ -526,4 +526,52 @@ fn run_says_a_missing_or_unexecutable_cmd_itself() {
     let out = run_cmd(&["-q"], "true");
     assert!(out.success(), "{}", out.describe());
     assert_eq!(out.stderr, "", "{}", out.describe());
+
+    // Under --isolate, CMD is looked for as the sandbox will see it: a
+    // host path the sandbox doesn't bind is missing there.
+    if !tool_ok("bwrap") {
+        return;
+    }
+    let host_only = d.join("host-only.sh");
+    fs::write(&host_only, "#!/bin/sh\necho hi\n").unwrap();
+    fs::set_permissions(&host_only, fs::Permissions::from_mode(0o755)).unwrap();
+    let host_only = host_only.to_str().unwrap();
+    for (cmd, code, said) in [
+        (
+            "nosuchcmd",
+            127,
+            "zonemount: run: nosuchcmd: command not found".to_string(),
+        ),
+        (
+            host_only,
+            127,
+            format!("zonemount: run: {host_only}: No such file or directory"),
+        ),
+        (
+            "./noexec.sh",
+            126,
+            "zonemount: run: ./noexec.sh: Permission denied".to_string(),
+        ),
+    ] {
+        let out = run_cmd(&["-q", "--isolate"], cmd);
+        assert_eq!(
+            out.code(),
+            Some(code),
+            "--isolate {cmd}: {}",
+            out.describe()
+        );
+        assert_eq!(
+            out.stderr,
+            format!("{said}\n"),
+            "--isolate {cmd}: {}",
+            out.describe()
+        );
+        assert_eq!(
+            fs::read_dir(&tmp).unwrap().count(),
+            0,
+            "{cmd}: left in TMPDIR"
+        );
+    }
+    let out = run_cmd(&["-q", "--isolate"], "true");
+    assert!(out.success(), "--isolate true: {}", out.describe());
 }
