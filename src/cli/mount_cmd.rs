@@ -250,6 +250,8 @@ fn say(a: &MountArgs, line: &str) {
     if a.quiet {
         return;
     }
+    // One line whatever a path or a suffix holds: the parent reads lines.
+    let line = line.replace(['\n', '\r'], " ");
     if a.notify_ready {
         let mut out = std::io::stdout();
         let _ = writeln!(out, "NOTE {line}");
@@ -372,6 +374,46 @@ mod tests {
             Ok(Cli { cmd: Cmd::Mount(m) }) => m,
             other => panic!("not a mount command: {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_used_line_names_config_workers_and_each_backing_dir() {
+        use crate::config::{Access, ApprovalPolicy, SandboxMode, Zone, ZonePolicy, ZoneTable};
+        let zone = |name: &str, access| Zone {
+            name: name.into(),
+            backing: PathBuf::from("/p/.sandbox").join(name),
+            policy: ZonePolicy {
+                access,
+                approval: ApprovalPolicy::default(),
+                suffixes: None,
+                max_file_bytes: None,
+                protect: Vec::new(),
+                hidden: Vec::new(),
+            },
+        };
+        let mut t = ZoneTable {
+            mode: SandboxMode::Sandboxed,
+            zones: vec![zone("data", Access::Ro), zone("ws", Access::Rw)],
+            source: None,
+        };
+        let mp = Path::new("/m");
+        assert_eq!(
+            used_line(mp, &t, &[], &["ws".into()]),
+            "mounted /m with config the embedded default (no --config, no ./zonemount.yaml); \
+             zones: data ro /p/.sandbox/data, ws rw /p/.sandbox/ws (created)"
+        );
+        t.source = Some("/p/project.yaml".into());
+        let workers = [PathBuf::from("a.worker"), PathBuf::from("b.worker")];
+        assert_eq!(
+            used_line(mp, &t, &workers, &[]),
+            "mounted /m with config /p/project.yaml and worker a.worker then b.worker; \
+             zones: data ro /p/.sandbox/data, ws rw /p/.sandbox/ws"
+        );
+        t.zones.clear();
+        assert_eq!(
+            used_line(mp, &t, &workers[..1], &[]),
+            "mounted /m with config /p/project.yaml and worker a.worker; no zones (an empty root)"
+        );
     }
 
     #[test]
