@@ -24,7 +24,10 @@ fi
 
 venv="$work/venv"
 python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check pytest mypy "$repo/clients/python"
+# Installed from a copy: building in place would leave build/ and
+# *.egg-info in the source tree.
+rm -rf "$work/src"; cp -r "$repo/clients/python" "$work/src"
+"$venv/bin/pip" install -q --disable-pip-version-check pytest mypy "$work/src"
 
 export ZONEMOUNT_BIN=${ZONEMOUNT_BIN:-$repo/target/debug/zonemount}
 rc=0
