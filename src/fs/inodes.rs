@@ -11,6 +11,9 @@
 //!   low 32 bits, which is what git's index compares (an index written on
 //!   the host stays valid through the mount, and the reverse). Objects
 //!   whose id can't be made so get one from a counter in a reserved tag;
+//! - a node knows where it was last seen (its parent node and its name
+//!   there, kept current by lookups, renames and links): policy paths
+//!   come from it, and a node anchored by name is reopened through it;
 //! - a node lives while the kernel holds lookups on it; `forget` subtracts
 //!   with saturation (a misbehaving client can't underflow us) and drops the
 //!   node, and its fd, at zero.
@@ -46,27 +49,43 @@ pub struct Place {
 pub enum Anchor {
     /// The synthetic mount root: no backing object.
     None,
-    /// An `O_PATH` fd held for the node's life (zone dirs; and every node
-    /// where kernel file handles can't be used).
+    /// An `O_PATH` fd held for the node's life: the zone dirs.
     Held(Arc<OwnedFd>),
     /// A kernel file handle; an fd is opened from it on demand and kept
     /// in a bounded cache.
     Handle(crate::backing::InodeHandle),
+    /// Reached again from its parent's fd by its name (its [`Place`]) and
+    /// checked against its (device, inode number); an fd is kept in the
+    /// same bounded cache. Where kernel file handles can't be opened (a
+    /// daemon without CAP_DAC_READ_SEARCH, a filesystem without them).
+    Named,
 }
 
 impl Anchor {
     /// Whether a newly found object (anchored by `other`) is the one this
     /// anchor reaches, given that both carry the same (device, inode
     /// number): the host may have deleted this one and the number been
-    /// reused. Handles tell by their generation; a held fd by whether its
-    /// object still has a name (two named objects never share a number).
-    pub fn same_object(&self, other: &Anchor) -> bool {
+    /// reused. Handles tell by their generation; a held fd, or the fd
+    /// cached for a named node (`cached`), by whether its object still has
+    /// a name (two named objects never share a number). A named node with
+    /// no fd at hand is whatever its name now reaches.
+    pub fn same_object(&self, other: &Anchor, cached: Option<&OwnedFd>) -> bool {
         match (self, other) {
             (Anchor::Handle(a), Anchor::Handle(b)) => a == b,
             (Anchor::Held(fd), _) => !crate::backing::is_deleted(fd.as_fd()),
+            (Anchor::Named, _) => cached.is_none_or(|fd| !crate::backing::is_deleted(fd.as_fd())),
             (Anchor::None, _) | (Anchor::Handle(_), _) => true,
         }
     }
+}
+
+/// Changes of any node's place, counted: a walk down by names that failed
+/// while a place changed is worth trying again.
+static PLACE_CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// How many times any node's place has changed (see [`Node::set_place`]).
+pub fn place_changes() -> u64 {
+    PLACE_CHANGES.load(Ordering::Acquire)
 }
 
 /// A node's kernel passthrough state.
@@ -131,11 +150,28 @@ impl Node {
         self.place.lock().parent.clone()
     }
 
+    /// Record where the node is now (a lookup, rename or link found it
+    /// there).
     pub fn set_place(&self, parent: Arc<Node>, name: &OsStr) {
-        *self.place.lock() = Place {
+        let mut place = self.place.lock();
+        let same_parent = place
+            .parent
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, &parent));
+        if same_parent && place.name == name {
+            return;
+        }
+        *place = Place {
             parent: Some(parent),
             name: name.to_os_string(),
         };
+        PLACE_CHANGES.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether the node was last seen as `name` in `parent`.
+    pub fn is_at(&self, parent: &Node, name: &OsStr) -> bool {
+        let place = self.place.lock();
+        place.parent.as_ref().is_some_and(|p| p.ino == parent.ino) && place.name == name
     }
 }
 
@@ -244,15 +280,23 @@ impl Inodes {
     }
 
     /// Enter a found object (or find its existing node), record where it was
-    /// seen, and count one kernel lookup on it.
-    pub fn remember(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, f: Found) -> Arc<Node> {
+    /// seen, and count one kernel lookup on it. `cached` gives the fd a
+    /// node has at hand, if any (to tell a reused inode number).
+    pub fn remember(
+        &self,
+        zone: usize,
+        parent: &Arc<Node>,
+        name: &OsStr,
+        f: Found,
+        cached: impl Fn(u64) -> Option<Arc<OwnedFd>>,
+    ) -> Arc<Node> {
         let key = (zone, f.dev, f.ino);
         let mut maps = self.maps.write();
         if let Some(node) = maps
             .by_key
             .get(&key)
             .and_then(|i| maps.by_ino.get(i))
-            .filter(|n| n.anchor.same_object(&f.anchor))
+            .filter(|n| n.anchor.same_object(&f.anchor, cached(n.ino).as_deref()))
         {
             let node = node.clone();
             if !self.is_permanent(node.ino) {
