@@ -352,7 +352,7 @@ impl Core {
     /// without costs (for `status`).
     pub fn without(&self) -> Vec<Without> {
         let mut out = Vec::new();
-        let slower = "file data goes through the daemon: large reads and writes are slower";
+        let slower = "file data goes through the daemon (large reads and writes are slower)";
         match self.io_mode() {
             IoMode::Daemon(DaemonWhy::Unprivileged) => out.push(Without {
                 feature: "passthrough",
@@ -366,8 +366,8 @@ impl Core {
             }),
             IoMode::Passthrough | IoMode::Daemon(DaemonWhy::Disabled | DaemonWhy::Starting) => {}
         }
-        let by_name = "nodes are reopened from their parent by name: a remembered file or \
-                       directory the host renames goes stale (ESTALE until looked up again)";
+        let by_name = "nodes are reopened from their parent by name (a remembered file or \
+                       directory the host renames goes stale: ESTALE until looked up again)";
         let needs = match self.reach.handles() {
             FileHandles::Used => None,
             FileHandles::NoCapability => Some("CAP_DAC_READ_SEARCH"),
