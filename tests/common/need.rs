@@ -20,6 +20,10 @@ pub enum Need {
     Fuse,
     /// An external command on PATH.
     Tool(&'static str),
+    /// An unprivileged user of this name whom root can act as (`setpriv`)
+    /// and who can mount with FUSE: `/dev/fuse` readable and writable by
+    /// them (Debian's default 0666) and `fusermount3` on PATH.
+    UserFuse(&'static str),
 }
 
 /// The one gate for everything a test needs from the machine: true when
@@ -34,6 +38,13 @@ pub fn require(need: Need) -> bool {
         Need::Root => (is_root(), "root (effective uid 0)".to_string()),
         Need::Fuse => (Path::new("/dev/fuse").exists(), "/dev/fuse".to_string()),
         Need::Tool(name) => (has_tool(name), format!("the `{name}` command")),
+        Need::UserFuse(user) => (
+            user_can_fuse(user),
+            format!(
+                "an unprivileged user `{user}` (root acting as them with setpriv) who can use \
+                 /dev/fuse (mode 0666) and fusermount3"
+            ),
+        ),
     };
     if met {
         return true;
@@ -94,6 +105,46 @@ pub fn has_tool(name: &str) -> bool {
 /// Whether an external tool is on PATH: [`require`]`(Need::Tool(name))`.
 pub fn tool_ok(name: &'static str) -> bool {
     require(Need::Tool(name))
+}
+
+/// The (uid, gid) of user `name`, from `/etc/passwd`.
+pub fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        match f.as_slice() {
+            [n, _, uid, gid, ..] if *n == name => Some((uid.parse().ok()?, gid.parse().ok()?)),
+            _ => None,
+        }
+    })
+}
+
+/// `setpriv` arguments that run what follows as `(uid, gid)`, with no
+/// supplementary groups.
+pub fn setpriv_as((uid, gid): (u32, u32)) -> Vec<String> {
+    vec![
+        format!("--reuid={uid}"),
+        format!("--regid={gid}"),
+        "--clear-groups".to_string(),
+    ]
+}
+
+/// [`Need::UserFuse`]: root can become `user` (not root), who can open
+/// `/dev/fuse` for reading and writing, and `fusermount3` is there.
+fn user_can_fuse(user: &str) -> bool {
+    let Some(ids) = user_ids(user).filter(|(uid, _)| *uid != 0) else {
+        return false;
+    };
+    if !is_root() || !has_tool("setpriv") || !has_tool("fusermount3") {
+        return false;
+    }
+    Command::new("setpriv")
+        .args(setpriv_as(ids))
+        .args(["sh", "-c", "test -r /dev/fuse && test -w /dev/fuse"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Whether the process runs as root: [`require`]`(Need::Root)`.
