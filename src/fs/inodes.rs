@@ -69,11 +69,15 @@ impl Anchor {
     /// cached for a named node (`cached`), by whether its object still has
     /// a name (two named objects never share a number). A named node with
     /// no fd at hand is whatever its name now reaches.
-    pub fn same_object(&self, other: &Anchor, cached: Option<&OwnedFd>) -> bool {
+    pub fn same_object(
+        &self,
+        other: &Anchor,
+        cached: impl FnOnce() -> Option<Arc<OwnedFd>>,
+    ) -> bool {
         match (self, other) {
             (Anchor::Handle(a), Anchor::Handle(b)) => a == b,
             (Anchor::Held(fd), _) => !crate::backing::is_deleted(fd.as_fd()),
-            (Anchor::Named, _) => cached.is_none_or(|fd| !crate::backing::is_deleted(fd.as_fd())),
+            (Anchor::Named, _) => cached().is_none_or(|fd| !crate::backing::is_deleted(fd.as_fd())),
             (Anchor::None, _) | (Anchor::Handle(_), _) => true,
         }
     }
@@ -296,7 +300,7 @@ impl Inodes {
             .by_key
             .get(&key)
             .and_then(|i| maps.by_ino.get(i))
-            .filter(|n| n.anchor.same_object(&f.anchor, cached(n.ino).as_deref()))
+            .filter(|n| n.anchor.same_object(&f.anchor, || cached(n.ino)))
         {
             let node = node.clone();
             if !self.is_permanent(node.ino) {

@@ -8,10 +8,15 @@
 //!   same way, up to a zone dir) and its last known name, never following
 //!   a symlink, and checked against the (device, inode number) it had. A
 //!   mismatch, or no such name any more, means the host renamed, removed
-//!   or replaced it: ESTALE, as a handle of a deleted file answers. A file
-//!   whose name was removed through the mount while the kernel still
-//!   holds it is pinned (its fd kept outside the cache) until it is
-//!   forgotten or found under another name.
+//!   or replaced it: ESTALE, as a handle of a deleted file answers (the
+//!   kernel then looks the path up again). Renames and links through the
+//!   mount keep a node's place current. A file whose name was removed
+//!   through the mount (unlink, renamed over) while the kernel still holds
+//!   it is pinned (its fd kept outside the cache, a bounded number of
+//!   them) until it is forgotten or found under another name; an open
+//!   file works through its handle in any case. What this mode can't
+//!   tell: an object the host deleted whose inode number a new object at
+//!   the same name reused (handles tell by their generation).
 //!
 //! When the process runs out of fds (EMFILE, ENFILE), half of the cache is
 //! closed and the open tried once more, so the mount keeps working after
@@ -76,8 +81,9 @@ pub struct Reach {
     /// sharded by node id.
     fd_cache: Vec<Mutex<LruCache<u64, Arc<OwnedFd>>>>,
     /// fds of named nodes whose name was removed through the mount while
-    /// the kernel still holds them (by node id).
+    /// the kernel still holds them (by node id); at most `pin_max`.
     pinned: Mutex<HashMap<u64, Arc<OwnedFd>>>,
+    pin_max: usize,
     /// One fd per backing filesystem (by mount id), to open handles with.
     fs_fds: Mutex<HashMap<i32, Arc<OwnedFd>>>,
     /// `/proc/self/fd`, to reopen `O_PATH` fds for real work.
@@ -130,8 +136,8 @@ impl Reach {
                 "kernel file handles not used: nodes are reopened from their parent by name"
             );
         }
-        let per_shard = NonZeroUsize::new(cache_size(backing::nofile_limit()) / SHARDS)
-            .unwrap_or(NonZeroUsize::MIN);
+        let size = cache_size(backing::nofile_limit());
+        let per_shard = NonZeroUsize::new(size / SHARDS).unwrap_or(NonZeroUsize::MIN);
         Reach {
             handles,
             named_seen: AtomicBool::new(handles != FileHandles::Used),
@@ -139,6 +145,7 @@ impl Reach {
                 .map(|_| Mutex::new(LruCache::new(per_shard)))
                 .collect(),
             pinned: Mutex::new(HashMap::new()),
+            pin_max: size / 4,
             fs_fds: Mutex::new(fs_fds),
             procfds,
         }
@@ -295,11 +302,20 @@ impl Reach {
 
     /// Keep `fd` for a named node whose last known name was just removed
     /// through the mount: it is reached through `fd` until forgotten or
-    /// found again under a name.
+    /// found again under a name. Pins are bounded (a quarter of the
+    /// cache); beyond that the node is reached through its cached fd
+    /// while that lasts, then is stale (an open file still works through
+    /// its handle).
     pub fn pin(&self, node: &Node, fd: Arc<OwnedFd>) {
-        if matches!(node.anchor, Anchor::Named) {
-            self.pinned.lock().insert(node.ino, fd);
+        if !matches!(node.anchor, Anchor::Named) {
+            return;
         }
+        let mut pinned = self.pinned.lock();
+        if pinned.len() >= self.pin_max && !pinned.contains_key(&node.ino) {
+            tracing::debug!(ino = node.ino, "too many pinned fds: not pinned");
+            return;
+        }
+        pinned.insert(node.ino, fd);
     }
 
     /// Drop node `ino`'s fds (forgotten, or gone on the host).

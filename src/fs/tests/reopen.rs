@@ -139,6 +139,35 @@ fn a_deep_node_is_reopened_from_its_zone_dir_by_name() {
     assert!(f.rw.join("a/b/c/new").is_dir());
 }
 
+/// A node 1,000 directories deep, with nothing cached, is reached by
+/// climbing to the zone dir and walking all the way down.
+#[test]
+fn a_long_climb_reaches_a_node() {
+    const DEPTH: usize = 1000;
+    let f = by_name();
+    let mut ino = WORK;
+    let mut dir = std::fs::File::open(&f.rw).unwrap();
+    for _ in 0..DEPTH {
+        // Made fd-relative, one level at a time (the path is too long for
+        // one call).
+        rustix::fs::mkdirat(&dir, "d", rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
+        let sub = rustix::fs::openat(
+            &dir,
+            "d",
+            rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        dir = std::fs::File::from(sub);
+        ino = found(&f.core, ino, "d").unwrap().ino.0;
+    }
+    let leaf = mkdir(&f.core, ino, "leaf").unwrap().attr.ino.0;
+    drop_cached(&f);
+    let attr = f.core.getattr(&CTX, leaf, None).unwrap().attr;
+    assert_eq!(attr.ino.0, leaf);
+    assert!(f.core.fds_kept().0 <= FD_CACHE_MAX);
+}
+
 #[test]
 fn a_host_rename_or_replacement_makes_a_node_stale() {
     let f = by_name();
