@@ -372,7 +372,7 @@ impl Core {
             FileHandles::Used => None,
             FileHandles::NoCapability => Some("CAP_DAC_READ_SEARCH"),
             FileHandles::NotSupported => Some("a backing filesystem that gives file handles"),
-            FileHandles::Off => Some("nothing (turned off)"),
+            FileHandles::Off => Some("nothing: turned off (tests)"),
         };
         if let Some(needs) = needs {
             out.push(Without {
