@@ -6,7 +6,10 @@
 #   2. cargo test (unit and integration tests; they really mount under
 #      temporary directories)
 #   3. cargo test --doc (the doc examples compile, and run unless no_run)
-#   4. scripts/conformance.sh (pjdfstest and fsx against a mounted zone)
+#   4. the Python client (scripts/test-python.sh: mypy --strict, pytest)
+#   5. the suites every environment must pass, again as root without
+#      fusermount3 and as an unprivileged user (scripts/test-envs.sh)
+#   6. scripts/conformance.sh (pjdfstest and fsx against a mounted zone)
 #
 # Every step runs under a time limit; one that runs out fails with a line
 # naming the step and the limit. A test that can't run here (no root, no
@@ -21,6 +24,8 @@ cd "$(dirname "$0")/.."
 LIMIT_BUILD=${ZONEMOUNT_LIMIT_BUILD:-2400}
 LIMIT_TEST=${ZONEMOUNT_LIMIT_TEST:-2400}
 LIMIT_DOC=${ZONEMOUNT_LIMIT_DOC:-900}
+LIMIT_ENV=${ZONEMOUNT_LIMIT_ENV:-1200}
+LIMIT_PY=${ZONEMOUNT_LIMIT_PY:-900}
 LIMIT_CONFORMANCE=${ZONEMOUNT_LIMIT_CONFORMANCE:-3600}
 
 missing=()
@@ -67,8 +72,9 @@ step() {
 
 failed_steps=()
 rc_build=0 rc_test=0 rc_doc=0 rc_conf=0
-test_log="$work/cargo-test.log" doc_log="$work/cargo-doc.log"
-: > "$test_log"; : > "$doc_log"
+test_log="$work/cargo-test.log" doc_log="$work/cargo-doc.log" envs_log="$work/envs.log"
+py_log="$work/python.log"
+: > "$test_log"; : > "$doc_log"; : > "$envs_log"; : > "$py_log"
 step "cargo build" "$LIMIT_BUILD" cargo build --locked --all-targets || rc_build=$?
 if [ $rc_build -eq 0 ]; then
   step "cargo test" "$LIMIT_TEST" cargo test --locked --all-targets 2>&1 | tee "$test_log" || rc_test=$?
@@ -78,6 +84,30 @@ else
 fi
 [ $rc_test -eq 0 ] || failed_steps+=("cargo test")
 [ $rc_doc -eq 0 ] || failed_steps+=("cargo test --doc")
+
+# The Python client: mypy --strict and its pytest suite against real mounts.
+rc_py=0
+if [ $rc_build -eq 0 ]; then
+  step "python client" "$LIMIT_PY" bash scripts/test-python.sh "$work/python" 2>&1 | tee "$py_log" || rc_py=$?
+else
+  rc_py=1
+fi
+[ $rc_py -eq 0 ] || failed_steps+=("python client")
+
+# The suites every environment must pass, again: as root where fusermount3
+# is unusable (a private mount namespace with it covered), and as an
+# unprivileged user with the setuid fusermount3 (scripts/test-envs.sh).
+ENV_SUITES=(errno_table lifecycle run approvals escape)
+rc_envs=0
+for env_name in nofusermount user; do
+  rc_env=0
+  if [ $rc_build -eq 0 ]; then
+    step "integration suites: $env_name" "$LIMIT_ENV" bash scripts/test-envs.sh "$env_name" "${ENV_SUITES[@]}" 2>&1 | tee -a "$envs_log" || rc_env=$?
+  else
+    rc_env=1
+  fi
+  if [ $rc_env -ne 0 ] && [ $rc_env -ne 3 ]; then failed_steps+=("integration suites: $env_name"); rc_envs=1; fi
+done
 
 # Conformance suites against a real mount (pjdfstest, fsx); needs root.
 # Exit 0: passed; 3: skipped (not root, outside CI); anything else: failed.
@@ -89,46 +119,61 @@ if [ -s "$ZONEMOUNT_SKIP_LOG" ]; then
   sort -u "$ZONEMOUNT_SKIP_LOG"
 fi
 
-# One closing line for the whole run.
+# One closing line for the whole run, after one line per environment.
 #  - cargo prints one `test result:` line per test binary (summed here) and
 #    one `test NAME ... ok` line per test. A test that recorded a skip
 #    (`ZONEMOUNT-SKIP: <suite>::<test>: why`, <suite> being the test
-#    binary's name without its hash) returned early, and cargo calls it ok:
-#    it is counted as skipped instead of passed.
-#  - A cargo step that failed with no failed test to show for it (a build
-#    error, a timeout, a crashed test binary) counts as one failure.
+#    binary's name without its hash, prefixed `ENV/` outside the default
+#    environment) returned early, and cargo calls it ok: it is counted as
+#    skipped instead of passed.
+#  - `Running [ENV] tests/foo.rs (...)` (scripts/test-envs.sh) starts a
+#    suite run in environment ENV; cargo's own runs are environment `root`.
+#  - A step that failed with no failed test to show for it (a build error,
+#    a timeout, a crashed test binary) counts as one failure.
 #  - Conformance counts as one test: passed, failed or skipped.
 awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test" \
-    -v rc_doc="$rc_doc" -v rc_conf="$rc_conf" '
+    -v rc_doc="$rc_doc" -v rc_conf="$rc_conf" -v rc_envs="$rc_envs" -v rc_py="$rc_py" '
   BEGIN {
     while ((getline line < skips) > 0) {
       sub(/^ZONEMOUNT-SKIP: /, "", line)
       i = index(line, ": "); if (i > 0) line = substr(line, 1, i - 1)
       skip[line] = 1
     }
+    env = "root"
   }
+  FNR == 1 { env = "root" }
   # "Running tests/foo.rs (target/debug/deps/foo-0123abcd)" names the suite.
   /^ *Running / {
-    s = $NF; gsub(/[()]/, "", s); n = split(s, parts, "/"); s = parts[n]
-    sub(/-[0-9a-f]+$/, "", s); suite = s
+    env = "root"; prefix = ""
+    if ($2 ~ /^\[/) { env = $2; gsub(/[][]/, "", env); prefix = env "/" }
+    nm = $NF; gsub(/[()]/, "", nm); n = split(nm, parts, "/"); nm = parts[n]
+    sub(/-[0-9a-f]+$/, "", nm); suite = prefix nm
   }
-  /^ *Doc-tests / { suite = "doc:" $2 }
+  /^ *Doc-tests / { suite = "doc:" $2; env = "root" }
   /^test .* \.\.\. ok$/ {
     key = suite "::" $2
-    if (key in skip) { skipped_ok++; delete skip[key] }
+    if (key in skip) { sk[env]++; delete skip[key] }
   }
   /^test result:/ { for (i = 1; i <= NF; i++) {
-      if ($(i+1) ~ /^passed/) p += $i
-      if ($(i+1) ~ /^failed/) { f += $i; ff[FILENAME] += $i }
-      if ($(i+1) ~ /^ignored/) s += $i } }
+      if ($(i+1) ~ /^passed/) pe[env] += $i
+      if ($(i+1) ~ /^failed/) { fe[env] += $i; ff[FILENAME] += $i }
+      if ($(i+1) ~ /^ignored/) se[env] += $i }
+      seen[env] = 1 }
   END {
-    p -= skipped_ok; s += skipped_ok
     if (rc_build != 0) f++
     if (rc_test != 0 && ff[ARGV[1]] == 0) f++
     if (rc_doc != 0 && ff[ARGV[2]] == 0) f++
+    if (rc_envs != 0 && ff[ARGV[3]] == 0) f++
+    if (rc_py != 0 && ff[ARGV[4]] == 0) f++
+    s = 0
+    for (e in seen) {
+      pe[e] -= sk[e]; se[e] += sk[e]
+      printf "  environment %s: %d passed, %d failed, %d skipped\n", e, pe[e], fe[e], se[e]
+      p += pe[e]; f += fe[e]; s += se[e]
+    }
     if (rc_conf == 0) p++; else if (rc_conf == 3) s++; else f++
     printf "summary: %d passed, %d failed, %d skipped\n", p, f, s
-  }' "$test_log" "$doc_log"
+  }' "$test_log" "$doc_log" "$envs_log" "$py_log"
 
 if [ ${#failed_steps[@]} -gt 0 ]; then
   echo "test.sh: FAILED: ${failed_steps[*]}" >&2

@@ -129,7 +129,7 @@ impl Drop for Mount {
 /// Mount `table` at `opts.mountpoint`, served by threads of this process;
 /// every `ask` arrives on the returned receiver.
 pub fn mount(table: &ZoneTable, opts: Options) -> Result<(Mount, Requests), ApiError> {
-    let mp = super::preflight(&opts.mountpoint, table)?;
+    let mp = super::preflight(&opts.mountpoint, table, false)?;
     let settings = Settings {
         ttl: opts.ttl,
         approval_timeout: opts.timeout,

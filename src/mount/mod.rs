@@ -6,6 +6,8 @@
 //! - `daemon`: what `zonemount mount` adds around a session: its registry
 //!   record, its control socket and the status it answers, signals.
 //! - `preflight`: the checks before mounting, and why a mount fails.
+//! - `probe`: what this machine allows (FUSE device, fusermount3,
+//!   privilege, passthrough, io_uring, file handles, the sandbox).
 //! - `registry`: the JSON records of live mounts in the runtime directory.
 //! - `mountinfo`: which paths are mounted (`/proc/self/mountinfo`).
 //! - `unmount`: detaching a mount and waiting for its daemon.
@@ -14,6 +16,7 @@ pub mod api;
 pub mod daemon;
 mod mountinfo;
 mod preflight;
+pub mod probe;
 mod registry;
 pub mod session;
 mod unmount;
@@ -21,10 +24,12 @@ mod unmount;
 use std::path::Path;
 
 pub use mountinfo::{MountEntry, absolute, find_mount, mounts};
-pub use preflight::{MountError, have_dev_fuse, preflight};
+pub use preflight::{
+    HOST_FORBIDS, MountError, check_mountpoint, have_dev_fuse, host_allows, preflight,
+};
 pub use registry::{
     Record, default_control_path, find_record, now_secs, private_dir, read_record, records,
-    remove_record, runtime_dir, write_record,
+    remove_record, runtime_dir, state_dir, write_record,
 };
 pub use unmount::{
     DAEMON_EXIT_WAIT, UnmountError, Unmounted, detach, detach_or_lazily, process_alive, unmount,

@@ -1,11 +1,14 @@
 //! Why a mount can't be made ([`MountError`], each message with its fix
 //! and exit status), and everything that can be checked before mounting:
-//! the mountpoint, the backing dirs around it, /dev/fuse.
+//! the mountpoint, the backing dirs around it, and what this machine
+//! allows (the FUSE device, `fusermount3`, `/etc/fuse.conf`; see
+//! [`probe`](super::probe)).
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 use super::mountinfo::find_mount;
+use super::probe;
 use super::show;
 use crate::config::ZoneTable;
 
@@ -39,15 +42,27 @@ pub enum MountError {
     #[error("{0}: fix the path in the config, or recreate the directory")]
     Backing(String),
     #[error(
-        "/dev/fuse is missing: FUSE is not available here (load the fuse module, or give the container /dev/fuse)"
+        "/dev/fuse is missing: FUSE is not available here (load the fuse module with modprobe fuse, or start the container with --device /dev/fuse)"
     )]
     NoFuse,
-    #[error("fusermount3 is not installed: install the fuse3 package (apt-get install fuse3)")]
+    #[error(
+        "/dev/fuse is not readable and writable by uid {0}: make it usable (chmod 0666 /dev/fuse, Debian's default) or mount as root"
+    )]
+    NoFuseAccess(u32),
+    #[error(
+        "fusermount3 is not installed, and an ordinary user can only mount through it: install the fuse3 package (apt-get install fuse3) or mount as root"
+    )]
     NoFusermount,
+    #[error(
+        "fusermount3 at {0} is not setuid root, so it can't mount for an ordinary user: reinstall the fuse3 package or mount as root"
+    )]
+    FusermountNotSetuid(String),
     #[error(
         "--allow-other needs root, or 'user_allow_other' in /etc/fuse.conf: add that line (as root) or mount as root"
     )]
     AllowOtherNotPermitted,
+    #[error("{0}: mount on a directory you own instead (e.g. mkdir ~/mnt)")]
+    MountpointForbidden(String),
     #[error("mounting {0} failed: {1}")]
     Mount(String, io::Error),
 }
@@ -63,21 +78,61 @@ impl MountError {
             | MountError::BackingInside { .. }
             | MountError::Backing(_) => 2,
             MountError::NoFuse
+            | MountError::NoFuseAccess(_)
             | MountError::NoFusermount
+            | MountError::FusermountNotSetuid(_)
             | MountError::AllowOtherNotPermitted
-            | MountError::Mount(..) => 1,
+            | MountError::MountpointForbidden(_) => HOST_FORBIDS,
+            MountError::Mount(..) => 1,
         }
     }
 }
 
+/// Exit status when this machine doesn't allow the mount (FUSE device,
+/// `fusermount3`, `/etc/fuse.conf`, a mountpoint a user may not use):
+/// nothing was started; `zonemount doctor` says what the machine allows.
+pub const HOST_FORBIDS: u8 = 5;
+
 /// Whether the FUSE device exists here.
 pub fn have_dev_fuse() -> bool {
-    Path::new("/dev/fuse").exists()
+    probe::fuse_device() != probe::FuseDevice::Missing
 }
 
-/// Check everything that can be checked before mounting; returns the
-/// canonical mountpoint.
-pub fn preflight(mountpoint: &Path, table: &ZoneTable) -> Result<PathBuf, MountError> {
+/// What this machine must allow before a mount is tried: a FUSE device
+/// this user can open; for an ordinary user, a setuid `fusermount3`; and
+/// for `--allow-other`, root or `user_allow_other`.
+pub fn host_allows(allow_other: bool) -> Result<(), MountError> {
+    match probe::fuse_device() {
+        probe::FuseDevice::Usable => {}
+        probe::FuseDevice::Missing => return Err(MountError::NoFuse),
+        probe::FuseDevice::NoAccess => {
+            return Err(MountError::NoFuseAccess(
+                rustix::process::geteuid().as_raw(),
+            ));
+        }
+    }
+    if probe::is_root() {
+        return Ok(());
+    }
+    match probe::fusermount3() {
+        None => return Err(MountError::NoFusermount),
+        Some(p) if !probe::is_setuid_root(&p) => {
+            return Err(MountError::FusermountNotSetuid(show(&p)));
+        }
+        Some(_) => {}
+    }
+    if allow_other && !probe::fuse_conf_allows_other() {
+        return Err(MountError::AllowOtherNotPermitted);
+    }
+    Ok(())
+}
+
+/// What the host allows ([`host_allows`]) and whether `mountpoint` can
+/// take a mount: it exists, is a directory, isn't mounted, and (for an
+/// ordinary user) is one fusermount3 accepts. Returns it canonical. Needs
+/// no config: checked before anything (such as `./.sandbox`) is made.
+pub fn check_mountpoint(mountpoint: &Path, allow_other: bool) -> Result<PathBuf, MountError> {
+    host_allows(allow_other)?;
     let meta = std::fs::metadata(mountpoint);
     match meta {
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
@@ -96,6 +151,20 @@ pub fn preflight(mountpoint: &Path, table: &ZoneTable) -> Result<PathBuf, MountE
     if let Some(m) = find_mount(&mp) {
         return Err(MountError::AlreadyMounted(show(&mp), m.fstype));
     }
+    if let Some(why) = probe::user_mountpoint_refusal(&mp) {
+        return Err(MountError::MountpointForbidden(why));
+    }
+    Ok(mp)
+}
+
+/// Check everything that can be checked before mounting; returns the
+/// canonical mountpoint. Nothing is created or started.
+pub fn preflight(
+    mountpoint: &Path,
+    table: &ZoneTable,
+    allow_other: bool,
+) -> Result<PathBuf, MountError> {
+    let mp = check_mountpoint(mountpoint, allow_other)?;
     for z in &table.zones {
         let backing = z.backing.canonicalize().map_err(|e| {
             MountError::Backing(format!(
@@ -118,9 +187,6 @@ pub fn preflight(mountpoint: &Path, table: &ZoneTable) -> Result<PathBuf, MountE
                 backing: show(&backing),
             });
         }
-    }
-    if !have_dev_fuse() {
-        return Err(MountError::NoFuse);
     }
     Ok(mp)
 }

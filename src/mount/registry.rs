@@ -5,7 +5,7 @@
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -36,16 +36,45 @@ pub struct Record {
 /// for them.
 const ROOT_RUNTIME_DIR: &str = "/run/zonemount";
 
-/// The runtime directory for records and default control sockets.
+/// The runtime directory for records and default control sockets: root's
+/// `/run/zonemount`; for a user `$XDG_RUNTIME_DIR/zonemount`, else
+/// `/run/user/UID/zonemount` when that directory is the user's, else
+/// `/tmp/zonemount-UID` (not `$TMPDIR`: every command of a user, whatever
+/// its environment, must find the same records).
 pub fn runtime_dir() -> PathBuf {
-    if rustix::process::geteuid().is_root() {
+    let uid = rustix::process::geteuid();
+    if uid.is_root() {
         return PathBuf::from(ROOT_RUNTIME_DIR);
     }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
+    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("zonemount");
+    }
+    let uid = uid.as_raw();
+    let run_user = PathBuf::from(format!("/run/user/{uid}"));
+    if std::fs::metadata(&run_user).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
+        return run_user.join("zonemount");
+    }
+    PathBuf::from(format!("/tmp/zonemount-{uid}"))
+}
+
+/// Root's state directory.
+const ROOT_STATE_DIR: &str = "/var/lib/zonemount";
+
+/// The state directory, for what outlives a mount: `/var/lib/zonemount`
+/// for root, else `$XDG_STATE_HOME/zonemount` (`~/.local/state/zonemount`).
+pub fn state_dir() -> PathBuf {
+    if rustix::process::geteuid().is_root() {
+        return PathBuf::from(ROOT_STATE_DIR);
+    }
+    match std::env::var_os("XDG_STATE_HOME") {
         Some(d) if !d.is_empty() => PathBuf::from(d).join("zonemount"),
-        _ => {
-            std::env::temp_dir().join(format!("zonemount-{}", rustix::process::geteuid().as_raw()))
-        }
+        _ => match std::env::var_os("HOME") {
+            Some(h) if !h.is_empty() => PathBuf::from(h).join(".local/state/zonemount"),
+            _ => std::env::temp_dir().join(format!(
+                "zonemount-state-{}",
+                rustix::process::geteuid().as_raw()
+            )),
+        },
     }
 }
 
@@ -132,12 +161,27 @@ pub fn remove_record(mountpoint: &Path) {
 
 /// Create `dir` (and parents) writable only by us, whatever the umask
 /// (the daemon runs with umask 0); tighten it if it exists.
+///
+/// A directory someone else owns (another user who made
+/// `/tmp/zonemount-UID` first) is refused: records and sockets there could
+/// be swapped under us.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
         .create(dir)?;
+    let me = rustix::process::geteuid().as_raw();
+    let owner = std::fs::metadata(dir)?.uid();
+    if owner != me {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} belongs to uid {owner}, not to this user (uid {me}): remove it, or set XDG_RUNTIME_DIR to a directory of your own",
+                dir.display()
+            ),
+        ));
+    }
     let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
     if let Some(parent) = dir.parent().filter(|p| p.ends_with("zonemount")) {
         let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));

@@ -18,6 +18,7 @@
 //! and temp dir then stay; `zonemount list` shows them and
 //! `scripts/teardown.sh` or `zonemount unmount` removes them.
 
+mod exec;
 mod plan;
 mod task;
 #[cfg(test)]
