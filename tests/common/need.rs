@@ -31,10 +31,6 @@ pub enum Need {
     Fuse,
     /// An external command on PATH.
     Tool(&'static str),
-    /// An unprivileged user of this name whom root can act as (`setpriv`)
-    /// and who can mount with FUSE: `/dev/fuse` readable and writable by
-    /// them (Debian's default 0666) and `fusermount3` on PATH.
-    UserFuse(&'static str),
 }
 
 /// The one gate for everything a test needs from the machine: true when
@@ -49,13 +45,6 @@ pub fn require(need: Need) -> bool {
         Need::Root => (is_root(), "root (effective uid 0)".to_string()),
         Need::Fuse => (fuse_usable(), "a /dev/fuse this user can open".to_string()),
         Need::Tool(name) => (has_tool(name), format!("the `{name}` command")),
-        Need::UserFuse(user) => (
-            user_can_fuse(user),
-            format!(
-                "an unprivileged user `{user}` (root acting as them with setpriv) who can use \
-                 /dev/fuse (mode 0666) and fusermount3"
-            ),
-        ),
     };
     if met {
         return true;
@@ -162,9 +151,9 @@ pub fn setpriv_as((uid, gid): (u32, u32)) -> Vec<String> {
     ]
 }
 
-/// [`Need::UserFuse`]: root can become `user` (not root), who can open
-/// `/dev/fuse` for reading and writing, and `fusermount3` is there.
-fn user_can_fuse(user: &str) -> bool {
+/// Whether root can act as `user` (not root), who can open `/dev/fuse`
+/// for reading and writing, with `setpriv`, and `fusermount3` is there.
+pub fn user_can_fuse(user: &str) -> bool {
     let Some(ids) = user_ids(user).filter(|(uid, _)| *uid != 0) else {
         return false;
     };
