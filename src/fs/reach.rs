@@ -307,7 +307,8 @@ impl Reach {
     /// while that lasts, then is stale (an open file still works through
     /// its handle).
     pub fn pin(&self, node: &Node, fd: Arc<OwnedFd>) {
-        if !matches!(node.anchor, Anchor::Named) {
+        // A removed directory has nothing left to reach (as with a handle).
+        if !matches!(node.anchor, Anchor::Named) || node.is_dir {
             return;
         }
         let mut pinned = self.pinned.lock();
