@@ -24,7 +24,9 @@
 //!   per open is what makes small-file workloads slower than no
 //!   passthrough at all (PERF-NOTES).
 //!
-//! Lock order: the table lock, then a node's `loc` lock; never the reverse.
+//! Lock order: the table lock, then a node's `place` lock; never the
+//! reverse. No system call is made under the table lock where it can be
+//! avoided (see [`Inodes::remember`]).
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -295,14 +297,27 @@ impl Inodes {
         cached: impl Fn(u64) -> Option<Arc<OwnedFd>>,
     ) -> Arc<Node> {
         let key = (zone, f.dev, f.ino);
+        let known = |maps: &Maps| {
+            maps.by_key
+                .get(&key)
+                .and_then(|i| maps.by_ino.get(i))
+                .cloned()
+        };
+        // Whether the node known for this key is the object found may take
+        // a system call (an fstat): decided before the write lock, and
+        // again under it only if the table changed meanwhile.
+        let before = known(&self.maps.read());
+        let same_before = before
+            .as_ref()
+            .map(|n| n.anchor.same_object(&f.anchor, || cached(n.ino)));
         let mut maps = self.maps.write();
-        if let Some(node) = maps
-            .by_key
-            .get(&key)
-            .and_then(|i| maps.by_ino.get(i))
-            .filter(|n| n.anchor.same_object(&f.anchor, || cached(n.ino)))
-        {
-            let node = node.clone();
+        let now = known(&maps);
+        let same = match (&now, &before, same_before) {
+            (Some(n), Some(b), Some(same)) if Arc::ptr_eq(n, b) => same,
+            (Some(n), ..) => n.anchor.same_object(&f.anchor, || cached(n.ino)),
+            (None, ..) => false,
+        };
+        if let Some(node) = now.filter(|_| same) {
             if !self.is_permanent(node.ino) {
                 node.set_place(parent.clone(), name);
             }
