@@ -39,6 +39,11 @@ use parking_lot::{Mutex, RwLock};
 
 pub const ROOT: u64 = 1;
 
+/// The most ancestors a node's places are followed through when looking
+/// for a cycle or reopening by name. Places make no cycles (see
+/// [`Node::set_place`]), so this only bounds those loops.
+pub const MAX_DEPTH: usize = 1 << 20;
+
 /// Where a node was last seen: its parent node and its name there.
 #[derive(Debug, Clone)]
 pub struct Place {
@@ -136,7 +141,8 @@ impl Node {
     pub fn zone_path(&self) -> PathBuf {
         let mut names: Vec<OsString> = Vec::new();
         let mut cur = self.place.lock().clone();
-        // A zone dir's place has no parent: stop there.
+        // A zone dir's place has no parent: stop there (places make no
+        // cycles, see `set_place`).
         while let Some(parent) = cur.parent.take() {
             names.push(std::mem::take(&mut cur.name));
             cur = parent.place.lock().clone();
@@ -158,20 +164,46 @@ impl Node {
 
     /// Record where the node is now (a lookup, rename or link found it
     /// there).
+    ///
+    /// A place under the node itself is not taken: it would make a cycle
+    /// of places (after the host moved directories into one another, a
+    /// node not looked up since still has its old place). The node keeps
+    /// its place until it is looked up again once the others have theirs.
     pub fn set_place(&self, parent: Arc<Node>, name: &OsStr) {
-        let mut place = self.place.lock();
-        let same_parent = place
-            .parent
-            .as_ref()
-            .is_some_and(|p| Arc::ptr_eq(p, &parent));
-        if same_parent && place.name == name {
+        {
+            let place = self.place.lock();
+            let same_parent = place
+                .parent
+                .as_ref()
+                .is_some_and(|p| Arc::ptr_eq(p, &parent));
+            if same_parent && place.name == name {
+                return;
+            }
+        }
+        if self.is_above(&parent) {
+            tracing::debug!(ino = self.ino, "a place under itself is not taken");
             return;
         }
+        let mut place = self.place.lock();
         *place = Place {
             parent: Some(parent),
             name: name.to_os_string(),
         };
         PLACE_CHANGES.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether this node is `node` or one of its ancestors, as their
+    /// places tell.
+    fn is_above(&self, node: &Arc<Node>) -> bool {
+        let mut cur = Some(node.clone());
+        for _ in 0..MAX_DEPTH {
+            match cur {
+                None => return false,
+                Some(n) if n.ino == self.ino => return true,
+                Some(n) => cur = n.parent(),
+            }
+        }
+        false
     }
 
     /// Whether the node was last seen as `name` in `parent`.

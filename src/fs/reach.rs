@@ -44,7 +44,7 @@ const SHARDS: usize = 16;
 pub const FD_CACHE_MAX: usize = 2048;
 
 /// The longest chain of ancestors reopened by name to reach one node.
-const MAX_CLIMB: usize = 4096;
+const MAX_CLIMB: usize = inodes::MAX_DEPTH;
 
 /// How many times a walk down by names is tried when a node moved (a
 /// rename through the mount) while it walked.

@@ -377,3 +377,31 @@ fn a_core_says_whether_it_has_file_handles() {
         false => assert_eq!(handles.map(|w| w.needs), Some("CAP_DAC_READ_SEARCH")),
     }
 }
+
+/// The host moves a directory into its own former child: a lookup from
+/// the child (whose place is stale) does not make a cycle of places (a
+/// path that never ends); once the child is looked up where it now is,
+/// the directory takes its new place.
+#[test]
+fn places_never_make_a_cycle() {
+    let f = by_name();
+    std::fs::create_dir_all(f.rw.join("a/b")).unwrap();
+    let a = found(&f.core, WORK, "a").unwrap().ino.0;
+    let b = found(&f.core, a, "b").unwrap().ino.0;
+    // Host: a/b becomes b, and a moves into it: b/a.
+    std::fs::rename(f.rw.join("a/b"), f.rw.join("b")).unwrap();
+    std::fs::rename(f.rw.join("a"), f.rw.join("b/a")).unwrap();
+    // `a` looked up in `b`, which still thinks it is in `a`.
+    assert_eq!(found(&f.core, b, "a").unwrap().ino.0, a);
+    let fh = f.core.opendir(&CTX, a).unwrap();
+    f.core.releasedir(fh);
+    mkdir(&f.core, a, "x").unwrap();
+    // `b` found where it is, then `a` in it: both places right.
+    assert_eq!(found(&f.core, WORK, "b").unwrap().ino.0, b);
+    assert_eq!(found(&f.core, b, "a").unwrap().ino.0, a);
+    drop_cached(&f);
+    let x = found(&f.core, a, "x").unwrap().ino.0;
+    drop_cached(&f);
+    f.core.getattr(&CTX, x, None).unwrap();
+    assert!(f.rw.join("b/a/x").is_dir());
+}
