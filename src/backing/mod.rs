@@ -168,6 +168,31 @@ pub fn lookup(dir: BorrowedFd<'_>, name: &OsStr) -> Sys<OwnedFd> {
     )
 }
 
+/// Reach `dir/name` again for a node the daemon found there before: an
+/// `O_PATH` fd on it (never following a symlink) and its stat, with the
+/// daemon's own rights even while the thread acts as a caller (like
+/// reopening a kernel file handle: the object was already reached, the
+/// `O_PATH` fd grants no access, and what is done with it next runs as the
+/// caller again).
+pub fn reach_again(dir: BorrowedFd<'_>, name: &OsStr) -> Sys<(OwnedFd, Stat)> {
+    creds::as_daemon(|| {
+        let fd = lookup(dir, name)?;
+        let st = stat(fd.as_fd())?;
+        Ok((fd, st))
+    })
+}
+
+/// Whether `e` says this process (EMFILE) or the system (ENFILE) has no fd
+/// left.
+pub fn out_of_fds(e: Errno) -> bool {
+    e == Errno::MFILE || e == Errno::NFILE
+}
+
+/// The soft limit on open files (`RLIMIT_NOFILE`), if any.
+pub fn nofile_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
 /// Create (or, without `O_EXCL`, open) a regular file under `dir`.
 pub fn create(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> Sys<OwnedFd> {
     check_name(name)?;

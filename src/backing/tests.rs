@@ -50,3 +50,29 @@ fn handles_round_trip_when_privileged() {
         stat(root.as_fd()).unwrap().st_ino
     );
 }
+
+/// Reaching a name again never follows a symlink nor takes a path: the
+/// link itself is what comes back, and a name with '/' or `..` is EINVAL.
+#[test]
+fn reach_again_takes_one_name_and_never_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), "x").unwrap();
+    std::fs::create_dir(dir.path().join("d")).unwrap();
+    std::os::unix::fs::symlink("/etc", dir.path().join("l")).unwrap();
+    let root = open_zone_root(dir.path()).unwrap();
+    let (fd, st) = reach_again(root.as_fd(), OsStr::new("f")).unwrap();
+    assert_eq!(stat(fd.as_fd()).unwrap().st_ino, st.st_ino);
+    assert_eq!(FileType::from_raw_mode(st.st_mode), FileType::RegularFile);
+    let (_, st) = reach_again(root.as_fd(), OsStr::new("l")).unwrap();
+    assert_eq!(FileType::from_raw_mode(st.st_mode), FileType::Symlink);
+    for bad in ["d/f", "..", ".", "", "l/passwd"] {
+        assert_eq!(
+            reach_again(root.as_fd(), OsStr::new(bad)).err(),
+            Some(Errno::INVAL),
+            "{bad:?}"
+        );
+    }
+    // Out of fds is told apart from other failures.
+    assert!(out_of_fds(Errno::MFILE) && out_of_fds(Errno::NFILE));
+    assert!(!out_of_fds(Errno::NOENT));
+}

@@ -273,6 +273,9 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
     if let Some(io) = &s.io {
         out.push_str(&format!("file data: {}\n", io.detail));
     }
+    for d in s.degraded.iter().flatten() {
+        out.push_str(&format!("degraded: {}\n", d.line()));
+    }
     if let Some(ttl) = &s.cache_ttl_secs {
         out.push_str(&format!(
             "cache ttl: {} s in rw zones, {} s in ro zones\n",
@@ -354,6 +357,34 @@ mod tests {
         assert_eq!(
             render_event(&done),
             "resolved 3: allow (scope path) by uid 0"
+        );
+    }
+
+    #[test]
+    fn status_says_what_the_daemon_does_without() {
+        use crate::control::protocol::Degraded;
+        let mut s: Status = serde_json::from_str(crate::control::protocol::STATUS_V1_SAMPLE)
+            .unwrap_or_else(|e| panic!("{e}"));
+        s.degraded = Some(vec![
+            Degraded {
+                feature: "passthrough".into(),
+                needs: "CAP_SYS_ADMIN".into(),
+                cost: "slower".into(),
+            },
+            Degraded {
+                feature: "file_handles".into(),
+                needs: "CAP_DAC_READ_SEARCH".into(),
+                cost: "by name".into(),
+            },
+        ]);
+        let out = render_status(&s, SystemTime::now());
+        assert!(
+            out.contains(
+                "file data: daemon (--no-passthrough)\n\
+                 degraded: without FUSE passthrough (needs CAP_SYS_ADMIN): slower\n\
+                 degraded: without kernel file handles (needs CAP_DAC_READ_SEARCH): by name\n"
+            ),
+            "{out}"
         );
     }
 

@@ -176,6 +176,33 @@ pub struct Status {
     /// The last refusals, oldest first, explained.
     #[serde(default)]
     pub recent_refusals: Vec<RecentRefusalInfo>,
+    /// What this daemon could not use, and what that costs (empty: it
+    /// lacks nothing). Absent from older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<Vec<Degraded>>,
+}
+
+/// Something a daemon could not use: `feature` is `passthrough` (FUSE
+/// passthrough) or `file_handles` (kernel file handles); `needs` what
+/// would make it usable (e.g. `CAP_SYS_ADMIN`), `cost` what doing without
+/// it costs, for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Degraded {
+    pub feature: String,
+    pub needs: String,
+    pub cost: String,
+}
+
+impl Degraded {
+    /// One line for people: `without FEATURE (needs NEEDS): COST`.
+    pub fn line(&self) -> String {
+        let feature = match self.feature.as_str() {
+            "passthrough" => "FUSE passthrough",
+            "file_handles" => "kernel file handles",
+            other => other,
+        };
+        format!("without {feature} (needs {}): {}", self.needs, self.cost)
+    }
 }
 
 /// One zone of [`Status`].
@@ -354,6 +381,29 @@ mod tests {
         assert_eq!(
             ok_answer(&StatusAnswer { status }).to_string(),
             format!(r#"{{"ok":true,"status":{STATUS_V1_SAMPLE},"v":1}}"#)
+        );
+    }
+
+    #[test]
+    fn what_a_daemon_lacks_is_an_added_field() {
+        let mut status: Status =
+            serde_json::from_str(STATUS_V1_SAMPLE).unwrap_or_else(|e| panic!("not a Status: {e}"));
+        assert_eq!(status.degraded, None, "absent from older daemons");
+        status.degraded = Some(vec![Degraded {
+            feature: "passthrough".into(),
+            needs: "CAP_SYS_ADMIN".into(),
+            cost: "file data goes through the daemon".into(),
+        }]);
+        let v = serde_json::to_value(&status).unwrap_or_default();
+        assert_eq!(
+            v["degraded"].to_string(),
+            r#"[{"cost":"file data goes through the daemon","feature":"passthrough","needs":"CAP_SYS_ADMIN"}]"#
+        );
+        let back: Result<Status, _> = serde_json::from_value(v);
+        assert_eq!(back.ok(), Some(status.clone()));
+        assert_eq!(
+            status.degraded.unwrap_or_default()[0].line(),
+            "without FUSE passthrough (needs CAP_SYS_ADMIN): file data goes through the daemon"
         );
     }
 

@@ -264,6 +264,7 @@ mod tests {
             io: None,
             cache_ttl_secs: None,
             recent_refusals: Vec::new(),
+            degraded: None,
         };
         Server::new(a, 1000, Box::new(status))
     }

@@ -11,6 +11,9 @@
 //!   low 32 bits, which is what git's index compares (an index written on
 //!   the host stays valid through the mount, and the reverse). Objects
 //!   whose id can't be made so get one from a counter in a reserved tag;
+//! - a node knows where it was last seen (its parent node and its name
+//!   there, kept current by lookups, renames and links): policy paths
+//!   come from it, and a node anchored by name is reopened through it;
 //! - a node lives while the kernel holds lookups on it; `forget` subtracts
 //!   with saturation (a misbehaving client can't underflow us) and drops the
 //!   node, and its fd, at zero.
@@ -21,7 +24,9 @@
 //!   per open is what makes small-file workloads slower than no
 //!   passthrough at all (PERF-NOTES).
 //!
-//! Lock order: the table lock, then a node's `loc` lock; never the reverse.
+//! Lock order: the table lock, then a node's `place` lock; never the
+//! reverse. No system call is made under the table lock where it can be
+//! avoided (see [`Inodes::remember`]).
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -33,6 +38,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 pub const ROOT: u64 = 1;
+
+/// The most ancestors a node's places are followed through when looking
+/// for a cycle or reopening by name. Places make no cycles (see
+/// [`Node::set_place`]), so this only bounds those loops.
+pub const MAX_DEPTH: usize = 1 << 20;
 
 /// Where a node was last seen: its parent node and its name there.
 #[derive(Debug, Clone)]
@@ -46,27 +56,47 @@ pub struct Place {
 pub enum Anchor {
     /// The synthetic mount root: no backing object.
     None,
-    /// An `O_PATH` fd held for the node's life (zone dirs; and every node
-    /// where kernel file handles can't be used).
+    /// An `O_PATH` fd held for the node's life: the zone dirs.
     Held(Arc<OwnedFd>),
     /// A kernel file handle; an fd is opened from it on demand and kept
     /// in a bounded cache.
     Handle(crate::backing::InodeHandle),
+    /// Reached again from its parent's fd by its name (its [`Place`]) and
+    /// checked against its (device, inode number); an fd is kept in the
+    /// same bounded cache. Where kernel file handles can't be opened (a
+    /// daemon without CAP_DAC_READ_SEARCH, a filesystem without them).
+    Named,
 }
 
 impl Anchor {
     /// Whether a newly found object (anchored by `other`) is the one this
     /// anchor reaches, given that both carry the same (device, inode
     /// number): the host may have deleted this one and the number been
-    /// reused. Handles tell by their generation; a held fd by whether its
-    /// object still has a name (two named objects never share a number).
-    pub fn same_object(&self, other: &Anchor) -> bool {
+    /// reused. Handles tell by their generation; a held fd, or the fd
+    /// cached for a named node (`cached`), by whether its object still has
+    /// a name (two named objects never share a number). A named node with
+    /// no fd at hand is whatever its name now reaches.
+    pub fn same_object(
+        &self,
+        other: &Anchor,
+        cached: impl FnOnce() -> Option<Arc<OwnedFd>>,
+    ) -> bool {
         match (self, other) {
             (Anchor::Handle(a), Anchor::Handle(b)) => a == b,
             (Anchor::Held(fd), _) => !crate::backing::is_deleted(fd.as_fd()),
+            (Anchor::Named, _) => cached().is_none_or(|fd| !crate::backing::is_deleted(fd.as_fd())),
             (Anchor::None, _) | (Anchor::Handle(_), _) => true,
         }
     }
+}
+
+/// Changes of any node's place, counted: a walk down by names that failed
+/// while a place changed is worth trying again.
+static PLACE_CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// How many times any node's place has changed (see [`Node::set_place`]).
+pub fn place_changes() -> u64 {
+    PLACE_CHANGES.load(Ordering::Acquire)
 }
 
 /// A node's kernel passthrough state.
@@ -111,7 +141,8 @@ impl Node {
     pub fn zone_path(&self) -> PathBuf {
         let mut names: Vec<OsString> = Vec::new();
         let mut cur = self.place.lock().clone();
-        // A zone dir's place has no parent: stop there.
+        // A zone dir's place has no parent: stop there (places make no
+        // cycles, see `set_place`).
         while let Some(parent) = cur.parent.take() {
             names.push(std::mem::take(&mut cur.name));
             cur = parent.place.lock().clone();
@@ -131,11 +162,54 @@ impl Node {
         self.place.lock().parent.clone()
     }
 
+    /// Record where the node is now (a lookup, rename or link found it
+    /// there).
+    ///
+    /// A place under the node itself is not taken: it would make a cycle
+    /// of places (after the host moved directories into one another, a
+    /// node not looked up since still has its old place). The node keeps
+    /// its place until it is looked up again once the others have theirs.
     pub fn set_place(&self, parent: Arc<Node>, name: &OsStr) {
-        *self.place.lock() = Place {
+        {
+            let place = self.place.lock();
+            let same_parent = place
+                .parent
+                .as_ref()
+                .is_some_and(|p| Arc::ptr_eq(p, &parent));
+            if same_parent && place.name == name {
+                return;
+            }
+        }
+        if self.is_above(&parent) {
+            tracing::debug!(ino = self.ino, "a place under itself is not taken");
+            return;
+        }
+        let mut place = self.place.lock();
+        *place = Place {
             parent: Some(parent),
             name: name.to_os_string(),
         };
+        PLACE_CHANGES.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether this node is `node` or one of its ancestors, as their
+    /// places tell.
+    fn is_above(&self, node: &Arc<Node>) -> bool {
+        let mut cur = Some(node.clone());
+        for _ in 0..MAX_DEPTH {
+            match cur {
+                None => return false,
+                Some(n) if n.ino == self.ino => return true,
+                Some(n) => cur = n.parent(),
+            }
+        }
+        false
+    }
+
+    /// Whether the node was last seen as `name` in `parent`.
+    pub fn is_at(&self, parent: &Node, name: &OsStr) -> bool {
+        let place = self.place.lock();
+        place.parent.as_ref().is_some_and(|p| p.ino == parent.ino) && place.name == name
     }
 }
 
@@ -244,17 +318,38 @@ impl Inodes {
     }
 
     /// Enter a found object (or find its existing node), record where it was
-    /// seen, and count one kernel lookup on it.
-    pub fn remember(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, f: Found) -> Arc<Node> {
+    /// seen, and count one kernel lookup on it. `cached` gives the fd a
+    /// node has at hand, if any (to tell a reused inode number).
+    pub fn remember(
+        &self,
+        zone: usize,
+        parent: &Arc<Node>,
+        name: &OsStr,
+        f: Found,
+        cached: impl Fn(u64) -> Option<Arc<OwnedFd>>,
+    ) -> Arc<Node> {
         let key = (zone, f.dev, f.ino);
+        let known = |maps: &Maps| {
+            maps.by_key
+                .get(&key)
+                .and_then(|i| maps.by_ino.get(i))
+                .cloned()
+        };
+        // Whether the node known for this key is the object found may take
+        // a system call (an fstat): decided before the write lock, and
+        // again under it only if the table changed meanwhile.
+        let before = known(&self.maps.read());
+        let same_before = before
+            .as_ref()
+            .map(|n| n.anchor.same_object(&f.anchor, || cached(n.ino)));
         let mut maps = self.maps.write();
-        if let Some(node) = maps
-            .by_key
-            .get(&key)
-            .and_then(|i| maps.by_ino.get(i))
-            .filter(|n| n.anchor.same_object(&f.anchor))
-        {
-            let node = node.clone();
+        let now = known(&maps);
+        let same = match (&now, &before, same_before) {
+            (Some(n), Some(b), Some(same)) if Arc::ptr_eq(n, b) => same,
+            (Some(n), ..) => n.anchor.same_object(&f.anchor, || cached(n.ino)),
+            (None, ..) => false,
+        };
+        if let Some(node) = now.filter(|_| same) {
             if !self.is_permanent(node.ino) {
                 node.set_place(parent.clone(), name);
             }

@@ -1,31 +1,54 @@
 //! How a node reaches its backing object again, with a bounded number of
-//! open fds: zone dirs (and, where kernel file handles can't be opened,
-//! every node) hold an `O_PATH` fd; other nodes keep a file handle and get
-//! an fd from a bounded, sharded LRU cache. Also here: what a directory
-//! the host deleted (and perhaps made again) answers.
+//! open fds. Only the zone dirs hold an `O_PATH` fd for the whole mount.
+//! Every other node is reopened on demand and its fd kept in one bounded,
+//! sharded LRU cache:
+//! - by its kernel file handle (`open_by_handle_at`, which needs
+//!   CAP_DAC_READ_SEARCH: probed on the first zone dir at start);
+//! - else by name: from its parent's fd (itself cached, or reopened the
+//!   same way, up to a zone dir) and its last known name, never following
+//!   a symlink, and checked against the (device, inode number) it had. A
+//!   mismatch, or no such name any more, means the host renamed, removed
+//!   or replaced it: ESTALE, as a handle of a deleted file answers (the
+//!   kernel then looks the path up again). Renames and links through the
+//!   mount keep a node's place current. A file whose name was removed
+//!   through the mount (unlink, renamed over) while the kernel still holds
+//!   it is pinned (its fd kept outside the cache, a bounded number of
+//!   them) until it is forgotten or found under another name; an open
+//!   file works through its handle in any case. What this mode can't
+//!   tell: an object the host deleted whose inode number a new object at
+//!   the same name reused (handles tell by their generation).
+//!
+//! When the process runs out of fds (EMFILE, ENFILE), half of the cache is
+//! closed and the open tried once more, so the mount keeps working after
+//! any walk. Also here: what a directory the host deleted (and perhaps
+//! made again) answers.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use lru::LruCache;
 use parking_lot::Mutex;
 
-use crate::backing::{self, FileType, ProcFds, Stat};
+use crate::backing::{self, FileType, ProcFds, Stat, Sys};
 use crate::error::{FsError, FsResult, Refusal};
-use crate::fs::inodes::{Anchor, Found, Node};
+use crate::fs::inodes::{self, Anchor, Found, Node, Place};
 
 /// Shards of the fd cache, each with its own lock.
 const SHARDS: usize = 16;
 
-/// How many fds opened from file handles stay cached, per shard (2048 in
-/// all).
-const FD_CACHE_SHARD: NonZeroUsize = match NonZeroUsize::new(2048 / SHARDS) {
-    Some(n) => n,
-    None => NonZeroUsize::MIN,
-};
+/// The most fds the cache keeps (in all shards together).
+pub const FD_CACHE_MAX: usize = 2048;
+
+/// The longest chain of ancestors reopened by name to reach one node.
+const MAX_CLIMB: usize = inodes::MAX_DEPTH;
+
+/// How many times a walk down by names is tried when a node moved (a
+/// rename through the mount) while it walked.
+const WALK_TRIES: usize = 3;
 
 /// What a lookup opened: the entry's identity and how to reach it again,
 /// plus the fd itself for the cache.
@@ -35,35 +58,69 @@ pub struct Opened {
     pub fd: Arc<OwnedFd>,
 }
 
+/// Whether nodes are reopened by kernel file handle, and if not, why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileHandles {
+    /// In use.
+    Used,
+    /// `open_by_handle_at` refused: the daemon lacks CAP_DAC_READ_SEARCH.
+    NoCapability,
+    /// The zone's filesystem gives no file handles.
+    NotSupported,
+    /// Turned off (tests of the by-name path).
+    Off,
+}
+
 #[derive(Debug)]
 pub struct Reach {
-    /// Nodes are kept as kernel file handles (else as held fds).
-    by_handle: bool,
-    /// fds of nodes kept as handles, most recently used last; sharded by
-    /// node id.
+    handles: FileHandles,
+    /// Some node is reopened by name (in handle mode: one on a filesystem
+    /// whose handles can't be opened).
+    named_seen: AtomicBool,
+    /// fds of nodes that are reopened on demand, most recently used last;
+    /// sharded by node id.
     fd_cache: Vec<Mutex<LruCache<u64, Arc<OwnedFd>>>>,
+    /// fds of named nodes whose name was removed through the mount while
+    /// the kernel still holds them (by node id); at most `pin_max`.
+    pinned: Mutex<HashMap<u64, Arc<OwnedFd>>>,
+    pin_max: usize,
     /// One fd per backing filesystem (by mount id), to open handles with.
     fs_fds: Mutex<HashMap<i32, Arc<OwnedFd>>>,
     /// `/proc/self/fd`, to reopen `O_PATH` fds for real work.
     pub procfds: ProcFds,
 }
 
+/// One step of a walk down by names: a node, its name in the step above,
+/// and the identity it must have.
+struct Step {
+    ino: u64,
+    key: (u64, u64),
+    name: OsString,
+}
+
 impl Reach {
     /// Kernel file handles keep fds bounded; reopening by handle needs
-    /// CAP_DAC_READ_SEARCH, so it is probed on the first zone dir.
-    pub fn new(zone_roots: &[(OsString, Found)], procfds: ProcFds) -> Reach {
-        let by_handle = zone_roots.first().is_some_and(|(_, f)| match &f.anchor {
-            Anchor::Held(fd) => backing::handle_of(fd.as_fd())
-                .and_then(|h| {
-                    let dir = procfds.open_dir(fd.as_fd())?;
-                    backing::open_by_handle(dir.as_fd(), &h)
-                })
-                .is_ok(),
-            _ => false,
-        });
+    /// CAP_DAC_READ_SEARCH, so it is probed on the first zone dir. Without
+    /// them (or with `try_handles` false) nodes are reopened by name.
+    pub fn new(zone_roots: &[(OsString, Found)], procfds: ProcFds, try_handles: bool) -> Reach {
+        let handles = match zone_roots.first().map(|(_, f)| &f.anchor) {
+            _ if !try_handles => FileHandles::Off,
+            Some(Anchor::Held(fd)) => match backing::handle_of(fd.as_fd()) {
+                Err(_) => FileHandles::NotSupported,
+                Ok(h) => match procfds
+                    .open_dir(fd.as_fd())
+                    .and_then(|dir| backing::open_by_handle(dir.as_fd(), &h))
+                {
+                    Ok(_) => FileHandles::Used,
+                    Err(e) if e == rustix::io::Errno::PERM => FileHandles::NoCapability,
+                    Err(_) => FileHandles::NotSupported,
+                },
+            },
+            _ => FileHandles::Off,
+        };
         // Each zone root's filesystem gets its fd for opening handles.
         let mut fs_fds = HashMap::new();
-        if by_handle {
+        if handles == FileHandles::Used {
             for (_, f) in zone_roots {
                 if let Anchor::Held(fd) = &f.anchor {
                     if let (Ok(h), Ok(dir)) =
@@ -74,18 +131,34 @@ impl Reach {
                 }
             }
         } else {
-            tracing::warn!(
-                "kernel file handles unavailable (not root?): every remembered inode holds an fd"
+            tracing::info!(
+                ?handles,
+                "kernel file handles not used: nodes are reopened from their parent by name"
             );
         }
+        let size = cache_size(backing::nofile_limit());
+        let per_shard = NonZeroUsize::new(size / SHARDS).unwrap_or(NonZeroUsize::MIN);
         Reach {
-            by_handle,
+            handles,
+            named_seen: AtomicBool::new(handles != FileHandles::Used),
             fd_cache: (0..SHARDS)
-                .map(|_| Mutex::new(LruCache::new(FD_CACHE_SHARD)))
+                .map(|_| Mutex::new(LruCache::new(per_shard)))
                 .collect(),
+            pinned: Mutex::new(HashMap::new()),
+            pin_max: size / 4,
             fs_fds: Mutex::new(fs_fds),
             procfds,
         }
+    }
+
+    /// Whether nodes are reopened by kernel file handle, and if not, why.
+    pub fn handles(&self) -> FileHandles {
+        self.handles
+    }
+
+    /// Whether some node may be reopened by name.
+    pub fn reopens_by_name(&self) -> bool {
+        self.named_seen.load(Ordering::Relaxed)
     }
 
     fn shard(&self, ino: u64) -> &Mutex<LruCache<u64, Arc<OwnedFd>>> {
@@ -108,23 +181,211 @@ impl Reach {
                     .get(&h.mount_id)
                     .cloned()
                     .ok_or(FsError::Os(libc::ESTALE))?;
-                let fd = Arc::new(backing::open_by_handle(fs_fd.as_fd(), h)?);
+                let fd = Arc::new(self.with_fds(|| backing::open_by_handle(fs_fd.as_fd(), h))?);
                 self.shard(node.ino).lock().put(node.ino, fd.clone());
                 Ok(fd)
+            }
+            Anchor::Named => match self.at_hand(node.ino) {
+                Some(fd) => Ok(fd),
+                None => self.reopen_named(node),
+            },
+        }
+    }
+
+    /// The fd a named node has at hand: cached, or pinned.
+    fn at_hand(&self, ino: u64) -> Option<Arc<OwnedFd>> {
+        if let Some(fd) = self.shard(ino).lock().get(&ino) {
+            return Some(fd.clone());
+        }
+        self.pinned.lock().get(&ino).cloned()
+    }
+
+    /// The fd node `ino` has at hand, without counting it as a use (to
+    /// tell a reused inode number, see [`Anchor::same_object`]).
+    pub fn cached(&self, ino: u64) -> Option<Arc<OwnedFd>> {
+        if let Some(fd) = self.shard(ino).lock().peek(&ino) {
+            return Some(fd.clone());
+        }
+        self.pinned.lock().get(&ino).cloned()
+    }
+
+    /// The fd of an ancestor met while climbing: at hand (held, cached,
+    /// pinned, or by handle), or None when it too must be reopened by name.
+    fn ancestor_fd(&self, node: &Node) -> FsResult<Option<Arc<OwnedFd>>> {
+        match &node.anchor {
+            Anchor::None => Err(FsError::Os(libc::ESTALE)),
+            Anchor::Held(_) | Anchor::Handle(_) => self.fd_of(node).map(Some),
+            Anchor::Named => Ok(self.at_hand(node.ino)),
+        }
+    }
+
+    /// Reopen a named node: climb its places up to the first ancestor with
+    /// an fd at hand (a zone dir at the latest), then walk down name by
+    /// name, checking each object's identity and caching each fd. No lock
+    /// is held across a system call. A walk that fails while some node
+    /// moved through the mount is tried again (a few times).
+    fn reopen_named(&self, node: &Node) -> FsResult<Arc<OwnedFd>> {
+        let mut tries = 0;
+        loop {
+            let moves = inodes::place_changes();
+            match self.walk_down(node) {
+                Err(e) if tries + 1 < WALK_TRIES && inodes::place_changes() != moves => {
+                    tracing::debug!(ino = node.ino, "walk by names raced a move: {e:?}");
+                    tries += 1;
+                }
+                r => return r,
             }
         }
     }
 
-    /// Keep `fd` as the cached fd of a node anchored by its handle.
+    fn walk_down(&self, node: &Node) -> FsResult<Arc<OwnedFd>> {
+        let stale = || FsError::Os(libc::ESTALE);
+        let Place { parent, name } = node.place.lock().clone();
+        let mut steps = vec![Step {
+            ino: node.ino,
+            key: node.key,
+            name,
+        }];
+        let mut up = parent;
+        let mut fd = loop {
+            let p = up.ok_or_else(stale)?;
+            if let Some(fd) = self.ancestor_fd(&p)? {
+                break fd;
+            }
+            if steps.len() >= MAX_CLIMB {
+                tracing::warn!(ino = node.ino, "more than {MAX_CLIMB} ancestors to reopen");
+                return Err(stale());
+            }
+            let Place { parent, name } = p.place.lock().clone();
+            steps.push(Step {
+                ino: p.ino,
+                key: p.key,
+                name,
+            });
+            up = parent;
+        };
+        for s in steps.iter().rev() {
+            let (child, st) = match self.with_fds(|| backing::reach_again(fd.as_fd(), &s.name)) {
+                Ok(found) => found,
+                // The name is gone, or a directory on the way is now
+                // something else: the host moved or removed it.
+                Err(e) if e == rustix::io::Errno::NOENT || e == rustix::io::Errno::NOTDIR => {
+                    return Err(stale());
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if (st.st_dev, st.st_ino) != s.key {
+                // Something else has that name now: the host replaced it.
+                return Err(stale());
+            }
+            let child = Arc::new(child);
+            self.shard(s.ino).lock().put(s.ino, child.clone());
+            fd = child;
+        }
+        Ok(fd)
+    }
+
+    /// Keep `fd` as the cached fd of a node reopened on demand (just
+    /// looked up: it is at hand again, so any pin goes).
     pub fn cache(&self, node: &Node, fd: Arc<OwnedFd>) {
-        if matches!(node.anchor, Anchor::Handle(_)) {
-            self.shard(node.ino).lock().put(node.ino, fd);
+        match node.anchor {
+            Anchor::Handle(_) => {
+                self.shard(node.ino).lock().put(node.ino, fd);
+            }
+            Anchor::Named => {
+                self.shard(node.ino).lock().put(node.ino, fd);
+                self.pinned.lock().remove(&node.ino);
+            }
+            Anchor::None | Anchor::Held(_) => {}
         }
     }
 
-    /// Drop node `ino`'s cached fd (forgotten, or gone on the host).
+    /// Keep `fd` for a named node whose last known name was just removed
+    /// through the mount: it is reached through `fd` until forgotten or
+    /// found again under a name. Pins are bounded (a quarter of the
+    /// cache); beyond that the node is reached through its cached fd
+    /// while that lasts, then is stale (an open file still works through
+    /// its handle).
+    pub fn pin(&self, node: &Node, fd: Arc<OwnedFd>) {
+        // A removed directory has nothing left to reach (as with a handle).
+        if !matches!(node.anchor, Anchor::Named) || node.is_dir {
+            return;
+        }
+        let mut pinned = self.pinned.lock();
+        if pinned.len() >= self.pin_max && !pinned.contains_key(&node.ino) {
+            tracing::debug!(ino = node.ino, "too many pinned fds: not pinned");
+            return;
+        }
+        pinned.insert(node.ino, fd);
+    }
+
+    /// Drop node `ino`'s fds (forgotten, or gone on the host).
     pub fn evict(&self, ino: u64) {
         self.shard(ino).lock().pop(&ino);
+        self.pinned.lock().remove(&ino);
+    }
+
+    /// fds kept now: (cached, pinned).
+    pub fn fds_kept(&self) -> (usize, usize) {
+        let cached = self.fd_cache.iter().map(|s| s.lock().len()).sum();
+        (cached, self.pinned.lock().len())
+    }
+
+    /// Close every cached fd (tests: force reopening).
+    #[cfg(test)]
+    pub fn clear_cache(&self) {
+        for s in &self.fd_cache {
+            s.lock().clear();
+        }
+    }
+
+    /// Close the least recently used half of the cache.
+    fn shed(&self) {
+        let mut closed = 0;
+        for s in &self.fd_cache {
+            let mut s = s.lock();
+            let n = s.len().div_ceil(2);
+            for _ in 0..n {
+                if s.pop_lru().is_some() {
+                    closed += 1;
+                }
+            }
+        }
+        tracing::warn!(closed, "out of fds: closed half of the fd cache");
+    }
+
+    /// Run `open`; when it fails for want of fds (EMFILE, ENFILE), close
+    /// half of the cache and run it once more.
+    pub fn with_fds<T>(&self, mut open: impl FnMut() -> Sys<T>) -> Sys<T> {
+        match open() {
+            Err(e) if backing::out_of_fds(e) => {
+                self.shed();
+                open()
+            }
+            r => r,
+        }
+    }
+
+    // ---- opening, with a second try when out of fds ---------------------
+
+    /// [`backing::lookup`].
+    pub fn lookup(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Sys<OwnedFd> {
+        self.with_fds(|| backing::lookup(dir, name))
+    }
+
+    /// [`backing::create`].
+    pub fn create(&self, dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> Sys<OwnedFd> {
+        self.with_fds(|| backing::create(dir, name, flags, mode))
+    }
+
+    /// [`ProcFds::reopen`].
+    pub fn reopen(&self, fd: BorrowedFd<'_>, flags: i32) -> Sys<OwnedFd> {
+        self.with_fds(|| self.procfds.reopen(fd, flags))
+    }
+
+    /// [`ProcFds::open_dir`].
+    pub fn open_dir(&self, fd: BorrowedFd<'_>) -> Sys<OwnedFd> {
+        self.with_fds(|| self.procfds.open_dir(fd))
     }
 
     /// Identify what `fd` (just opened by a lookup) refers to, and choose
@@ -135,7 +396,7 @@ impl Reach {
         let fd = Arc::new(fd);
         let anchor = match self.handle_if_reopenable(fd.as_fd(), kind) {
             Some(h) => Anchor::Handle(h),
-            None => Anchor::Held(fd.clone()),
+            None => self.named(),
         };
         Ok(Opened {
             found: Found {
@@ -150,6 +411,14 @@ impl Reach {
         })
     }
 
+    /// The anchor of a node reopened by name.
+    fn named(&self) -> Anchor {
+        if !self.named_seen.load(Ordering::Relaxed) {
+            self.named_seen.store(true, Ordering::Relaxed);
+        }
+        Anchor::Named
+    }
+
     /// A kernel file handle for what `fd` holds, when handles are in use
     /// and can be opened again on its filesystem.
     pub fn handle_if_reopenable(
@@ -157,7 +426,7 @@ impl Reach {
         fd: BorrowedFd<'_>,
         kind: FileType,
     ) -> Option<backing::InodeHandle> {
-        if !self.by_handle {
+        if self.handles != FileHandles::Used {
             return None;
         }
         let h = backing::handle_of(fd).ok()?;
@@ -228,20 +497,29 @@ impl Reach {
         let up = node.parent()?;
         let up_fd = self.fd_of(&up).ok()?;
         if !backing::is_deleted(up_fd.as_fd()) {
-            return backing::lookup(up_fd.as_fd(), &node.name()).ok();
+            return self.lookup(up_fd.as_fd(), &node.name()).ok();
         }
         if depth >= MAX_CLIMB {
             return None;
         }
         let new_up = self.at_place_of(&up, depth + 1)?;
-        backing::lookup(new_up.as_fd(), &node.name()).ok()
+        self.lookup(new_up.as_fd(), &node.name()).ok()
     }
 
     /// ESTALE for a node whose backing object has no name left and has been
-    /// replaced; its fd leaves the cache, so the next use reopens it by
-    /// handle (and fails).
+    /// replaced; its fd leaves the cache, so the next use reopens it (by
+    /// handle or by name) and fails.
     pub fn gone(&self, node: &Node) -> FsError {
         self.evict(node.ino);
         FsError::Os(libc::ESTALE)
     }
+}
+
+/// How many fds the cache may keep under a soft `RLIMIT_NOFILE` of
+/// `limit`: [`FD_CACHE_MAX`], or half the limit when that is lower (the
+/// rest is for open files, directories being listed and the FUSE
+/// session), but at least one per shard.
+pub fn cache_size(limit: Option<u64>) -> usize {
+    let half = limit.map_or(usize::MAX, |l| usize::try_from(l / 2).unwrap_or(usize::MAX));
+    half.clamp(SHARDS, FD_CACHE_MAX)
 }

@@ -14,7 +14,9 @@ use std::time::Duration;
 use super::registry::{self, Record};
 use super::session::{Session, Stopper};
 use crate::config::ZoneTable;
-use crate::control::protocol::{CacheTtls, IoStatus, RecentRefusalInfo, Status, ZoneStatus};
+use crate::control::protocol::{
+    CacheTtls, Degraded, IoStatus, RecentRefusalInfo, Status, ZoneStatus,
+};
 use crate::control::{self, BindError, StatusFn};
 
 /// The daemon's control socket, bound; the socket file goes when this is
@@ -187,6 +189,7 @@ fn status_fn(
         io: None,
         cache_ttl_secs: None,
         recent_refusals: Vec::new(),
+        degraded: None,
     };
     Box::new(move || {
         let io = core.io_mode();
@@ -218,6 +221,16 @@ fn status_fn(
                     message: r.message,
                 })
                 .collect(),
+            degraded: Some(
+                core.without()
+                    .into_iter()
+                    .map(|w| Degraded {
+                        feature: w.feature.to_string(),
+                        needs: w.needs.to_string(),
+                        cost: w.cost.to_string(),
+                    })
+                    .collect(),
+            ),
             ..fixed.clone()
         }
     })

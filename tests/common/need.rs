@@ -129,6 +129,46 @@ pub fn tool_ok(name: &'static str) -> bool {
     require(Need::Tool(name))
 }
 
+/// The (uid, gid) of user `name`, from `/etc/passwd`.
+pub fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        match f.as_slice() {
+            [n, _, uid, gid, ..] if *n == name => Some((uid.parse().ok()?, gid.parse().ok()?)),
+            _ => None,
+        }
+    })
+}
+
+/// `setpriv` arguments that run what follows as `(uid, gid)`, with no
+/// supplementary groups.
+pub fn setpriv_as((uid, gid): (u32, u32)) -> Vec<String> {
+    vec![
+        format!("--reuid={uid}"),
+        format!("--regid={gid}"),
+        "--clear-groups".to_string(),
+    ]
+}
+
+/// Whether root can act as `user` (not root), who can open `/dev/fuse`
+/// for reading and writing, with `setpriv`, and `fusermount3` is there.
+pub fn user_can_fuse(user: &str) -> bool {
+    let Some(ids) = user_ids(user).filter(|(uid, _)| *uid != 0) else {
+        return false;
+    };
+    if !is_root() || !has_tool("setpriv") || !has_tool("fusermount3") {
+        return false;
+    }
+    Command::new("setpriv")
+        .args(setpriv_as(ids))
+        .args(["sh", "-c", "test -r /dev/fuse && test -w /dev/fuse"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Whether the process runs as root: [`require`]`(Need::Root)`.
 pub fn root_ok() -> bool {
     require(Need::Root)

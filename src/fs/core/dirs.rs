@@ -66,12 +66,14 @@ impl Core {
     fn list_zone_dir(&self, zone: usize, node: &Node, out: &mut Vec<DirItem>) -> FsResult<()> {
         let held = self.reach.fd_of(node)?;
         let fd = held.as_fd();
-        let list = backing::read_dir(self.reach.procfds.open_dir(fd)?)?;
+        let list = backing::read_dir(self.reach.open_dir(fd)?)?;
         let dir_path = node.zone_path();
         for e in list {
             let mut kind = e.kind;
             if kind == FileType::Unknown {
-                kind = backing::lookup(fd, &e.name)
+                kind = self
+                    .reach
+                    .lookup(fd, &e.name)
                     .and_then(|f| backing::stat(f.as_fd()))
                     .map(|st| FileType::from_raw_mode(st.st_mode))
                     .unwrap_or(FileType::Unknown);
@@ -157,10 +159,7 @@ impl Core {
         if node.is_root() {
             return Ok(());
         }
-        let dfd = self
-            .reach
-            .procfds
-            .open_dir(self.reach.fd_of(&node)?.as_fd())?;
+        let dfd = self.reach.open_dir(self.reach.fd_of(&node)?.as_fd())?;
         Ok(backing::fsync(dfd.as_fd(), datasync)?)
     }
 

@@ -200,7 +200,10 @@ impl Core {
         if let Some(size) = a.size {
             match self.handles.writable_fd(a.fh) {
                 Some((h, _)) => backing::truncate(h.fd()?, size)?,
-                None => backing::truncate(procfds.reopen(fd, libc::O_WRONLY)?.as_fd(), size)?,
+                None => {
+                    let w = self.reach.reopen(fd, libc::O_WRONLY)?;
+                    backing::truncate(w.as_fd(), size)?
+                }
             }
         }
         if a.uid.is_some() || a.gid.is_some() {
@@ -281,10 +284,7 @@ impl Core {
     pub(super) fn open_as(&self, caller: &Caller, node: &Node, flags: i32) -> FsResult<u64> {
         let _as = AsCaller::enter(caller)?;
         let zone = node.zone.ok_or(FsError::Os(libc::EISDIR))?;
-        let fd = self
-            .reach
-            .procfds
-            .reopen(self.reach.fd_of(node)?.as_fd(), flags)?;
+        let fd = self.reach.reopen(self.reach.fd_of(node)?.as_fd(), flags)?;
         Ok(self.handles.add(Handle::File {
             fd: Arc::new(fd),
             zone,

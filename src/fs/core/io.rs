@@ -164,7 +164,6 @@ impl Core {
         // It is opened from the handle, which reaches unlinked files too.
         let registered = self
             .reach
-            .procfds
             .reopen(fd.as_fd(), libc::O_RDONLY)
             .map_err(std::io::Error::from)
             .and_then(|ro| register(ro.as_fd()));

@@ -24,6 +24,7 @@ mod io;
 mod names;
 mod xattr;
 
+pub use crate::fs::reach::FD_CACHE_MAX;
 pub use files::SetAttr;
 pub use gate::{RECENT_REFUSALS, RecentRefusal};
 pub use io::{CACHED_READ_BYTES, DaemonWhy, IoMode};
@@ -46,7 +47,7 @@ use crate::config::{Access, ZoneTable};
 use crate::error::{FsError, FsResult};
 use crate::fs::handles::Handles;
 use crate::fs::inodes::{Anchor, Found, Inodes, Node};
-use crate::fs::reach::Reach;
+use crate::fs::reach::{FileHandles, Reach};
 use crate::policy::{Loc, ZoneRules};
 
 /// Who asks, and with which FUSE call: what every operation that may be
@@ -130,6 +131,17 @@ pub struct Statfs {
     pub bsize: u32,
     pub namelen: u32,
     pub frsize: u32,
+}
+
+/// Something this daemon could not use (see [`Core::without`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Without {
+    /// `passthrough` or `file_handles`.
+    pub feature: &'static str,
+    /// What would make it usable (a capability, a kernel).
+    pub needs: &'static str,
+    /// What doing without it costs.
+    pub cost: &'static str,
 }
 
 /// Who may use the mount beyond what the kernel already filters.
@@ -222,6 +234,27 @@ impl Core {
         opts: CoreOptions,
         broker: Arc<dyn Broker>,
     ) -> Result<Core, OpenError> {
+        Core::build(table, opts, broker, true)
+    }
+
+    /// A core that never uses kernel file handles: every node is reopened
+    /// by name, as for a daemon without CAP_DAC_READ_SEARCH (tests of that
+    /// path, which run as root too).
+    #[cfg(test)]
+    pub(crate) fn without_handles(
+        table: &ZoneTable,
+        opts: CoreOptions,
+        broker: Arc<dyn Broker>,
+    ) -> Result<Core, OpenError> {
+        Core::build(table, opts, broker, false)
+    }
+
+    fn build(
+        table: &ZoneTable,
+        opts: CoreOptions,
+        broker: Arc<dyn Broker>,
+        try_handles: bool,
+    ) -> Result<Core, OpenError> {
         let mut roots = Vec::new();
         let mut zones = Vec::new();
         for z in &table.zones {
@@ -249,7 +282,7 @@ impl Core {
         }
         let zone_names = roots.iter().map(|(n, _)| n.clone()).collect();
         let procfds = ProcFds::open().map_err(|e| OpenError::Proc(e.into()))?;
-        let reach = Reach::new(&roots, procfds);
+        let reach = Reach::new(&roots, procfds, try_handles);
         Ok(Core {
             zones,
             zone_names,
@@ -306,6 +339,55 @@ impl Core {
 
     pub fn open_handles(&self) -> usize {
         self.handles.len()
+    }
+
+    /// fds kept for nodes now: (in the bounded cache, pinned for files
+    /// whose name was removed while the kernel holds them). The zone dirs'
+    /// own fds are not counted.
+    pub fn fds_kept(&self) -> (usize, usize) {
+        self.reach.fds_kept()
+    }
+
+    /// What this daemon could not use, what each needs, and what doing
+    /// without costs (for `status`).
+    pub fn without(&self) -> Vec<Without> {
+        let mut out = Vec::new();
+        let slower = "file data goes through the daemon (large reads and writes are slower)";
+        match self.io_mode() {
+            IoMode::Daemon(DaemonWhy::Unprivileged) => out.push(Without {
+                feature: "passthrough",
+                needs: "CAP_SYS_ADMIN",
+                cost: slower,
+            }),
+            IoMode::Daemon(DaemonWhy::Kernel) => out.push(Without {
+                feature: "passthrough",
+                needs: "Linux 6.9 or later",
+                cost: slower,
+            }),
+            IoMode::Passthrough | IoMode::Daemon(DaemonWhy::Disabled | DaemonWhy::Starting) => {}
+        }
+        let by_name = "nodes are reopened from their parent by name (a remembered file or \
+                       directory the host renames goes stale: ESTALE until looked up again)";
+        let needs = match self.reach.handles() {
+            FileHandles::Used => None,
+            FileHandles::NoCapability => Some("CAP_DAC_READ_SEARCH"),
+            FileHandles::NotSupported => Some("a backing filesystem that gives file handles"),
+            FileHandles::Off => Some("nothing: turned off (tests)"),
+        };
+        if let Some(needs) = needs {
+            out.push(Without {
+                feature: "file_handles",
+                needs,
+                cost: by_name,
+            });
+        }
+        out
+    }
+
+    /// The core's node reach (tests).
+    #[cfg(test)]
+    pub(crate) fn reach(&self) -> &Reach {
+        &self.reach
     }
 
     pub(crate) fn node(&self, ino: u64) -> FsResult<Arc<Node>> {

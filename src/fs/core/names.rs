@@ -3,7 +3,7 @@
 //! rename). Each resolves its nodes once, gates, then acts on them.
 
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -73,7 +73,7 @@ impl Core {
         // A hidden sensitive root is refused before it is even opened.
         self.gate(ctx, &Op::Look { at, is_dir: None }, Keep::Status)?;
         let dir_fd = self.reach.fd_of(parent)?;
-        let fd = match backing::lookup(dir_fd.as_fd(), name) {
+        let fd = match self.reach.lookup(dir_fd.as_fd(), name) {
             Err(e) if e == rustix::io::Errno::NOENT && backing::is_deleted(dir_fd.as_fd()) => {
                 // The host deleted `parent`. When a directory now stands in
                 // its place and holds `name`, ESTALE makes the kernel walk
@@ -116,7 +116,7 @@ impl Core {
             return Ok(None);
         }
         let dir_fd = self.reach.fd_of(parent)?;
-        let found = backing::lookup(dir_fd.as_fd(), name);
+        let found = self.reach.lookup(dir_fd.as_fd(), name);
         match self.reach.in_dir(parent, dir_fd.as_fd(), found) {
             Ok(fd) => {
                 let st = backing::stat(fd.as_fd())?;
@@ -130,7 +130,9 @@ impl Core {
 
     /// Enter an opened entry in the table (one kernel lookup), caching its fd.
     fn enter(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, o: Opened) -> Arc<Node> {
-        let node = self.inodes.remember(zone, parent, name, o.found);
+        let node = self
+            .inodes
+            .remember(zone, parent, name, o.found, |i| self.reach.cached(i));
         self.reach.cache(&node, o.fd);
         node
     }
@@ -196,7 +198,7 @@ impl Core {
         dir_fd: BorrowedFd<'_>,
         name: &OsStr,
     ) -> FsResult<Entry> {
-        let o = self.reach.opened(backing::lookup(dir_fd, name)?)?;
+        let o = self.reach.opened(self.reach.lookup(dir_fd, name)?)?;
         let stat = o.stat;
         let node = self.enter(zone, dir, name, o);
         Ok(self.entry(Some(zone), to_attr(node.ino, &stat)))
@@ -312,7 +314,7 @@ impl Core {
         let _as = AsCaller::enter(caller)?;
         let zone = Self::zone_dir(dir)?;
         let dir_fd = self.reach.fd_of(dir)?;
-        let created = backing::create(dir_fd.as_fd(), name, flags, mode);
+        let created = self.reach.create(dir_fd.as_fd(), name, flags, mode);
         let fd = self.reach.in_dir(dir, dir_fd.as_fd(), created)?;
         let st = backing::stat(fd.as_fd())?;
         let kind = FileType::RegularFile;
@@ -330,9 +332,12 @@ impl Core {
                     is_dir: false,
                     is_symlink: false,
                 },
+                |i| self.reach.cached(i),
             ),
             None => {
-                let o = self.reach.opened(backing::lookup(dir_fd.as_fd(), name)?)?;
+                let o = self
+                    .reach
+                    .opened(self.reach.lookup(dir_fd.as_fd(), name)?)?;
                 if (o.found.dev, o.found.ino) != (st.st_dev, st.st_ino) {
                     // The name was replaced between create and lookup.
                     return Err(FsError::Os(libc::EAGAIN));
@@ -365,18 +370,57 @@ impl Core {
             self.removal(&ctx, parent, &name).map(|(gate, at)| {
                 let act = move |core: &Core| {
                     let _as = AsCaller::enter(&ctx.caller())?;
-                    Self::zone_dir(&at)?;
+                    let zone = Self::zone_dir(&at)?;
                     let fd = core.reach.fd_of(&at)?;
+                    // A file reopened by name loses the name it is reopened
+                    // by: it is found first, to keep its fd.
+                    let victim = match dir {
+                        false if core.reach.reopens_by_name() => {
+                            core.named_entry(zone, fd.as_fd(), &name)
+                        }
+                        _ => None,
+                    };
                     let r = match dir {
                         true => backing::rmdir(fd.as_fd(), &name),
                         false => backing::unlink(fd.as_fd(), &name),
                     };
-                    core.reach.in_dir(&at, fd.as_fd(), r)
+                    core.reach.in_dir(&at, fd.as_fd(), r)?;
+                    if let Some((node, fd)) = victim {
+                        core.unnamed(&node, &at, &name, fd);
+                    }
+                    Ok(())
                 };
                 (gate, act)
             })
         };
         self.request(ctx, plan, respond);
+    }
+
+    /// The known node reopened by name that `name` in `dir` (of `zone`)
+    /// reaches, with an fd on it.
+    fn named_entry(
+        &self,
+        zone: usize,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+    ) -> Option<(Arc<Node>, Arc<OwnedFd>)> {
+        let fd = self.reach.lookup(dir, name).ok()?;
+        let st = backing::stat(fd.as_fd()).ok()?;
+        let node = self
+            .inodes
+            .known(zone, st.st_dev, st.st_ino)
+            .and_then(|i| self.inodes.get(i))?;
+        matches!(node.anchor, Anchor::Named).then(|| (node, Arc::new(fd)))
+    }
+
+    /// `name` in `dir` was removed (or renamed over) through the mount:
+    /// when it was the name `node` is reopened by, keep `fd` for it (an
+    /// unlinked file still open, or linked elsewhere, stays reachable until
+    /// the kernel forgets it or it is looked up under another name).
+    fn unnamed(&self, node: &Node, dir: &Node, name: &OsStr, fd: Arc<OwnedFd>) {
+        if node.is_at(dir, name) {
+            self.reach.pin(node, fd);
+        }
     }
 
     fn removal(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> FsResult<(Gate, Arc<Node>)> {
@@ -462,12 +506,13 @@ impl Core {
         let (pheld, npheld) = (self.reach.fd_of(p)?, self.reach.fd_of(np)?);
         let (pfd, npfd) = (pheld.as_fd(), npheld.as_fd());
         let key_of = |dir: BorrowedFd<'_>, n: &OsStr| {
-            backing::lookup(dir, n)
-                .ok()
-                .and_then(|fd| backing::stat(fd.as_fd()).ok())
-                .map(|st| (st.st_dev, st.st_ino))
+            let fd = self.reach.lookup(dir, n).ok()?;
+            let st = backing::stat(fd.as_fd()).ok()?;
+            Some(((st.st_dev, st.st_ino), fd))
         };
-        let (src_key, dst_key) = (key_of(pfd, name), key_of(npfd, newname));
+        let (src, dst) = (key_of(pfd, name), key_of(npfd, newname));
+        let src_key = src.map(|(k, _)| k);
+        let dst_key = dst.as_ref().map(|(k, _)| *k);
         // ENOENT with either directory gone is ESTALE (see `in_dir`).
         let r = backing::rename(pfd, name, npfd, newname, flags);
         let r = match self.reach.in_dir(p, pfd, r) {
@@ -477,14 +522,23 @@ impl Core {
             r => r,
         };
         r?;
-        // Keep known nodes' places current, so policy paths stay right.
-        let moved = |key: Option<(u64, u64)>, dir: &Arc<Node>, to: &OsStr| {
-            let node = key.and_then(|(dev, ino)| {
+        let known = |key: Option<(u64, u64)>| {
+            key.and_then(|(dev, ino)| {
                 self.inodes
                     .known(zone, dev, ino)
                     .and_then(|i| self.inodes.get(i))
-            });
-            if let Some(n) = node {
+            })
+        };
+        // A file renamed over loses its name (see `unnamed`).
+        if flags & libc::RENAME_EXCHANGE == 0 && dst_key != src_key {
+            if let (Some(node), Some((_, fd))) = (known(dst_key), dst) {
+                self.unnamed(&node, np, newname, Arc::new(fd));
+            }
+        }
+        // Keep known nodes' places current, so policy paths stay right
+        // and nodes reopened by name are found where they now are.
+        let moved = |key: Option<(u64, u64)>, dir: &Arc<Node>, to: &OsStr| {
+            if let Some(n) = known(key) {
                 n.set_place(dir.clone(), to);
             }
         };

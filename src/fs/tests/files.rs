@@ -4,7 +4,7 @@
 use super::*;
 
 #[test]
-fn an_unlinked_open_file_stays_reachable_through_its_handle() {
+pub(super) fn an_unlinked_open_file_stays_reachable_through_its_handle() {
     let f = fixture();
     let (attr, fh) = create(&f.core, WORK, "gone", libc::O_RDWR).unwrap();
     f.core.write(fh, 0, b"still here").unwrap();
@@ -35,7 +35,7 @@ fn an_unlinked_open_file_stays_reachable_through_its_handle() {
 /// read-only while small (it reads through the page cache for its life),
 /// but a big one, or one first opened for writing; the choice sticks.
 #[test]
-fn small_files_first_read_go_through_the_page_cache() {
+pub(super) fn small_files_first_read_go_through_the_page_cache() {
     use crate::fs::core::{CACHED_READ_BYTES, IoMode};
     let f = fixture();
     f.core.set_io_mode(IoMode::Passthrough);

@@ -23,6 +23,13 @@ mod files;
 mod names;
 mod nodes;
 mod refusals;
+mod reopen;
+
+thread_local! {
+    /// Cores made on this thread reopen every node by name (see
+    /// [`Core::without_handles`]): `reopen` runs the other tests so.
+    static BY_NAME: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 fn zone(name: &str, dir: &Path, access: Access) -> Zone {
     Zone {
@@ -57,7 +64,11 @@ fn core_with(table: &ZoneTable, broker: Arc<dyn Broker>) -> Arc<Core> {
         owner_gid: 0,
         admission: Default::default(),
     };
-    Arc::new(Core::new(table, opts, broker).unwrap())
+    let core = match BY_NAME.get() {
+        true => Core::without_handles(table, opts, broker),
+        false => Core::new(table, opts, broker),
+    };
+    Arc::new(core.unwrap())
 }
 
 /// The answer of an operation that answers through a [`Respond`].

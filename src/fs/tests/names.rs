@@ -5,7 +5,7 @@
 use super::*;
 
 #[test]
-fn symlinks_in_a_zone_are_never_followed_by_the_daemon() {
+pub(super) fn symlinks_in_a_zone_are_never_followed_by_the_daemon() {
     let f = fixture();
     symlink(f.outside.join("secret"), f.rw.join("abs")).unwrap();
     symlink("../outside/secret", f.rw.join("rel")).unwrap();
@@ -73,7 +73,7 @@ fn symlinks_in_a_zone_are_never_followed_by_the_daemon() {
 }
 
 #[test]
-fn dot_dot_and_slashes_are_not_names() {
+pub(super) fn dot_dot_and_slashes_are_not_names() {
     let f = fixture();
     for bad in ["..", ".", "a/b", "../outside", ""] {
         let looked = f.core.lookup(&CTX, WORK, OsStr::new(bad));
@@ -84,7 +84,7 @@ fn dot_dot_and_slashes_are_not_names() {
 }
 
 #[test]
-fn sensitive_roots_are_neither_looked_up_nor_listed() {
+pub(super) fn sensitive_roots_are_neither_looked_up_nor_listed() {
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
     for d in [".ssh", ".config/gh", ".config/other"] {

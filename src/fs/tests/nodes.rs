@@ -5,7 +5,7 @@
 use super::*;
 
 #[test]
-fn zones_are_the_root_entries() {
+pub(super) fn zones_are_the_root_entries() {
     let f = fixture();
     assert_eq!(found(&f.core, ROOT, "work").unwrap().ino.0, WORK);
     assert_eq!(found(&f.core, ROOT, "data").unwrap().ino.0, DATA);
@@ -24,7 +24,7 @@ fn zones_are_the_root_entries() {
 }
 
 #[test]
-fn nothing_leaks_on_forget() {
+pub(super) fn nothing_leaks_on_forget() {
     let f = fixture();
     let base = f.core.node_count();
     for i in 0..50 {
@@ -64,7 +64,7 @@ fn nothing_leaks_on_forget() {
 }
 
 #[test]
-fn hard_links_share_a_node_and_renames_keep_it() {
+pub(super) fn hard_links_share_a_node_and_renames_keep_it() {
     let f = fixture();
     let (attr, fh) = create(&f.core, WORK, "a", libc::O_RDWR).unwrap();
     let linked = link(&f.core, attr.ino.0, WORK, "b").unwrap().attr;
@@ -79,7 +79,7 @@ fn hard_links_share_a_node_and_renames_keep_it() {
 }
 
 #[test]
-fn a_panicking_callback_does_not_unwind_into_the_fuse_thread() {
+pub(super) fn a_panicking_callback_does_not_unwind_into_the_fuse_thread() {
     let mut after = false;
     crate::fs::adapter::guarded("test", || panic!("boom"));
     crate::fs::adapter::guarded("test", || after = true);

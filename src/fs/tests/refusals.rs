@@ -5,7 +5,7 @@
 use super::*;
 
 #[test]
-fn root_level_changes_are_refused() {
+pub(super) fn root_level_changes_are_refused() {
     let f = fixture();
     assert_eq!(
         refusal(mkdir(&f.core, ROOT, "z").unwrap_err()),
@@ -35,7 +35,7 @@ fn root_level_changes_are_refused() {
 }
 
 #[test]
-fn ro_zone_and_cross_zone() {
+pub(super) fn ro_zone_and_cross_zone() {
     let f = fixture();
     let r = found(&f.core, DATA, "r.txt").unwrap().ino.0;
     assert_eq!(
@@ -56,7 +56,7 @@ fn ro_zone_and_cross_zone() {
 }
 
 #[test]
-fn refusals_are_kept_explained_and_bounded() {
+pub(super) fn refusals_are_kept_explained_and_bounded() {
     let f = fixture();
     let c = &f.core;
     assert!(c.recent_refusals().is_empty());
@@ -88,7 +88,7 @@ fn refusals_are_kept_explained_and_bounded() {
 /// An `ask` goes to the broker once per operation; a denial is EACCES,
 /// kept explained, and nothing is done; an allow acts.
 #[test]
-fn asks_go_to_the_broker_and_its_verdict_is_final() {
+pub(super) fn asks_go_to_the_broker_and_its_verdict_is_final() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("w");
     std::fs::create_dir_all(dir.join("a")).unwrap();
@@ -128,7 +128,7 @@ fn asks_go_to_the_broker_and_its_verdict_is_final() {
 }
 
 #[test]
-fn device_nodes_are_refused_explained_before_any_approval() {
+pub(super) fn device_nodes_are_refused_explained_before_any_approval() {
     let f = fixture();
     let e = mknod(&f.core, WORK, "null", libc::S_IFCHR | 0o644).unwrap_err();
     assert_eq!(refusal(e), Refusal::Device);
