@@ -192,6 +192,8 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         audit_log: a.audit_log.as_deref().map(abs),
         allow_other: a.allow_other || !a.allow_uid.is_empty(),
         allow_uids: a.allow_uid.clone(),
+        record: None,
+        control: None,
     })
 }
 
@@ -232,7 +234,7 @@ fn report_ready() {
 }
 
 fn serve(a: &MountArgs) -> Result<(), Failure> {
-    let settings = settings(a)?;
+    let mut settings = settings(a)?;
     // What the machine allows and the mountpoint, before anything
     // (./.sandbox included) is made.
     mount::check_mountpoint(&a.mountpoint, settings.allow_other)?;
@@ -247,6 +249,9 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         .unwrap_or_else(|| mount::default_control_path(&mountpoint));
     // Bound now, while this is the only thread: see control::bind.
     let control = Control::bind(&control_path).map_err(|e| Failure::new(1, e.to_string()))?;
+    // What the mount's watcher removes if this daemon dies.
+    settings.record = Some(mount::record_file(&mountpoint));
+    settings.control = Some(control_path.clone());
     let session = session::build(&table, &mountpoint, &settings)?;
     if let Some(argv) = on_ask {
         session

@@ -125,9 +125,11 @@ impl Daemon {
     pub fn run(self) -> io::Result<()> {
         let _ = std::env::set_current_dir("/");
         let mountpoint = self.session.mountpoint().to_path_buf();
-        let result = self.session.run();
-        registry::remove_record(&mountpoint);
-        drop(self.control);
+        let control = self.control;
+        let result = self.session.run_then(|| {
+            registry::remove_record(&mountpoint);
+            drop(control);
+        });
         self.runtime.shutdown_timeout(Duration::from_secs(1));
         result
     }

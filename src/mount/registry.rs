@@ -92,6 +92,11 @@ fn record_path(mountpoint: &Path) -> PathBuf {
     record_path_in(&runtime_dir(), mountpoint)
 }
 
+/// The file of `mountpoint`'s record in this user's registry.
+pub fn record_file(mountpoint: &Path) -> PathBuf {
+    record_path(mountpoint)
+}
+
 fn record_path_in(runtime: &Path, mountpoint: &Path) -> PathBuf {
     runtime
         .join("mounts")
