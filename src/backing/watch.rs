@@ -16,11 +16,13 @@
 //!   where pidfds are missing, until the pipe's write end closes).
 //!
 //! Over the pipe the parent says [`Watcher::kill_group`] (a process group
-//! to SIGKILL if the parent dies) and [`Watcher::disarm`] ("all clean"):
+//! to SIGKILL if the parent dies), [`Watcher::stop_process`] (a process to
+//! stop then; the watcher opens a pidfd of it as soon as it hears, so a
+//! reused pid is never signalled) and [`Watcher::disarm`] ("all clean"):
 //! once disarmed, the watcher exits without touching anything. Otherwise,
 //! in this order, it:
 //! 1. SIGKILLs the process group it was told of;
-//! 2. stops the process in [`Plan::stop`] (SIGTERM, then SIGKILL after
+//! 2. stops the process it was told of (SIGTERM, then SIGKILL after
 //!    [`STOP_GRACE`]) and waits for it to exit;
 //! 3. removes [`Plan::files`], and each of [`Plan::sockets`] that nothing
 //!    listens on (a live socket is someone else's);
@@ -69,8 +71,6 @@ pub struct Plan {
     pub files: Vec<PathBuf>,
     /// Unix sockets to remove when nothing accepts connections on them.
     pub sockets: Vec<PathBuf>,
-    /// A process to stop and wait for (it must exist when spawning).
-    pub stop: Option<u32>,
     /// Empty directories to remove, last.
     pub dirs: Vec<PathBuf>,
 }
@@ -84,6 +84,7 @@ pub struct Watcher {
 /// The pipe's messages.
 const MSG_CLEAN: u8 = b'C';
 const MSG_GROUP: u8 = b'G';
+const MSG_STOP: u8 = b'P';
 
 impl Watcher {
     /// Start a watcher of this process with `plan`.
@@ -118,6 +119,14 @@ impl Watcher {
     pub fn kill_group(&self, pgid: u32) -> io::Result<()> {
         let b = pgid.to_le_bytes();
         self.send(&[MSG_GROUP, b[0], b[1], b[2], b[3]])
+    }
+
+    /// Stop process `pid` (SIGTERM, then SIGKILL) and wait for it if this
+    /// process dies undisarmed. `pid` must be alive, or an unreaped child
+    /// of ours, until the watcher has had a moment to open a pidfd of it.
+    pub fn stop_process(&self, pid: u32) -> io::Result<()> {
+        let b = pid.to_le_bytes();
+        self.send(&[MSG_STOP, b[0], b[1], b[2], b[3]])
     }
 
     /// All is clean: the watcher exits without doing anything.
@@ -158,7 +167,6 @@ struct Prepared {
     fusermount: Option<(Vec<CString>, Vec<*const c_char>)>,
     files: Vec<CString>,
     sockets: Vec<(CString, SocketAddrUnix)>,
-    stop: Option<OwnedFd>,
     dirs: Vec<CString>,
 }
 
@@ -196,16 +204,6 @@ impl Prepared {
             .iter()
             .map(|p| Ok((cstring(p)?, SocketAddrUnix::new(p.as_path())?)))
             .collect::<io::Result<_>>()?;
-        let stop = match plan.stop {
-            Some(pid) => {
-                let pid = i32::try_from(pid)
-                    .ok()
-                    .and_then(Pid::from_raw)
-                    .ok_or_else(|| io::Error::from(Errno::INVAL))?;
-                Some(rustix::process::pidfd_open(pid, PidfdFlags::empty())?)
-            }
-            None => None,
-        };
         let dirs = plan
             .dirs
             .iter()
@@ -220,7 +218,6 @@ impl Prepared {
             fusermount,
             files,
             sockets,
-            stop,
             dirs,
         })
     }
@@ -291,11 +288,7 @@ fn watch(p: &Prepared) -> ! {
     let _ = rustix::stdio::dup2_stdout(&p.null);
     let _ = rustix::stdio::dup2_stderr(&p.null);
     let raw = |f: Option<&OwnedFd>| f.map_or(-1, |f| f.as_raw_fd());
-    close_all_but(&mut [
-        p.rx.as_raw_fd(),
-        raw(p.parent.as_ref()),
-        raw(p.stop.as_ref()),
-    ]);
+    close_all_but(&mut [p.rx.as_raw_fd(), raw(p.parent.as_ref())]);
     default_signals();
     let _ = rustix::thread::set_name(c"zm-watch");
 
@@ -306,7 +299,7 @@ fn watch(p: &Prepared) -> ! {
     if msgs.clean {
         exit(0);
     }
-    clean_up(p, msgs.group);
+    clean_up(p, &msgs);
     exit(0)
 }
 
@@ -315,8 +308,10 @@ fn watch(p: &Prepared) -> ! {
 struct Messages {
     clean: bool,
     group: Option<u32>,
-    /// A group message being read: bytes of the pgid so far.
-    partial: Option<([u8; 4], usize)>,
+    /// The process to stop, held as a pidfd from the moment we heard.
+    stop: Option<OwnedFd>,
+    /// A message with a pid being read: its kind and the bytes so far.
+    partial: Option<(u8, [u8; 4], usize)>,
     closed: bool,
 }
 
@@ -324,16 +319,21 @@ impl Messages {
     fn feed(&mut self, bytes: &[u8]) {
         for &b in bytes {
             match &mut self.partial {
-                Some((acc, n)) => {
+                Some((kind, acc, n)) => {
                     acc[*n] = b;
                     *n += 1;
                     if *n == 4 {
-                        self.group = Some(u32::from_le_bytes(*acc));
+                        let id = u32::from_le_bytes(*acc);
+                        if *kind == MSG_GROUP {
+                            self.group = Some(id);
+                        } else {
+                            self.stop = pidfd(id);
+                        }
                         self.partial = None;
                     }
                 }
                 None if b == MSG_CLEAN => self.clean = true,
-                None if b == MSG_GROUP => self.partial = Some(([0; 4], 0)),
+                None if b == MSG_GROUP || b == MSG_STOP => self.partial = Some((b, [0; 4], 0)),
                 None => {}
             }
         }
@@ -405,14 +405,19 @@ fn poll_ok(fds: &mut [PollFd<'_>]) {
     }
 }
 
-fn clean_up(p: &Prepared, group: Option<u32>) {
-    if let Some(pgid) = group
-        .and_then(|g| i32::try_from(g).ok())
-        .and_then(Pid::from_raw)
-    {
+fn pid(raw: u32) -> Option<Pid> {
+    i32::try_from(raw).ok().and_then(Pid::from_raw)
+}
+
+fn pidfd(raw: u32) -> Option<OwnedFd> {
+    rustix::process::pidfd_open(pid(raw)?, PidfdFlags::empty()).ok()
+}
+
+fn clean_up(p: &Prepared, msgs: &Messages) {
+    if let Some(pgid) = msgs.group.and_then(pid) {
         let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
     }
-    if let Some(pidfd) = &p.stop {
+    if let Some(pidfd) = &msgs.stop {
         stop(pidfd.as_fd());
     }
     for f in &p.files {
@@ -533,12 +538,16 @@ mod tests {
 
     #[test]
     fn messages_survive_any_split() {
-        let stream = [MSG_GROUP, 0x39, 0x30, 0, 0, MSG_CLEAN];
+        let me = std::process::id().to_le_bytes();
+        let stream = [
+            MSG_GROUP, 0x39, 0x30, 0, 0, MSG_STOP, me[0], me[1], me[2], me[3], MSG_CLEAN,
+        ];
         for cut in 0..stream.len() {
             let mut m = Messages::default();
             m.feed(&stream[..cut]);
             m.feed(&stream[cut..]);
             assert_eq!(m.group, Some(12345), "cut at {cut}");
+            assert!(m.stop.is_some(), "a pidfd of this process, cut at {cut}");
             assert!(m.clean);
         }
         let mut m = Messages::default();

@@ -97,6 +97,15 @@ pub(crate) fn detach(_a: &MountArgs) -> Result<(), Failure> {
 /// Start `zonemount mount --foreground --notify-ready ARGS...` detached and
 /// wait for its readiness line: Ok once the mount is live.
 pub(crate) fn spawn_daemon(mount_args: Vec<OsString>) -> Result<(), Failure> {
+    spawn_daemon_then(mount_args, |_| {})
+}
+
+/// [`spawn_daemon`], calling `started` with the daemon's pid as soon as
+/// it runs (before the mount is live).
+pub(crate) fn spawn_daemon_then(
+    mount_args: Vec<OsString>,
+    started: impl FnOnce(u32),
+) -> Result<(), Failure> {
     // The daemon checks this too; checking first gives the real cause even
     // where a missing /dev would already stop the daemon from starting.
     // (--allow-other's own check waits for the daemon, which has the
@@ -120,6 +129,7 @@ pub(crate) fn spawn_daemon(mount_args: Vec<OsString>) -> Result<(), Failure> {
     let mut child = cmd
         .spawn()
         .map_err(|e| Failure::new(1, format!("cannot start the mount daemon: {e}")))?;
+    started(child.id());
     let Some(out) = child.stdout.take() else {
         return Err(Failure::new(1, "the mount daemon has no status pipe"));
     };

@@ -14,9 +14,13 @@
 //!    without reaping it, so the rest of its group can be killed while the
 //!    leader's pid (= the group id) cannot be reused.
 //!
-//! What `Drop` can't cover: a SIGKILL of `zonemount run` itself. The mount
-//! and temp dir then stay; `zonemount list` shows them and
-//! `scripts/teardown.sh` or `zonemount unmount` removes them.
+//! 5. what `Drop` can't cover, a SIGKILL of `zonemount run` itself, its
+//!    watcher (`backing::watch`, forked when the temp dir is made) does:
+//!    it SIGKILLs CMD's process group, SIGTERMs the daemon (which denies
+//!    what is pending and unmounts; SIGKILL after 10 s, and then the
+//!    daemon's own watcher unmounts), and removes the temp dir. The one
+//!    gap is the instant between CMD's spawn and telling the watcher its
+//!    process group.
 
 mod plan;
 mod task;
@@ -94,6 +98,7 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
     let child = cmd
         .spawn()
         .map_err(|e| spawn_failure(cmd.get_program(), &e))?;
+    task.watch_group(child.id());
     let status = supervise(child, &rx, tx, plan.timeout, &task.dir);
     task.teardown();
     Ok(exit_code(status))

@@ -14,6 +14,7 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
 use super::super::{Failure, mount_cmd};
 use super::*;
+use crate::backing::{WatchPlan, Watcher};
 use crate::mount::{self, Unmounted};
 
 /// What the supervising loop hears about.
@@ -37,10 +38,14 @@ pub(super) fn catch_signals(tx: Sender<Event>) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The temp dir and the mount on it; dropping it tears both down.
+/// The temp dir and the mount on it; dropping it tears both down. Its
+/// watcher does the same if `run` itself is killed (SIGKILL): it kills
+/// CMD's process group, stops the daemon (which unmounts) and removes the
+/// dir.
 pub(super) struct TaskMount {
     pub(super) dir: PathBuf,
     pub(super) mounted: bool,
+    watcher: Option<Watcher>,
 }
 
 impl TaskMount {
@@ -62,12 +67,21 @@ impl TaskMount {
             .tempdir_in(base)
             .map_err(fail)?
             .keep();
-        let task = TaskMount {
+        let mut task = TaskMount {
             dir,
             mounted: false,
+            watcher: None,
         };
         std::fs::set_permissions(&task.dir, std::fs::Permissions::from_mode(0o755))
             .map_err(fail)?;
+        let plan = WatchPlan {
+            dirs: vec![task.dir.clone()],
+            ..WatchPlan::default()
+        };
+        task.watcher =
+            Some(Watcher::spawn(&plan).map_err(|e| {
+                Failure::new(1, format!("run: cannot start the task's watcher: {e}"))
+            })?);
         Ok(task)
     }
 
@@ -77,7 +91,19 @@ impl TaskMount {
         // Set first: if the daemon mounted but its report got lost, Drop
         // still looks.
         self.mounted = true;
-        mount_cmd::spawn_daemon(args)
+        let watcher = self.watcher.as_ref();
+        mount_cmd::spawn_daemon_then(args, |pid| {
+            if let Some(Err(e)) = watcher.map(|w| w.stop_process(pid)) {
+                tracing::warn!("cannot tell the watcher the daemon's pid: {e}");
+            }
+        })
+    }
+
+    /// CMD runs as process group `pgid`: killed if `run` is.
+    pub(super) fn watch_group(&self, pgid: u32) {
+        if let Some(Err(e)) = self.watcher.as_ref().map(|w| w.kill_group(pgid)) {
+            tracing::warn!("cannot tell the watcher CMD's process group: {e}");
+        }
     }
 
     /// Unmount (lazily when busy), wait for the daemon, remove the dir.
@@ -108,6 +134,11 @@ impl TaskMount {
             if e.kind() != std::io::ErrorKind::NotFound {
                 eprintln!("zonemount: run: cannot remove {}: {e}", self.dir.display());
             }
+        }
+        // Whatever is left was reported above: the watcher has nothing to
+        // add.
+        if let Some(Err(e)) = self.watcher.take().map(|w| w.disarm()) {
+            tracing::warn!("cannot disarm the task's watcher: {e}");
         }
     }
 }
