@@ -1,5 +1,8 @@
-//! `list [--json]` and `unmount --stale`: every zonemount mount of this
-//! host, from the kernel's mount table and the registry of records.
+//! `list [--json]` and `unmount --stale`: every zonemount mount this mount
+//! namespace can see, from its mount table and the registry's records of
+//! this namespace (a container's mounts are not the host's, and the other
+//! way round). `unmount --stale` leaves nothing of a dead mount: not the
+//! mount, not its record, not its control socket.
 //!
 //! [`gather`] is pure: it joins the `fuse.zonemount` entries of mountinfo
 //! with the records and decides staleness from facts passed in (is this
@@ -219,7 +222,7 @@ pub(crate) fn unmount_stale() -> Result<(), Failure> {
     for r in &stale {
         let why = r.note.clone().unwrap_or_default();
         if !r.mounted {
-            mount::remove_record(&r.mountpoint);
+            mount::forget(&r.mountpoint);
             eprintln!(
                 "zonemount: removed the record of {} ({why})",
                 r.mountpoint.display()
@@ -232,7 +235,7 @@ pub(crate) fn unmount_stale() -> Result<(), Failure> {
         };
         match done {
             Ok(Unmounted::Done | Unmounted::NotMounted | Unmounted::DaemonLingers(_)) => {
-                mount::remove_record(&r.mountpoint);
+                mount::forget(&r.mountpoint);
                 eprintln!(
                     "zonemount: unmounted stale {} ({why})",
                     r.mountpoint.display()
@@ -276,6 +279,7 @@ mod tests {
             control: None,
             cwd: None,
             allow_sensitive_roots: false,
+            mntns: None,
         }
     }
 

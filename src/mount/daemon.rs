@@ -97,6 +97,7 @@ impl Daemon {
             control: Some(control.path().to_path_buf()),
             cwd: std::env::current_dir().ok(),
             allow_sensitive_roots: origin.allow_sensitive_roots,
+            mntns: registry::mount_namespace(),
         };
         if let Err(e) = registry::write_record(&record) {
             tracing::warn!("cannot write the mount record: {e}");

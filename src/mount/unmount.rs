@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::mountinfo::{absolute, find_mount};
-use super::registry::{read_record, remove_record};
+use super::registry::{forget, read_record};
 use super::{FSTYPE, show};
 
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +88,7 @@ pub fn detach_or_lazily(path: &Path) -> Result<(), UnmountError> {
 pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
     let path = absolute(path);
     let Some(entry) = find_mount(&path) else {
-        remove_record(&path);
+        forget(&path);
         return Ok(Unmounted::NotMounted);
     };
     if entry.fstype != FSTYPE {
@@ -106,6 +106,6 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    remove_record(&path);
+    forget(&path);
     Ok(Unmounted::Done)
 }
