@@ -493,8 +493,7 @@ fn unmount_stale_leaves_no_socket_and_no_record() {
     assert!(wait_until(MOUNT_TIMEOUT, || !daemon_pids_for(
         m.mountpoint()
     )
-    .iter()
-    .any(|&p| p == pid)));
+    .contains(&pid)));
     assert!(
         sock.exists(),
         "nobody cleaned: the socket stays until --stale"

@@ -286,7 +286,7 @@ fn sigterm_to_run_is_forwarded_and_everything_is_torn_down() {
 fn task_mountpoint(t: &Task) -> PathBuf {
     let names = names(&t.tmpdir).unwrap();
     assert_eq!(names.len(), 1, "one temp mountpoint: {names:?}");
-    t.tmpdir.join(names.iter().next().unwrap())
+    t.tmpdir.join(names.first().unwrap())
 }
 
 #[test]
@@ -694,10 +694,20 @@ fn list_shows_live_mounts_and_a_stale_one_after_its_daemon_is_killed() {
     let table = run(Command::new(BIN).arg("list"), CMD_TIMEOUT);
     assert!(table.stdout.contains(&*mounts[1].mnt.to_string_lossy()));
 
-    // Kill one daemon outright: its mount is stale (with auto_unmount the
-    // kernel mount may go; the record of a dead daemon stays).
+    // Kill one daemon outright, its watcher first (else the watcher cleans
+    // up at once, see tests/lifecycle.rs): its mount is stale.
     let victim = &mounts[0].mnt;
     let pid = row_for(&rows, victim).unwrap()["pid"].as_u64().unwrap() as u32;
+    let sock = zonemount::mount::find_record(victim)
+        .and_then(|r| r.control)
+        .expect("the victim's control socket");
+    for w in watcher_pids_for(victim) {
+        kill("KILL", w);
+    }
+    assert!(wait_until(Duration::from_secs(10), || watcher_pids_for(
+        victim
+    )
+    .is_empty()));
     kill("KILL", pid);
     assert!(
         wait_until(Duration::from_secs(10), || row_for(&list_json(), victim)
@@ -720,6 +730,7 @@ fn list_shows_live_mounts_and_a_stale_one_after_its_daemon_is_killed() {
         "still listed after --stale"
     );
     assert!(!is_mounted(victim));
+    assert!(!sock.exists(), "--stale left the socket {}", sock.display());
     for m in &mounts[1..] {
         assert!(m.is_mounted(), "--stale touched a live mount");
         assert_eq!(row_for(&rows, &m.mnt).unwrap()["stale"], false);

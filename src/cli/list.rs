@@ -8,7 +8,8 @@
 //! with the records and decides staleness from facts passed in (is this
 //! daemon alive? does a stat of this path say ENOTCONN?), so each rule is
 //! unit-tested. A mount is stale when its record's daemon is gone (whether
-//! the kernel still lists the mount or, with auto_unmount, not), or when a
+//! the kernel still lists the mount or, its watcher having unmounted it,
+//! not), or when a
 //! mount without a live daemon answers "transport endpoint is not
 //! connected". A path is only stat'ed when no live daemon is known for it:
 //! a stat of a live mount could wait on its daemon.
