@@ -269,3 +269,41 @@ pub fn now_secs() -> u64 {
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(mntns: Option<u64>) -> Record {
+        Record {
+            mountpoint: "/m".into(),
+            pid: 1,
+            config: None,
+            workers: Vec::new(),
+            started: 0,
+            zones: Vec::new(),
+            control: None,
+            cwd: None,
+            allow_sensitive_roots: false,
+            mntns,
+        }
+    }
+
+    #[test]
+    fn only_this_namespaces_records_are_here() {
+        let ours = mount_namespace();
+        assert!(ours.is_some(), "/proc/self/ns/mnt is readable");
+        assert!(record(ours).here());
+        assert!(record(None).here(), "older records count as ours");
+        let other = ours.map(|n| n.wrapping_add(1));
+        assert!(!record(other).here());
+    }
+
+    #[test]
+    fn a_record_without_a_namespace_reads_as_before() {
+        let old = r#"{"mountpoint":"/m","pid":7,"config":null,"workers":[],"started":1}"#;
+        let r: Record = serde_json::from_str(old).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.mntns, None);
+        assert!(r.here());
+    }
+}
