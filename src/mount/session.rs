@@ -76,8 +76,8 @@ pub struct Settings {
     /// With `allow_other`: only these users (plus the mounting user and
     /// root). Empty: everyone.
     pub allow_uids: Vec<u32>,
-    /// Files the watcher removes if this process dies without unmounting:
-    /// the daemon's registry record. None for the Rust API.
+    /// The daemon's registry record, which the watcher removes if this
+    /// process dies without ending the session. None for the Rust API.
     pub record: Option<PathBuf>,
     /// The control socket the watcher removes (when nothing listens on it
     /// any more) if this process dies.
