@@ -16,8 +16,10 @@
 # rerun reports exactly one test, passed.
 #
 # Every run of pjdfstest and fsx has a time limit; one that runs out fails
-# the suite, naming what ran out. Everything mounted here is unmounted on
-# exit, by exact path.
+# the suite, naming what ran out. Everything this run makes has a path of
+# its own (mktemp), so two runs on one machine never meet; everything
+# mounted is unmounted and everything made is removed on every way out
+# (exit, error, SIGINT/SIGTERM/SIGHUP), by exact path.
 #
 # To see it fail on a broken mount (kept reproducible on purpose):
 #   ZONEMOUNT_CONFORMANCE_BREAK=kill bash scripts/conformance.sh   # daemon SIGKILLed after mounting: dead mount
@@ -36,7 +38,6 @@ case "$brk" in ""|kill|stop) ;; *) echo "conformance: ZONEMOUNT_CONFORMANCE_BREA
 LIMIT_PJD=${ZONEMOUNT_LIMIT_PJDFSTEST:-900}
 LIMIT_PJD_ONE=${ZONEMOUNT_LIMIT_PJDFSTEST_ONE:-120}
 LIMIT_FSX=${ZONEMOUNT_LIMIT_FSX:-600}
-LIMIT_LINK_WAIT=${ZONEMOUNT_LIMIT_LINK_WAIT:-1800}
 [ "$brk" = stop ] && LIMIT_PJD=${ZONEMOUNT_LIMIT_PJDFSTEST:-60}
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -57,11 +58,18 @@ pjd_config=scripts/conformance/pjdfstest.toml
 # bounded NAME LIMIT COMMAND...: COMMAND under `timeout`; when it runs out,
 # say so (naming NAME and the limit) and return 124. --foreground keeps
 # COMMAND in our process group, so a limit on this whole script (test.sh's)
-# reaches it too, and the EXIT trap still unmounts.
+# reaches it too, and the EXIT trap still unmounts. It runs in the
+# background and is waited for, so a SIGINT/SIGTERM/SIGHUP to this script
+# is handled at once (bash runs a trap only between commands, but `wait`
+# returns when one arrives): cleanup stops it, then unmounts.
+running=""
 bounded() {
   local name=$1 limit=$2 rc=0
   shift 2
-  timeout --foreground --kill-after=10 "$limit" "$@" || rc=$?
+  timeout --foreground --kill-after=10 "$limit" "$@" &
+  running=$!
+  wait "$running" || rc=$?
+  running=""
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     echo "conformance: TIMEOUT: $name did not finish within ${limit} s" >&2
     return 124
@@ -69,11 +77,54 @@ bounded() {
   return $rc
 }
 
+# What this run makes, each unique to it; cleanup (below) removes what
+# exists of it, so the trap goes in before the first one is made.
+work="" shm="" linkdir="" link="" mnt=""
+# The daemon serving $mnt: argv[0] is our zonemount binary and an argument
+# is exactly $mnt (the daemon this script started, no other).
+daemon_pids() {
+  local p args
+  [ -n "$mnt" ] || return 0
+  for p in /proc/[0-9]*; do
+    args=$(tr '\0' '\n' 2>/dev/null < "$p/cmdline") || continue
+    [ "$(printf '%s\n' "$args" | head -1)" = "$bin" ] || continue
+    printf '%s\n' "$args" | tail -n +2 | grep -qxF "$mnt" && echo "${p#/proc/}"
+  done
+  return 0
+}
+mounted() { [ -n "$mnt" ] && grep -qF " $mnt fuse" /proc/mounts; }
+cleanup() {
+  # A suite still running (we were signalled) goes first: it holds the mount.
+  if [ -n "$running" ]; then
+    kill -TERM "$running" 2>/dev/null || true
+    wait "$running" 2>/dev/null || true
+  fi
+  # A stopped daemon (the break hook) can't answer an unmount: end it first.
+  if [ "$brk" = stop ]; then
+    for p in $(daemon_pids); do kill -KILL "$p" 2>/dev/null || true; done
+  fi
+  if mounted; then
+    timeout 30 "$bin" unmount "$mnt" >/dev/null 2>&1 || true
+    mounted && umount -l "$mnt" 2>/dev/null || true
+  fi
+  if [ -n "$link" ] && [ -L "$link" ]; then rm -f "$link"; fi
+  if [ -n "$linkdir" ]; then rmdir "$linkdir" 2>/dev/null || true; fi
+  # Never remove files through a mount that is still there.
+  if [ -n "$work" ] && ! mounted; then rm -rf "$work"; fi
+  if [ -n "$shm" ]; then rm -rf "$shm"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
 work=$(mktemp -d /tmp/zmconf.XXXXXX)
 chmod 755 "$work"
 mnt="$work/mnt"
-link=/zmc   # pjdfstest needs a short path (unix-socket names, PATH_MAX math)
 shm=$(mktemp -d /dev/shm/zmconf.XXXXXX)   # fsx reference runs, ours alone
+# pjdfstest gets a short path to the zone (its unix-socket names must fit
+# in 108 bytes): a symlink in a directory of this run's own, /tmp/zmc.XXXX/z.
+linkdir=$(mktemp -d /tmp/zmc.XXXX)
+chmod 755 "$linkdir"   # pjdfstest switches to other users, who must pass it
+link="$linkdir/z"
 mkdir -p "$mnt" "$work/zone"
 chmod 755 "$work/zone"
 cat > "$work/project.yaml" <<YAML
@@ -83,46 +134,9 @@ sandbox:
     rw: { path: ./zone, mode: rw }
 YAML
 
-# The daemon serving $mnt: argv[0] is our zonemount binary and an argument
-# is exactly $mnt (the daemon this script started, no other).
-daemon_pids() {
-  local p args
-  for p in /proc/[0-9]*; do
-    args=$(tr '\0' '\n' 2>/dev/null < "$p/cmdline") || continue
-    [ "$(printf '%s\n' "$args" | head -1)" = "$bin" ] || continue
-    printf '%s\n' "$args" | tail -n +2 | grep -qxF "$mnt" && echo "${p#/proc/}"
-  done
-  return 0
-}
-mounted() { grep -qF " $mnt fuse" /proc/mounts; }
-linked=0
-cleanup() {
-  # A stopped daemon (the break hook) can't answer an unmount: end it first.
-  if [ "$brk" = stop ]; then
-    for p in $(daemon_pids); do kill -KILL "$p" 2>/dev/null || true; done
-  fi
-  if mounted; then
-    timeout 30 "$bin" unmount "$mnt" >/dev/null 2>&1 || true
-    mounted && umount -l "$mnt" 2>/dev/null || true
-  fi
-  if [ $linked -eq 1 ] && [ "$(readlink "$link")" = "$mnt/rw" ]; then rm -f "$link"; fi
-  rm -rf "$work" "$shm"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
 "$bin" mount --allow-other --config "$work/project.yaml" "$mnt"
 
-# Claim /zmc atomically. Another run on this machine may hold it: wait for
-# it to let go (never remove it), within a limit.
-waited=0
-until ln -s "$mnt/rw" "$link" 2>/dev/null; do
-  if [ $waited -eq 0 ]; then echo "conformance: $link is in use ($(readlink "$link" || echo '?')); waiting up to ${LIMIT_LINK_WAIT} s"; fi
-  if [ $waited -ge "$LIMIT_LINK_WAIT" ]; then
-    echo "conformance: TIMEOUT: $link still in use after ${LIMIT_LINK_WAIT} s; not ours to remove" >&2; exit 1
-  fi
-  sleep 5; waited=$((waited + 5))
-done
-linked=1
+ln -s "$mnt/rw" "$link"
 
 case "$brk" in
   kill)
@@ -209,8 +223,9 @@ else
   fi
 fi
 if [ $status -ne 0 ]; then
-  mkdir -p target && cp "$pjd_log" target/conformance-pjdfstest.log
-  echo "pjdfstest: FAILED (its full output: target/conformance-pjdfstest.log)"
+  kept="target/conformance-pjdfstest.${work##*.}.log"   # this run's own
+  mkdir -p target && cp "$pjd_log" "$kept"
+  echo "pjdfstest: FAILED (its full output: $kept)"
 fi
 
 # ---- fsx ----------------------------------------------------------------

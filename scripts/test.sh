@@ -6,9 +6,10 @@
 #   2. cargo test (unit and integration tests; they really mount under
 #      temporary directories)
 #   3. cargo test --doc (the doc examples compile, and run unless no_run)
-#   4. the suites every environment must pass, again as root without
+#   4. the Python client (scripts/test-python.sh: mypy --strict, pytest)
+#   5. the suites every environment must pass, again as root without
 #      fusermount3 and as an unprivileged user (scripts/test-envs.sh)
-#   5. scripts/conformance.sh (pjdfstest and fsx against a mounted zone)
+#   6. scripts/conformance.sh (pjdfstest and fsx against a mounted zone)
 #
 # Every step runs under a time limit; one that runs out fails with a line
 # naming the step and the limit. A test that can't run here (no root, no
@@ -24,6 +25,7 @@ LIMIT_BUILD=${ZONEMOUNT_LIMIT_BUILD:-2400}
 LIMIT_TEST=${ZONEMOUNT_LIMIT_TEST:-2400}
 LIMIT_DOC=${ZONEMOUNT_LIMIT_DOC:-900}
 LIMIT_ENV=${ZONEMOUNT_LIMIT_ENV:-1200}
+LIMIT_PY=${ZONEMOUNT_LIMIT_PY:-900}
 LIMIT_CONFORMANCE=${ZONEMOUNT_LIMIT_CONFORMANCE:-3600}
 
 missing=()
@@ -71,7 +73,8 @@ step() {
 failed_steps=()
 rc_build=0 rc_test=0 rc_doc=0 rc_conf=0
 test_log="$work/cargo-test.log" doc_log="$work/cargo-doc.log" envs_log="$work/envs.log"
-: > "$test_log"; : > "$doc_log"; : > "$envs_log"
+py_log="$work/python.log"
+: > "$test_log"; : > "$doc_log"; : > "$envs_log"; : > "$py_log"
 step "cargo build" "$LIMIT_BUILD" cargo build --locked --all-targets || rc_build=$?
 if [ $rc_build -eq 0 ]; then
   step "cargo test" "$LIMIT_TEST" cargo test --locked --all-targets 2>&1 | tee "$test_log" || rc_test=$?
@@ -81,6 +84,15 @@ else
 fi
 [ $rc_test -eq 0 ] || failed_steps+=("cargo test")
 [ $rc_doc -eq 0 ] || failed_steps+=("cargo test --doc")
+
+# The Python client: mypy --strict and its pytest suite against real mounts.
+rc_py=0
+if [ $rc_build -eq 0 ]; then
+  step "python client" "$LIMIT_PY" bash scripts/test-python.sh "$work/python" 2>&1 | tee "$py_log" || rc_py=$?
+else
+  rc_py=1
+fi
+[ $rc_py -eq 0 ] || failed_steps+=("python client")
 
 # The suites every environment must pass, again: as root where fusermount3
 # is unusable (a private mount namespace with it covered), and as an
@@ -120,7 +132,7 @@ fi
 #    a timeout, a crashed test binary) counts as one failure.
 #  - Conformance counts as one test: passed, failed or skipped.
 awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test" \
-    -v rc_doc="$rc_doc" -v rc_conf="$rc_conf" -v rc_envs="$rc_envs" '
+    -v rc_doc="$rc_doc" -v rc_conf="$rc_conf" -v rc_envs="$rc_envs" -v rc_py="$rc_py" '
   BEGIN {
     while ((getline line < skips) > 0) {
       sub(/^ZONEMOUNT-SKIP: /, "", line)
@@ -129,6 +141,7 @@ awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test"
     }
     env = "root"
   }
+  FNR == 1 { env = "root" }
   # "Running tests/foo.rs (target/debug/deps/foo-0123abcd)" names the suite.
   /^ *Running / {
     env = "root"; prefix = ""
@@ -151,6 +164,7 @@ awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test"
     if (rc_test != 0 && ff[ARGV[1]] == 0) f++
     if (rc_doc != 0 && ff[ARGV[2]] == 0) f++
     if (rc_envs != 0 && ff[ARGV[3]] == 0) f++
+    if (rc_py != 0 && ff[ARGV[4]] == 0) f++
     s = 0
     for (e in seen) {
       pe[e] -= sk[e]; se[e] += sk[e]
@@ -159,7 +173,7 @@ awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test"
     }
     if (rc_conf == 0) p++; else if (rc_conf == 3) s++; else f++
     printf "summary: %d passed, %d failed, %d skipped\n", p, f, s
-  }' "$test_log" "$doc_log" "$envs_log"
+  }' "$test_log" "$doc_log" "$envs_log" "$py_log"
 
 if [ ${#failed_steps[@]} -gt 0 ]; then
   echo "test.sh: FAILED: ${failed_steps[*]}" >&2

@@ -269,7 +269,8 @@ fn allow_once_path_and_zone_then_deny_is_remembered() {
             ("deny", None)
         ]
     );
-    assert!(decisions.iter().all(|d| d["approver_uid"] == 0));
+    let me = euid();
+    assert!(decisions.iter().all(|d| d["approver_uid"] == me));
     let requests = events(&m, "request");
     assert_eq!(requests.len(), 4);
     let refusal = events(&m, "refusal");

@@ -84,7 +84,11 @@ pub const ZONES: &[(&str, &str)] = &[
         "nodel",
         "mode: rw, approval: { write: preApproved, delete: blocked }",
     ),
-    ("askdel", "mode: rw, approval: { delete: ask }"),
+    // Writes said outright: a class left out of a block would ask too.
+    (
+        "askdel",
+        "mode: rw, approval: { write: preApproved, delete: ask }",
+    ),
     ("rw2", "mode: rw"),
 ];
 

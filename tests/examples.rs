@@ -137,7 +137,12 @@ fn missing_dev_fuse_is_a_clear_error() {
         Command::new("unshare").args(["--mount", "--propagation", "private", "sh", "-c", &script]),
         Duration::from_secs(30),
     );
-    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert_eq!(
+        out.code(),
+        Some(5),
+        "exit 5: the host forbids it\n{}",
+        out.describe()
+    );
     let err = out.stderr.trim();
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("/dev/fuse"), "{err}");

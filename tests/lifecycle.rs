@@ -777,11 +777,8 @@ fn derive_prints_the_zone_table() {
         row("rw", "preApproved", "preApproved"),
         "{o}"
     );
-    assert_eq!(
-        zone_row(o, "gamma_zone"),
-        row("rw", "ask", "preApproved"),
-        "{o}"
-    );
+    // `approval: { write: ask }`: the delete left out of the block asks too.
+    assert_eq!(zone_row(o, "gamma_zone"), row("rw", "ask", "ask"), "{o}");
     // Nothing was mounted or created.
     assert!(
         !dir.path().join(".sandbox").exists(),
@@ -817,12 +814,9 @@ fn derive_with_workers() {
     let out = derive_in(dir.path(), &[w1, w2]);
     assert!(out.success(), "derive w1 w2: {}", out.describe());
     let o = &out.stdout;
-    // w2 narrows beta to ro with writes blocked; w1's other zones are gone.
-    assert_eq!(
-        zone_row(o, "beta_zone"),
-        row("ro", "blocked", "preApproved"),
-        "{o}"
-    );
+    // w2 narrows beta to ro with writes blocked (and deletes, left out of
+    // its block, asking); w1's other zones are gone.
+    assert_eq!(zone_row(o, "beta_zone"), row("ro", "blocked", "ask"), "{o}");
     assert_eq!(zone_row(o, "alpha_zone"), None, "{o}");
     assert_eq!(zone_row(o, "gamma_zone"), None, "{o}");
 
@@ -831,12 +825,8 @@ fn derive_with_workers() {
     let out = derive_in(dir.path(), &[w_plain]);
     assert!(out.success(), "plain yaml worker: {}", out.describe());
     let o = &out.stdout;
-    // gamma keeps the project's `ask` for writes.
-    assert_eq!(
-        zone_row(o, "gamma_zone"),
-        row("rw", "ask", "preApproved"),
-        "{o}"
-    );
+    // gamma keeps the project's policy (no approval block in the worker).
+    assert_eq!(zone_row(o, "gamma_zone"), row("rw", "ask", "ask"), "{o}");
     assert_eq!(zone_row(o, "beta_zone"), None, "{o}");
 }
 
@@ -1025,9 +1015,10 @@ fn worker_chain_tightens() {
     assert_eq!(names(m.mountpoint()).unwrap(), sorted(&["ws"]));
     assert_errno(fs::write(m.path("ws/new.txt"), "x"), EPERM);
     assert!(!m.backing("ws", "new.txt").exists());
-    // delete stays preApproved (only write was tightened).
-    fs::remove_file(m.path("ws/w.txt")).unwrap();
-    assert!(!m.backing("ws", "w.txt").exists());
+    // The child's block leaves delete out, so deletes ask (denied at once
+    // with --no-approvals): EACCES, and the file stays.
+    assert_errno(fs::remove_file(m.path("ws/w.txt")), EACCES);
+    assert!(m.backing("ws", "w.txt").exists());
 }
 
 #[test]

@@ -38,8 +38,11 @@ pub(crate) struct CheckArgs {
     #[arg(long, group = "operation")]
     delete: bool,
     mountpoint: PathBuf,
-    /// As a worker sees it: under MOUNTPOINT, or from the mount's root
-    /// (`/data/new.txt`).
+    /// A path under MOUNTPOINT, taken as a shell would (relative to the
+    /// current directory; `..` applied); or, when that is outside the
+    /// mount, an absolute path whose first name is one of the mount's
+    /// zones, as a worker sees it (`/data/new.txt`). Anything else is
+    /// refused (exit 2).
     path: PathBuf,
 }
 
@@ -90,7 +93,9 @@ pub(crate) fn check(a: &CheckArgs) -> Result<u8, Failure> {
     };
     let mp = mount::absolute(&a.mountpoint);
     let zones = mounted_zones(&mp)?;
-    let comps = worker_path(&mp, &a.mountpoint, &a.path);
+    let cwd = super::cwd()?;
+    let names: Vec<&str> = zones.iter().map(|z| z.name.as_str()).collect();
+    let comps = worker_path(&mp, &a.mountpoint, &a.path, &cwd, &names)?;
     let answer = answer(&mp, &zones, &comps, asked)?;
     if a.json {
         let text = serde_json::to_string_pretty(&answer)
@@ -167,18 +172,11 @@ fn mounted_zones(mp: &Path) -> Result<Vec<ZoneRules>, Failure> {
         .collect()
 }
 
-/// The components of `path` from the mount's root. An absolute path under
-/// the mountpoint (as given or canonical) is taken from there; any other
-/// path is taken from the mount's root. `..` is applied lexically and
-/// never climbs above the root.
-fn worker_path(mp: &Path, given_mp: &Path, path: &Path) -> Vec<OsString> {
-    let given = std::path::absolute(given_mp).unwrap_or_else(|_| given_mp.to_path_buf());
-    let rel = path
-        .strip_prefix(mp)
-        .or_else(|_| path.strip_prefix(&given))
-        .unwrap_or(path);
+/// `path` with `.` dropped and `..` applied (never above `/`): what a
+/// shell's open of it reaches, symlinks aside.
+fn normalized(path: &Path) -> Vec<OsString> {
     let mut out: Vec<OsString> = Vec::new();
-    for c in rel.components() {
+    for c in path.components() {
         match c {
             Component::Normal(n) => out.push(n.to_os_string()),
             Component::ParentDir => {
@@ -188,6 +186,53 @@ fn worker_path(mp: &Path, given_mp: &Path, path: &Path) -> Vec<OsString> {
         }
     }
     out
+}
+
+/// The components of PATH from the mount's root, by one rule:
+/// 1. PATH is taken as a shell would: relative to `cwd` unless absolute,
+///    `..` applied. If that is the mountpoint or under it (canonical, or as
+///    given), it is that place in the mount.
+/// 2. Otherwise an absolute PATH whose first name is one of the mount's
+///    `zones` is a worker's view of it, from the mount's root
+///    (`/data/new.txt`), as refusal messages write paths.
+/// 3. Anything else is outside the mount: refused (exit 2).
+fn worker_path(
+    mp: &Path,
+    given_mp: &Path,
+    path: &Path,
+    cwd: &Path,
+    zones: &[&str],
+) -> Result<Vec<OsString>, Failure> {
+    let host = normalized(&cwd.join(path));
+    let given = normalized(&cwd.join(given_mp));
+    for root in [normalized(mp), given] {
+        if let Some(rest) = host.strip_prefix(root.as_slice()) {
+            return Ok(rest.to_vec());
+        }
+    }
+    let view = normalized(path);
+    if path.is_absolute() && view.first().is_some_and(|z| zones.iter().any(|n| z == n)) {
+        return Ok(view);
+    }
+    let shown: PathBuf = std::iter::once(OsString::from("/")).chain(host).collect();
+    let listed: Vec<String> = zones.iter().map(|z| format!("/{z}/...")).collect();
+    let worker_form = if listed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", or a worker's path from the mount's root ({})",
+            listed.join(", ")
+        )
+    };
+    Err(Failure::new(
+        2,
+        format!(
+            "check: {} ({}) is outside the mount {}; give a path under it{worker_form}",
+            path.display(),
+            shown.display(),
+            mp.display()
+        ),
+    ))
 }
 
 /// What a worker's operation on `comps` would meet.
@@ -381,27 +426,92 @@ mod tests {
         v.iter().map(OsString::from).collect()
     }
 
+    fn resolved(mp: &str, given_mp: &str, path: &str, cwd: &str) -> Result<Vec<OsString>, String> {
+        worker_path(
+            Path::new(mp),
+            Path::new(given_mp),
+            Path::new(path),
+            Path::new(cwd),
+            &["data", "ws"],
+        )
+        .map_err(|f| {
+            assert_eq!(f.code, 2, "{}", f.msg);
+            assert!(!f.msg.contains('\n'), "{}", f.msg);
+            f.msg
+        })
+    }
+
     #[test]
-    fn worker_paths_from_the_mountpoint_or_the_root() {
-        let mp = Path::new("/tmp/m");
-        for (given, want) in [
-            ("/tmp/m/data/new.txt", &["data", "new.txt"][..]),
-            ("/data/new.txt", &["data", "new.txt"]),
-            ("data/./x/../new.txt", &["data", "new.txt"]),
-            ("/../../data", &["data"]),
-            ("/tmp/m", &[]),
-            ("/", &[]),
+    fn paths_are_taken_as_a_shell_would_then_as_a_worker_sees_them() {
+        let mp = "/tmp/m";
+        for (cwd, given, want) in [
+            // Under the mountpoint, absolute or from the current directory.
+            ("/", "/tmp/m/data/new.txt", &["data", "new.txt"][..]),
+            ("/tmp", "./m/data/new.txt", &["data", "new.txt"]),
+            ("/tmp", "m/data/./x/../new.txt", &["data", "new.txt"]),
+            ("/tmp/m/data", "x.txt", &["data", "x.txt"]),
+            ("/tmp/m/data/sub", "../y", &["data", "y"]),
+            ("/tmp/m", ".", &[]),
+            ("/", "/tmp/m", &[]),
+            ("/elsewhere", "/tmp/m/ws/../data", &["data"]),
+            // Outside it: an absolute path starting with a zone is a
+            // worker's view, from the mount's root.
+            ("/tmp", "/data/new.txt", &["data", "new.txt"]),
+            ("/tmp", "/ws", &["ws"]),
+            ("/tmp", "/ws/a/../b", &["ws", "b"]),
         ] {
             assert_eq!(
-                worker_path(mp, mp, Path::new(given)),
-                comps(want),
-                "{given}"
+                resolved(mp, mp, given, cwd),
+                Ok(comps(want)),
+                "{given} from {cwd}"
             );
         }
-        // The mountpoint as given (a symlink to the canonical one) works too.
+    }
+
+    #[test]
+    fn a_path_outside_the_mount_is_refused() {
+        let mp = "/tmp/m";
+        for (cwd, given) in [
+            // The bug: this asked about /mnt in the mount.
+            ("/work", "./mnt/input/a.txt"),
+            // Relative paths are never worker views.
+            ("/tmp", "data/new.txt"),
+            ("/tmp/m", ".."),
+            ("/tmp/m/data", "../../x"),
+            // Absolute, outside, and not starting with a zone.
+            ("/", "/etc/passwd"),
+            ("/", "/"),
+            ("/", "/tmp/m2/data"),
+            ("/", "/data/../etc"),
+        ] {
+            let e = resolved(mp, mp, given, cwd).expect_err(given);
+            assert!(e.contains("is outside the mount /tmp/m"), "{e}");
+            assert!(e.contains("/data/..., /ws/..."), "{e}");
+        }
+        let e = resolved(mp, mp, "./mnt/input/a.txt", "/work").unwrap_err();
+        assert!(
+            e.starts_with("check: ./mnt/input/a.txt (/work/mnt/input/a.txt) is outside"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_mountpoint_as_given_counts_and_wins_over_a_zone_name() {
+        // A symlink to the canonical mountpoint, as given.
         assert_eq!(
-            worker_path(mp, Path::new("/link/m"), Path::new("/link/m/ws/a")),
-            comps(&["ws", "a"])
+            resolved("/tmp/m", "/link/m", "/link/m/ws/a", "/"),
+            Ok(comps(&["ws", "a"]))
+        );
+        // ... also relative, from a directory reached through the link.
+        assert_eq!(
+            resolved("/tmp/m", "m", "m/ws/a", "/link"),
+            Ok(comps(&["ws", "a"]))
+        );
+        // A mount at /data whose zone is `data`: a path under the
+        // mountpoint is always taken as one.
+        assert_eq!(
+            resolved("/data", "/data", "/data/x", "/"),
+            Ok(comps(&["x"]))
         );
     }
 }

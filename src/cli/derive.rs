@@ -6,7 +6,10 @@ use crate::config::ZoneTable;
 use crate::control::protocol::ZoneStatus;
 
 pub(crate) fn derive(c: &ConfigArgs) -> Result<(), Failure> {
-    let table = super::zone_table(c)?;
+    let (table, notes) = super::zone_table_noted(c, &super::cwd()?)?;
+    for t in &notes {
+        eprintln!("zonemount: {}", super::tightening_note(t));
+    }
     print!("{}", render(&table));
     Ok(())
 }

@@ -12,6 +12,7 @@ mod columns;
 mod derive;
 mod doctor;
 mod list;
+mod manuals;
 mod mount_cmd;
 mod run;
 
@@ -20,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, LoadOptions, ZoneTable};
+use crate::config::{self, LoadOptions, Tightening, ZoneTable};
 use crate::mount::{self, session};
 
 #[derive(Debug, Parser)]
@@ -75,6 +76,19 @@ enum Cmd {
         /// One JSON object instead of lines.
         #[arg(long)]
         json: bool,
+    },
+    /// Print a shell completion script (e.g. `zonemount completions bash >
+    /// /etc/bash_completion.d/zonemount`).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the zonemount(1) man page, or write it and one page per
+    /// command into DIR.
+    Man {
+        /// Write zonemount.1, zonemount-mount.1, ... here instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -141,6 +155,12 @@ pub(crate) struct MountArgs {
     /// FUSE threads serving requests.
     #[arg(long, value_name = "N", default_value_t = session::DEFAULT_THREADS, hide = true)]
     pub(crate) threads: usize,
+    /// Say nothing on success. Otherwise one line on stderr names the
+    /// config and the backing dirs used (and which were created), and one
+    /// more for each place a worker asked for something looser than its
+    /// parent has.
+    #[arg(short, long)]
+    pub(crate) quiet: bool,
     /// Internal: report readiness on stdout (used by the detaching parent).
     #[arg(long, hide = true)]
     pub(crate) notify_ready: bool,
@@ -196,6 +216,8 @@ pub fn run() -> ExitCode {
         Cmd::Derive(c) => derive::derive(&c),
         Cmd::Status(a) => approvals::status(&a),
         Cmd::Approvals(c) => approvals::run(&c),
+        Cmd::Completions { shell } => manuals::completions(shell),
+        Cmd::Man { dir } => manuals::man(dir.as_deref()),
         Cmd::Doctor { json } => match doctor::doctor(json) {
             Ok(code) => return ExitCode::from(code),
             Err(f) => Err(f),
@@ -235,11 +257,28 @@ pub(crate) fn zone_table(c: &ConfigArgs) -> Result<ZoneTable, Failure> {
 
 /// [`zone_table`] as if run in `cwd`.
 pub(crate) fn zone_table_in(c: &ConfigArgs, cwd: &std::path::Path) -> Result<ZoneTable, Failure> {
+    zone_table_noted(c, cwd).map(|(table, _)| table)
+}
+
+/// [`zone_table_in`], with every tightening of a worker's request (for
+/// `derive` and `mount` to note on stderr).
+pub(crate) fn zone_table_noted(
+    c: &ConfigArgs,
+    cwd: &std::path::Path,
+) -> Result<(ZoneTable, Vec<Tightening>), Failure> {
     let opts = LoadOptions::from_host(c.allow_sensitive_roots);
     let mut table = config::load_project(c.config.as_deref(), cwd, &opts)?;
+    let mut notes = Vec::new();
     for w in &c.worker {
         let decl = config::load_worker(w)?;
-        table = config::derive(&table, &decl)?;
+        let (next, tightened) = config::derive_noted(&table, &decl)?;
+        table = next;
+        notes.extend(tightened);
     }
-    Ok(table)
+    Ok((table, notes))
+}
+
+/// A tightening as `derive` and `mount` say it on stderr.
+pub(crate) fn tightening_note(t: &Tightening) -> String {
+    format!("note: {t}")
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use super::{Failure, MountArgs, zone_table};
+use super::{Failure, MountArgs, zone_table_noted};
 use crate::approval::{on_ask, prompt};
 use crate::config;
 use crate::control;
@@ -133,16 +133,29 @@ pub(crate) fn spawn_daemon_then(
     let Some(out) = child.stdout.take() else {
         return Err(Failure::new(1, "the mount daemon has no status pipe"));
     };
-    let mut line = String::new();
-    let _ = BufReader::new(out).read_line(&mut line);
-    let line = line.trim_end();
-    if line == "READY" {
-        return Ok(());
-    }
-    if let Some(rest) = line.strip_prefix("ERROR ") {
-        let (code, msg) = rest.split_once(' ').unwrap_or(("1", rest));
-        let _ = child.wait();
-        return Err(Failure::new(code.parse().unwrap_or(1), msg));
+    // Notes (what the mount used) come first, then READY or ERROR; the
+    // daemon writes a handful of lines at most before either.
+    let mut out = BufReader::new(out);
+    loop {
+        let mut line = String::new();
+        match out.read_line(&mut line) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+        let line = line.trim_end();
+        if line == "READY" {
+            return Ok(());
+        }
+        if let Some(note) = line.strip_prefix("NOTE ") {
+            eprintln!("zonemount: {note}");
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("ERROR ") {
+            let (code, msg) = rest.split_once(' ').unwrap_or(("1", rest));
+            let _ = child.wait();
+            return Err(Failure::new(code.parse().unwrap_or(1), msg));
+        }
+        break;
     }
     let status = child.wait();
     Err(Failure::new(
@@ -243,13 +256,78 @@ fn report_ready() {
     }
 }
 
+/// Tell the user something about the mount (unless `--quiet`): on stderr
+/// in the foreground, through the detaching parent otherwise.
+fn say(a: &MountArgs, line: &str) {
+    if a.quiet {
+        return;
+    }
+    // One line whatever a path or a suffix holds: the parent reads lines.
+    let line = line.replace(['\n', '\r'], " ");
+    if a.notify_ready {
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "NOTE {line}");
+        let _ = out.flush();
+    } else {
+        eprintln!("zonemount: {line}");
+    }
+}
+
+/// The one line `mount` says on success: which config (or the embedded
+/// default) and workers, and each zone's backing dir, marked when this
+/// mount created it.
+pub(crate) fn used_line(
+    mountpoint: &Path,
+    table: &config::ZoneTable,
+    workers: &[PathBuf],
+    created: &[String],
+) -> String {
+    let config = table.source.as_ref().map_or_else(
+        || {
+            format!(
+                "the embedded default (no --config, no ./{})",
+                config::PROJECT_FILE_NAME
+            )
+        },
+        |p| p.display().to_string(),
+    );
+    let mut line = format!("mounted {} with config {config}", mountpoint.display());
+    if !workers.is_empty() {
+        let names: Vec<String> = workers.iter().map(|w| w.display().to_string()).collect();
+        line.push_str(&format!(" and worker {}", names.join(" then ")));
+    }
+    if table.zones.is_empty() {
+        line.push_str("; no zones (an empty root)");
+        return line;
+    }
+    let zones: Vec<String> = table
+        .zones
+        .iter()
+        .map(|z| {
+            let made = if created.contains(&z.name) {
+                " (created)"
+            } else {
+                ""
+            };
+            format!(
+                "{} {} {}{made}",
+                z.name,
+                z.policy.access,
+                z.backing.display()
+            )
+        })
+        .collect();
+    line.push_str(&format!("; zones: {}", zones.join(", ")));
+    line
+}
+
 fn serve(a: &MountArgs) -> Result<(), Failure> {
     let mut settings = settings(a)?;
     // What the machine allows and the mountpoint, before anything
     // (./.sandbox included) is made.
     mount::check_mountpoint(&a.mountpoint, settings.allow_other)?;
-    let table = zone_table(&a.config)?;
-    config::prepare_backing(&table)?;
+    let (table, notes) = zone_table_noted(&a.config, &super::cwd()?)?;
+    let created = config::prepare_backing(&table)?;
     let mountpoint = mount::preflight(&a.mountpoint, &table, settings.allow_other)?;
     let on_ask = on_ask_argv(a)?;
     let control_path = a
@@ -269,13 +347,23 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
             .subscribe(on_ask::listener(argv, mountpoint.clone()));
     }
     let origin = Origin {
-        config: a.config.config.as_deref().map(abs),
+        // The file loaded, whether given or found (./zonemount.yaml);
+        // `None` only for the embedded default.
+        config: table.source.clone(),
         workers: a.config.worker.iter().map(|w| abs(w)).collect(),
         allow_sensitive_roots: a.config.allow_sensitive_roots,
     };
     let daemon = Daemon::start(session, &table, control, origin)
         .map_err(|e| Failure::new(1, e.to_string()))?;
     let prompt = start_prompt(a, &daemon);
+    // Said once the mount is live: a refused mount says one line, its error.
+    for t in &notes {
+        say(a, &super::tightening_note(t));
+    }
+    say(
+        a,
+        &used_line(&mountpoint, &table, &a.config.worker, &created),
+    );
     if a.notify_ready {
         report_ready();
     }
@@ -301,6 +389,46 @@ mod tests {
             Ok(Cli { cmd: Cmd::Mount(m) }) => m,
             other => panic!("not a mount command: {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_used_line_names_config_workers_and_each_backing_dir() {
+        use crate::config::{Access, ApprovalPolicy, SandboxMode, Zone, ZonePolicy, ZoneTable};
+        let zone = |name: &str, access| Zone {
+            name: name.into(),
+            backing: PathBuf::from("/p/.sandbox").join(name),
+            policy: ZonePolicy {
+                access,
+                approval: ApprovalPolicy::default(),
+                suffixes: None,
+                max_file_bytes: None,
+                protect: Vec::new(),
+                hidden: Vec::new(),
+            },
+        };
+        let mut t = ZoneTable {
+            mode: SandboxMode::Sandboxed,
+            zones: vec![zone("data", Access::Ro), zone("ws", Access::Rw)],
+            source: None,
+        };
+        let mp = Path::new("/m");
+        assert_eq!(
+            used_line(mp, &t, &[], &["ws".into()]),
+            "mounted /m with config the embedded default (no --config, no ./zonemount.yaml); \
+             zones: data ro /p/.sandbox/data, ws rw /p/.sandbox/ws (created)"
+        );
+        t.source = Some("/p/project.yaml".into());
+        let workers = [PathBuf::from("a.worker"), PathBuf::from("b.worker")];
+        assert_eq!(
+            used_line(mp, &t, &workers, &[]),
+            "mounted /m with config /p/project.yaml and worker a.worker then b.worker; \
+             zones: data ro /p/.sandbox/data, ws rw /p/.sandbox/ws"
+        );
+        t.zones.clear();
+        assert_eq!(
+            used_line(mp, &t, &workers[..1], &[]),
+            "mounted /m with config /p/project.yaml and worker a.worker; no zones (an empty root)"
+        );
     }
 
     #[test]

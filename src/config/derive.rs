@@ -1,12 +1,54 @@
 //! One derivation step: a worker's effective zones from its parent's
 //! (DESIGN §2 "Derivation"). Pure: no filesystem, no host state.
+//!
+//! A worker may only tighten. What it asks that is looser than its parent
+//! (an approval class, suffixes, a size limit) is tightened to the parent's,
+//! and each such tightening is returned as a [`Tightening`] for the CLI to
+//! note, so nobody is surprised that what a worker file says is not what it
+//! got.
 
-use super::Access;
+use std::fmt;
+use std::path::PathBuf;
+
+use super::{Access, ApprovalBlock};
 use super::{ApprovalPolicy, ConfigError, WorkerDecl, Zone, ZonePolicy, ZoneRequest, ZoneTable};
 
-pub(super) fn derive(parent: &ZoneTable, worker: &WorkerDecl) -> Result<ZoneTable, ConfigError> {
+/// A worker asked for something looser than its parent has, and got the
+/// parent's. Displays as one line naming the file, the zone, what was
+/// asked and what it got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tightening {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub worker: String,
+    pub zone: String,
+    /// `approval.write`, `approval.delete`, `suffixes`, `max_file_bytes`.
+    pub field: &'static str,
+    pub asked: String,
+    pub got: String,
+}
+
+impl fmt::Display for Tightening {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        write!(
+            f,
+            ": worker '{}' asked {}: {} for zone '{}', but its parent's is stricter: it gets {}",
+            self.worker, self.field, self.asked, self.zone, self.got
+        )
+    }
+}
+
+pub(super) fn derive(
+    parent: &ZoneTable,
+    worker: &WorkerDecl,
+) -> Result<(ZoneTable, Vec<Tightening>), ConfigError> {
     let who = worker.display_name();
     let mut zones = Vec::new();
+    let mut notes = Vec::new();
     for req in worker.zones.iter().flatten() {
         let Some(base) = parent.zone(&req.name) else {
             return Err(ConfigError::new(
@@ -19,28 +61,70 @@ pub(super) fn derive(parent: &ZoneTable, worker: &WorkerDecl) -> Result<ZoneTabl
                 ),
             ));
         };
+        let policy = narrow(&base.policy, req).map_err(|message| {
+            ConfigError::new(
+                Some(worker.file.clone()),
+                req.mode_line.or(req.line),
+                &format!("{}.mode", req.field),
+                format!("worker '{who}' {message}"),
+            )
+        })?;
+        for (field, asked, got) in tightened(req, &policy) {
+            notes.push(Tightening {
+                file: worker.file.clone(),
+                line: req.line,
+                worker: who.clone(),
+                zone: req.name.clone(),
+                field,
+                asked,
+                got,
+            });
+        }
         zones.push(Zone {
             name: base.name.clone(),
             backing: base.backing.clone(),
-            policy: narrow(&base.policy, req).map_err(|message| {
-                ConfigError::new(
-                    Some(worker.file.clone()),
-                    req.mode_line.or(req.line),
-                    &format!("{}.mode", req.field),
-                    format!("worker '{who}' {message}"),
-                )
-            })?,
+            policy,
         });
     }
-    Ok(ZoneTable {
+    let table = ZoneTable {
         mode: parent.mode,
         zones,
         source: parent.source.clone(),
-    })
+    };
+    Ok((table, notes))
+}
+
+/// What the worker wrote that it did not get, as (field, asked, got).
+/// Only values it wrote count: a class left out of an `approval:` block
+/// (which means `ask`) is not noted when the parent's is `blocked`.
+fn tightened(req: &ZoneRequest, got: &ZonePolicy) -> Vec<(&'static str, String, String)> {
+    let mut out = Vec::new();
+    let block = req.approval.unwrap_or_default();
+    for (field, asked, got) in [
+        ("approval.write", block.write, got.approval.write),
+        ("approval.delete", block.delete, got.approval.delete),
+    ] {
+        if let Some(asked) = asked.filter(|a| *a < got) {
+            out.push((field, asked.to_string(), got.to_string()));
+        }
+    }
+    if let (Some(asked), Some(gets)) = (&req.suffixes, &got.suffixes) {
+        if asked.iter().any(|s| !gets.contains(s)) {
+            let list = |l: &[String]| format!("[{}]", l.join(", "));
+            out.push(("suffixes", list(asked), list(gets)));
+        }
+    }
+    if let (Some(asked), Some(gets)) = (req.max_file_bytes, got.max_file_bytes) {
+        if asked > gets {
+            out.push(("max_file_bytes", asked.to_string(), gets.to_string()));
+        }
+    }
+    out
 }
 
 /// The stricter of a parent's policy and a worker's request; `Err` (the
 /// tail of a message) when the request asks for more than the parent has.
+/// An `approval:` block gives each class it leaves out as `ask`.
 fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, String> {
     let access = match req.mode {
         None => parent.access,
@@ -52,13 +136,13 @@ fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, String> 
         }
         Some(asked) => asked.min(parent.access),
     };
-    let approval = ApprovalPolicy {
-        write: req
-            .write
-            .map_or(parent.approval.write, |w| w.max(parent.approval.write)),
-        delete: req
-            .delete
-            .map_or(parent.approval.delete, |d| d.max(parent.approval.delete)),
+    let approval = match req.approval.as_ref().map(ApprovalBlock::policy) {
+        None => parent.approval,
+        Some(asked) => ApprovalPolicy {
+            // PreApproved < Ask < Blocked: the stricter is the larger.
+            write: asked.write.max(parent.approval.write),
+            delete: asked.delete.max(parent.approval.delete),
+        },
     };
     let suffixes = match (&parent.suffixes, &req.suffixes) {
         (None, None) => None,

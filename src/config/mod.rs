@@ -10,9 +10,12 @@
 //! sensitive roots); what the host does to a backing dir afterwards is the
 //! business of `backing`, which opens each zone root once and holds it.
 //! Defaults: a zone without `mode` is `ro` (secure by default: writable only
-//! when it says so; the embedded default's zones say `rw`), approval classes
-//! without a value are `preApproved`. A project file without a `sandbox:`
-//! section gets the embedded default's zones under its own directory.
+//! when it says so; the embedded default's zones say `rw`). A zone without
+//! an `approval:` block is `preApproved` for both classes; inside a block, a
+//! class left out is `ask` (the seed's "ask (default)"), in a project file
+//! and a worker file alike. A project file must have a `sandbox:` section
+//! (a typo must not fall back to the embedded default's rw zones); a worker
+//! file without one declares no zones.
 //! Every error is a [`ConfigError`]: file, line, field path, one line.
 
 mod derive;
@@ -28,6 +31,7 @@ use std::fs;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
+pub use derive::Tightening;
 pub use validate::{SENSITIVE_ROOTS, resolve, sensitive_paths};
 use yaml::Doc;
 
@@ -85,11 +89,32 @@ pub struct ApprovalPolicy {
     pub delete: Approval,
 }
 
+/// A zone with no `approval:` block: every class preApproved.
 impl Default for ApprovalPolicy {
     fn default() -> Self {
         Self {
             write: Approval::PreApproved,
             delete: Approval::PreApproved,
+        }
+    }
+}
+
+/// An `approval:` block as written: `None` for a class left out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApprovalBlock {
+    pub write: Option<Approval>,
+    pub delete: Option<Approval>,
+}
+
+impl ApprovalBlock {
+    /// What a class left out of the block means: `ask`.
+    pub const LEFT_OUT: Approval = Approval::Ask;
+
+    /// The policy the block gives: each class as written, else `ask`.
+    pub fn policy(&self) -> ApprovalPolicy {
+        ApprovalPolicy {
+            write: self.write.unwrap_or(Self::LEFT_OUT),
+            delete: self.delete.unwrap_or(Self::LEFT_OUT),
         }
     }
 }
@@ -133,8 +158,9 @@ pub struct ZoneRequest {
     pub name: String,
     /// `None`: the parent's.
     pub mode: Option<Access>,
-    pub write: Option<Approval>,
-    pub delete: Option<Approval>,
+    /// `None`: no `approval:` block, the parent's policy. In a block a
+    /// class left out asks for `ask` (see [`ApprovalBlock::policy`]).
+    pub approval: Option<ApprovalBlock>,
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     pub protect: Vec<String>,
@@ -342,20 +368,7 @@ pub fn parse_project(
         line_offset: 0,
     };
     let tree = doc.parse(text)?;
-    let raw = match parse::project(&doc, tree.as_ref())? {
-        Some(raw) => raw,
-        None => {
-            // No `sandbox:` section: the default zones, under this file's dir.
-            let default = Doc {
-                file: None,
-                line_offset: 0,
-            };
-            let tree = default.parse(DEFAULT_CONFIG)?;
-            parse::project(&default, tree.as_ref())?.ok_or_else(|| {
-                ConfigError::new(None, None, "sandbox", "embedded default has no sandbox")
-            })?
-        }
-    };
+    let raw = parse::project(&doc, tree.as_ref())?;
     validate::build(&validate::Site { file }, raw, config_dir, source, opts)
 }
 
@@ -382,8 +395,7 @@ pub fn parse_worker(text: &str, file: &Path) -> Result<WorkerDecl, ConfigError> 
                 name: z.name,
                 mode: z.mode.map(|(m, _)| m),
                 mode_line: z.mode.and_then(|(_, l)| l),
-                write: z.write,
-                delete: z.delete,
+                approval: z.approval,
                 suffixes: z.suffixes,
                 max_file_bytes: z.max_file_bytes,
                 protect: z.protect,
@@ -401,12 +413,22 @@ pub fn parse_worker(text: &str, file: &Path) -> Result<WorkerDecl, ConfigError> 
 
 /// One derivation step (DESIGN §2 "Derivation"). Chains: fold over workers.
 pub fn derive(parent: &ZoneTable, worker: &WorkerDecl) -> Result<ZoneTable, ConfigError> {
+    derive::derive(parent, worker).map(|(table, _)| table)
+}
+
+/// [`derive`], with each place where the worker asked for something looser
+/// than its parent has (and got the parent's) for the caller to tell.
+pub fn derive_noted(
+    parent: &ZoneTable,
+    worker: &WorkerDecl,
+) -> Result<(ZoneTable, Vec<Tightening>), ConfigError> {
     derive::derive(parent, worker)
 }
 
 /// Sandboxed: create missing backing dirs (mkdir -p). Direct: each must
-/// exist and be a directory. Errors name zone and path.
-pub fn prepare_backing(table: &ZoneTable) -> Result<(), ConfigError> {
+/// exist and be a directory. Errors name zone and path. Returns the names
+/// of the zones whose backing dir this call created.
+pub fn prepare_backing(table: &ZoneTable) -> Result<Vec<String>, ConfigError> {
     validate::prepare(table)
 }
 

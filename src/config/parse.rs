@@ -5,7 +5,7 @@
 use ignore::gitignore::GitignoreBuilder;
 
 use super::yaml::{Doc, Node, SNode, get, get_set, join};
-use super::{Access, Approval, ConfigError, SandboxMode};
+use super::{Access, Approval, ApprovalBlock, ConfigError, SandboxMode};
 
 /// Keys a zone spec may have in a project file (`name` only in list form,
 /// or equal to the map key).
@@ -41,8 +41,8 @@ pub(super) struct RawZone {
     pub line: Option<usize>,
     pub path: Option<At<String>>,
     pub mode: Option<At<Access>>,
-    pub write: Option<Approval>,
-    pub delete: Option<Approval>,
+    /// `None`: no `approval:` block.
+    pub approval: Option<ApprovalBlock>,
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     pub protect: Vec<String>,
@@ -71,10 +71,24 @@ fn top<'n>(doc: &Doc, tree: Option<&'n SNode>) -> Result<&'n [(SNode, SNode)], C
     }
 }
 
-/// `None` when the file has no (or a null) `sandbox:` section.
-pub(super) fn project(doc: &Doc, tree: Option<&SNode>) -> Result<Option<RawProject>, ConfigError> {
-    let Some(sandbox) = get_set(top(doc, tree)?, "sandbox") else {
-        return Ok(None);
+/// The `sandbox:` section, which a project file must have: without one a
+/// typo (`sandbx:`), an empty file or a file of other sections would
+/// otherwise mean "some default zones", and a typo must not open anything.
+pub(super) fn project(doc: &Doc, tree: Option<&SNode>) -> Result<RawProject, ConfigError> {
+    let top = top(doc, tree)?;
+    let sandbox = match top
+        .iter()
+        .find(|(k, _)| matches!(&k.value, Node::Str(s) if s == "sandbox"))
+    {
+        Some((key, value)) if matches!(value.value, Node::Null) => {
+            return Err(doc.err(
+                Some(key),
+                "sandbox",
+                "the section is empty; list the zones under it (`zones: {}` for a mount with none)",
+            ));
+        }
+        Some((_, value)) => value,
+        None => return Err(missing_sandbox(doc, top)),
     };
     let entries = doc.map(sandbox, "sandbox")?;
     doc.check_keys(entries, &["mode", "root", "zones"], "sandbox")?;
@@ -100,7 +114,44 @@ pub(super) fn project(doc: &Doc, tree: Option<&SNode>) -> Result<Option<RawProje
         None => Vec::new(),
         Some(node) => zones(doc, node, PROJECT_ZONE_KEYS)?,
     };
-    Ok(Some(RawProject { mode, root, zones }))
+    Ok(RawProject { mode, root, zones })
+}
+
+/// How far (in edits) a top-level key may be from `sandbox` to be taken
+/// for a misspelling of it.
+const NEAR_MISS: usize = 2;
+
+/// Why a project file without `sandbox:` is refused, pointing at the key
+/// that was probably meant.
+fn missing_sandbox(doc: &Doc, top: &[(SNode, SNode)]) -> ConfigError {
+    const NEEDED: &str = "a project config must have a `sandbox:` section listing its zones";
+    let keys = top.iter().filter_map(|(k, _)| match &k.value {
+        Node::Str(s) => Some((k, s.as_str())),
+        _ => None,
+    });
+    let mut near: Option<(usize, &SNode, &str)> = None;
+    for (node, key) in keys {
+        if key == "zones" {
+            return doc.err(
+                Some(node),
+                key,
+                format!("belongs under `sandbox:` (indent it below a `sandbox:` line); {NEEDED}"),
+            );
+        }
+        let d = strsim::damerau_levenshtein(&key.to_lowercase(), "sandbox");
+        if d <= NEAR_MISS && near.is_none_or(|(best, _, _)| d < best) {
+            near = Some((d, node, key));
+        }
+    }
+    match near {
+        Some((_, node, key)) => doc.err(
+            Some(node),
+            key,
+            format!("did you mean `sandbox:`? {NEEDED}"),
+        ),
+        None if top.is_empty() => doc.err(None, "", format!("the file is empty; {NEEDED}")),
+        None => doc.err(None, "", format!("no `sandbox:` section; {NEEDED}")),
+    }
 }
 
 pub(super) fn worker(doc: &Doc, tree: Option<&SNode>) -> Result<RawWorker, ConfigError> {
@@ -275,8 +326,10 @@ fn zone(
         None => None,
         Some(node) => Some((access(doc, node, &join(&field, "mode"))?, doc.line(node))),
     };
-    let (write, delete) = match get_set(spec, "approval") {
-        None => (None, None),
+    // `approval:` with nothing after it is a block that leaves every class
+    // out (so each asks), as `approval: {}` is.
+    let approval = match get(spec, "approval") {
+        None => None,
         Some(node) => {
             let f = join(&field, "approval");
             let entries = doc.map(node, &f)?;
@@ -286,7 +339,10 @@ fn zone(
                     .map(|n| approval(doc, n, &join(&f, key)))
                     .transpose()
             };
-            (class("write")?, class("delete")?)
+            Some(ApprovalBlock {
+                write: class("write")?,
+                delete: class("delete")?,
+            })
         }
     };
     let suffixes = match get_set(spec, "suffixes") {
@@ -307,8 +363,7 @@ fn zone(
         line,
         path,
         mode,
-        write,
-        delete,
+        approval,
         suffixes,
         max_file_bytes,
         protect,

@@ -13,8 +13,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::parse::{RawProject, RawZone};
 use super::{
-    Access, Approval, ApprovalPolicy, ConfigError, LoadOptions, SandboxMode, Zone, ZonePolicy,
-    ZoneTable,
+    Access, ApprovalPolicy, ConfigError, LoadOptions, SandboxMode, Zone, ZonePolicy, ZoneTable,
 };
 
 /// Names under every home that hold credentials.
@@ -92,10 +91,10 @@ pub(super) fn build(
             policy: ZonePolicy {
                 // Secure by default: a zone is writable only when it says so.
                 access: z.mode.map_or(Access::Ro, |(m, _)| m),
-                approval: ApprovalPolicy {
-                    write: z.write.unwrap_or(Approval::PreApproved),
-                    delete: z.delete.unwrap_or(Approval::PreApproved),
-                },
+                // No block: preApproved; a class left out of a block: ask.
+                approval: z
+                    .approval
+                    .map_or_else(ApprovalPolicy::default, |b| b.policy()),
                 suffixes: z.suffixes.clone(),
                 max_file_bytes: z.max_file_bytes,
                 protect: z.protect.clone(),
@@ -300,7 +299,8 @@ fn append_lexically(out: &mut PathBuf, rest: &[Component]) {
 }
 
 /// Sandboxed: `mkdir -p` each backing dir. Direct: each must be a directory.
-pub(super) fn prepare(table: &ZoneTable) -> Result<(), ConfigError> {
+pub(super) fn prepare(table: &ZoneTable) -> Result<Vec<String>, ConfigError> {
+    let mut created = Vec::new();
     let err = |zone: &Zone, message: String| {
         ConfigError::new(
             table.source.clone(),
@@ -311,6 +311,9 @@ pub(super) fn prepare(table: &ZoneTable) -> Result<(), ConfigError> {
     };
     for zone in &table.zones {
         if table.mode == SandboxMode::Sandboxed {
+            if fs::symlink_metadata(&zone.backing).is_err() {
+                created.push(zone.name.clone());
+            }
             fs::create_dir_all(&zone.backing).map_err(|e| {
                 err(
                     zone,
@@ -346,7 +349,7 @@ pub(super) fn prepare(table: &ZoneTable) -> Result<(), ConfigError> {
             }
         }
     }
-    Ok(())
+    Ok(created)
 }
 
 /// Every home on the host: `/etc/passwd`'s sixth field, plus `$HOME`,

@@ -142,7 +142,12 @@ pub fn file_handles(dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("{} gives no file handles: {e}", dir.display()))?;
     crate::backing::open_by_handle(fd.as_fd(), &h)
         .map(drop)
-        .map_err(|e| format!("reopening a file handle fails: {e}"))
+        .map_err(|e| match e {
+            rustix::io::Errno::PERM => {
+                "reopening a file handle needs CAP_DAC_READ_SEARCH".to_string()
+            }
+            e => format!("reopening a file handle fails: {e}"),
+        })
 }
 
 /// Whether `run --isolate`'s sandbox starts here: bubblewrap runs `true`

@@ -22,6 +22,7 @@
 //!    gap is the instant between CMD's spawn and telling the watcher its
 //!    process group.
 
+mod exec;
 mod plan;
 mod task;
 #[cfg(test)]

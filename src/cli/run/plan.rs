@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::super::{Cli, Cmd, Failure, MountArgs, zone_table};
+use super::exec;
 use super::*;
 use crate::config::{Access, ZoneTable};
 use crate::isolate::{self, EnvSpec, HostFacts, Isolation, ZoneBind};
@@ -88,6 +89,9 @@ pub(super) fn parse_user(spec: &str, passwd: &str) -> Result<User, Failure> {
     };
     Ok(User { uid, gid })
 }
+
+/// bwrap's arguments, the sandbox's environment, CMD's cwd in it.
+pub(super) type BwrapArgv = (Vec<OsString>, Vec<(OsString, OsString)>, PathBuf);
 
 /// Everything `run` needs, checked before anything is created.
 pub(super) struct Plan {
@@ -208,8 +212,9 @@ impl Plan {
             command: a.command,
         };
         // Refuse a zone named like a system dir now, before mounting.
-        if plan.isolate.is_some() {
-            plan.command_at(Path::new("/zonemount-run-placeholder"))?;
+        if let Some((_, host)) = &plan.isolate {
+            let placeholder = Path::new("/zonemount-run-placeholder");
+            plan.bwrap_argv(placeholder, &plan.zone_binds(), host)?;
         }
         Ok(plan)
     }
@@ -249,6 +254,29 @@ impl Plan {
         bwrap: &Path,
         host: &HostFacts,
     ) -> Result<Command, Failure> {
+        let (args, env, home) = self.bwrap_argv(mp, zones, host)?;
+        // Said in our words now, not by bwrap's execvp: CMD as the sandbox
+        // will see it (its PATH, its cwd, the zones at /<zone>).
+        if let Some(prog) = self.command.first() {
+            let path = env
+                .iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.as_os_str());
+            exec::check_command(prog, &home, path, &exec::in_sandbox(mp, zones, host))?;
+        }
+        let mut c = Command::new(bwrap);
+        c.args(args).env_clear().current_dir("/").process_group(0);
+        Ok(c)
+    }
+
+    /// bwrap's arguments for a mount at `mp`, the sandbox's environment and
+    /// CMD's working directory in it.
+    pub(super) fn bwrap_argv(
+        &self,
+        mp: &Path,
+        zones: &[ZoneBind],
+        host: &HostFacts,
+    ) -> Result<BwrapArgv, Failure> {
         let home = isolate::home_in_sandbox(zones);
         let env = isolate::sandbox_env(|n| std::env::var_os(n), &self.env, &home);
         let iso = Isolation {
@@ -259,9 +287,7 @@ impl Plan {
             command: &self.command,
         };
         let args = isolate::bwrap_args(&iso, host).map_err(|e| Failure::new(2, e.to_string()))?;
-        let mut c = Command::new(bwrap);
-        c.args(args).env_clear().current_dir("/").process_group(0);
-        Ok(c)
+        Ok((args, env, home))
     }
 
     /// CMD itself, in the first rw zone (or the mount's root), with the
@@ -294,6 +320,9 @@ impl Plan {
             .iter()
             .find(|z| z.writable)
             .map_or_else(|| mp.to_path_buf(), |z| mp.join(&z.name));
+        // Said in our words now, not by `setsid` once it fails to exec.
+        let path = exec::cmd_path(&self.env);
+        exec::check_command(prog, &cwd, path.as_deref(), &exec::on_host)?;
         c.current_dir(cwd);
         for e in &self.env {
             if let Some(v) = &e.value {

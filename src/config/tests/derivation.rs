@@ -138,8 +138,27 @@ fn derive_approval_is_the_stricter() {
             let t = derive(&parent, &worker(&text)).unwrap();
             let got = t.zones[0].policy.approval;
             assert_eq!(got.write, p.max(w), "{p} vs {w}");
-            assert_eq!(got.delete, p, "delete not given: the parent's");
+            assert_eq!(
+                got.delete,
+                p.max(Ask),
+                "delete left out of the block: ask, or the parent's if stricter"
+            );
         }
+    }
+    // No block at all: the parent's, whatever it is.
+    for p in all {
+        let mut z = zone("d", Access::Rw);
+        z.policy.approval = ApprovalPolicy {
+            write: p,
+            delete: p,
+        };
+        let parent = table(vec![z]);
+        let t = derive(
+            &parent,
+            &worker("sandbox:\n  zones:\n    d: { mode: rw }\n"),
+        )
+        .unwrap();
+        assert_eq!(t.zones[0].policy.approval, parent.zones[0].policy.approval);
     }
     assert!(PreApproved < Ask && Ask < Blocked);
     assert!(Access::Ro < Access::Rw);
@@ -229,5 +248,90 @@ fn derive_chains_of_three() {
         4,
         "sandbox.zones.ws.mode",
         "requests 'rw' for zone 'ws' but parent only has 'ro'",
+    );
+}
+
+#[test]
+fn each_tightening_of_a_request_is_noted() {
+    let mut z = zone("final", Access::Rw);
+    z.policy.approval = ApprovalPolicy {
+        write: Approval::Ask,
+        delete: Approval::Blocked,
+    };
+    z.policy.suffixes = Some(vec![".md".into()]);
+    z.policy.max_file_bytes = Some(100);
+    let parent = table(vec![z, zone("ws", Access::Rw)]);
+    let w = worker(
+        "name: loose\nsandbox:\n  zones:\n    final:\n      approval: { write: preApproved }\n      suffixes: [.md, .txt]\n      max_file_bytes: 1000\n    ws:\n      approval: { write: blocked, delete: preApproved }\n      suffixes: [.rs]\n      max_file_bytes: 5\n",
+    );
+    let (t, notes) = derive_noted(&parent, &w).unwrap();
+    assert_eq!(t, derive(&parent, &w).unwrap());
+    let said: Vec<(&str, &str, &str, &str)> = notes
+        .iter()
+        .map(|n| (n.zone.as_str(), n.field, n.asked.as_str(), n.got.as_str()))
+        .collect();
+    // The implicit `delete: ask` of final's block is not noted (it was not
+    // written); nothing of ws was looser than its parent.
+    assert_eq!(
+        said,
+        [
+            ("final", "approval.write", "preApproved", "ask"),
+            ("final", "suffixes", "[.md, .txt]", "[.md]"),
+            ("final", "max_file_bytes", "1000", "100"),
+        ]
+    );
+    let line = notes[0].to_string();
+    assert_eq!(
+        line,
+        "dir/child.worker:4: worker 'loose' asked approval.write: preApproved for zone 'final', but its parent's is stricter: it gets ask"
+    );
+    // Nothing looser, nothing noted.
+    let (_, none) = derive_noted(
+        &parent,
+        &worker("sandbox:\n  zones:\n    final: { mode: ro }\n"),
+    )
+    .unwrap();
+    assert!(none.is_empty(), "{none:?}");
+}
+
+#[test]
+fn a_block_leaving_a_class_out_asks_for_it() {
+    // `{write: ask}` gates deletes too; `{delete: blocked}` makes writes ask.
+    let parent = table(vec![zone("d", Access::Rw)]);
+    let t = derive(
+        &parent,
+        &worker("sandbox:\n  zones:\n    d: { approval: { write: ask } }\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        t.zones[0].policy.approval,
+        ApprovalPolicy {
+            write: Approval::Ask,
+            delete: Approval::Ask
+        }
+    );
+    let t = derive(
+        &parent,
+        &worker("sandbox:\n  zones:\n    d: { approval: { delete: blocked } }\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        t.zones[0].policy.approval,
+        ApprovalPolicy {
+            write: Approval::Ask,
+            delete: Approval::Blocked
+        }
+    );
+    let t = derive(
+        &parent,
+        &worker("sandbox:\n  zones:\n    d: { approval: {} }\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        t.zones[0].policy.approval,
+        ApprovalPolicy {
+            write: Approval::Ask,
+            delete: Approval::Ask
+        }
     );
 }

@@ -44,6 +44,34 @@ fn map_and_list_forms_give_the_same_table() {
 }
 
 #[test]
+fn approval_defaults_no_block_is_preapproved_a_class_left_out_asks() {
+    use Approval::*;
+    let f = Fixture::new();
+    let t = f
+        .load("sandbox:\n  zones:\n    free: { mode: rw }\n    w: { mode: rw, approval: { write: ask } }\n    d: { mode: rw, approval: { delete: blocked } }\n    both: { mode: rw, approval: { write: preApproved, delete: preApproved } }\n    empty: { mode: rw, approval: {} }\n    bare:\n      mode: rw\n      approval:\n")
+        .unwrap();
+    let got = |z: &str| {
+        let a = t.zone(z).unwrap().policy.approval;
+        (a.write, a.delete)
+    };
+    assert_eq!(got("free"), (PreApproved, PreApproved), "no block");
+    assert_eq!(got("w"), (Ask, Ask), "{{write: ask}} gates deletes too");
+    assert_eq!(
+        got("d"),
+        (Ask, Blocked),
+        "{{delete: blocked}} makes writes ask"
+    );
+    assert_eq!(got("both"), (PreApproved, PreApproved));
+    assert_eq!(got("empty"), (Ask, Ask));
+    assert_eq!(got("bare"), (Ask, Ask), "an empty `approval:` is a block");
+    // The embedded default has no blocks: its zones are preApproved.
+    let t = load_project(None, &f.proj(), &f.opts()).unwrap();
+    for z in &t.zones {
+        assert_eq!(z.policy.approval, ApprovalPolicy::default(), "{}", z.name);
+    }
+}
+
+#[test]
 fn mode_defaults_to_ro_and_other_top_level_keys_are_ignored() {
     let f = Fixture::new();
     let t = f
@@ -87,8 +115,14 @@ fn worker_front_matter_and_plain_yaml() {
     assert_eq!(zones.len(), 1);
     assert_eq!(zones[0].name, "data");
     assert_eq!(zones[0].mode, Some(Access::Rw));
-    assert_eq!(zones[0].write, Some(Approval::Ask));
-    assert_eq!(zones[0].delete, None);
+    assert_eq!(
+        zones[0].approval,
+        Some(ApprovalBlock {
+            write: Some(Approval::Ask),
+            delete: None
+        }),
+        "as written: the class left out stays unsaid until derivation"
+    );
     assert_eq!(
         zones[0].line,
         Some(6),
@@ -165,13 +199,55 @@ fn embedded_default_and_project_file_pickup() {
 }
 
 #[test]
-fn a_project_file_without_sandbox_gets_the_default_zones_beside_it() {
+fn a_project_file_must_have_a_sandbox_section() {
     let f = Fixture::new();
-    let t = f.load("model: m\n").unwrap();
-    let names: Vec<_> = t.zones.iter().map(|z| z.name.as_str()).collect();
-    assert_eq!(names, ["cache", "workspace"]);
-    assert_eq!(t.zones[0].backing, real(&f.proj()).join(".sandbox/cache"));
-    assert!(t.source.is_some());
+    // A typo, an empty file, other sections only: refused, never the
+    // embedded default's rw zones.
+    let e = f.load_err("model: m\nsandbx:\n  zones:\n    a: { mode: rw }\n");
+    assert_err(&e, "project.yaml", 2, "sandbx", "did you mean `sandbox:`?");
+    for near in ["Sandbox", "sandboxes", "sanbdox", "snadbox"] {
+        let e = f.load_err(&format!("{near}:\n  zones: {{}}\n"));
+        assert_err(&e, "project.yaml", 1, near, "did you mean `sandbox:`?");
+    }
+    let e = f.load_err("");
+    assert_eq!((e.line, e.field.as_str()), (None, ""), "{e}");
+    assert!(
+        e.to_string().starts_with(&format!(
+            "{}: the file is empty",
+            f.proj().join("project.yaml").display()
+        )),
+        "{e}"
+    );
+    for text in [
+        "model: m\n",
+        "# only a comment\n",
+        "sandwich: 1\nsandbag: 2\nzoning: 3\n",
+    ] {
+        let e = f.load_err(text);
+        assert!(e.file.is_some(), "{e}");
+        assert!(
+            e.message.contains("must have a `sandbox:` section"),
+            "{text:?}: {e}"
+        );
+    }
+    // A near miss points at the nearest key.
+    let e = f.load_err("sandbag: 1\nsandbo: 2\n");
+    assert_err(&e, "project.yaml", 2, "sandbo", "did you mean");
+    // `zones:` at the top: not indented under `sandbox:`.
+    let e = f.load_err("sandbox_mode: x\nzones:\n  a: {}\n");
+    assert_err(&e, "project.yaml", 2, "zones", "belongs under `sandbox:`");
+    // `sandbox:` with nothing under it.
+    let e = f.load_err("model: m\nsandbox:\n");
+    assert_err(&e, "project.yaml", 2, "sandbox", "the section is empty");
+    // A found ./zonemount.yaml is held to the same rule.
+    f.write(PROJECT_FILE_NAME, "sandbx: {}\n");
+    let e = load_project(None, &f.proj(), &f.opts()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("zonemount.yaml:1: sandbx: did you mean"),
+        "{e}"
+    );
+    // An explicit empty section is an empty root, as written.
     let t = f.load("sandbox:\n  mode: sandboxed\n").unwrap();
     assert!(
         t.zones.is_empty(),

@@ -1,0 +1,312 @@
+"""The control socket's client: protocol v1, JSON Lines over a Unix socket.
+
+Each request is one JSON object with ``"v": 1`` and an ``op``; each answer
+is one object with ``"v"`` and ``"ok"`` (and ``"error"``, one line, when
+``ok`` is false). ``watch`` answers once, then streams one event per line
+until the connection closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator, Literal, Optional, Union
+
+from ._errors import ProtocolError, ZonemountError
+from ._registry import control_socket
+
+#: The protocol version this client speaks.
+PROTOCOL_VERSION = 1
+
+#: How far an ``allow`` reaches: this request only, this class on this path
+#: for the rest of the mount, or this class anywhere in the zone.
+Scope = Literal["once", "path", "zone"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One class on one path that a request asks for (a rename asks for
+    ``write`` on the target and ``delete`` on the source)."""
+
+    cls: str
+    zone: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Request:
+    """A syscall waiting for a decision."""
+
+    id: int
+    zone: str
+    #: ``write``, ``delete`` or ``write+delete``.
+    cls: str
+    #: The operation: ``create``, ``write``, ``unlink``, ``rename``, ...
+    op: str
+    #: The path as the worker sees it.
+    path: str
+    target: Optional[str]
+    #: The calling process and its uid.
+    pid: int
+    uid: int
+    cmdline: str
+    #: When it started waiting (RFC 3339).
+    time: str
+    #: Seconds left before it is denied.
+    timeout_secs: float
+    items: tuple[Item, ...]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Request":
+        try:
+            return cls(
+                id=int(d["id"]),
+                zone=str(d["zone"]),
+                cls=str(d["class"]),
+                op=str(d["op"]),
+                path=str(d["path"]),
+                target=None if d.get("target") is None else str(d["target"]),
+                pid=int(d["pid"]),
+                uid=int(d["uid"]),
+                cmdline=str(d.get("cmdline", "")),
+                time=str(d.get("time", "")),
+                timeout_secs=float(d.get("timeout_secs", 0)),
+                items=tuple(
+                    Item(cls=str(i["class"]), zone=str(i["zone"]), path=str(i["path"]))
+                    for i in d.get("items", [])
+                ),
+                raw=d,
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProtocolError(f"a request the client can't read ({e}): {d}") from e
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of ``watch``: a request that waits (``kind == "request"``),
+    the end of one (``"resolved"``: ``outcome`` is ``allow``, ``deny``,
+    ``timeout`` or ``withdrawn``), or events this watcher missed
+    (``"lagged"``)."""
+
+    kind: str
+    request: Optional[Request] = None
+    id: Optional[int] = None
+    outcome: Optional[str] = None
+    scope: Optional[str] = None
+    approver_uid: Optional[int] = None
+    reason: Optional[str] = None
+    missed: Optional[int] = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Event":
+        kind = str(d.get("event", ""))
+        if kind == "request":
+            req = d.get("request")
+            if not isinstance(req, dict):
+                raise ProtocolError(f"a request event without a request: {d}")
+            return cls(kind=kind, request=Request.from_json(req), raw=d)
+        if kind == "resolved":
+            return cls(
+                kind=kind,
+                id=_opt_int(d.get("id")),
+                outcome=_opt_str(d.get("outcome")),
+                scope=_opt_str(d.get("scope")),
+                approver_uid=_opt_int(d.get("approver_uid")),
+                reason=_opt_str(d.get("reason")),
+                raw=d,
+            )
+        if kind == "lagged":
+            return cls(kind=kind, missed=_opt_int(d.get("missed")), raw=d)
+        raise ProtocolError(f"an event the client doesn't know: {d}")
+
+
+def _opt_int(v: Any) -> Optional[int]:
+    return None if v is None else int(v)
+
+
+def _opt_str(v: Any) -> Optional[str]:
+    return None if v is None else str(v)
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return (json.dumps({"v": PROTOCOL_VERSION, **obj}) + "\n").encode()
+
+
+def _answer(line: bytes) -> dict[str, Any]:
+    """Check one answer line: JSON, our version, ok; else raise with the
+    daemon's message."""
+    if not line:
+        raise ZonemountError("the daemon closed the control connection")
+    try:
+        ans = json.loads(line)
+    except ValueError as e:
+        raise ProtocolError(f"not a JSON line from the daemon: {line[:200]!r}") from e
+    if not isinstance(ans, dict):
+        raise ProtocolError(f"not a JSON object from the daemon: {ans!r}")
+    if ans.get("v") != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"the daemon speaks control protocol version {ans.get('v')}, this client "
+            f"version {PROTOCOL_VERSION}: use the client that came with the zonemount binary"
+        )
+    if ans.get("ok") is not True:
+        raise ZonemountError(str(ans.get("error", "the daemon refused without a message")))
+    return ans
+
+
+class Client:
+    """A connection to one mount's control socket.
+
+    ``Client.for_mount(mountpoint)`` finds the socket in the registry;
+    ``Client(socket_path)`` uses a known one (``--control SOCK``). The
+    protocol version is checked on connect. Thread-safe; use as a context
+    manager or call :meth:`close`.
+    """
+
+    def __init__(self, socket_path: PathLike, timeout: float = 30.0) -> None:
+        self.socket_path = Path(os.fspath(socket_path))
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._sock: Optional[socket.socket] = None
+        self._reader: Any = None
+
+    @classmethod
+    def for_mount(cls, mountpoint: PathLike, timeout: float = 30.0) -> "Client":
+        """The client of the mount at ``mountpoint`` (found in the registry)."""
+        return cls(control_socket(mountpoint), timeout=timeout)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+                self._reader = None
+
+    def _open(self) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(os.fspath(self.socket_path))
+        except OSError as e:
+            s.close()
+            raise ZonemountError(
+                f"cannot reach the control socket {self.socket_path}: {e.strerror or e}"
+            ) from e
+        return s
+
+    def _connected(self) -> None:
+        if self._sock is not None:
+            return
+        s = self._open()
+        reader = s.makefile("rb")
+        # The version check: a cheap request whose answer carries "v".
+        s.sendall(_line({"op": "list"}))
+        try:
+            _answer(reader.readline())
+        except BaseException:
+            reader.close()
+            s.close()
+            raise
+        self._sock, self._reader = s, reader
+
+    def _call(self, obj: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._connected()
+            assert self._sock is not None
+            try:
+                self._sock.sendall(_line(obj))
+                line = self._reader.readline()
+            except OSError as e:
+                self._sock.close()
+                self._sock = None
+                raise ZonemountError(f"control connection failed: {e}") from e
+            if not line:
+                self._sock.close()
+                self._sock = None
+            return _answer(line)
+
+    def status(self) -> dict[str, Any]:
+        """The mount's status: zones, settings, pending requests, counters
+        (the protocol's ``status`` object)."""
+        st = self._call({"op": "status"}).get("status")
+        if not isinstance(st, dict):
+            raise ProtocolError("a status answer without a status object")
+        return st
+
+    def requests(self) -> list[Request]:
+        """The requests waiting for a decision now."""
+        reqs = self._call({"op": "list"}).get("requests", [])
+        return [Request.from_json(r) for r in reqs]
+
+    def allow(self, id: int, scope: Scope = "once") -> None:
+        """Allow request ``id``; a ``path`` or ``zone`` scope also settles
+        the waiting requests it covers and later ones."""
+        if scope not in ("once", "path", "zone"):
+            raise ValueError(f"scope must be once, path or zone, not {scope!r}")
+        self._call({"op": "decide", "id": id, "decision": "allow", "scope": scope})
+
+    def deny(self, id: int) -> None:
+        """Deny request ``id`` (the syscall gets EACCES; the same class on
+        the same path is refused at once from then on)."""
+        self._call({"op": "decide", "id": id, "decision": "deny"})
+
+    def watch(self) -> Iterator[Event]:
+        """Every waiting request, then each new request and each end, as
+        they happen, until the mount goes away (or the caller stops
+        iterating). Blocks between events."""
+        s = self._open()
+        s.settimeout(None)
+        reader = s.makefile("rb")
+        try:
+            s.sendall(_line({"op": "watch"}))
+            _answer(reader.readline())
+            for line in reader:
+                if line.strip():
+                    yield Event.from_json(_event(line))
+        finally:
+            reader.close()
+            s.close()
+
+    async def awatch(self) -> AsyncIterator[Event]:
+        """:meth:`watch` for asyncio."""
+        reader, writer = await asyncio.open_unix_connection(os.fspath(self.socket_path))
+        try:
+            writer.write(_line({"op": "watch"}))
+            await writer.drain()
+            _answer(await reader.readline())
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                if line.strip():
+                    yield Event.from_json(_event(line))
+        finally:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+
+def _event(line: bytes) -> dict[str, Any]:
+    try:
+        ev = json.loads(line)
+    except ValueError as e:
+        raise ProtocolError(f"not a JSON line from the daemon: {line[:200]!r}") from e
+    if not isinstance(ev, dict) or ev.get("v") != PROTOCOL_VERSION:
+        raise ProtocolError(f"an event of another protocol version: {ev!r}")
+    return ev

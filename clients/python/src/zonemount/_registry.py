@@ -1,0 +1,85 @@
+"""Finding a mount's control socket from its mountpoint.
+
+The daemon writes one JSON record per mount into its runtime directory
+(``mounts/<key>.json``, where ``<key>`` is the FNV-1a hash of the canonical
+mountpoint); the record names the control socket. The runtime directory is
+``/run/zonemount`` for root; for a user ``$XDG_RUNTIME_DIR/zonemount``, else
+``/run/user/UID/zonemount`` when that directory is the user's, else
+``/tmp/zonemount-UID``. A user may also reach a mount root made for them,
+so root's registry is looked at second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from ._errors import NotMountedError
+
+ROOT_RUNTIME_DIR = Path("/run/zonemount")
+
+
+def runtime_dir() -> Path:
+    """This user's runtime directory, as the daemon computes it."""
+    uid = os.geteuid()
+    if uid == 0:
+        return ROOT_RUNTIME_DIR
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / "zonemount"
+    run_user = Path(f"/run/user/{uid}")
+    try:
+        st = run_user.stat()
+        if run_user.is_dir() and st.st_uid == uid:
+            return run_user / "zonemount"
+    except OSError:
+        pass
+    return Path(f"/tmp/zonemount-{uid}")
+
+
+def mount_key(mountpoint: str) -> str:
+    """FNV-1a (64 bit) of the mountpoint's bytes, as 16 hex digits."""
+    h = 0xCBF29CE484222325
+    for b in os.fsencode(mountpoint):
+        h ^= b
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def _read(path: Path) -> Optional[dict[str, Any]]:
+    try:
+        with path.open("rb") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def find_record(mountpoint: "os.PathLike[str] | str") -> dict[str, Any]:
+    """The registry record of the mount at ``mountpoint``.
+
+    Raises :class:`NotMountedError` when no daemon recorded it.
+    """
+    mp = os.path.realpath(os.fspath(mountpoint))
+    name = f"{mount_key(mp)}.json"
+    for base in (runtime_dir(), ROOT_RUNTIME_DIR):
+        rec = _read(base / "mounts" / name)
+        if rec is not None and rec.get("mountpoint") == mp:
+            return rec
+    raise NotMountedError(
+        f"{mp} is not a zonemount mount this user can see: no record in "
+        f"{runtime_dir() / 'mounts'} (is it mounted? zonemount list)"
+    )
+
+
+def control_socket(mountpoint: "os.PathLike[str] | str") -> Path:
+    """The control socket of the mount at ``mountpoint``."""
+    rec = find_record(mountpoint)
+    control = rec.get("control")
+    if not isinstance(control, str) or not control:
+        raise NotMountedError(
+            f"the record of {rec.get('mountpoint')} names no control socket"
+        )
+    return Path(control)

@@ -1,0 +1,171 @@
+"""The Python client against real mounts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+import zonemount
+from conftest import is_mounted, wait_for, worker
+
+
+def test_mount_status_and_unmount(project: Path, zm_bin: str) -> None:
+    with zonemount.mount(project / "mnt", config=project / "project.yaml") as m:
+        assert is_mounted(project / "mnt")
+        assert (m.mountpoint / "data/readme.txt").read_text() == "hello\n"
+        st = m.client.status()
+        assert st["mountpoint"] == str(m.mountpoint)
+        assert [z["name"] for z in st["zones"]] == ["data", "final"]
+        assert st["zones"][1]["policy"]["approval"]["write"] == "ask"
+        assert st["pending"] == []
+        assert m.client.requests() == []
+    assert not is_mounted(project / "mnt")
+
+
+def test_a_fresh_temporary_mountpoint_is_made_and_removed(project: Path, zm_bin: str) -> None:
+    with zonemount.mount(config=project / "project.yaml") as m:
+        mp = m.mountpoint
+        assert is_mounted(mp)
+    assert not is_mounted(mp)
+    assert not mp.exists()
+
+
+def test_allow_lets_the_waiting_write_finish(mounted: zonemount.Mount, project: Path) -> None:
+    c = mounted.client
+    w = worker("echo hi > final/report.md", mounted.mountpoint)
+    reqs = wait_for("a pending request", c.requests)
+    r = reqs[0]
+    assert (r.zone, r.cls, r.op, r.path) == ("final", "write", "create", "/final/report.md")
+    assert r.pid > 0 and r.uid == os.geteuid()
+    assert r.items[0] == zonemount.Item(cls="write", zone="final", path="/final/report.md")
+    c.allow(r.id, "path")
+    assert w.wait(timeout=20) == 0, w.stderr.read() if w.stderr else ""
+    assert (project / "final/report.md").read_text() == "hi\n"
+    # The path scope covers the next write of the same file.
+    w = worker("echo again >> final/report.md", mounted.mountpoint)
+    assert w.wait(timeout=20) == 0
+    assert c.requests() == []
+
+
+def test_deny_refuses_the_syscall(mounted: zonemount.Mount, project: Path) -> None:
+    c = mounted.client
+    w = worker("echo hi > final/secret.md", mounted.mountpoint)
+    r = wait_for("a pending request", c.requests)[0]
+    c.deny(r.id)
+    assert w.wait(timeout=20) != 0
+    assert w.stderr is not None and "Permission denied" in w.stderr.read()
+    assert not (project / "final/secret.md").exists()
+
+
+def test_errors_carry_the_daemons_message(mounted: zonemount.Mount, project: Path) -> None:
+    with pytest.raises(zonemount.ZonemountError, match="no pending request 424242"):
+        mounted.client.allow(424242)
+    with pytest.raises(ValueError):
+        mounted.client.allow(1, "forever")  # type: ignore[arg-type]
+    with pytest.raises(zonemount.NotMountedError):
+        zonemount.Client.for_mount(project / "data")
+
+
+def test_a_bad_config_is_a_command_error_with_exit_2(project: Path, zm_bin: str) -> None:
+    bad = project / "bad.yaml"
+    bad.write_text("sandbox:\n  zones: 3\n")
+    with pytest.raises(zonemount.CommandError) as e:
+        with zonemount.mount(project / "mnt", config=bad):
+            pass
+    assert e.value.returncode == 2
+    assert "bad.yaml" in str(e.value)
+    assert not is_mounted(project / "mnt")
+
+
+def test_watch_streams_requests_and_their_ends(mounted: zonemount.Mount) -> None:
+    c = mounted.client
+    events: list[zonemount.Event] = []
+    done = threading.Event()
+
+    def watcher() -> None:
+        for ev in c.watch():
+            events.append(ev)
+            if ev.kind == "request" and ev.request is not None:
+                c.deny(ev.request.id)
+            if ev.kind == "resolved":
+                done.set()
+                return
+
+    t = threading.Thread(target=watcher, daemon=True)
+    t.start()
+    w = worker("echo hi > final/watched.md", mounted.mountpoint)
+    assert done.wait(timeout=20), f"events so far: {events}"
+    assert w.wait(timeout=20) != 0
+    kinds = [e.kind for e in events]
+    assert kinds == ["request", "resolved"], events
+    assert events[1].outcome == "deny"
+    assert events[1].approver_uid == os.geteuid()
+    assert events[0].request is not None and events[1].id == events[0].request.id
+
+
+def test_awatch_is_the_same_for_asyncio(mounted: zonemount.Mount) -> None:
+    c = mounted.client
+
+    async def main() -> list[zonemount.Event]:
+        seen: list[zonemount.Event] = []
+        w = worker("echo hi > final/async.md", mounted.mountpoint)
+        async for ev in c.awatch():
+            seen.append(ev)
+            if ev.kind == "request" and ev.request is not None:
+                c.allow(ev.request.id)
+            if ev.kind == "resolved":
+                break
+        assert w.wait(timeout=20) == 0
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(main(), timeout=30))
+    assert [e.kind for e in seen] == ["request", "resolved"]
+    assert seen[1].outcome == "allow"
+
+
+def test_another_protocol_version_is_refused_on_connect(tmp_path: Path) -> None:
+    path = tmp_path / "fake.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b'{"v":2,"ok":true,"requests":[]}\n')
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    with pytest.raises(zonemount.ProtocolError, match="version 2"):
+        zonemount.Client(path).requests()
+    t.join(timeout=5)
+    srv.close()
+
+
+def test_the_example_supervisor_allows_under_one_path_and_reports(tmp_path: Path, zm_bin: str) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    shutil.copy(REPO / "examples/supervisor.yaml", tmp_path / "supervisor.yaml")
+    backing = tmp_path / ".sandbox-supervisor/workspace"
+    (backing / "out").mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples/supervisor.py"), "--config", "supervisor.yaml",
+         "--allow-under", "/workspace/out/", "--",
+         "sh", "-c", "echo ok > out/a.txt; echo no > b.txt; exit 3"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 3, done.stderr
+    assert (backing / "out/a.txt").read_text() == "ok\n"
+    assert not (backing / "b.txt").exists()
+    assert "allow write /workspace/out/a.txt" in done.stdout, done.stdout
+    assert "deny  write /workspace/b.txt" in done.stdout, done.stdout

@@ -1,0 +1,71 @@
+//! `completions` and `man`: generated from the command definitions; the
+//! scripts parse in their shells, the pages are written and name every
+//! command.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+
+use std::process::Command;
+use std::time::Duration;
+
+fn zm(args: &[&str]) -> Out {
+    run(Command::new(BIN).args(args), Duration::from_secs(60))
+}
+
+#[test]
+fn completion_scripts_for_bash_zsh_and_fish() {
+    let bash = zm(&["completions", "bash"]);
+    assert!(bash.success(), "{}", bash.describe());
+    assert!(bash.stdout.contains("_zonemount()"), "{}", bash.stdout);
+    for sub in ["mount", "unmount", "run", "doctor", "approvals", "check"] {
+        assert!(bash.stdout.contains(sub), "bash completion lacks {sub}");
+    }
+    // It parses as bash.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("zonemount.bash");
+    std::fs::write(&f, &bash.stdout).unwrap();
+    let check = run(
+        Command::new("bash").arg("-n").arg(&f),
+        Duration::from_secs(30),
+    );
+    assert!(check.success(), "{}", check.describe());
+
+    let zsh = zm(&["completions", "zsh"]);
+    assert!(
+        zsh.success() && zsh.stdout.starts_with("#compdef zonemount"),
+        "{}",
+        zsh.describe()
+    );
+    let fish = zm(&["completions", "fish"]);
+    assert!(
+        fish.success() && fish.stdout.contains("complete -c zonemount"),
+        "{}",
+        fish.describe()
+    );
+
+    let bad = zm(&["completions", "tcsh"]);
+    assert_eq!(bad.code(), Some(2), "{}", bad.describe());
+}
+
+#[test]
+fn man_pages_for_the_tool_and_each_command() {
+    let page = zm(&["man"]);
+    assert!(page.success(), "{}", page.describe());
+    assert!(page.stdout.contains(".TH zonemount 1"), "{}", page.stdout);
+    let dir = tempfile::tempdir().unwrap();
+    let out = zm(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert!(out.success(), "{}", out.describe());
+    for name in [
+        "zonemount.1",
+        "zonemount-mount.1",
+        "zonemount-run.1",
+        "zonemount-doctor.1",
+        "zonemount-approvals-allow.1",
+    ] {
+        let p = dir.path().join(name);
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(text.contains(".TH"), "{name} is not a man page");
+    }
+}
