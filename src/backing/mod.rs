@@ -30,7 +30,7 @@ mod watch;
 pub use creds::{AsCaller, Caller};
 pub use fusemount::FuseMount;
 pub use handle::{InodeHandle, handle_of, open_by_handle};
-pub use watch::{Plan as WatchPlan, STOP_GRACE, WATCHER_NAME, Watcher};
+pub use watch::{Announce, Plan as WatchPlan, STOP_GRACE, WATCHER_NAME, Watcher};
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};

@@ -15,10 +15,12 @@
 //! - waits until the parent process has exited (its pidfd turns readable;
 //!   where pidfds are missing, until the pipe's write end closes).
 //!
-//! Over the pipe the parent says [`Watcher::kill_group`] (a process group
-//! to SIGKILL if the parent dies), [`Watcher::stop_process`] (a process to
-//! stop then; the watcher opens a pidfd of it as soon as it hears, so a
-//! reused pid is never signalled) and [`Watcher::disarm`] ("all clean"):
+//! A child can announce itself from just before its exec
+//! ([`Watcher::announce_on_exec`]), so no instant is left between its
+//! start and the watcher knowing it: as a process group to SIGKILL if the
+//! parent dies, or as a process to stop then (the watcher opens a pidfd
+//! of it as soon as it hears, so a reused pid is never signalled). The
+//! parent says [`Watcher::disarm`] ("all clean") over the same pipe:
 //! once disarmed, the watcher exits without touching anything. Otherwise,
 //! in this order, it:
 //! 1. SIGKILLs the process group it was told of;
@@ -81,6 +83,15 @@ pub struct Watcher {
     tx: OwnedFd,
 }
 
+/// What a child announces itself as ([`Watcher::announce_on_exec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announce {
+    /// A process group to SIGKILL if the parent dies.
+    Group,
+    /// A process to stop (SIGTERM, then SIGKILL) and wait for.
+    Stop,
+}
+
 /// The pipe's messages.
 const MSG_CLEAN: u8 = b'C';
 const MSG_GROUP: u8 = b'G';
@@ -115,18 +126,37 @@ impl Watcher {
         Ok(Watcher { tx })
     }
 
-    /// SIGKILL process group `pgid` if this process dies undisarmed.
-    pub fn kill_group(&self, pgid: u32) -> io::Result<()> {
-        let b = pgid.to_le_bytes();
-        self.send(&[MSG_GROUP, b[0], b[1], b[2], b[3]])
-    }
-
-    /// Stop process `pid` (SIGTERM, then SIGKILL) and wait for it if this
-    /// process dies undisarmed. `pid` must be alive, or an unreaped child
-    /// of ours, until the watcher has had a moment to open a pidfd of it.
-    pub fn stop_process(&self, pid: u32) -> io::Result<()> {
-        let b = pid.to_le_bytes();
-        self.send(&[MSG_STOP, b[0], b[1], b[2], b[3]])
+    /// Make the process `cmd` spawns announce itself to the watcher,
+    /// from the child just before its exec: as a process group to kill
+    /// (`Announce::Group`: the child must lead its group, e.g.
+    /// `process_group(0)` or a `setsid` that execs in place) or as a
+    /// process to stop (`Announce::Stop`). The watcher knows before
+    /// `spawn` returns, so no death of ours in between is missed.
+    pub fn announce_on_exec(&self, cmd: &mut std::process::Command, what: Announce) {
+        use std::os::unix::process::CommandExt;
+        let fd = self.tx.as_raw_fd();
+        let kind = match what {
+            Announce::Group => MSG_GROUP,
+            Announce::Stop => MSG_STOP,
+        };
+        let hook = move || -> io::Result<()> {
+            // SAFETY: `fd` is the write end of the watcher's pipe, open
+            // in the parent (the `Watcher` outlives `spawn`) and so in
+            // this child until its exec (it is O_CLOEXEC); nothing in the
+            // child closes it before then.
+            let tx = unsafe { BorrowedFd::borrow_raw(fd) };
+            let me = rustix::process::getpid().as_raw_nonzero().get();
+            let b = me.to_le_bytes();
+            // One atomic write; a failure must not stop CMD.
+            let _ = rustix::io::write(tx, &[kind, b[0], b[1], b[2], b[3]]);
+            Ok(())
+        };
+        // SAFETY: the hook runs in the forked child before exec; it only
+        // calls getpid(2) and write(2) (async-signal-safe) on a stack
+        // buffer, with no allocation or lock.
+        unsafe {
+            cmd.pre_exec(hook);
+        }
     }
 
     /// All is clean: the watcher exits without doing anything.
@@ -308,6 +338,8 @@ fn watch(p: &Prepared) -> ! {
 struct Messages {
     clean: bool,
     group: Option<u32>,
+    /// The group's leader, held as a pidfd from the moment we heard.
+    leader: Option<OwnedFd>,
     /// The process to stop, held as a pidfd from the moment we heard.
     stop: Option<OwnedFd>,
     /// A message with a pid being read: its kind and the bytes so far.
@@ -326,6 +358,7 @@ impl Messages {
                         let id = u32::from_le_bytes(*acc);
                         if *kind == MSG_GROUP {
                             self.group = Some(id);
+                            self.leader = pidfd(id);
                         } else {
                             self.stop = pidfd(id);
                         }
@@ -415,7 +448,14 @@ fn pidfd(raw: u32) -> Option<OwnedFd> {
 
 fn clean_up(p: &Prepared, msgs: &Messages) {
     if let Some(pgid) = msgs.group.and_then(pid) {
-        let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
+        // No such group yet: the child announced itself before its
+        // `setsid` made one; then it is the process alone (by pidfd: never
+        // a reused pid).
+        if let Err(Errno::SRCH) = rustix::process::kill_process_group(pgid, Signal::KILL) {
+            if let Some(leader) = &msgs.leader {
+                let _ = rustix::process::pidfd_send_signal(leader, Signal::KILL);
+            }
+        }
     }
     if let Some(pidfd) = &msgs.stop {
         stop(pidfd.as_fd());

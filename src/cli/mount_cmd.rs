@@ -97,14 +97,14 @@ pub(crate) fn detach(_a: &MountArgs) -> Result<(), Failure> {
 /// Start `zonemount mount --foreground --notify-ready ARGS...` detached and
 /// wait for its readiness line: Ok once the mount is live.
 pub(crate) fn spawn_daemon(mount_args: Vec<OsString>) -> Result<(), Failure> {
-    spawn_daemon_then(mount_args, |_| {})
+    spawn_daemon_with(mount_args, |_| {})
 }
 
-/// [`spawn_daemon`], calling `started` with the daemon's pid as soon as
-/// it runs (before the mount is live).
-pub(crate) fn spawn_daemon_then(
+/// [`spawn_daemon`], letting `prepare` add to the daemon's command first
+/// (`run` makes it announce itself to its watcher).
+pub(crate) fn spawn_daemon_with(
     mount_args: Vec<OsString>,
-    started: impl FnOnce(u32),
+    prepare: impl FnOnce(&mut std::process::Command),
 ) -> Result<(), Failure> {
     // The daemon checks this too; checking first gives the real cause even
     // where a missing /dev would already stop the daemon from starting.
@@ -126,10 +126,10 @@ pub(crate) fn spawn_daemon_then(
         None => Stdio::null(),
     };
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+    prepare(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| Failure::new(1, format!("cannot start the mount daemon: {e}")))?;
-    started(child.id());
     let Some(out) = child.stdout.take() else {
         return Err(Failure::new(1, "the mount daemon has no status pipe"));
     };

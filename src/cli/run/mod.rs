@@ -18,9 +18,10 @@
 //!    watcher (`backing::watch`, forked when the temp dir is made) does:
 //!    it SIGKILLs CMD's process group, SIGTERMs the daemon (which denies
 //!    what is pending and unmounts; SIGKILL after 10 s, and then the
-//!    daemon's own watcher unmounts), and removes the temp dir. The one
-//!    gap is the instant between CMD's spawn and telling the watcher its
-//!    process group.
+//!    daemon's own watcher unmounts), and removes the temp dir. CMD and
+//!    the daemon announce themselves to the watcher from just before
+//!    their exec, so no instant is left between their start and the
+//!    watcher knowing them.
 
 mod exec;
 mod plan;
@@ -96,10 +97,10 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
         return Ok(exit_code(ExitStatus::from_raw(sig)));
     }
     let mut cmd = plan.command_at(&task.dir)?;
+    task.watch_group_of(&mut cmd);
     let child = cmd
         .spawn()
         .map_err(|e| spawn_failure(cmd.get_program(), &e))?;
-    task.watch_group(child.id());
     let status = supervise(child, &rx, tx, plan.timeout, &task.dir);
     task.teardown();
     Ok(exit_code(status))

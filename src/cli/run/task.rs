@@ -14,7 +14,7 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
 use super::super::{Failure, mount_cmd};
 use super::*;
-use crate::backing::{WatchPlan, Watcher};
+use crate::backing::{Announce, WatchPlan, Watcher};
 use crate::mount::{self, Unmounted};
 
 /// What the supervising loop hears about.
@@ -92,17 +92,20 @@ impl TaskMount {
         // still looks.
         self.mounted = true;
         let watcher = self.watcher.as_ref();
-        mount_cmd::spawn_daemon_then(args, |pid| {
-            if let Some(Err(e)) = watcher.map(|w| w.stop_process(pid)) {
-                tracing::warn!("cannot tell the watcher the daemon's pid: {e}");
+        mount_cmd::spawn_daemon_with(args, |cmd| {
+            if let Some(w) = watcher {
+                w.announce_on_exec(cmd, Announce::Stop);
             }
         })
     }
 
-    /// CMD runs as process group `pgid`: killed if `run` is.
-    pub(super) fn watch_group(&self, pgid: u32) {
-        if let Some(Err(e)) = self.watcher.as_ref().map(|w| w.kill_group(pgid)) {
-            tracing::warn!("cannot tell the watcher CMD's process group: {e}");
+    /// CMD (`cmd`, which leads its own process group) announces itself to
+    /// the watcher from just before its exec: killed with its whole group
+    /// if `run` is, with no instant between its start and the watcher
+    /// knowing.
+    pub(super) fn watch_group_of(&self, cmd: &mut std::process::Command) {
+        if let Some(w) = &self.watcher {
+            w.announce_on_exec(cmd, Announce::Group);
         }
     }
 
