@@ -639,6 +639,41 @@ fn killed_daemon_leaves_nothing_in_a_private_namespace() {
 }
 
 #[test]
+fn the_watcher_never_unmounts_a_live_mount_on_top() {
+    if !private_ns_ok() {
+        return;
+    }
+    // A tmpfs mounted over the zonemount mount, then the daemon killed:
+    // the path answers (it is the tmpfs), so the watcher leaves it be; the
+    // dead mount below goes with the namespace.
+    let ns = PrivateNs::new(true);
+    let out = ns.run(&format!(
+        r#"{NS_PRELUDE}
+"$ZONEMOUNT" mount --config project.yaml --no-approvals "$mnt" || exit 10
+remember
+rec=$(grep -l -F "\"$mnt\"" /run/zonemount/mounts/*.json)
+pid=$(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' "$rec")
+w=$(ps -eo pid=,comm=,args= | grep -F -- "$mnt" | awk '$2 == "zm-watch" {{print $1}}')
+[ -n "$w" ] || exit 12
+mount -t tmpfs zmtest "$mnt" || exit 11
+trap 'umount "$mnt"; umount -l "$mnt" 2>/dev/null' EXIT
+kill -KILL "$pid"
+i=0; while [ -e "$rec" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+i=0; while kill -0 "$w" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+echo "watcher=$(kill -0 "$w" 2>/dev/null && echo alive || echo done)"
+echo "record=$([ -e "$rec" ] && echo left || echo gone)"
+echo "top=$(grep " $mnt " /proc/self/mounts | tail -1 | cut -d' ' -f3)"
+echo "stack=$(mounted)"
+"#
+    ));
+    assert!(out.success(), "{}", out.describe());
+    assert_value(&out, "watcher", "done");
+    assert_value(&out, "record", "gone");
+    assert_value(&out, "top", "tmpfs");
+    assert_value(&out, "stack", "2");
+}
+
+#[test]
 fn list_in_a_private_namespace_shows_its_mounts_and_the_host_never_sees_them() {
     if !private_ns_ok() {
         return;
