@@ -289,6 +289,19 @@ fn task_mountpoint(t: &Task) -> PathBuf {
     t.tmpdir.join(names.first().unwrap())
 }
 
+/// A `zonemount run` child, SIGKILLed on drop (on panic too): its
+/// watcher then tears everything down.
+struct RunChild(std::process::Child);
+
+impl Drop for RunChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 #[test]
 fn sigkill_of_run_leaves_nothing() {
     if !fuse_ok() {
@@ -308,6 +321,7 @@ fn sigkill_of_run_leaves_nothing() {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
+        .map(RunChild)
         .unwrap();
     let bgfile = t.backing("ws", "bg.pid");
     assert!(
@@ -320,8 +334,8 @@ fn sigkill_of_run_leaves_nothing() {
     let mp = task_mountpoint(&t);
     let rec = zonemount::mount::find_record(&mp).expect("the daemon's record");
     let sock = rec.control.clone().expect("a control socket");
-    kill("KILL", child.id());
-    let _ = wait_child(&mut child, Duration::from_secs(10));
+    kill("KILL", child.0.id());
+    let _ = wait_child(&mut child.0, Duration::from_secs(10));
     // The watcher: CMD's group killed, the daemon stopped (it unmounts
     // and removes its record and socket), the temp dir removed.
     let gone = wait_until(Duration::from_secs(30), || {
