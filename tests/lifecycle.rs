@@ -639,6 +639,42 @@ fn killed_daemon_leaves_nothing_in_a_private_namespace() {
 }
 
 #[test]
+fn a_plain_fuse_mount_named_zonemount_is_still_recognised() {
+    if !private_ns_ok() {
+        return;
+    }
+    // What an older zonemount made as root without fusermount3 (type
+    // `fuse`, source `zonemount`), here with its daemon already gone.
+    let ns = PrivateNs::new(true);
+    let out = ns.run(&format!(
+        r#"{NS_PRELUDE}
+exec 3<>/dev/fuse
+mount -i -t fuse -o fd=3,rootmode=40000,user_id=0,group_id=0 zonemount "$mnt" || exit 11
+exec 3>&-
+trap 'umount -l "$mnt" 2>/dev/null' EXIT
+echo "type=$(grep " $mnt " /proc/self/mounts | cut -d' ' -f3)"
+"$ZONEMOUNT" list --json > list.json; echo "list=$?"
+"$ZONEMOUNT" unmount "$mnt"; echo "unmount=$?"
+echo "left=$(mounted)"
+"#
+    ));
+    assert!(out.success(), "{}", out.describe());
+    assert_value(&out, "type", "fuse");
+    assert_value(&out, "unmount", "0");
+    assert_value(&out, "left", "0");
+    let list = fs::read_to_string(ns.path().join("list.json")).unwrap();
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let mnt = ns.path().join("mnt");
+    let row = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["mountpoint"].as_str() == Some(&*mnt.to_string_lossy()))
+        .unwrap_or_else(|| panic!("{} not listed: {list}", mnt.display()));
+    assert_eq!(row["stale"], true, "a dead mount: {row}");
+}
+
+#[test]
 fn the_watcher_never_unmounts_a_live_mount_on_top() {
     if !private_ns_ok() {
         return;

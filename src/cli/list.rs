@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use super::Failure;
 use super::columns::columns;
-use crate::mount::{self, FSTYPE, MountEntry, Record, Unmounted};
+use crate::mount::{self, MountEntry, Record, Unmounted};
 
 /// One row of `zonemount list`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -69,7 +69,7 @@ pub(crate) struct Probe<'a> {
 /// Join mounts and records into rows, sorted by mountpoint.
 pub(crate) fn gather(mounts: &[MountEntry], records: &[Record], probe: &Probe) -> Vec<MountStatus> {
     let mut rows: BTreeMap<PathBuf, MountStatus> = BTreeMap::new();
-    for m in mounts.iter().filter(|m| m.fstype == FSTYPE) {
+    for m in mounts.iter().filter(|m| m.is_zonemount()) {
         rows.insert(m.mountpoint.clone(), MountStatus::bare(&m.mountpoint, true));
     }
     for r in records {
@@ -261,11 +261,13 @@ pub(crate) fn unmount_stale() -> Result<(), Failure> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::mount::FSTYPE;
 
     fn entry(mp: &str, fstype: &str) -> MountEntry {
         MountEntry {
             mountpoint: mp.into(),
             fstype: fstype.into(),
+            source: "zonemount".into(),
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::mountinfo::{absolute, find_mount};
 use super::registry::{forget, read_record};
-use super::{FSTYPE, show};
+use super::show;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UnmountError {
@@ -91,7 +91,7 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
         forget(&path);
         return Ok(Unmounted::NotMounted);
     };
-    if entry.fstype != FSTYPE {
+    if !entry.is_zonemount() {
         return Err(UnmountError::NotOurs(show(&path), entry.fstype));
     }
     let record = read_record(&path);
