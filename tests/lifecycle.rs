@@ -9,7 +9,7 @@ mod common;
 
 use std::ffi::OsStr;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -417,32 +417,365 @@ fn foreground_sigint_unmounts_and_exits_0() {
     foreground_signal("INT");
 }
 
+/// The record and control socket of the mount at `mnt` (as this user's
+/// registry has them).
+fn record_and_socket(mnt: &Path) -> (u32, PathBuf) {
+    let rec = zonemount::mount::find_record(mnt)
+        .unwrap_or_else(|| panic!("no registry record for {}", mnt.display()));
+    let sock = rec.control.expect("the record names the control socket");
+    assert!(sock.exists(), "{} missing while live", sock.display());
+    (rec.pid, sock)
+}
+
 #[test]
 fn killed_daemon_leaves_no_mount() {
     if !fuse_ok() {
         return;
     }
     let m = simple(Mode::Sandboxed).mount();
-    let pids = daemon_pids_for(m.mountpoint());
-    // The harness starts the daemon itself, so its command line is known:
-    // not finding it is a failure, not a reason to skip.
+    let (pid, sock) = record_and_socket(m.mountpoint());
+    assert_eq!(
+        daemon_pids_for(m.mountpoint()),
+        [pid],
+        "the record's pid is the daemon's"
+    );
+    assert_eq!(
+        watcher_pids_for(m.mountpoint()).len(),
+        1,
+        "one watcher per mount"
+    );
+    let _ = run(
+        Command::new("kill").arg("-KILL").arg(pid.to_string()),
+        Duration::from_secs(5),
+    );
+    // The watcher unmounts the dead mount (umount2 as root, fusermount3
+    // -u -z as a user) and removes the socket and the record.
     assert!(
-        !pids.is_empty(),
-        "no daemon found for {} by its command line",
+        wait_unmounted(m.mountpoint()),
+        "SIGKILLed daemon left {} mounted",
         m.mnt.display()
     );
-    for pid in &pids {
+    assert!(
+        wait_until(MOUNT_TIMEOUT, || !sock.exists()
+            && zonemount::mount::find_record(m.mountpoint()).is_none()
+            && watcher_pids_for(m.mountpoint()).is_empty()),
+        "left behind: socket {} {}, record {:?}, watcher {:?}",
+        sock.display(),
+        sock.exists(),
+        zonemount::mount::find_record(m.mountpoint()).map(|r| r.pid),
+        watcher_pids_for(m.mountpoint())
+    );
+}
+
+#[test]
+fn unmount_stale_leaves_no_socket_and_no_record() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = simple(Mode::Sandboxed).mount();
+    let (pid, sock) = record_and_socket(m.mountpoint());
+    // The watcher first, so nothing cleans up by itself: a stale mount as
+    // an older zonemount (or a killed watcher) leaves it.
+    for w in watcher_pids_for(m.mountpoint()) {
         let _ = run(
-            Command::new("kill").arg("-KILL").arg(pid.to_string()),
+            Command::new("kill").arg("-KILL").arg(w.to_string()),
             Duration::from_secs(5),
         );
     }
-    // auto_unmount: the kernel side goes away without anyone unmounting.
-    assert!(
-        wait_unmounted(m.mountpoint()),
-        "SIGKILLed daemon left {} mounted (auto_unmount)",
-        m.mnt.display()
+    assert!(wait_until(MOUNT_TIMEOUT, || watcher_pids_for(
+        m.mountpoint()
+    )
+    .is_empty()));
+    let _ = run(
+        Command::new("kill").arg("-KILL").arg(pid.to_string()),
+        Duration::from_secs(5),
     );
+    assert!(wait_until(MOUNT_TIMEOUT, || !daemon_pids_for(
+        m.mountpoint()
+    )
+    .contains(&pid)));
+    assert!(
+        sock.exists(),
+        "nobody cleaned: the socket stays until --stale"
+    );
+    let out = zonemount(m.root(), &["unmount", "--stale"]);
+    assert!(out.success(), "unmount --stale: {}", out.describe());
+    assert!(
+        out.stderr.contains(&*m.mnt.to_string_lossy()),
+        "{}",
+        out.describe()
+    );
+    assert!(!m.is_mounted(), "--stale left the dead mount");
+    assert!(
+        !sock.exists(),
+        "--stale left the dead socket {}",
+        sock.display()
+    );
+    assert!(
+        zonemount::mount::find_record(m.mountpoint()).is_none(),
+        "--stale left the record"
+    );
+}
+
+// ----- private mount namespaces, without fusermount3
+
+/// Root with `unshare`, for a private mount namespace.
+fn private_ns_ok() -> bool {
+    fuse_ok() && root_ok() && tool_ok("unshare")
+}
+
+/// A project with a rw `ws` zone at `<ns>/project.yaml` and an empty
+/// `<ns>/mnt`; the prelude of every namespace script below.
+const NS_PRELUDE: &str = r#"
+mnt="$PWD/mnt"
+mkdir -p "$mnt"
+printf 'sandbox:\n  mode: sandboxed\n  zones:\n    ws: { mode: rw }\n' > project.yaml
+remember() { ps -eo pid=,args= | grep -F -- "$mnt" | grep -v grep | awk '{print $1}' >> "$ZM_PIDS"; }
+mounted() { grep -c " $mnt " /proc/self/mounts; }
+"#;
+
+/// `key=value` lines of a script's stdout.
+fn values(out: &str) -> std::collections::BTreeMap<String, String> {
+    out.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[track_caller]
+fn assert_value(out: &Out, key: &str, want: &str) {
+    let v = values(&out.stdout);
+    assert_eq!(
+        v.get(key).map(String::as_str),
+        Some(want),
+        "{key}: {}",
+        out.describe()
+    );
+}
+
+#[test]
+fn without_fusermount3_root_mounts_fuse_zonemount_and_every_command_knows_it() {
+    if !private_ns_ok() {
+        return;
+    }
+    let ns = PrivateNs::new(true);
+    let out = ns.run(&format!(
+        r#"{NS_PRELUDE}
+"$ZONEMOUNT" mount --config project.yaml --no-approvals "$mnt" || exit 10
+remember
+trap '"$ZONEMOUNT" unmount "$mnt" >/dev/null 2>&1' EXIT
+echo "source=$(grep " $mnt " /proc/self/mounts | cut -d' ' -f1)"
+echo "type=$(grep " $mnt " /proc/self/mounts | cut -d' ' -f3)"
+echo hi > "$mnt/ws/f" && echo "read=$(cat "$mnt/ws/f")"
+"$ZONEMOUNT" status "$mnt" >/dev/null; echo "status=$?"
+"$ZONEMOUNT" check "$mnt" "$mnt/ws/f" --write >/dev/null; echo "check=$?"
+"$ZONEMOUNT" list --json > list.json; echo "list=$?"
+"$ZONEMOUNT" unmount "$mnt"; echo "unmount=$?"
+echo "left=$(mounted)"
+"#
+    ));
+    assert!(out.success(), "{}", out.describe());
+    assert_value(&out, "source", "zonemount");
+    assert_value(&out, "type", "fuse.zonemount");
+    assert_value(&out, "read", "hi");
+    assert_value(&out, "status", "0");
+    assert_value(&out, "check", "0");
+    assert_value(&out, "unmount", "0");
+    assert_value(&out, "left", "0");
+    let list: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(ns.path().join("list.json")).unwrap()).unwrap();
+    let mnt = ns.path().join("mnt");
+    let row = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["mountpoint"].as_str() == Some(&*mnt.to_string_lossy()))
+        .unwrap_or_else(|| panic!("{} not listed: {list}", mnt.display()));
+    assert_eq!(row["stale"], false, "{row}");
+    assert!(row["pid"].as_u64().is_some(), "{row}");
+}
+
+/// In a namespace (fusermount3 hidden or not): mount, SIGKILL the daemon,
+/// and report whether the mount, its record and its socket went.
+fn killed_daemon_in_a_namespace(hide_fusermount: bool) {
+    if !private_ns_ok() {
+        return;
+    }
+    let ns = PrivateNs::new(hide_fusermount);
+    let out = ns.run(&format!(
+        r#"{NS_PRELUDE}
+"$ZONEMOUNT" mount --config project.yaml --no-approvals "$mnt" || exit 10
+remember
+trap 'umount -l "$mnt" 2>/dev/null' EXIT
+rec=$(grep -l -F "\"$mnt\"" /run/zonemount/mounts/*.json)
+sock=$(sed -n 's/.*"control": "\(.*\)".*/\1/p' "$rec")
+pid=$(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' "$rec")
+echo "type=$(grep " $mnt " /proc/self/mounts | cut -d' ' -f3)"
+[ -S "$sock" ] && echo "socket_before=yes"
+kill -KILL "$pid"
+i=0; while [ "$(mounted)" != 0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+echo "left=$(mounted)"
+i=0; while {{ [ -e "$rec" ] || [ -e "$sock" ]; }} && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+[ -e "$rec" ] && echo "record=left" || echo "record=gone"
+[ -e "$sock" ] && echo "socket=left" || echo "socket=gone"
+"#
+    ));
+    assert!(out.success(), "{}", out.describe());
+    assert_value(&out, "type", "fuse.zonemount");
+    assert_value(&out, "socket_before", "yes");
+    assert_value(&out, "left", "0");
+    assert_value(&out, "record", "gone");
+    assert_value(&out, "socket", "gone");
+}
+
+#[test]
+fn killed_daemon_leaves_nothing_without_fusermount3() {
+    killed_daemon_in_a_namespace(true);
+}
+
+#[test]
+fn killed_daemon_leaves_nothing_in_a_private_namespace() {
+    killed_daemon_in_a_namespace(false);
+}
+
+#[test]
+fn a_plain_fuse_mount_named_zonemount_is_still_recognised() {
+    if !private_ns_ok() {
+        return;
+    }
+    // What an older zonemount made as root without fusermount3 (type
+    // `fuse`, source `zonemount`), here with its daemon already gone.
+    let ns = PrivateNs::new(true);
+    let out = ns.run(&format!(
+        r#"{NS_PRELUDE}
+exec 3<>/dev/fuse
+mount -i -t fuse -o fd=3,rootmode=40000,user_id=0,group_id=0 zonemount "$mnt" || exit 11
+exec 3>&-
+trap 'umount -l "$mnt" 2>/dev/null' EXIT
+echo "type=$(grep " $mnt " /proc/self/mounts | cut -d' ' -f3)"
+"$ZONEMOUNT" list --json > list.json; echo "list=$?"
+"$ZONEMOUNT" unmount "$mnt"; echo "unmount=$?"
+echo "left=$(mounted)"
+"#
+    ));
+    assert!(out.success(), "{}", out.describe());
+    assert_value(&out, "type", "fuse");
+    assert_value(&out, "unmount", "0");
+    assert_value(&out, "left", "0");
+    let list = fs::read_to_string(ns.path().join("list.json")).unwrap();
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let mnt = ns.path().join("mnt");
+    let row = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["mountpoint"].as_str() == Some(&*mnt.to_string_lossy()))
+        .unwrap_or_else(|| panic!("{} not listed: {list}", mnt.display()));
+    assert_eq!(row["stale"], true, "a dead mount: {row}");
+}
+
+#[test]
+fn the_watcher_never_unmounts_a_live_mount_on_top() {
+    if !private_ns_ok() {
+        return;
+    }
+    // A tmpfs mounted over the zonemount mount, then the daemon killed:
+    // the path answers (it is the tmpfs), so the watcher leaves it be; the
+    // dead mount below goes with the namespace.
+    let ns = PrivateNs::new(true);
+    let out = ns.run(&format!(
+        r#"{NS_PRELUDE}
+"$ZONEMOUNT" mount --config project.yaml --no-approvals "$mnt" || exit 10
+remember
+rec=$(grep -l -F "\"$mnt\"" /run/zonemount/mounts/*.json)
+pid=$(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' "$rec")
+w=$(ps -eo pid=,comm=,args= | grep -F -- "$mnt" | awk '$2 == "zm-watch" {{print $1}}')
+[ -n "$w" ] || exit 12
+mount -t tmpfs zmtest "$mnt" || exit 11
+trap 'umount "$mnt"; umount -l "$mnt" 2>/dev/null' EXIT
+kill -KILL "$pid"
+i=0; while [ -e "$rec" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+i=0; while kill -0 "$w" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+echo "watcher=$(kill -0 "$w" 2>/dev/null && echo alive || echo done)"
+echo "record=$([ -e "$rec" ] && echo left || echo gone)"
+echo "top=$(grep " $mnt " /proc/self/mounts | tail -1 | cut -d' ' -f3)"
+echo "stack=$(mounted)"
+"#
+    ));
+    assert!(out.success(), "{}", out.describe());
+    assert_value(&out, "watcher", "done");
+    assert_value(&out, "record", "gone");
+    assert_value(&out, "top", "tmpfs");
+    assert_value(&out, "stack", "2");
+}
+
+#[test]
+fn list_in_a_private_namespace_shows_its_mounts_and_the_host_never_sees_them() {
+    if !private_ns_ok() {
+        return;
+    }
+    let ns = PrivateNs::new(true);
+    let mnt = ns.path().join("mnt");
+    let mut child = ns.spawn(&format!(
+        r#"{NS_PRELUDE}
+"$ZONEMOUNT" mount --config project.yaml --no-approvals "$mnt" || exit 10
+remember
+trap '"$ZONEMOUNT" unmount "$mnt" >/dev/null 2>&1' EXIT
+"$ZONEMOUNT" list --json > inside.json
+touch ready
+i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+"$ZONEMOUNT" status "$mnt" >/dev/null; echo "status_after=$?"
+"$ZONEMOUNT" unmount "$mnt"; echo "unmount=$?"
+"#
+    ));
+    let ready = wait_until(Duration::from_secs(30), || {
+        ns.path().join("ready").exists() || matches!(child.try_wait(), Ok(Some(_)))
+    });
+    assert!(
+        ready && ns.path().join("ready").exists(),
+        "the namespace never mounted: {:?}",
+        ns.output()
+    );
+    // Outside: not mounted here, not listed, its record not ours to read.
+    assert!(!is_mounted(&mnt), "a private namespace's mount leaked out");
+    let out = zonemount(ns.dir.path(), &["list", "--json"]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        !out.stdout.contains(&*mnt.to_string_lossy()),
+        "the host lists the namespace's mount: {}",
+        out.stdout
+    );
+    assert!(
+        zonemount::mount::find_record(&mnt).is_none(),
+        "the namespace's record is visible outside it"
+    );
+    let out = zonemount(ns.dir.path(), &["status", &mnt.to_string_lossy()]);
+    assert!(!out.success(), "status outside: {}", out.describe());
+    fs::write(ns.path().join("go"), "").unwrap();
+    let st = wait_child(&mut child, Duration::from_secs(60)).expect("namespace script hangs");
+    let (stdout, stderr) = ns.output();
+    assert!(st.success(), "{st:?}\n{stdout}\n{stderr}");
+    let v = values(&stdout);
+    assert_eq!(
+        v.get("status_after").map(String::as_str),
+        Some("0"),
+        "{stdout}{stderr}"
+    );
+    assert_eq!(
+        v.get("unmount").map(String::as_str),
+        Some("0"),
+        "{stdout}{stderr}"
+    );
+    let inside: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(ns.path().join("inside.json")).unwrap()).unwrap();
+    let row = inside
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["mountpoint"].as_str() == Some(&*mnt.to_string_lossy()))
+        .unwrap_or_else(|| panic!("not listed inside: {inside}"));
+    assert_eq!(row["stale"], false, "{row}");
+    assert_eq!(row["mounted"], true, "{row}");
 }
 
 // ----- derive

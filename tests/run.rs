@@ -282,6 +282,138 @@ fn sigterm_to_run_is_forwarded_and_everything_is_torn_down() {
     t.assert_clean("SIGTERM to run");
 }
 
+/// The one directory `run` made in the task's TMPDIR (its mountpoint).
+fn task_mountpoint(t: &Task) -> PathBuf {
+    let names = names(&t.tmpdir).unwrap();
+    assert_eq!(names.len(), 1, "one temp mountpoint: {names:?}");
+    t.tmpdir.join(names.first().unwrap())
+}
+
+/// A `zonemount run` child, SIGKILLed on drop (on panic too): its
+/// watcher then tears everything down.
+struct RunChild(std::process::Child);
+
+impl Drop for RunChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[test]
+fn sigkill_of_run_leaves_nothing() {
+    if !fuse_ok() {
+        return;
+    }
+    let t = Task::new();
+    let mut child = t
+        .command(
+            &[],
+            &[
+                "sh",
+                "-c",
+                "echo $$ > cmd.pid; sleep 60 & echo $! > bg.pid; wait",
+            ],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(RunChild)
+        .unwrap();
+    let bgfile = t.backing("ws", "bg.pid");
+    assert!(
+        wait_until(Duration::from_secs(20), || fs::read_to_string(&bgfile)
+            .is_ok_and(|s| s.ends_with('\n'))),
+        "CMD never started"
+    );
+    let cmd_pid = read_pid(&t.backing("ws", "cmd.pid"));
+    let bg_pid = read_pid(&bgfile);
+    let mp = task_mountpoint(&t);
+    let rec = zonemount::mount::find_record(&mp).expect("the daemon's record");
+    let sock = rec.control.clone().expect("a control socket");
+    kill("KILL", child.0.id());
+    let _ = wait_child(&mut child.0, Duration::from_secs(10));
+    // The watcher: CMD's group killed, the daemon stopped (it unmounts
+    // and removes its record and socket), the temp dir removed.
+    let gone = wait_until(Duration::from_secs(30), || {
+        !alive(cmd_pid)
+            && !alive(bg_pid)
+            && !alive(rec.pid)
+            && t.our_mounts().is_empty()
+            && names(&t.tmpdir).unwrap().is_empty()
+    });
+    assert!(!alive(cmd_pid), "CMD {cmd_pid} survived run's SIGKILL");
+    assert!(!alive(bg_pid), "CMD's background child {bg_pid} survived");
+    assert!(!alive(rec.pid), "the daemon {} survived", rec.pid);
+    assert!(gone, "left behind after SIGKILL of run");
+    t.assert_clean("SIGKILL of run");
+    assert!(!sock.exists(), "control socket {} left", sock.display());
+    assert!(
+        zonemount::mount::find_record(&mp).is_none(),
+        "record of {} left",
+        mp.display()
+    );
+}
+
+#[test]
+fn sigkill_of_run_leaves_nothing_without_fusermount3() {
+    if !(fuse_ok() && root_ok() && tool_ok("unshare")) {
+        return;
+    }
+    let ns = PrivateNs::new(true);
+    let out = ns.run(
+        r#"
+mkdir tmp
+printf 'sandbox:\n  mode: sandboxed\n  zones:\n    ws: { mode: rw }\n' > project.yaml
+TMPDIR="$PWD/tmp" "$ZONEMOUNT" run --config project.yaml --no-approvals -- \
+    sh -c 'echo $$ > cmd.pid; sleep 60 & echo $! > bg.pid; wait' >/dev/null 2>&1 &
+run=$!
+echo "$run" >> "$ZM_PIDS"
+i=0; while [ ! -s .sandbox/ws/bg.pid ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+sleep 0.2
+mp=$(ls -d "$PWD"/tmp/zonemount-run.*)
+echo "type=$(grep " $mp " /proc/self/mounts | cut -d' ' -f3)"
+rec=$(grep -l -F "\"$mp\"" /run/zonemount/mounts/*.json)
+sock=$(sed -n 's/.*"control": "\(.*\)".*/\1/p' "$rec")
+ps -eo pid=,args= | grep -F -- "$mp" | grep -v grep | awk '{print $1}' >> "$ZM_PIDS"
+cmd=$(cat .sandbox/ws/cmd.pid); bg=$(cat .sandbox/ws/bg.pid)
+kill -KILL "$run"
+i=0
+while {{ [ -n "$(ls tmp)" ] || kill -0 "$cmd" 2>/dev/null || kill -0 "$bg" 2>/dev/null || [ -e "$rec" ] || [ -e "$sock" ]; }} && [ $i -lt 300 ]; do
+    sleep 0.1; i=$((i+1))
+done
+echo "tmp=$(ls tmp | wc -l)"
+echo "mounts=$(grep -c " $mp " /proc/self/mounts)"
+kill -0 "$cmd" 2>/dev/null && echo "cmd=alive" || echo "cmd=gone"
+kill -0 "$bg" 2>/dev/null && echo "bg=alive" || echo "bg=gone"
+[ -e "$rec" ] && echo "record=left" || echo "record=gone"
+[ -e "$sock" ] && echo "socket=left" || echo "socket=gone"
+"#
+        .replace("{{", "{")
+        .replace("}}", "}")
+        .as_str(),
+    );
+    assert!(out.success(), "{}", out.describe());
+    for (k, v) in [
+        ("type", "fuse.zonemount"),
+        ("tmp", "0"),
+        ("mounts", "0"),
+        ("cmd", "gone"),
+        ("bg", "gone"),
+        ("record", "gone"),
+        ("socket", "gone"),
+    ] {
+        assert!(
+            out.stdout.lines().any(|l| l == format!("{k}={v}")),
+            "want {k}={v}: {}",
+            out.describe()
+        );
+    }
+}
+
 #[test]
 fn failures_before_cmd_leave_nothing() {
     if !fuse_ok() {
@@ -576,10 +708,20 @@ fn list_shows_live_mounts_and_a_stale_one_after_its_daemon_is_killed() {
     let table = run(Command::new(BIN).arg("list"), CMD_TIMEOUT);
     assert!(table.stdout.contains(&*mounts[1].mnt.to_string_lossy()));
 
-    // Kill one daemon outright: its mount is stale (with auto_unmount the
-    // kernel mount may go; the record of a dead daemon stays).
+    // Kill one daemon outright, its watcher first (else the watcher cleans
+    // up at once, see tests/lifecycle.rs): its mount is stale.
     let victim = &mounts[0].mnt;
     let pid = row_for(&rows, victim).unwrap()["pid"].as_u64().unwrap() as u32;
+    let sock = zonemount::mount::find_record(victim)
+        .and_then(|r| r.control)
+        .expect("the victim's control socket");
+    for w in watcher_pids_for(victim) {
+        kill("KILL", w);
+    }
+    assert!(wait_until(Duration::from_secs(10), || watcher_pids_for(
+        victim
+    )
+    .is_empty()));
     kill("KILL", pid);
     assert!(
         wait_until(Duration::from_secs(10), || row_for(&list_json(), victim)
@@ -602,6 +744,7 @@ fn list_shows_live_mounts_and_a_stale_one_after_its_daemon_is_killed() {
         "still listed after --stale"
     );
     assert!(!is_mounted(victim));
+    assert!(!sock.exists(), "--stale left the socket {}", sock.display());
     for m in &mounts[1..] {
         assert!(m.is_mounted(), "--stale touched a live mount");
         assert_eq!(row_for(&rows, &m.mnt).unwrap()["stale"], false);

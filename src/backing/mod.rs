@@ -11,19 +11,26 @@
 //! The only raw system interface of the crate, and the only module allowed
 //! `unsafe` (`#[allow(unsafe_code)]` in `lib.rs`, inherited by its
 //! submodules). It is written against `rustix`, whose wrappers are safe;
-//! the few `unsafe` blocks (kernel file handles) are in `handle`.
+//! the few `unsafe` blocks are kernel file handles (`handle`) and the
+//! watcher's fork (`watch`).
 //!
 //! - this file: names, `/proc/self/fd` reopening, the fd-relative calls.
 //! - `creds`: switching to the caller's credentials ([`AsCaller`]).
 //! - `handle`: kernel file handles ([`InodeHandle`]).
+//! - `fusemount`: mount(2) of a FUSE device as `fuse.zonemount` ([`FuseMount`]).
+//! - `watch`: the process that cleans up after a dead daemon ([`Watcher`]).
 
 mod creds;
+mod fusemount;
 mod handle;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 pub use creds::{AsCaller, Caller};
+pub use fusemount::FuseMount;
 pub use handle::{InodeHandle, handle_of, open_by_handle};
+pub use watch::{Announce, Plan as WatchPlan, STOP_GRACE, WATCHER_NAME, Watcher};
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};

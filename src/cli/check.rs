@@ -116,7 +116,7 @@ pub(crate) fn check(a: &CheckArgs) -> Result<u8, Failure> {
 fn mounted_zones(mp: &Path) -> Result<Vec<ZoneRules>, Failure> {
     let show = mp.display();
     match mount::find_mount(mp) {
-        Some(m) if m.fstype == mount::FSTYPE => {}
+        Some(m) if m.is_zonemount() => {}
         Some(m) => {
             return Err(Failure::new(
                 1,

@@ -1,11 +1,15 @@
-//! `list [--json]` and `unmount --stale`: every zonemount mount of this
-//! host, from the kernel's mount table and the registry of records.
+//! `list [--json]` and `unmount --stale`: every zonemount mount this mount
+//! namespace can see, from its mount table and the registry's records of
+//! this namespace (a container's mounts are not the host's, and the other
+//! way round). `unmount --stale` leaves nothing of a dead mount: not the
+//! mount, not its record, not its control socket.
 //!
 //! [`gather`] is pure: it joins the `fuse.zonemount` entries of mountinfo
 //! with the records and decides staleness from facts passed in (is this
 //! daemon alive? does a stat of this path say ENOTCONN?), so each rule is
 //! unit-tested. A mount is stale when its record's daemon is gone (whether
-//! the kernel still lists the mount or, with auto_unmount, not), or when a
+//! the kernel still lists the mount or, its watcher having unmounted it,
+//! not), or when a
 //! mount without a live daemon answers "transport endpoint is not
 //! connected". A path is only stat'ed when no live daemon is known for it:
 //! a stat of a live mount could wait on its daemon.
@@ -15,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use super::Failure;
 use super::columns::columns;
-use crate::mount::{self, FSTYPE, MountEntry, Record, Unmounted};
+use crate::mount::{self, MountEntry, Record, Unmounted};
 
 /// One row of `zonemount list`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -65,7 +69,7 @@ pub(crate) struct Probe<'a> {
 /// Join mounts and records into rows, sorted by mountpoint.
 pub(crate) fn gather(mounts: &[MountEntry], records: &[Record], probe: &Probe) -> Vec<MountStatus> {
     let mut rows: BTreeMap<PathBuf, MountStatus> = BTreeMap::new();
-    for m in mounts.iter().filter(|m| m.fstype == FSTYPE) {
+    for m in mounts.iter().filter(|m| m.is_zonemount()) {
         rows.insert(m.mountpoint.clone(), MountStatus::bare(&m.mountpoint, true));
     }
     for r in records {
@@ -219,7 +223,7 @@ pub(crate) fn unmount_stale() -> Result<(), Failure> {
     for r in &stale {
         let why = r.note.clone().unwrap_or_default();
         if !r.mounted {
-            mount::remove_record(&r.mountpoint);
+            mount::forget(&r.mountpoint);
             eprintln!(
                 "zonemount: removed the record of {} ({why})",
                 r.mountpoint.display()
@@ -232,7 +236,7 @@ pub(crate) fn unmount_stale() -> Result<(), Failure> {
         };
         match done {
             Ok(Unmounted::Done | Unmounted::NotMounted | Unmounted::DaemonLingers(_)) => {
-                mount::remove_record(&r.mountpoint);
+                mount::forget(&r.mountpoint);
                 eprintln!(
                     "zonemount: unmounted stale {} ({why})",
                     r.mountpoint.display()
@@ -257,11 +261,13 @@ pub(crate) fn unmount_stale() -> Result<(), Failure> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::mount::FSTYPE;
 
     fn entry(mp: &str, fstype: &str) -> MountEntry {
         MountEntry {
             mountpoint: mp.into(),
             fstype: fstype.into(),
+            source: "zonemount".into(),
         }
     }
 
@@ -276,6 +282,7 @@ mod tests {
             control: None,
             cwd: None,
             allow_sensitive_roots: false,
+            mntns: None,
         }
     }
 

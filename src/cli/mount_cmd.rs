@@ -97,6 +97,15 @@ pub(crate) fn detach(_a: &MountArgs) -> Result<(), Failure> {
 /// Start `zonemount mount --foreground --notify-ready ARGS...` detached and
 /// wait for its readiness line: Ok once the mount is live.
 pub(crate) fn spawn_daemon(mount_args: Vec<OsString>) -> Result<(), Failure> {
+    spawn_daemon_with(mount_args, |_| {})
+}
+
+/// [`spawn_daemon`], letting `prepare` add to the daemon's command first
+/// (`run` makes it announce itself to its watcher).
+pub(crate) fn spawn_daemon_with(
+    mount_args: Vec<OsString>,
+    prepare: impl FnOnce(&mut std::process::Command),
+) -> Result<(), Failure> {
     // The daemon checks this too; checking first gives the real cause even
     // where a missing /dev would already stop the daemon from starting.
     // (--allow-other's own check waits for the daemon, which has the
@@ -117,6 +126,7 @@ pub(crate) fn spawn_daemon(mount_args: Vec<OsString>) -> Result<(), Failure> {
         None => Stdio::null(),
     };
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+    prepare(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| Failure::new(1, format!("cannot start the mount daemon: {e}")))?;
@@ -205,6 +215,8 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         audit_log: a.audit_log.as_deref().map(abs),
         allow_other: a.allow_other || !a.allow_uid.is_empty(),
         allow_uids: a.allow_uid.clone(),
+        record: None,
+        control: None,
     })
 }
 
@@ -310,7 +322,7 @@ pub(crate) fn used_line(
 }
 
 fn serve(a: &MountArgs) -> Result<(), Failure> {
-    let settings = settings(a)?;
+    let mut settings = settings(a)?;
     // What the machine allows and the mountpoint, before anything
     // (./.sandbox included) is made.
     mount::check_mountpoint(&a.mountpoint, settings.allow_other)?;
@@ -325,6 +337,9 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         .unwrap_or_else(|| mount::default_control_path(&mountpoint));
     // Bound now, while this is the only thread: see control::bind.
     let control = Control::bind(&control_path).map_err(|e| Failure::new(1, e.to_string()))?;
+    // What the mount's watcher removes if this daemon dies.
+    settings.record = Some(mount::record_file(&mountpoint));
+    settings.control = Some(control_path.clone());
     let session = session::build(&table, &mountpoint, &settings)?;
     if let Some(argv) = on_ask {
         session

@@ -99,6 +99,7 @@ impl Daemon {
             control: Some(control.path().to_path_buf()),
             cwd: std::env::current_dir().ok(),
             allow_sensitive_roots: origin.allow_sensitive_roots,
+            mntns: registry::mount_namespace(),
         };
         if let Err(e) = registry::write_record(&record) {
             tracing::warn!("cannot write the mount record: {e}");
@@ -127,9 +128,11 @@ impl Daemon {
     pub fn run(self) -> io::Result<()> {
         let _ = std::env::set_current_dir("/");
         let mountpoint = self.session.mountpoint().to_path_buf();
-        let result = self.session.run();
-        registry::remove_record(&mountpoint);
-        drop(self.control);
+        let control = self.control;
+        let result = self.session.run_then(|| {
+            registry::remove_record(&mountpoint);
+            drop(control);
+        });
         self.runtime.shutdown_timeout(Duration::from_secs(1));
         result
     }

@@ -11,6 +11,18 @@ use std::path::{Path, PathBuf};
 pub struct MountEntry {
     pub mountpoint: PathBuf,
     pub fstype: String,
+    /// The mount source (a FUSE mount's fsname).
+    pub source: String,
+}
+
+impl MountEntry {
+    /// Whether this is a zonemount mount: type `fuse.zonemount`, or a
+    /// plain `fuse` mount named `zonemount` (what fuser's own mount(2)
+    /// made before zonemount mounted itself, when fusermount3 was
+    /// missing: a daemon of an older zonemount may still serve one).
+    pub fn is_zonemount(&self) -> bool {
+        self.fstype == super::FSTYPE || (self.fstype == "fuse" && self.source == "zonemount")
+    }
 }
 
 /// A mountinfo path field with its octal escapes (`\040` for a space)
@@ -43,11 +55,13 @@ pub fn mounts() -> Vec<MountEntry> {
         .filter_map(|line| {
             let mut fields = line.split(' ');
             let mp = fields.nth(4)?;
-            let rest = line.split(" - ").nth(1)?;
-            let fstype = rest.split(' ').next()?;
+            let mut rest = line.split(" - ").nth(1)?.split(' ');
+            let fstype = rest.next()?;
+            let source = rest.next().unwrap_or("");
             Some(MountEntry {
                 mountpoint: unescape(mp),
                 fstype: fstype.to_string(),
+                source: unescape(source).to_string_lossy().into_owned(),
             })
         })
         .collect()
@@ -76,6 +90,20 @@ mod tests {
         assert_eq!(unescape("/tmp/a\\040b"), PathBuf::from("/tmp/a b"));
         assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
         assert_eq!(unescape("/x\\134y"), PathBuf::from("/x\\y"));
+    }
+
+    #[test]
+    fn zonemount_mounts_are_known_by_type_or_by_name() {
+        let e = |fstype: &str, source: &str| MountEntry {
+            mountpoint: "/m".into(),
+            fstype: fstype.into(),
+            source: source.into(),
+        };
+        assert!(e("fuse.zonemount", "zonemount").is_zonemount());
+        assert!(e("fuse", "zonemount").is_zonemount(), "an older daemon's");
+        assert!(!e("fuse", "sshfs").is_zonemount());
+        assert!(!e("fuse.sshfs", "zonemount").is_zonemount());
+        assert!(!e("tmpfs", "zonemount").is_zonemount());
     }
 
     #[test]

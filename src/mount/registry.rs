@@ -2,6 +2,13 @@
 //! runtime directory, beside the default control sockets. `status`,
 //! `approvals`, `check`, `list` and `unmount` find a mount's daemon and
 //! socket through it; a record whose daemon is gone marks a stale mount.
+//!
+//! Each record names its mount namespace (the inode of
+//! `/proc/self/ns/mnt`). The runtime directory is shared by every
+//! namespace of the host (a container started with `unshare -m` sees the
+//! host's `/run`), but a mount is only visible in its own: a record of
+//! another namespace is invisible here — never listed, never read, never
+//! removed as stale.
 
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -30,6 +37,25 @@ pub struct Record {
     /// `--allow-sensitive-roots`, which changes what the zones hide.
     #[serde(default)]
     pub allow_sensitive_roots: bool,
+    /// The daemon's mount namespace ([`mount_namespace`]); absent in
+    /// older records, which count as this namespace's.
+    #[serde(default)]
+    pub mntns: Option<u64>,
+}
+
+impl Record {
+    /// Whether the mount of this record lives in this mount namespace.
+    pub fn here(&self) -> bool {
+        match (self.mntns, mount_namespace()) {
+            (Some(theirs), Some(ours)) => theirs == ours,
+            _ => true,
+        }
+    }
+}
+
+/// This process's mount namespace: the inode of `/proc/self/ns/mnt`.
+pub fn mount_namespace() -> Option<u64> {
+    std::fs::metadata("/proc/self/ns/mnt").ok().map(|m| m.ino())
 }
 
 /// Root's runtime directory; also where a user looks for a mount root made
@@ -92,6 +118,11 @@ fn record_path(mountpoint: &Path) -> PathBuf {
     record_path_in(&runtime_dir(), mountpoint)
 }
 
+/// The file of `mountpoint`'s record in this user's registry.
+pub fn record_file(mountpoint: &Path) -> PathBuf {
+    record_path(mountpoint)
+}
+
 fn record_path_in(runtime: &Path, mountpoint: &Path) -> PathBuf {
     runtime
         .join("mounts")
@@ -113,6 +144,7 @@ pub fn records() -> Vec<Record> {
         .filter_map(Result::ok)
         .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
         .filter_map(|e| read_record_file(&e.path()))
+        .filter(Record::here)
         .collect()
 }
 
@@ -121,16 +153,21 @@ fn read_record_file(path: &Path) -> Option<Record> {
     serde_json::from_slice(&data).ok()
 }
 
+/// The record in `path` if it belongs to this mount namespace.
+fn read_record_here(path: &Path) -> Option<Record> {
+    read_record_file(path).filter(Record::here)
+}
+
 /// The record of `mountpoint` in this user's registry, else in root's: a
 /// user may look at a mount root made for them.
 pub fn find_record(mountpoint: &Path) -> Option<Record> {
     read_record(mountpoint)
-        .or_else(|| read_record_file(&record_path_in(Path::new(ROOT_RUNTIME_DIR), mountpoint)))
+        .or_else(|| read_record_here(&record_path_in(Path::new(ROOT_RUNTIME_DIR), mountpoint)))
 }
 
 /// The record of `mountpoint` in this user's registry.
 pub fn read_record(mountpoint: &Path) -> Option<Record> {
-    read_record_file(&record_path(mountpoint))
+    read_record_here(&record_path(mountpoint))
 }
 
 /// Write (or replace) the record of `rec.mountpoint`, atomically.
@@ -155,8 +192,44 @@ pub fn write_record(rec: &Record) -> io::Result<()> {
     std::fs::rename(tmp, path)
 }
 
+/// Remove the record of `mountpoint`, unless it belongs to another mount
+/// namespace (where that mount may well be live).
 pub fn remove_record(mountpoint: &Path) {
-    let _ = std::fs::remove_file(record_path(mountpoint));
+    let path = record_path(mountpoint);
+    if read_record_file(&path).is_none_or(|r| r.here()) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Remove everything a dead mount left in the registry: its record and
+/// its control socket, when nothing listens there any more (a live socket
+/// belongs to a daemon that bound the path since). Records of other mount
+/// namespaces are left alone.
+pub fn forget(mountpoint: &Path) {
+    let path = record_path(mountpoint);
+    let Some(rec) = read_record_file(&path) else {
+        let _ = std::fs::remove_file(path);
+        return;
+    };
+    if !rec.here() {
+        return;
+    }
+    if let Some(sock) = rec.control.as_deref().filter(|s| !listening(s)) {
+        let _ = std::fs::remove_file(sock);
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+/// Whether something accepts connections on the Unix socket at `path`
+/// (only a refusal or a missing file count as no).
+fn listening(path: &Path) -> bool {
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => true,
+        Err(e) => !matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+        ),
+    }
 }
 
 /// Create `dir` (and parents) writable only by us, whatever the umask
@@ -195,4 +268,42 @@ pub fn now_secs() -> u64 {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(mntns: Option<u64>) -> Record {
+        Record {
+            mountpoint: "/m".into(),
+            pid: 1,
+            config: None,
+            workers: Vec::new(),
+            started: 0,
+            zones: Vec::new(),
+            control: None,
+            cwd: None,
+            allow_sensitive_roots: false,
+            mntns,
+        }
+    }
+
+    #[test]
+    fn only_this_namespaces_records_are_here() {
+        let ours = mount_namespace();
+        assert!(ours.is_some(), "/proc/self/ns/mnt is readable");
+        assert!(record(ours).here());
+        assert!(record(None).here(), "older records count as ours");
+        let other = ours.map(|n| n.wrapping_add(1));
+        assert!(!record(other).here());
+    }
+
+    #[test]
+    fn a_record_without_a_namespace_reads_as_before() {
+        let old = r#"{"mountpoint":"/m","pid":7,"config":null,"workers":[],"started":1}"#;
+        let r: Record = serde_json::from_str(old).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.mntns, None);
+        assert!(r.here());
+    }
 }

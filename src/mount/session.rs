@@ -3,6 +3,21 @@
 //! for every entry point (the `zonemount mount` daemon and the Rust API).
 //! A mount's defaults are defined here, once.
 //!
+//! How the mount is made: with CAP_SYS_ADMIN (root) the session opens
+//! `/dev/fuse` and calls mount(2) itself, as `fuse.zonemount` with fsname
+//! `zonemount`, whether or not `fusermount3` exists; others go through
+//! fuser's `fusermount3` path, which gives the same type. Either way a
+//! [`Watcher`] is forked right after the mount exists: if this process
+//! dies without [`Session`]'s clean end, the watcher unmounts the dead
+//! mount lazily and removes the daemon's control socket and registry
+//! record (see `backing::watch`). That replaces fusermount3's
+//! `auto_unmount`, which needed `allow_other` (and so an in-daemon ACL)
+//! and did nothing without fusermount3.
+//!
+//! Who gets in is the kernel's decision: without `allow_other` only the
+//! mount's owner (for root's mounts: root) passes; with it, everyone, and
+//! the daemon's admission narrows that to `--allow-uid`.
+//!
 //! Assumes the mountpoint passed [`preflight`](super::preflight). A built
 //! [`Session`] is mounted (the FUSE handshake is done) but answers nothing
 //! until [`Session::run`] or [`Session::spawn`]: approvers subscribe to its
@@ -18,9 +33,10 @@ use fuser::{Config, MountOption, SessionACL};
 
 use super::preflight::{MountError, have_dev_fuse};
 use super::show;
-use super::unmount::{UnmountError, detach_or_lazily};
+use super::unmount::{UnmountError, detach, detach_or_lazily};
 use crate::approval::{self, Approvals, Broker};
 use crate::audit::{self, Audit, Kind};
+use crate::backing::{FuseMount, WatchPlan, Watcher};
 use crate::config::ZoneTable;
 use crate::fs::core::{Core, CoreOptions};
 use crate::fs::{Admission, ZoneFs};
@@ -60,6 +76,12 @@ pub struct Settings {
     /// With `allow_other`: only these users (plus the mounting user and
     /// root). Empty: everyone.
     pub allow_uids: Vec<u32>,
+    /// The daemon's registry record, which the watcher removes if this
+    /// process dies without ending the session. None for the Rust API.
+    pub record: Option<PathBuf>,
+    /// The control socket the watcher removes (when nothing listens on it
+    /// any more) if this process dies.
+    pub control: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -73,6 +95,8 @@ impl Default for Settings {
             audit_log: None,
             allow_other: false,
             allow_uids: Vec::new(),
+            record: None,
+            control: None,
         }
     }
 }
@@ -100,6 +124,7 @@ pub struct Session {
     audit: Option<Arc<Audit>>,
     core: Arc<Core>,
     fuse: fuser::Session<ZoneFs>,
+    watcher: Option<Watcher>,
 }
 
 impl std::fmt::Debug for Session {
@@ -151,16 +176,18 @@ pub fn build(
     let owner = Owner::current();
     let fs = filesystem(table, settings, Arc::new(broker.clone()), owner)?;
     let core = fs.core().clone();
-    let config = fuse_config(settings, owner)?;
+    let (config, way) = fuse_config(settings, owner)?;
     crate::backing::clear_umask();
     crate::backing::raise_nofile_limit();
-    let fuse = fuser::Session::new(fs, mountpoint, &config).map_err(|e| {
-        if e.kind() == io::ErrorKind::NotFound && !have_dev_fuse() {
-            MountError::NoFuse
-        } else {
-            MountError::Mount(show(mountpoint), e)
+    let (fuse, watcher) = match way {
+        Way::Direct => mount_direct(fs, mountpoint, settings, owner, config)?,
+        Way::Fusermount => {
+            let fuse = fuser::Session::new(fs, mountpoint, &config)
+                .map_err(|e| mount_error(mountpoint, e))?;
+            let watcher = watch(mountpoint, settings, fusermount3());
+            (fuse, watcher)
         }
-    })?;
+    };
     // The handshake is done: the I/O mode is settled.
     tracing::info!(
         mountpoint = %mountpoint.display(),
@@ -179,7 +206,84 @@ pub fn build(
         audit,
         core,
         fuse,
+        watcher,
     })
+}
+
+fn mount_error(mountpoint: &Path, e: io::Error) -> MountError {
+    if e.kind() == io::ErrorKind::NotFound && !have_dev_fuse() {
+        MountError::NoFuse
+    } else {
+        MountError::Mount(show(mountpoint), e)
+    }
+}
+
+/// mount(2) as `fuse.zonemount`, start the watcher, then the FUSE
+/// handshake on the device. A failed handshake takes the mount down.
+fn mount_direct(
+    fs: ZoneFs,
+    mountpoint: &Path,
+    settings: &Settings,
+    owner: Owner,
+    config: Config,
+) -> Result<(fuser::Session<ZoneFs>, Option<Watcher>), MountError> {
+    let how = FuseMount {
+        fsname: "zonemount",
+        subtype: "zonemount",
+        uid: owner.uid,
+        gid: owner.gid,
+        allow_other: settings.allow_other,
+    };
+    let dev = how
+        .mount(mountpoint)
+        .map_err(|e| mount_error(mountpoint, e.into()))?;
+    let watcher = watch(mountpoint, settings, None);
+    let acl = if settings.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    match fuser::Session::from_fd(fs, dev, acl, config) {
+        Ok(fuse) => Ok((fuse, watcher)),
+        Err(e) => {
+            if let Err(u) = detach(mountpoint, true) {
+                tracing::warn!("cannot take down the half-made mount: {u}");
+            }
+            disarm(watcher.as_ref());
+            Err(MountError::Mount(show(mountpoint), e))
+        }
+    }
+}
+
+/// Start the watcher of this mount (`fusermount`: how a user unmounts).
+/// A mount without one still works; only a crash would leave it behind.
+fn watch(mountpoint: &Path, settings: &Settings, fusermount: Option<PathBuf>) -> Option<Watcher> {
+    let plan = WatchPlan {
+        mountpoint: Some(mountpoint.to_path_buf()),
+        fusermount,
+        files: settings.record.iter().cloned().collect(),
+        sockets: settings.control.iter().cloned().collect(),
+        ..WatchPlan::default()
+    };
+    match Watcher::spawn(&plan) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(
+                "cannot start the mount's watcher ({e}): if this daemon dies, unmount {} by hand",
+                mountpoint.display()
+            );
+            None
+        }
+    }
+}
+
+/// Tell the watcher the mount ended cleanly.
+fn disarm(watcher: Option<&Watcher>) {
+    if let Some(w) = watcher {
+        if let Err(e) = w.disarm() {
+            tracing::warn!("cannot tell the watcher the mount is gone: {e}");
+        }
+    }
 }
 
 /// The approval timeout to use: `wanted`, capped below the kernel's FUSE
@@ -243,9 +347,18 @@ fn fuse_conf_allows_other() -> bool {
         .unwrap_or(false)
 }
 
-/// Mount options and who gets in (DESIGN §6: nosuid, nodev, kernel
-/// permission checks; others only with `allow_other`).
-fn fuse_config(settings: &Settings, owner: Owner) -> Result<Config, MountError> {
+/// How the mount is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// mount(2) by this process (it holds CAP_SYS_ADMIN).
+    Direct,
+    /// fuser's mount through the setuid `fusermount3`.
+    Fusermount,
+}
+
+/// Mount options, who gets in (DESIGN §6: nosuid, nodev, kernel
+/// permission checks; others only with `allow_other`) and how to mount.
+fn fuse_config(settings: &Settings, owner: Owner) -> Result<(Config, Way), MountError> {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName("zonemount".into()),
@@ -254,29 +367,21 @@ fn fuse_config(settings: &Settings, owner: Owner) -> Result<Config, MountError> 
         MountOption::NoSuid,
         MountOption::NoDev,
     ];
-    let have_fusermount = fusermount3().is_some();
-    if owner.uid != 0 && !have_fusermount {
+    config.n_threads = Some(threads(settings));
+    config.clone_fd = true;
+    if crate::backing::has_sys_admin() {
+        return Ok((config, Way::Direct));
+    }
+    if fusermount3().is_none() {
         return Err(MountError::NoFusermount);
     }
     if settings.allow_other && owner.uid != 0 && !fuse_conf_allows_other() {
         return Err(MountError::AllowOtherNotPermitted);
     }
-    // Both ACLs below mount with allow_other; fuser then filters in the
-    // daemon: RootAndOwner admits root and the mounting user only.
     if settings.allow_other {
         config.acl = SessionACL::All;
     }
-    if owner.uid == 0 && have_fusermount {
-        // auto_unmount: fusermount3 unmounts if the daemon dies. It needs
-        // allow_other, so without --allow-other fuser keeps others out.
-        config.mount_options.push(MountOption::AutoUnmount);
-        if !settings.allow_other {
-            config.acl = SessionACL::RootAndOwner;
-        }
-    }
-    config.n_threads = Some(threads(settings));
-    config.clone_fd = true;
-    Ok(config)
+    Ok((config, Way::Fusermount))
 }
 
 impl Session {
@@ -309,9 +414,17 @@ impl Session {
     /// Serve on this thread until the mount goes away; then deny whatever
     /// is pending and record the unmount.
     pub fn run(self) -> io::Result<()> {
+        self.run_then(|| ())
+    }
+
+    /// [`Session::run`], then `tidy` (what the daemon removes: its record
+    /// and socket), then tell the watcher all is clean.
+    pub fn run_then(self, tidy: impl FnOnce()) -> io::Result<()> {
         let result = self.fuse.run();
         self.broker.shutdown("the mount is gone");
         log_unmount(self.audit.as_ref());
+        tidy();
+        Ended(self.watcher).clean();
         result
     }
 
@@ -325,7 +438,23 @@ impl Session {
                 mountpoint: self.mountpoint,
             },
             audit: self.audit,
+            watcher: Ended(self.watcher),
         })
+    }
+}
+
+/// The mount's watcher, to be told once the mount has ended cleanly.
+#[derive(Debug)]
+struct Ended(Option<Watcher>);
+
+impl Ended {
+    /// The mount is gone and the session ended: the watcher may go too.
+    /// A daemon that dies after this leaves nothing the watcher could
+    /// clean (its record and socket go with [`Daemon::run`]).
+    ///
+    /// [`Daemon::run`]: super::daemon::Daemon::run
+    fn clean(&mut self) {
+        disarm(self.0.take().as_ref());
     }
 }
 
@@ -357,6 +486,7 @@ pub struct Background {
     fuse: Option<fuser::BackgroundSession>,
     stopper: Stopper,
     audit: Option<Arc<Audit>>,
+    watcher: Ended,
 }
 
 impl Background {
@@ -377,6 +507,7 @@ impl Background {
         self.stopper.stop(reason).map_err(io::Error::other)?;
         let joined = fuse.join();
         log_unmount(self.audit.as_ref());
+        self.watcher.clean();
         joined
     }
 }

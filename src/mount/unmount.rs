@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::mountinfo::{absolute, find_mount};
-use super::registry::{read_record, remove_record};
-use super::{FSTYPE, show};
+use super::registry::{forget, read_record};
+use super::show;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UnmountError {
@@ -75,8 +75,8 @@ pub fn detach(path: &Path, lazy: bool) -> Result<(), UnmountError> {
 }
 
 /// [`detach`], lazily when that fails: how a daemon (or the Rust API)
-/// unmounts its own mount. fuser's own unmount leaves an auto_unmount
-/// mount to fusermount3, which may not act.
+/// unmounts its own mount (a mount made with mount(2) has no fuser
+/// unmount to fall back on).
 pub fn detach_or_lazily(path: &Path) -> Result<(), UnmountError> {
     detach(path, false).or_else(|e| {
         tracing::warn!("unmount failed ({e}); detaching lazily");
@@ -88,10 +88,10 @@ pub fn detach_or_lazily(path: &Path) -> Result<(), UnmountError> {
 pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
     let path = absolute(path);
     let Some(entry) = find_mount(&path) else {
-        remove_record(&path);
+        forget(&path);
         return Ok(Unmounted::NotMounted);
     };
-    if entry.fstype != FSTYPE {
+    if !entry.is_zonemount() {
         return Err(UnmountError::NotOurs(show(&path), entry.fstype));
     }
     let record = read_record(&path);
@@ -106,6 +106,6 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    remove_record(&path);
+    forget(&path);
     Ok(Unmounted::Done)
 }

@@ -28,7 +28,8 @@
 //!  - [`mount`]: `/proc/mounts`, waiting, cleanup, [`TestMount`], [`Foreground`];
 //!  - [`fixtures`]: [`Mode`], `both_modes!`, [`zones_yaml`], [`Setup`];
 //!  - [`assertions`]: errno names and outcome assertions;
-//!  - [`files`]: directory listings, existence, content hashes.
+//!  - [`files`]: directory listings, existence, content hashes;
+//!  - [`ns`]: scripts in a private mount namespace, fusermount3 hidden or not.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 mod assertions;
@@ -36,10 +37,11 @@ mod files;
 mod fixtures;
 mod mount;
 mod need;
+mod ns;
 mod run;
 
 // Each suite compiles the harness on its own and uses only part of it; a
 // glob it draws nothing from would otherwise warn (`dead_code` above covers
 // the items themselves, not their re-exports).
 #[allow(unused_imports)]
-pub use self::{assertions::*, files::*, fixtures::*, mount::*, need::*, run::*};
+pub use self::{assertions::*, files::*, fixtures::*, mount::*, need::*, ns::*, run::*};

@@ -85,9 +85,36 @@ pub fn wait_unmounted(path: &Path) -> bool {
     wait_until(MOUNT_TIMEOUT, || !is_mounted(path))
 }
 
+/// The name a mount's watcher gives itself (`/proc/PID/comm`); it is a
+/// fork of the daemon, so its command line is the daemon's.
+pub const WATCHER_COMM: &str = "zm-watch";
+
+fn comm(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
 /// Pids (other than ours) whose command line names `zonemount` and `path`:
-/// a daemon still serving, or about to, that mountpoint.
+/// a daemon still serving, or about to, that mountpoint (not its watcher).
 pub fn daemon_pids_for(path: &Path) -> Vec<u32> {
+    zonemount_pids_for(path)
+        .into_iter()
+        .filter(|&p| comm(p) != WATCHER_COMM)
+        .collect()
+}
+
+/// The watchers of the daemons of `path`.
+pub fn watcher_pids_for(path: &Path) -> Vec<u32> {
+    zonemount_pids_for(path)
+        .into_iter()
+        .filter(|&p| comm(p) == WATCHER_COMM)
+        .collect()
+}
+
+/// Processes whose command line is zonemount's and names `path`.
+fn zonemount_pids_for(path: &Path) -> Vec<u32> {
     let me = std::process::id();
     let want = path.to_string_lossy().into_owned();
     let Ok(dir) = fs::read_dir("/proc") else {

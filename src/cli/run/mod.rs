@@ -14,9 +14,14 @@
 //!    without reaping it, so the rest of its group can be killed while the
 //!    leader's pid (= the group id) cannot be reused.
 //!
-//! What `Drop` can't cover: a SIGKILL of `zonemount run` itself. The mount
-//! and temp dir then stay; `zonemount list` shows them and
-//! `scripts/teardown.sh` or `zonemount unmount` removes them.
+//! 5. what `Drop` can't cover, a SIGKILL of `zonemount run` itself, its
+//!    watcher (`backing::watch`, forked when the temp dir is made) does:
+//!    it SIGKILLs CMD's process group, SIGTERMs the daemon (which denies
+//!    what is pending and unmounts; SIGKILL after 10 s, and then the
+//!    daemon's own watcher unmounts), and removes the temp dir. CMD and
+//!    the daemon announce themselves to the watcher from just before
+//!    their exec, so no instant is left between their start and the
+//!    watcher knowing them.
 
 mod exec;
 mod plan;
@@ -92,6 +97,7 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
         return Ok(exit_code(ExitStatus::from_raw(sig)));
     }
     let mut cmd = plan.command_at(&task.dir)?;
+    task.watch_group_of(&mut cmd);
     let child = cmd
         .spawn()
         .map_err(|e| spawn_failure(cmd.get_program(), &e))?;

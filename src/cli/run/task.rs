@@ -14,6 +14,7 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
 use super::super::{Failure, mount_cmd};
 use super::*;
+use crate::backing::{Announce, WatchPlan, Watcher};
 use crate::mount::{self, Unmounted};
 
 /// What the supervising loop hears about.
@@ -37,10 +38,14 @@ pub(super) fn catch_signals(tx: Sender<Event>) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The temp dir and the mount on it; dropping it tears both down.
+/// The temp dir and the mount on it; dropping it tears both down. Its
+/// watcher does the same if `run` itself is killed (SIGKILL): it kills
+/// CMD's process group, stops the daemon (which unmounts) and removes the
+/// dir.
 pub(super) struct TaskMount {
     pub(super) dir: PathBuf,
     pub(super) mounted: bool,
+    watcher: Option<Watcher>,
 }
 
 impl TaskMount {
@@ -62,12 +67,21 @@ impl TaskMount {
             .tempdir_in(base)
             .map_err(fail)?
             .keep();
-        let task = TaskMount {
+        let mut task = TaskMount {
             dir,
             mounted: false,
+            watcher: None,
         };
         std::fs::set_permissions(&task.dir, std::fs::Permissions::from_mode(0o755))
             .map_err(fail)?;
+        let plan = WatchPlan {
+            dirs: vec![task.dir.clone()],
+            ..WatchPlan::default()
+        };
+        task.watcher =
+            Some(Watcher::spawn(&plan).map_err(|e| {
+                Failure::new(1, format!("run: cannot start the task's watcher: {e}"))
+            })?);
         Ok(task)
     }
 
@@ -77,7 +91,22 @@ impl TaskMount {
         // Set first: if the daemon mounted but its report got lost, Drop
         // still looks.
         self.mounted = true;
-        mount_cmd::spawn_daemon(args)
+        let watcher = self.watcher.as_ref();
+        mount_cmd::spawn_daemon_with(args, |cmd| {
+            if let Some(w) = watcher {
+                w.announce_on_exec(cmd, Announce::Stop);
+            }
+        })
+    }
+
+    /// CMD (`cmd`, which leads its own process group) announces itself to
+    /// the watcher from just before its exec: killed with its whole group
+    /// if `run` is, with no instant between its start and the watcher
+    /// knowing.
+    pub(super) fn watch_group_of(&self, cmd: &mut std::process::Command) {
+        if let Some(w) = &self.watcher {
+            w.announce_on_exec(cmd, Announce::Group);
+        }
     }
 
     /// Unmount (lazily when busy), wait for the daemon, remove the dir.
@@ -108,6 +137,11 @@ impl TaskMount {
             if e.kind() != std::io::ErrorKind::NotFound {
                 eprintln!("zonemount: run: cannot remove {}: {e}", self.dir.display());
             }
+        }
+        // Whatever is left was reported above: the watcher has nothing to
+        // add.
+        if let Some(Err(e)) = self.watcher.take().map(|w| w.disarm()) {
+            tracing::warn!("cannot disarm the task's watcher: {e}");
         }
     }
 }

@@ -57,6 +57,22 @@ def _read(path: Path) -> Optional[dict[str, Any]]:
     return data if isinstance(data, dict) else None
 
 
+def _mount_namespace() -> Optional[int]:
+    """This process's mount namespace: the inode of /proc/self/ns/mnt."""
+    try:
+        return os.stat("/proc/self/ns/mnt").st_ino
+    except OSError:
+        return None
+
+
+def _here(rec: dict[str, Any]) -> bool:
+    """Whether the record's mount lives in this mount namespace (records
+    without ``mntns``, from older daemons, count as this one's)."""
+    theirs = rec.get("mntns")
+    ours = _mount_namespace()
+    return not isinstance(theirs, int) or ours is None or theirs == ours
+
+
 def find_record(mountpoint: "os.PathLike[str] | str") -> dict[str, Any]:
     """The registry record of the mount at ``mountpoint``.
 
@@ -66,7 +82,7 @@ def find_record(mountpoint: "os.PathLike[str] | str") -> dict[str, Any]:
     name = f"{mount_key(mp)}.json"
     for base in (runtime_dir(), ROOT_RUNTIME_DIR):
         rec = _read(base / "mounts" / name)
-        if rec is not None and rec.get("mountpoint") == mp:
+        if rec is not None and rec.get("mountpoint") == mp and _here(rec):
             return rec
     raise NotMountedError(
         f"{mp} is not a zonemount mount this user can see: no record in "
