@@ -99,8 +99,8 @@ pub fn have_dev_fuse() -> bool {
 }
 
 /// What this machine must allow before a mount is tried: a FUSE device
-/// this user can open; for an ordinary user, a setuid `fusermount3`; and
-/// for `--allow-other`, root or `user_allow_other`.
+/// this user can open; without CAP_SYS_ADMIN, a setuid `fusermount3`; and
+/// for `--allow-other`, CAP_SYS_ADMIN or `user_allow_other`.
 pub fn host_allows(allow_other: bool) -> Result<(), MountError> {
     match probe::fuse_device() {
         probe::FuseDevice::Usable => {}
@@ -111,7 +111,9 @@ pub fn host_allows(allow_other: bool) -> Result<(), MountError> {
             ));
         }
     }
-    if probe::is_root() {
+    // With CAP_SYS_ADMIN the daemon mounts itself (session::fuse_config);
+    // otherwise it goes through the setuid fusermount3.
+    if crate::backing::has_sys_admin() {
         return Ok(());
     }
     match probe::fusermount3() {

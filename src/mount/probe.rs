@@ -12,8 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rustix::thread::CapabilitySet;
-
 /// The FUSE device.
 pub const DEV_FUSE: &str = "/dev/fuse";
 
@@ -63,22 +61,6 @@ pub fn is_setuid_root(p: &Path) -> bool {
 /// Effective uid 0.
 pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
-}
-
-/// Whether this process may call mount(2) itself (CAP_SYS_ADMIN; also
-/// what FUSE passthrough needs).
-pub fn has_sys_admin() -> bool {
-    effective_caps().contains(CapabilitySet::SYS_ADMIN)
-}
-
-/// Whether this process may reopen kernel file handles
-/// (`open_by_handle_at` needs CAP_DAC_READ_SEARCH).
-pub fn has_dac_read_search() -> bool {
-    effective_caps().contains(CapabilitySet::DAC_READ_SEARCH)
-}
-
-fn effective_caps() -> CapabilitySet {
-    rustix::thread::capabilities(None).map_or(CapabilitySet::empty(), |c| c.effective)
 }
 
 /// Whether /etc/fuse.conf lets non-root users mount with `allow_other`.

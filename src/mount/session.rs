@@ -32,8 +32,8 @@ use std::time::Duration;
 use fuser::{Config, MountOption, SessionACL};
 
 use super::preflight::{MountError, have_dev_fuse};
-use super::show;
 use super::unmount::{UnmountError, detach, detach_or_lazily};
+use super::{probe, show};
 use crate::approval::{self, Approvals, Broker};
 use crate::audit::{self, Audit, Kind};
 use crate::backing::{FuseMount, WatchPlan, Watcher};
@@ -184,7 +184,7 @@ pub fn build(
         Way::Fusermount => {
             let fuse = fuser::Session::new(fs, mountpoint, &config)
                 .map_err(|e| mount_error(mountpoint, e))?;
-            let watcher = watch(mountpoint, settings, fusermount3());
+            let watcher = watch(mountpoint, settings, probe::fusermount3());
             (fuse, watcher)
         }
     };
@@ -329,24 +329,6 @@ fn filesystem(
     Ok(ZoneFs::new(Arc::new(core)))
 }
 
-fn fusermount3() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|d| d.join("fusermount3"))
-        .find(|p| p.is_file())
-}
-
-/// Whether /etc/fuse.conf lets non-root users mount with allow_other.
-fn fuse_conf_allows_other() -> bool {
-    std::fs::read_to_string("/etc/fuse.conf")
-        .map(|t| {
-            t.lines()
-                .map(|l| l.split('#').next().unwrap_or("").trim())
-                .any(|l| l == "user_allow_other")
-        })
-        .unwrap_or(false)
-}
-
 /// How the mount is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Way {
@@ -372,10 +354,10 @@ fn fuse_config(settings: &Settings, owner: Owner) -> Result<(Config, Way), Mount
     if crate::backing::has_sys_admin() {
         return Ok((config, Way::Direct));
     }
-    if fusermount3().is_none() {
+    if probe::fusermount3().is_none() {
         return Err(MountError::NoFusermount);
     }
-    if settings.allow_other && owner.uid != 0 && !fuse_conf_allows_other() {
+    if settings.allow_other && owner.uid != 0 && !probe::fuse_conf_allows_other() {
         return Err(MountError::AllowOtherNotPermitted);
     }
     if settings.allow_other {
