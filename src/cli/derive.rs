@@ -56,14 +56,7 @@ mod tests {
         Zone {
             name: name.into(),
             backing: PathBuf::from(format!("/b/{name}")),
-            policy: ZonePolicy {
-                access,
-                approval: ApprovalPolicy::default(),
-                suffixes: None,
-                max_file_bytes: None,
-                protect: Vec::new(),
-                hidden: Vec::new(),
-            },
+            policy: ZonePolicy::plain(access),
         }
     }
 

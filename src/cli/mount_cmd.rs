@@ -393,18 +393,11 @@ mod tests {
 
     #[test]
     fn the_used_line_names_config_workers_and_each_backing_dir() {
-        use crate::config::{Access, ApprovalPolicy, SandboxMode, Zone, ZonePolicy, ZoneTable};
+        use crate::config::{Access, SandboxMode, Zone, ZonePolicy, ZoneTable};
         let zone = |name: &str, access| Zone {
             name: name.into(),
             backing: PathBuf::from("/p/.sandbox").join(name),
-            policy: ZonePolicy {
-                access,
-                approval: ApprovalPolicy::default(),
-                suffixes: None,
-                max_file_bytes: None,
-                protect: Vec::new(),
-                hidden: Vec::new(),
-            },
+            policy: ZonePolicy::plain(access),
         };
         let mut t = ZoneTable {
             mode: SandboxMode::Sandboxed,

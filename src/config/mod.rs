@@ -136,6 +136,21 @@ pub struct ZonePolicy {
     pub hidden: Vec<PathBuf>,
 }
 
+impl ZonePolicy {
+    /// `access` with nothing else: preApproved, every name, no size
+    /// limit, nothing protected or hidden.
+    pub fn plain(access: Access) -> ZonePolicy {
+        ZonePolicy {
+            access,
+            approval: ApprovalPolicy::default(),
+            suffixes: None,
+            max_file_bytes: None,
+            protect: Vec::new(),
+            hidden: Vec::new(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Zone {
     pub name: String,
