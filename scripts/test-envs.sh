@@ -53,12 +53,17 @@ chmod 0711 "$scratch"
 fuse_mode=""
 cleanup() {
   [ -n "$fuse_mode" ] && chmod "$fuse_mode" /dev/fuse
+  if [ -n "${ZONEMOUNT_SKIP_LOG:-}" ] && [ -f "$scratch/skips.log" ]; then
+    cat "$scratch/skips.log" >> "$ZONEMOUNT_SKIP_LOG"
+  fi
   rm -rf "$scratch"
 }
 trap cleanup EXIT
 
-# The skip log the tests append to must be writable by the test user.
-skip_log=${ZONEMOUNT_SKIP_LOG:-$scratch/skips.log}
+# The tests append skips to a log of their own here (the caller's log may
+# be in a directory the test user can't reach); it is added to the
+# caller's ZONEMOUNT_SKIP_LOG at the end.
+skip_log=$scratch/skips.log
 touch "$skip_log"
 
 run_env=(env "CI=${CI:-}" "ZONEMOUNT_TEST_ENV=$env_name" "ZONEMOUNT_SKIP_LOG=$skip_log" "RUST_BACKTRACE=1")
