@@ -46,7 +46,9 @@ impl Host {
     }
 
     /// Run `setup` (as root, in a private mount namespace), then `zonemount
-    /// ARGS` in `cwd` — as nobody when `as_user` — in that namespace.
+    /// ARGS` in `cwd` — as nobody when `as_user` — in that namespace. The
+    /// binary runs from a copy on the staging tmpfs: nobody may not reach
+    /// the build dir (a clone under /root).
     fn zonemount(&self, setup: &str, as_user: bool, args: &str) -> Out {
         let who = if as_user {
             format!("setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups")
@@ -54,7 +56,7 @@ impl Host {
             String::new()
         };
         let script = format!(
-            "set -e\nstage='{stage}'\nmount -t tmpfs -o mode=0755 zmhost \"$stage\"\n{setup}\ncd '{cwd}'\nexec {who} env HOME=/nonexistent XDG_RUNTIME_DIR= '{bin}' {args}",
+            "set -e\nstage='{stage}'\nmount -t tmpfs -o mode=0755 zmhost \"$stage\"\ncp '{bin}' \"$stage/zonemount\"\n{setup}\ncd '{cwd}'\nexec {who} env HOME=/nonexistent XDG_RUNTIME_DIR= \"$stage/zonemount\" {args}",
             stage = self.path("stage").display(),
             cwd = self.path("cwd").display(),
             bin = BIN,
