@@ -1123,3 +1123,43 @@ fn worker_without_sandbox_gets_an_empty_root() {
     assert!(st.success());
     assert_eq!(out, "");
 }
+
+#[test]
+fn unmount_stale_removes_dead_sockets_no_record_names_and_keeps_live_ones() {
+    // Root's runtime dir is fixed; a user's follows XDG_RUNTIME_DIR.
+    let tmp = tempfile::tempdir().unwrap();
+    let runtime = if is_root() {
+        PathBuf::from("/run/zonemount")
+    } else {
+        tmp.path().join("zonemount")
+    };
+    fs::create_dir_all(&runtime).unwrap();
+    let tag = format!("zzz-test-{}", std::process::id());
+    let dead = runtime.join(format!("{tag}-dead.sock"));
+    let live = runtime.join(format!("{tag}-live.sock"));
+    drop(std::os::unix::net::UnixListener::bind(&dead).unwrap()); // the file stays
+    let listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
+    let out = run(
+        Command::new(BIN)
+            .args(["unmount", "--stale"])
+            .env("XDG_RUNTIME_DIR", tmp.path()),
+        Duration::from_secs(60),
+    );
+    let _ = fs::remove_file(&live);
+    drop(listener);
+    assert!(out.success(), "{}", out.describe());
+    assert!(!dead.exists(), "the dead socket stays: {}", out.describe());
+    assert!(
+        out.stderr.contains(&format!(
+            "removed the dead control socket {}",
+            dead.display()
+        )),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        !out.stderr.contains(&live.display().to_string()),
+        "a live socket was touched: {}",
+        out.describe()
+    );
+}

@@ -215,8 +215,17 @@ pub(crate) fn list(json: bool) -> Result<(), Failure> {
 /// `unmount --stale`: each stale mount by its exact path, then its record.
 pub(crate) fn unmount_stale() -> Result<(), Failure> {
     let stale: Vec<MountStatus> = current().into_iter().filter(|r| r.stale).collect();
+    let swept = mount::sweep_dead_sockets();
+    for p in &swept {
+        eprintln!(
+            "zonemount: removed the dead control socket {} (no mount names it)",
+            p.display()
+        );
+    }
     if stale.is_empty() {
-        eprintln!("zonemount: note: no stale mounts; nothing to do");
+        if swept.is_empty() {
+            eprintln!("zonemount: note: no stale mounts; nothing to do");
+        }
         return Ok(());
     }
     let mut failed = 0;

@@ -29,7 +29,8 @@ pub use preflight::{
 };
 pub use registry::{
     Record, default_control_path, find_record, forget, mount_namespace, now_secs, private_dir,
-    read_record, record_file, records, remove_record, runtime_dir, state_dir, write_record,
+    read_record, record_file, records, remove_record, runtime_dir, state_dir, sweep_dead_sockets,
+    write_record,
 };
 pub use unmount::{
     DAEMON_EXIT_WAIT, UnmountError, Unmounted, detach, detach_or_lazily, process_alive, unmount,

@@ -220,6 +220,32 @@ pub fn forget(mountpoint: &Path) {
     let _ = std::fs::remove_file(path);
 }
 
+/// Remove the control sockets in the runtime directory that no record
+/// names and nothing listens on (left by daemons that died before their
+/// records were cleaned, or by older versions); the paths removed.
+pub fn sweep_dead_sockets() -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = runtime_dir();
+    let named: Vec<PathBuf> = std::fs::read_dir(dir.join("mounts"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| read_record_file(&e.path()))
+        .filter_map(|r| r.control)
+        .collect();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .filter(|p| !named.contains(p) && !listening(p))
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .collect()
+}
+
 /// Whether something accepts connections on the Unix socket at `path`
 /// (only a refusal or a missing file count as no).
 fn listening(path: &Path) -> bool {
