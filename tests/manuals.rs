@@ -69,3 +69,49 @@ fn man_pages_for_the_tool_and_each_command() {
         assert!(text.contains(".TH"), "{name} is not a man page");
     }
 }
+
+/// The daemon's log lines on a terminal (through `script`'s pty): coloured,
+/// unless NO_COLOR is set.
+fn foreground_log_on_a_tty(no_color: bool) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("project.yaml"),
+        zones_yaml(Mode::Sandboxed, &[("ws", "mode: rw")]),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("mnt")).unwrap();
+    let env = if no_color {
+        "NO_COLOR=1 "
+    } else {
+        "NO_COLOR= "
+    };
+    // SIGINT after 3 s unmounts cleanly; `timeout` bounds it either way.
+    let inner = format!(
+        "cd '{}' && {env}RUST_LOG=zonemount=info timeout -s INT 3 '{BIN}' mount --foreground --config project.yaml mnt",
+        dir.path().display()
+    );
+    let out = run(
+        Command::new("script").args(["-qec", &inner, "/dev/null"]),
+        Duration::from_secs(60),
+    );
+    assert!(!is_mounted(&dir.path().join("mnt")), "{}", out.describe());
+    assert!(
+        out.stdout.contains("mounted"),
+        "no log line: {}",
+        out.describe()
+    );
+    out.stdout
+}
+
+#[test]
+fn no_color_turns_off_colour_in_log_lines() {
+    if !fuse_ok() || !tool_ok("script") {
+        return;
+    }
+    assert!(
+        foreground_log_on_a_tty(false).contains('\u{1b}'),
+        "on a terminal the log is coloured"
+    );
+    let plain = foreground_log_on_a_tty(true);
+    assert!(!plain.contains('\u{1b}'), "NO_COLOR: {plain:?}");
+}

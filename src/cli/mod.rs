@@ -242,7 +242,17 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(log_colors())
         .try_init();
+}
+
+/// Colour in log lines only on a terminal, and never with `NO_COLOR` set
+/// (to anything non-empty, as no-color.org says). Nothing else zonemount
+/// prints has colour.
+fn log_colors() -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stderr().is_terminal()
 }
 
 fn cwd() -> Result<PathBuf, Failure> {
