@@ -5,11 +5,13 @@
 set -euo pipefail
 here=$(pwd)
 cd "$(dirname "$0")/.."
-command -v fusermount3 >/dev/null || {
-  if [ "$(id -u)" -eq 0 ]; then apt-get update -qq && apt-get install -y -qq fuse3 >/dev/null
-  else sudo apt-get update -qq && sudo apt-get install -y -qq fuse3 >/dev/null; fi
-}
-cargo build --release --quiet
+# Root mounts by itself; an ordinary user needs the setuid fusermount3.
+if [ "$(id -u)" -ne 0 ] && ! command -v fusermount3 >/dev/null; then
+  echo "demo: installing fuse3 (fusermount3)"
+  sudo apt-get update -qq && sudo apt-get install -y -qq fuse3 >/dev/null
+fi
+echo "demo: building zonemount (release; the first build takes a few minutes)"
+cargo build --release
 bin=$(pwd)/target/release/zonemount
 cd "$here"
 mnt=$(mktemp -d /tmp/zonemount-demo.XXXXXX)
