@@ -115,3 +115,40 @@ fn no_color_turns_off_colour_in_log_lines() {
     let plain = foreground_log_on_a_tty(true);
     assert!(!plain.contains('\u{1b}'), "NO_COLOR: {plain:?}");
 }
+
+#[test]
+fn every_command_help_ends_with_examples_and_exit_status() {
+    for cmd in [
+        "mount",
+        "unmount",
+        "run",
+        "list",
+        "derive",
+        "status",
+        "approvals",
+        "check",
+        "doctor",
+        "completions",
+        "man",
+    ] {
+        let out = zm(&[cmd, "--help"]);
+        assert!(out.success(), "{cmd}: {}", out.describe());
+        assert!(
+            out.stdout.contains("Exit status"),
+            "{cmd} --help names no exit status:\n{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains("Examples:"),
+            "{cmd} --help has no examples"
+        );
+        // Every positional argument is described.
+        let args = out.stdout.split("Arguments:").nth(1).unwrap_or("");
+        for line in args.lines().take_while(|l| !l.trim().is_empty()) {
+            assert!(
+                line.trim().split_once("  ").is_some(),
+                "{cmd}: an argument without a description: {line:?}"
+            );
+        }
+    }
+}

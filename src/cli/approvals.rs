@@ -21,6 +21,7 @@ pub(crate) struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// The mount's directory.
     mountpoint: PathBuf,
 }
 
@@ -31,6 +32,7 @@ pub(crate) enum ApprovalsCmd {
         /// Print JSON (an array of requests).
         #[arg(long)]
         json: bool,
+        /// The mount's directory.
         mountpoint: PathBuf,
     },
     /// Print requests and their outcomes as they happen (until the mount
@@ -39,6 +41,7 @@ pub(crate) enum ApprovalsCmd {
         /// Print JSON Lines (the control protocol's event objects).
         #[arg(long)]
         json: bool,
+        /// The mount's directory.
         mountpoint: PathBuf,
     },
     /// Allow a request, once or for the rest of the mount.
@@ -47,12 +50,19 @@ pub(crate) enum ApprovalsCmd {
         /// class anywhere in the zone.
         #[arg(long, default_value = "once", value_name = "once|path|zone")]
         scope: Scope,
+        /// The mount's directory.
         mountpoint: PathBuf,
+        /// The request's id, as `approvals list` shows it.
         id: u64,
     },
     /// Deny a request (EACCES; the same class on the same path is denied
     /// at once for the rest of the mount).
-    Deny { mountpoint: PathBuf, id: u64 },
+    Deny {
+        /// The mount's directory.
+        mountpoint: PathBuf,
+        /// The request's id, as `approvals list` shows it.
+        id: u64,
+    },
 }
 
 fn failure(e: ClientError) -> Failure {

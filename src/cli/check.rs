@@ -37,6 +37,7 @@ pub(crate) struct CheckArgs {
     /// Remove it (unlink or rmdir).
     #[arg(long, group = "operation")]
     delete: bool,
+    /// The mount's directory.
     mountpoint: PathBuf,
     /// A path under MOUNTPOINT, taken as a shell would (relative to the
     /// current directory; `..` applied); or, when that is outside the

@@ -11,6 +11,7 @@ mod check;
 mod columns;
 mod derive;
 mod doctor;
+mod help;
 mod list;
 mod manuals;
 mod mount_cmd;
@@ -38,8 +39,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Mount the zones at MOUNTPOINT; returns once the mount is live.
+    #[command(after_help = help::MOUNT)]
     Mount(MountArgs),
     /// Unmount MOUNTPOINT and wait for its daemon to exit.
+    #[command(after_help = help::UNMOUNT)]
     Unmount {
         /// Detach now even if busy; the mount goes when its last user does.
         #[arg(long)]
@@ -47,31 +50,37 @@ enum Cmd {
         /// Instead of one MOUNTPOINT: clean up every stale mount `list` shows.
         #[arg(long, conflicts_with_all = ["mountpoint", "lazy"])]
         stale: bool,
+        /// The mount's directory (exactly that path is unmounted).
         #[arg(required_unless_present = "stale")]
         mountpoint: Option<PathBuf>,
     },
     /// Mount on a fresh temporary directory, run CMD there, always tear down.
     Run(run::RunArgs),
     /// Show every zonemount mount on this host, stale ones marked.
+    #[command(after_help = help::LIST)]
     List {
         /// One JSON array instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Print the effective zone table without mounting.
+    #[command(after_help = help::DERIVE)]
     Derive(ConfigArgs),
     /// Show a mount's zones, settings, pending requests and counters.
+    #[command(after_help = help::STATUS)]
     Status(approvals::StatusArgs),
     /// List, watch and decide a mount's approval requests.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = help::APPROVALS)]
     Approvals(approvals::ApprovalsCmd),
     /// Would a worker's read, write or delete of PATH be allowed (exit 0),
     /// asked (3) or refused (4), and why? Touches nothing.
+    #[command(after_help = help::CHECK)]
     Check(check::CheckArgs),
     /// What this machine allows (FUSE, fusermount3, privilege, passthrough,
     /// io_uring, file handles, the --isolate sandbox, state dirs) and what
     /// zonemount does about each; exit 0 when a mount can be made here, 5
     /// when not.
+    #[command(after_help = help::DOCTOR)]
     Doctor {
         /// One JSON object instead of lines.
         #[arg(long)]
@@ -79,12 +88,14 @@ enum Cmd {
     },
     /// Print a shell completion script (e.g. `zonemount completions bash >
     /// /etc/bash_completion.d/zonemount`).
+    #[command(after_help = help::COMPLETIONS)]
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
     /// Print the zonemount(1) man page, or write it and one page per
     /// command into DIR.
+    #[command(after_help = help::MAN)]
     Man {
         /// Write zonemount.1, zonemount-mount.1, ... here instead.
         #[arg(long, value_name = "DIR")]
@@ -164,6 +175,7 @@ pub(crate) struct MountArgs {
     /// Internal: report readiness on stdout (used by the detaching parent).
     #[arg(long, hide = true)]
     pub(crate) notify_ready: bool,
+    /// An existing, empty directory to mount on.
     pub(crate) mountpoint: PathBuf,
 }
 

@@ -54,9 +54,16 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
     after_help = "Mount options are those of `zonemount mount` (--config F, \
 --worker F, --no-approvals, --cache-ttl SECS, ...), without the mountpoint: \
 run mounts on a fresh directory under $TMPDIR (or /tmp). CMD runs with its \
-working directory in the first rw zone (or the mount's root). Exit status: \
-CMD's (128+N when it died of signal N); 1 or 2 when run itself failed \
-before CMD started; 126/127 when CMD could not be executed/found."
+working directory in the first rw zone (or the mount's root).
+
+Examples:
+  zonemount run -- make test
+  zonemount run --config project.yaml --worker formatter.worker --timeout 600 -- my-agent --task 42
+  zonemount run --isolate --env HOME -- sh -c 'ls /'
+
+Exit status: CMD's (128+N when it died of signal N; 143/137 after \
+--timeout); 127 CMD not found; 126 CMD not executable; 1, 2 or 5 when run \
+itself failed before CMD started (see `zonemount mount --help`)."
 )]
 pub(crate) struct RunArgs {
     /// Run CMD under bubblewrap: the zones at /<zone>, system dirs

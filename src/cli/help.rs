@@ -1,0 +1,82 @@
+//! The text after each command's `--help` options: examples, then the exit
+//! statuses that command uses (the README's exit-status table has them
+//! all).
+
+pub(crate) const MOUNT: &str = "\
+Examples:
+  zonemount mount mnt                                  # embedded default: rw cache, workspace under ./.sandbox
+  zonemount mount --config project.yaml --worker formatter.worker /tmp/task-42
+  zonemount mount -q --foreground --prompt mnt          # stay attached, answer asks on this terminal
+
+Exit status: 0 mounted; 1 the mount failed; 2 bad usage or configuration
+(file:line named); 5 this machine doesn't allow it (see `zonemount doctor`).";
+
+pub(crate) const UNMOUNT: &str = "\
+Examples:
+  zonemount unmount /tmp/task-42
+  zonemount unmount --lazy /tmp/task-42                # busy: detach now, go when unused
+  zonemount unmount --stale                            # every mount whose daemon is gone
+
+Exit status: 0 unmounted (or not mounted: a note); 1 busy without --lazy, or
+the unmount failed; 2 bad usage, or not a zonemount mount.";
+
+pub(crate) const LIST: &str = "\
+Examples:
+  zonemount list
+  zonemount list --json | jq '.[] | select(.stale)'
+
+Exit status: 0; 2 bad usage.";
+
+pub(crate) const DERIVE: &str = "\
+Examples:
+  zonemount derive                                     # ./zonemount.yaml, else the embedded default
+  zonemount derive --config project.yaml --worker parent.worker --worker child.worker
+
+Exit status: 0; 2 bad usage or configuration (file:line named).";
+
+pub(crate) const STATUS: &str = "\
+Examples:
+  zonemount status /tmp/task-42
+  zonemount status --json /tmp/task-42
+
+Exit status: 0; 1 the daemon can't be reached; 2 bad usage.";
+
+pub(crate) const APPROVALS: &str = "\
+Examples:
+  zonemount approvals list /tmp/task-42
+  zonemount approvals watch --json /tmp/task-42
+  zonemount approvals allow --scope path /tmp/task-42 7
+  zonemount approvals deny /tmp/task-42 8
+
+Exit status: 0; 1 the daemon can't be reached, or ID is not pending; 2 bad usage.";
+
+pub(crate) const CHECK: &str = "\
+Examples:
+  zonemount check /tmp/task-42 /tmp/task-42/data/a.txt --write
+  zonemount check --json /tmp/task-42 /workspace/notes.md --delete
+
+Exit status: 0 allowed; 3 would ask; 4 refused; 1 MOUNTPOINT is not a
+zonemount mount, or its config can't be loaded again; 2 bad usage, or PATH
+outside the mount.";
+
+pub(crate) const DOCTOR: &str = "\
+Examples:
+  zonemount doctor
+  zonemount doctor --json | jq '.checks[] | select(.state != \"ok\")'
+
+Exit status: 0 a mount can be made here; 5 it can't (the missing lines say why).";
+
+pub(crate) const COMPLETIONS: &str = "\
+Examples:
+  zonemount completions bash > /etc/bash_completion.d/zonemount
+  zonemount completions zsh > \"${fpath[1]}/_zonemount\"
+  zonemount completions fish > ~/.config/fish/completions/zonemount.fish
+
+Exit status: 0; 2 an unknown shell.";
+
+pub(crate) const MAN: &str = "\
+Examples:
+  zonemount man | man -l -
+  zonemount man --dir /usr/local/share/man/man1
+
+Exit status: 0; 1 the pages can't be written.";
