@@ -858,6 +858,34 @@ fn derive_prints_the_zone_table() {
 }
 
 #[test]
+fn derive_json_gives_the_same_table() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("project.yaml"), PROJECT3).unwrap();
+    let out = zonemount(
+        dir.path(),
+        &["derive", "--json", "--config", "project.yaml"],
+    );
+    assert!(out.success(), "derive --json: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(
+        v["config"].as_str().unwrap().ends_with("project.yaml"),
+        "{v}"
+    );
+    let zone = |name: &str| {
+        v["zones"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|z| z["name"] == name)
+            .unwrap_or_else(|| panic!("no zone {name}: {v}"))
+            .clone()
+    };
+    assert_eq!(zone("alpha_zone")["policy"]["access"], "ro");
+    assert_eq!(zone("gamma_zone")["policy"]["approval"]["delete"], "ask");
+    assert!(!dir.path().join(".sandbox").exists(), "nothing created");
+}
+
+#[test]
 fn derive_with_workers() {
     let dir = tempfile::tempdir().unwrap();
     let w1 = "---\nname: w1\nsandbox:\n  zones:\n    - name: alpha_zone\n      mode: ro\n    - name: beta_zone\n      mode: rw\n---\n# body\nDo things.\n";

@@ -1,17 +1,45 @@
 //! `derive`: the effective zone table, printed without mounting.
 
+use clap::Args;
+
 use super::columns::zone_table;
 use super::{ConfigArgs, Failure};
 use crate::config::ZoneTable;
 use crate::control::protocol::ZoneStatus;
 
-pub(crate) fn derive(c: &ConfigArgs) -> Result<(), Failure> {
-    let (table, notes) = super::zone_table_noted(c, &super::cwd()?)?;
+#[derive(Debug, Args, Clone)]
+pub(crate) struct DeriveArgs {
+    #[command(flatten)]
+    pub(crate) config: ConfigArgs,
+    /// One JSON object: config, mode and zones (each as `status --json`
+    /// shows a zone).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+pub(crate) fn derive(a: &DeriveArgs) -> Result<(), Failure> {
+    let (table, notes) = super::zone_table_noted(&a.config, &super::cwd()?)?;
     for t in &notes {
         eprintln!("zonemount: {}", super::tightening_note(t));
     }
-    print!("{}", render(&table));
+    if a.json {
+        println!("{}", json(&table));
+    } else {
+        print!("{}", render(&table));
+    }
     Ok(())
+}
+
+/// The table as one JSON object: `config` (null for the embedded
+/// default), `mode`, `zones`.
+pub(crate) fn json(table: &ZoneTable) -> String {
+    let zones: Vec<ZoneStatus> = table.zones.iter().map(ZoneStatus::from).collect();
+    let v = serde_json::json!({
+        "config": table.source,
+        "mode": table.mode.to_string(),
+        "zones": zones,
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default()
 }
 
 /// The table for people: zone, backing dir, mode, write/delete policy,

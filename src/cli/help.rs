@@ -31,6 +31,7 @@ pub(crate) const DERIVE: &str = "\
 Examples:
   zonemount derive                                     # ./zonemount.yaml, else the embedded default
   zonemount derive --config project.yaml --worker parent.worker --worker child.worker
+  zonemount derive --json --config project.yaml
 
 Exit status: 0; 2 bad usage or configuration (file:line named).";
 

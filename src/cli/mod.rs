@@ -65,7 +65,7 @@ enum Cmd {
     },
     /// Print the effective zone table without mounting.
     #[command(after_help = help::DERIVE)]
-    Derive(ConfigArgs),
+    Derive(derive::DeriveArgs),
     /// Show a mount's zones, settings, pending requests and counters.
     #[command(after_help = help::STATUS)]
     Status(approvals::StatusArgs),
@@ -225,7 +225,7 @@ pub fn run() -> ExitCode {
             Err(f) => Err(f),
         },
         Cmd::List { json } => list::list(json),
-        Cmd::Derive(c) => derive::derive(&c),
+        Cmd::Derive(a) => derive::derive(&a),
         Cmd::Status(a) => approvals::status(&a),
         Cmd::Approvals(c) => approvals::run(&c),
         Cmd::Completions { shell } => manuals::completions(shell),
