@@ -4,7 +4,8 @@
 #
 #   scripts/teardown.sh DIR
 #
-# Mounts are found by filesystem type (fuse.zonemount) in /proc/mounts, whose
+# Mounts are found by filesystem type (fuse.zonemount, or a plain fuse mount
+# whose source is zonemount, as older versions made) in /proc/mounts, whose
 # octal escapes (\040 for a space, ...) are decoded; nothing of another type
 # is touched, and nothing outside DIR. Each mount goes through
 # `zonemount unmount PATH` (which waits up to 10 s for the daemon), falling
@@ -88,8 +89,10 @@ unmount_one() {
 }
 
 found=()
-while read -r _src field fstype _rest; do
-  [ "$fstype" = fuse.zonemount ] || continue
+while read -r src field fstype _rest; do
+  # fuse.zonemount; or plain fuse named zonemount (older versions, as root
+  # without fusermount3).
+  [ "$fstype" = fuse.zonemount ] || { [ "$fstype" = fuse ] && [ "$src" = zonemount ]; } || continue
   decode "$field"
   under_dir "$REPLY" && found+=("$REPLY")
 done </proc/mounts
