@@ -43,13 +43,47 @@ fn zm(args: &[&str], mnt: &Path) -> Out {
     run(&mut cmd, Duration::from_secs(30))
 }
 
+/// `zonemount approvals ALLOW|DENY… MNT ID` from a session of its own, as
+/// a supervisor in another terminal decides (never from the asker's side).
 fn decide(m: &TestMount, how: &[&str], id: u64) -> Out {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("approvals")
+    let mut cmd = Command::new("setsid");
+    cmd.arg(BIN)
+        .arg("approvals")
         .args(how)
         .arg(m.mountpoint())
         .arg(id.to_string());
     run(&mut cmd, Duration::from_secs(30))
+}
+
+/// `zonemount approvals DECISION MNT ID` from a process that is no
+/// descendant of this one (`setsid -f` leaves it to be reparented), for
+/// requests this test process made itself; waits (bounded) for its exit 0.
+#[track_caller]
+fn decide_detached(m: &TestMount, decision: &str, id: u64) {
+    let rc = m.root().join(format!("decide-{id}.rc"));
+    let script = format!(
+        "'{BIN}' approvals {decision} '{}' {id} >/dev/null 2>&1; echo $? > '{}'",
+        m.mountpoint().display(),
+        rc.display()
+    );
+    let out = run(
+        Command::new("setsid").args(["-f", "sh", "-c", &script]),
+        Duration::from_secs(10),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !rc.exists() || fs::read_to_string(&rc).unwrap().trim().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the detached decider did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        fs::read_to_string(&rc).unwrap().trim(),
+        "0",
+        "detached decide failed"
+    );
 }
 
 fn pending(m: &TestMount) -> Vec<Value> {
@@ -100,8 +134,11 @@ impl Worker {
             .as_nanos();
         let out = m.root().join(format!("worker-{n}.out"));
         let err = m.root().join(format!("worker-{n}.err"));
-        let child = Command::new("sh")
-            .arg("-c")
+        // A session of its own, as `zonemount run` gives CMD: the test
+        // decides from outside it (a decision from the worker's own
+        // session is refused).
+        let child = Command::new("setsid")
+            .args(["sh", "-c"])
             .arg(script)
             .current_dir(m.mountpoint())
             .env("LC_ALL", "C")
@@ -395,8 +432,14 @@ fn identical_requests_of_one_process_are_one_and_the_rest_goes_on() {
     assert_eq!(pending(&m).len(), 1, "still waiting");
     assert!(openers.iter().all(|h| !h.is_finished()));
 
+    // The asker is this test process: only a decider outside its family
+    // may allow (a child of it is refused; see the next test).
     let id = r[0]["id"].as_u64().unwrap();
-    assert!(decide(&m, &["allow"], id).success());
+    assert!(
+        !decide(&m, &["allow"], id).success(),
+        "a child of the asker"
+    );
+    decide_detached(&m, "allow", id);
     for h in openers {
         h.join().unwrap().unwrap();
     }
@@ -911,4 +954,295 @@ fn status_names_the_file_data_mode() {
     let out = zm(&["status", "--json"], m.mountpoint());
     let s: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(s["io"]["mode"], "daemon");
+}
+
+/// A worker (in a session of its own, as `run` gives CMD) that asks to
+/// write, then tries to allow its own request by `script` (with `$ID`,
+/// `$MNT` and `$ZM` set). Returns what the attempt printed; the request
+/// must still be pending afterwards, and the test denies it from outside.
+fn self_approval_attempt(m: &TestMount, script: &str) -> String {
+    let attempt = m.root().join("attempt.out");
+    let w = Worker::start(
+        m,
+        &format!(
+            "echo mine > final/self.md & \
+             MNT='{mnt}'; ZM='{BIN}'; \
+             i=0; ID=; while [ -z \"$ID\" ] && [ $i -lt 200 ]; do \
+               ID=$(\"$ZM\" approvals list --json \"$MNT\" | sed -n 's/.*\"id\": *\\([0-9]*\\).*/\\1/p' | head -1); \
+               i=$((i+1)); sleep 0.05; done; \
+             ( {script} ) > '{out}' 2>&1; wait",
+            mnt = m.mountpoint().display(),
+            out = attempt.display(),
+        ),
+    );
+    let reqs = wait_pending(m, 1);
+    let id = reqs[0]["id"].as_u64().unwrap();
+    // Give the attempt time to finish (bounded), then check nothing moved.
+    let ok = wait_until(Duration::from_secs(20), || {
+        fs::read_to_string(&attempt).is_ok_and(|t| !t.is_empty())
+    });
+    assert!(ok, "the worker's attempt said nothing");
+    let said = fs::read_to_string(&attempt).unwrap();
+    assert_eq!(
+        pending(m).len(),
+        1,
+        "the worker's own allow went through: {said}"
+    );
+    assert!(!m.backing("final", "self.md").exists(), "{said}");
+    assert!(decide(m, &["deny"], id).success());
+    let (st, err) = w.finish();
+    assert!(st.success(), "{err}");
+    said
+}
+
+#[test]
+fn a_worker_cannot_allow_its_own_request_by_the_cli() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let said = self_approval_attempt(&m, "\"$ZM\" approvals allow \"$MNT\" \"$ID\"");
+    assert!(
+        said.contains("can't be decided from the worker's own side")
+            && said.contains("is in the session of the asking process"),
+        "{said}"
+    );
+    let refused = ledger(&m)
+        .iter()
+        .filter(|r| r["event"] == "decision")
+        .map(|r| r["decision"].clone())
+        .collect::<Vec<_>>();
+    assert_eq!(
+        refused,
+        vec![Value::from("deny")],
+        "only the test's deny was applied"
+    );
+}
+
+#[test]
+fn a_worker_cannot_allow_its_own_request_by_the_socket() {
+    if !fuse_ok() || !tool_ok("python3") {
+        return;
+    }
+    let m = setup().mount();
+    let status = zm(&["status", "--json"], m.mountpoint());
+    let s: Value = serde_json::from_str(&status.stdout).unwrap();
+    let sock = s["control"].as_str().unwrap().to_string();
+    let said = self_approval_attempt(
+        &m,
+        &format!(
+            "python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); \
+             s.sendall(b\"{{\\\"v\\\":1,\\\"op\\\":\\\"decide\\\",\\\"id\\\":\" + sys.argv[2].encode() + b\",\\\"decision\\\":\\\"allow\\\"}}\\n\"); \
+             print(s.makefile().readline())' '{sock}' \"$ID\""
+        ),
+    );
+    assert!(
+        said.contains("\"ok\":false") && said.contains("worker's own side"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_worker_that_double_forks_escapes_the_rule_so_it_is_only_naive() {
+    // What the README says: setsid and a double fork escape the kin rule
+    // (the decider is then in another session and no longer descends from
+    // the asker). This pins that statement down; --user and --isolate are
+    // the boundary.
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let w = Worker::start(
+        &m,
+        &format!(
+            "echo mine > final/escaped.md & \
+             MNT='{mnt}'; ZM='{BIN}'; \
+             i=0; ID=; while [ -z \"$ID\" ] && [ $i -lt 200 ]; do \
+               ID=$(\"$ZM\" approvals list --json \"$MNT\" | sed -n 's/.*\"id\": *\\([0-9]*\\).*/\\1/p' | head -1); \
+               i=$((i+1)); sleep 0.05; done; \
+             setsid -f \"$ZM\" approvals allow \"$MNT\" \"$ID\"; wait",
+            mnt = m.mountpoint().display(),
+        ),
+    );
+    let (st, err) = w.finish();
+    assert!(st.success(), "{err}");
+    assert_eq!(
+        fs::read_to_string(m.backing("final", "escaped.md")).unwrap(),
+        "mine\n"
+    );
+}
+
+/// One request on a control socket; the answer line.
+fn on_socket(sock: &Path, req: &str) -> Value {
+    use std::io::{BufRead, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(b"\n").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap()
+}
+
+/// `zonemount run` with the asking fixture and a control socket at a known
+/// path, CMD trying to allow its own request by `attempt`; the test (this
+/// process, outside CMD's session) denies the request over the socket.
+/// Returns (run's output, what the attempt printed).
+fn run_self_approval(run_opts: &[&str], attempt: &str) -> (Out, String) {
+    let s = Setup::zones(Mode::Sandboxed, ZONES).asking();
+    let root = s.root().to_path_buf();
+    // CMD may be another uid: everything it runs and writes is reachable.
+    fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(
+        root.join("project.yaml"),
+        zones_yaml(Mode::Sandboxed, ZONES),
+    )
+    .unwrap();
+    for z in ["workspace", "final"] {
+        let d = root.join(".sandbox").join(z);
+        fs::create_dir_all(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let bin = root.join("zonemount");
+    fs::copy(BIN, &bin).unwrap();
+    // What the attempt prints goes to the workspace zone (CMD's cwd, also
+    // under --isolate), seen here in the backing dir.
+    let said = root.join(".sandbox/workspace/attempt.said");
+    let sock = root.join("control.sock");
+    let script =
+        format!("echo mine > ../final/self.md & sleep 1; ( {attempt} ) > attempt.said 2>&1; wait");
+    let mut cmd = Command::new(&bin);
+    cmd.arg("run")
+        .args(["-q", "--config"])
+        .arg(root.join("project.yaml"))
+        .arg("--control")
+        .arg(&sock)
+        .args(["--approval-timeout", "60"])
+        .args(run_opts)
+        .args(["--", "sh", "-c", &script])
+        .env("ZM", &bin)
+        .env("SOCK", &sock)
+        .current_dir(&root);
+    let (out_f, err_f) = (root.join("run.out"), root.join("run.err"));
+    cmd.stdin(Stdio::null())
+        .stdout(fs::File::create(&out_f).unwrap())
+        .stderr(fs::File::create(&err_f).unwrap());
+    // The binary was just copied: a child another test thread forked
+    // meanwhile may hold the copy's write fd until it execs (ETXTBSY).
+    let mut child = None;
+    for _ in 0..50 {
+        match cmd.spawn() {
+            Ok(c) => {
+                child = Some(c);
+                break;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot start run: {e}"),
+        }
+    }
+    let mut child = child.expect("the copied binary stayed busy");
+    let mut id = None;
+    let ok = wait_until(Duration::from_secs(20), || {
+        if !sock.exists() {
+            return false;
+        }
+        let l = on_socket(&sock, r#"{"v":1,"op":"list"}"#);
+        id = l["requests"][0]["id"].as_u64();
+        id.is_some()
+    });
+    assert!(
+        ok,
+        "no request came; run said: {}",
+        fs::read_to_string(&err_f).unwrap_or_default()
+    );
+    // Let the attempt run (it starts 1 s after the write), then deny.
+    std::thread::sleep(Duration::from_secs(2));
+    let id = id.unwrap();
+    let d = on_socket(
+        &sock,
+        &format!(r#"{{"v":1,"op":"decide","id":{id},"decision":"deny"}}"#),
+    );
+    assert_eq!(
+        d["ok"], true,
+        "the request was decided by someone else: {d}"
+    );
+    let status = wait_child(&mut child, Duration::from_secs(30)).expect("run did not finish");
+    let out = Out {
+        status,
+        stdout: fs::read_to_string(&out_f).unwrap(),
+        stderr: fs::read_to_string(&err_f).unwrap(),
+    };
+    assert!(!s.backing("final", "self.md").exists());
+    (out, fs::read_to_string(&said).unwrap())
+}
+
+#[test]
+fn under_run_user_cmd_cannot_reach_the_socket() {
+    if !fuse_ok() || !root_ok() {
+        return;
+    }
+    let (out, said) = run_self_approval(
+        &["--user", "65534"],
+        "\"$ZM\" approvals allow \"$(dirname \"$PWD\")\" 1 || echo cli-refused; \
+         python3 -c 'import socket,os; s=socket.socket(socket.AF_UNIX); s.connect(os.environ[\"SOCK\"])' \
+         || echo socket-refused",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(said.contains("cli-refused"), "{said}");
+    assert!(said.contains("socket-refused"), "{said}");
+    assert!(
+        !out.stderr.contains("warning"),
+        "no warning with --user: {}",
+        out.describe()
+    );
+}
+
+#[test]
+fn under_run_isolate_the_socket_is_not_in_cmds_world() {
+    if !fuse_ok() || !tool_ok("bwrap") {
+        return;
+    }
+    let (out, said) = run_self_approval(
+        &["--isolate"],
+        "if [ -e \"$SOCK\" ]; then echo socket-visible; else echo socket-absent; fi; \
+         [ -x \"$ZM\" ] && echo zm-visible || echo zm-absent",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(said.contains("socket-absent"), "{said}");
+    assert!(said.contains("zm-absent"), "{said}");
+}
+
+#[test]
+fn run_warns_that_a_plain_cmd_can_reach_the_socket() {
+    if !fuse_ok() {
+        return;
+    }
+    let (out, said) =
+        run_self_approval(&[], "\"$ZM\" approvals allow --help >/dev/null; echo tried");
+    assert!(said.contains("tried"), "{said}");
+    // -q was given: the warning is silenced... so run once more without it.
+    assert!(!out.stderr.contains("warning"), "{}", out.describe());
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("project.yaml"),
+        zones_yaml(Mode::Sandboxed, ZONES),
+    )
+    .unwrap();
+    let o = run(
+        Command::new(BIN)
+            .arg("run")
+            .arg("--config")
+            .arg(dir.path().join("project.yaml"))
+            .args(["--", "true"])
+            .current_dir(dir.path()),
+        Duration::from_secs(60),
+    );
+    assert!(o.success(), "{}", o.describe());
+    assert!(
+        o.stderr
+            .contains("warning: CMD runs as you outside a sandbox"),
+        "{}",
+        o.describe()
+    );
 }

@@ -187,6 +187,30 @@ impl Approvals {
             .collect()
     }
 
+    /// Apply the decision of process `approver_pid` (a control-socket
+    /// peer) to request `id`, unless that process is on the asking
+    /// worker's side: in its session or descended from it
+    /// ([`caller::kin`](super::caller::kin)).
+    pub fn decide_as(
+        &self,
+        id: u64,
+        d: Decision,
+        approver_uid: u32,
+        approver_pid: u32,
+    ) -> Result<(), DecideError> {
+        let asker = {
+            let st = self.inner.state.lock();
+            st.pending.get(&id).map(|p| p.info.pid)
+        };
+        let Some(asker) = asker else {
+            return Err(DecideError::NotPending(id));
+        };
+        if let Some(why) = super::caller::kin(asker, approver_pid) {
+            return Err(DecideError::OwnSide { id, why });
+        }
+        self.decide(id, d, approver_uid)
+    }
+
     /// Apply an approver's decision to request `id`.
     pub fn decide(&self, id: u64, d: Decision, approver_uid: u32) -> Result<(), DecideError> {
         let mut out = Outbox::default();

@@ -34,6 +34,50 @@ impl Caller {
     }
 }
 
+/// (parent pid, session id) from the text of `/proc/PID/stat`: the fields
+/// after the command name, which is in parentheses and may hold anything.
+pub fn parent_and_session(stat: &str) -> Option<(u32, u32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    // state, ppid, pgrp, session
+    let ppid = f.nth(1)?.parse().ok()?;
+    let session = f.nth(1)?.parse().ok()?;
+    Some((ppid, session))
+}
+
+fn stat_of(pid: u32) -> Option<(u32, u32)> {
+    parent_and_session(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Why `approver` may not decide a request of `asker`: it is in the
+/// asker's session, or the asker is among its ancestors (a process the
+/// asking worker started). None when it may (including when the asker is
+/// gone). This stops a worker's naive attempt to approve itself, not a
+/// determined one: `setsid` and a double fork leave both the session and
+/// the ancestry.
+pub fn kin(asker: u32, approver: u32) -> Option<String> {
+    let (_, asker_session) = stat_of(asker)?;
+    let (mut parent, session) = stat_of(approver)?;
+    if session == asker_session {
+        return Some(format!(
+            "the deciding process (pid {approver}) is in the session of the asking process (pid {asker})"
+        ));
+    }
+    // Bounded: pids climb towards 1.
+    for _ in 0..4096 {
+        if parent == asker {
+            return Some(format!(
+                "the deciding process (pid {approver}) descends from the asking process (pid {asker})"
+            ));
+        }
+        if parent <= 1 {
+            break;
+        }
+        parent = stat_of(parent)?.0;
+    }
+    None
+}
+
 /// NUL-separated arguments as one line (lossy UTF-8).
 pub fn join_cmdline(raw: &[u8]) -> String {
     raw.split(|b| *b == 0)
@@ -96,6 +140,20 @@ mod tests {
         // SIGTERM (bit 14) alone is not fatal-for-sure: not withdrawn.
         let term = STATUS.replace("ShdPnd:\t0000000000000000", "ShdPnd:\t0000000000004000");
         assert!(!kill_pending(&term));
+    }
+
+    #[test]
+    fn stat_fields_after_an_awkward_name() {
+        let stat = "4242 (a) b (c) S 17 4242 99 0 -1 4194560";
+        assert_eq!(parent_and_session(stat), Some((17, 99)));
+        assert_eq!(parent_and_session("garbage"), None);
+    }
+
+    #[test]
+    fn a_process_is_kin_to_itself_and_its_session_not_to_a_gone_one() {
+        let me = std::process::id();
+        assert!(kin(me, me).is_some(), "same session");
+        assert_eq!(kin(u32::MAX - 1, me), None, "asker gone");
     }
 
     #[test]

@@ -279,6 +279,10 @@ pub trait Listener: Send + Sync + 'static {
 pub enum DecideError {
     #[error("no pending request {0}: it was decided, timed out or withdrawn, or never existed")]
     NotPending(u64),
+    #[error(
+        "request {id} can't be decided from the worker's own side: {why}; decide it from a supervisor outside the worker's session"
+    )]
+    OwnSide { id: u64, why: String },
 }
 
 /// Running totals for `status`.

@@ -131,7 +131,12 @@ async fn send(w: &mut tokio::net::unix::OwnedWriteHalf, v: &Value) -> io::Result
 }
 
 async fn connection(stream: UnixStream, srv: Arc<Server>) -> io::Result<()> {
-    let uid = stream.peer_cred()?.uid();
+    let cred = stream.peer_cred()?;
+    let uid = cred.uid();
+    let peer = Peer {
+        uid,
+        pid: cred.pid().and_then(|p| u32::try_from(p).ok()),
+    };
     let (r, mut w) = stream.into_split();
     if !srv.admits(uid) {
         tracing::warn!(uid, "control socket: refused a peer");
@@ -160,14 +165,22 @@ async fn connection(stream: UnixStream, srv: Arc<Server>) -> io::Result<()> {
         if req["op"] == "watch" {
             return watch(&srv, &mut lines, &mut w).await;
         }
-        let answer = handle(&srv, &req, uid);
+        let answer = handle(&srv, &req, peer);
         send(&mut w, &answer).await?;
     }
     Ok(())
 }
 
+/// Who is on the other end of a connection (SO_PEERCRED).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    pub uid: u32,
+    /// Unknown when the peer is in another pid namespace.
+    pub pid: Option<u32>,
+}
+
 /// Answer one non-streaming request.
-pub fn handle(srv: &Server, req: &Value, uid: u32) -> Value {
+pub fn handle(srv: &Server, req: &Value, peer: Peer) -> Value {
     let req = match Request::from_value(req) {
         Ok(r) => r,
         Err(e) => return fail(e),
@@ -183,7 +196,12 @@ pub fn handle(srv: &Server, req: &Value, uid: u32) -> Value {
             let n = srv.approvals.deny_pending("the mount is being unmounted");
             ok_answer(&Denied { denied: n as u64 })
         }
-        Request::Decide { id, decision } => match srv.approvals.decide(id, decision, uid) {
+        // A peer whose pid we can't see (another pid namespace) is not on
+        // the worker's side as far as the kin rule can tell.
+        Request::Decide { id, decision } => match match peer.pid {
+            Some(pid) => srv.approvals.decide_as(id, decision, peer.uid, pid),
+            None => srv.approvals.decide(id, decision, peer.uid),
+        } {
             Ok(()) => ok_answer(&Done {}),
             Err(e) => fail(e.to_string()),
         },
@@ -269,6 +287,8 @@ mod tests {
         Server::new(a, 1000, Box::new(status))
     }
 
+    const ROOT: Peer = Peer { uid: 0, pid: None };
+
     #[test]
     fn only_the_owner_and_root_are_admitted() {
         let s = server();
@@ -283,7 +303,7 @@ mod tests {
         let e = handle(
             &s,
             &json!({"v":1,"op":"decide","id":99,"decision":"allow"}),
-            0,
+            ROOT,
         );
         assert_eq!(e["ok"], false);
         assert!(
@@ -295,12 +315,12 @@ mod tests {
         let e = handle(
             &s,
             &json!({"v":1,"op":"decide","id":1,"decision":"allow","scope":"galaxy"}),
-            0,
+            ROOT,
         );
         assert!(e["error"].as_str().unwrap_or("").contains("unknown scope"));
-        let e = handle(&s, &json!({"v":1,"op":"frobnicate"}), 0);
+        let e = handle(&s, &json!({"v":1,"op":"frobnicate"}), ROOT);
         assert!(e["error"].as_str().unwrap_or("").contains("unknown op"));
-        let st = handle(&s, &json!({"v":1,"op":"status"}), 0);
+        let st = handle(&s, &json!({"v":1,"op":"status"}), ROOT);
         assert_eq!(st["status"]["mountpoint"], "/m");
         assert_eq!(st["status"]["pending"], json!([]));
         assert_eq!(st["status"]["counters"]["requests"], 0);

@@ -76,7 +76,7 @@ def wait_for(what: str, probe: Callable[[], T], limit: float = 20.0) -> T:
 
 
 def worker(script: str, cwd: Path) -> "subprocess.Popen[str]":
-    """A worker shell in ``cwd`` (inside the mount)."""
+    """A worker shell in ``cwd`` (inside the mount), in its own session."""
     return subprocess.Popen(
         ["sh", "-c", script],
         cwd=cwd,
@@ -85,4 +85,7 @@ def worker(script: str, cwd: Path) -> "subprocess.Popen[str]":
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "LC_ALL": "C"},
+        # A session of its own, as `zonemount run` gives CMD: a decision
+        # from the worker's own session is refused.
+        start_new_session=True,
     )

@@ -95,6 +95,9 @@ pub(crate) struct RunArgs {
 
 pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
     let plan = Plan::new(a)?;
+    if let Some(w) = plan.self_approval_warning() {
+        eprintln!("zonemount: run: warning: {w}");
+    }
     let (tx, rx) = mpsc::channel();
     catch_signals(tx.clone())?;
     let mut task = TaskMount::create_dir()?;

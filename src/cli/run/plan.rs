@@ -106,6 +106,26 @@ pub(super) struct Plan {
     pub(super) command: Vec<OsString>,
 }
 
+impl Plan {
+    /// The warning `run` gives when CMD, running as this user outside a
+    /// sandbox, can reach the mount's control socket while a zone asks:
+    /// only `--user` or `--isolate` make approving its own request
+    /// impossible (the kin rule stops naive attempts). None with `-q`.
+    pub(super) fn self_approval_warning(&self) -> Option<String> {
+        use crate::config::Approval;
+        let quiet = self.daemon_args.iter().any(|a| a == "-q" || a == "--quiet");
+        let asks = self.table.zones.iter().any(|z| {
+            z.policy.approval.write == Approval::Ask || z.policy.approval.delete == Approval::Ask
+        });
+        (asks && !quiet && self.isolate.is_none() && self.user.is_none()).then(|| {
+            "CMD runs as you outside a sandbox and can reach the control socket: a decision \
+             from its own session is refused, but only --isolate or --user UID make approving \
+             its own requests impossible"
+                .to_string()
+        })
+    }
+}
+
 /// Parse `args` as `zonemount mount ARGS PLACEHOLDER`.
 pub(super) fn parse_mount_options(args: &[OsString]) -> Result<MountArgs, String> {
     let argv = ["zonemount", "mount"]
