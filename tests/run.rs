@@ -206,6 +206,61 @@ fn env_sets_variables_without_isolate() {
 }
 
 #[test]
+fn cmd_is_told_its_writable_and_readonly_paths() {
+    if !fuse_ok() {
+        return;
+    }
+    let t = Task::with_zones(&[
+        ("data", "mode: ro"),
+        ("ws", "mode: rw"),
+        ("out", "mode: rw"),
+    ]);
+    let out = t.sh(
+        &[],
+        "echo \"root=$ZONEMOUNT_ROOT\"; echo \"rw=$ZONEMOUNT_WRITABLE\"; echo \"ro=$ZONEMOUNT_READONLY\"; \
+         IFS=:; for d in $ZONEMOUNT_WRITABLE; do touch \"$d/probe\" && echo \"wrote $d\"; done; \
+         for d in $ZONEMOUNT_READONLY; do touch \"$d/probe\" 2>/dev/null || echo \"refused $d\"; done",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let root = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("root="))
+        .unwrap()
+        .to_string();
+    assert!(
+        root.starts_with(&*t.tmpdir.to_string_lossy()),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!("rw={root}/ws:{root}/out\n")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!("ro={root}/data\n")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!("wrote {root}/ws")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!("wrote {root}/out")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!("refused {root}/data")),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
 fn processes_cmd_leaves_behind_are_killed() {
     if !fuse_ok() {
         return;
@@ -579,13 +634,29 @@ fn isolate_environment_is_only_what_was_allowed() {
         "HOME=/ws",
         "LANG=C.UTF-8",
         "TERM=dumb",
+        // Its limits, as it sees them: the zones at /<zone>.
+        "ZONEMOUNT_ROOT=/",
+        "ZONEMOUNT_WRITABLE=/ws",
+        "ZONEMOUNT_READONLY=/data",
     ]
     .into();
     // PWD is bwrap's (it sets it with --chdir).
     let names: BTreeSet<&str> = vars.iter().filter_map(|l| l.split('=').next()).collect();
     assert_eq!(
         names,
-        ["PATH", "FOO", "COPYME", "HOME", "LANG", "TERM", "PWD"].into(),
+        [
+            "PATH",
+            "FOO",
+            "COPYME",
+            "HOME",
+            "LANG",
+            "TERM",
+            "PWD",
+            "ZONEMOUNT_ROOT",
+            "ZONEMOUNT_WRITABLE",
+            "ZONEMOUNT_READONLY"
+        ]
+        .into(),
         "{}",
         out.stdout
     );

@@ -227,6 +227,26 @@ pub fn sandbox_env(
     env
 }
 
+/// What CMD is told of its limits, as paths it sees them under `root`
+/// (the mountpoint, or `/` in the sandbox): `ZONEMOUNT_ROOT`,
+/// `ZONEMOUNT_WRITABLE` and `ZONEMOUNT_READONLY` (colon-separated, empty
+/// when there are none).
+pub fn limits_env(root: &Path, zones: &[ZoneBind]) -> Vec<(OsString, OsString)> {
+    let list = |writable: bool| {
+        let paths: Vec<OsString> = zones
+            .iter()
+            .filter(|z| z.writable == writable)
+            .map(|z| root.join(&z.name).into_os_string())
+            .collect();
+        paths.join(OsStr::new(":"))
+    };
+    vec![
+        ("ZONEMOUNT_ROOT".into(), root.as_os_str().to_os_string()),
+        ("ZONEMOUNT_WRITABLE".into(), list(true)),
+        ("ZONEMOUNT_READONLY".into(), list(false)),
+    ]
+}
+
 fn push(argv: &mut Vec<OsString>, items: &[&OsStr]) {
     argv.extend(items.iter().map(|s| s.to_os_string()));
 }

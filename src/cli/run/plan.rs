@@ -298,7 +298,10 @@ impl Plan {
         host: &HostFacts,
     ) -> Result<BwrapArgv, Failure> {
         let home = isolate::home_in_sandbox(zones);
-        let env = isolate::sandbox_env(|n| std::env::var_os(n), &self.env, &home);
+        let mut env = isolate::sandbox_env(|n| std::env::var_os(n), &self.env, &home);
+        let limits = isolate::limits_env(Path::new("/"), zones);
+        env.retain(|(n, _)| !limits.iter().any(|(l, _)| l == n));
+        env.extend(limits);
         let iso = Isolation {
             mountpoint: mp,
             zones,
@@ -349,6 +352,7 @@ impl Plan {
                 c.env(&e.name, v);
             }
         }
+        c.envs(isolate::limits_env(mp, zones));
         Ok(c)
     }
 }
