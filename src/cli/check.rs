@@ -142,6 +142,7 @@ fn mounted_zones(mp: &Path) -> Result<Vec<ZoneRules>, Failure> {
     })?;
     let args = ConfigArgs {
         config: rec.config.clone(),
+        zone: rec.zone_args.clone(),
         worker: rec.workers.clone(),
         allow_sensitive_roots: rec.allow_sensitive_roots,
     };
