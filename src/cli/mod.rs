@@ -116,6 +116,16 @@ pub(crate) struct ConfigArgs {
     /// only zones (nothing is created).
     #[arg(long, value_name = "NAME=PATH[:ro|rw]")]
     pub(crate) zone: Vec<String>,
+    /// A preset instead of a config file (same as `--config preset:NAME`):
+    /// read-only, workspace-write, full, sandbox, permissive-sandbox,
+    /// auto-approve, code-unit; paths are taken from the current
+    /// directory; the README has what each allows.
+    #[arg(long, value_name = "NAME", conflicts_with = "config")]
+    pub(crate) preset: Option<String>,
+    /// Allow the presets that let a worker change everything unasked
+    /// (full, auto-approve).
+    #[arg(long)]
+    pub(crate) danger: bool,
     /// A worker declaration; repeat for parent → child → grandchild.
     #[arg(long, value_name = "F")]
     pub(crate) worker: Vec<PathBuf>,
@@ -301,7 +311,22 @@ pub(crate) fn zone_table_noted(
         .iter()
         .map(|z| config::CliZone::parse(z))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut table = config::load_project_with(c.config.as_deref(), cwd, &zones, &opts)?;
+    let file = match &c.preset {
+        Some(name) => Some(PathBuf::from(format!("{}{name}", config::presets::PREFIX))),
+        None => c.config.clone(),
+    };
+    if let Some(Ok(p)) = file.as_deref().and_then(config::presets::named) {
+        if p.danger && !c.danger {
+            return Err(Failure::new(
+                2,
+                format!(
+                    "preset '{}' lets a worker change everything in its zones unasked; refused (add --danger to mount it)",
+                    p.name
+                ),
+            ));
+        }
+    }
+    let mut table = config::load_project_with(file.as_deref(), cwd, &zones, &opts)?;
     let mut notes = Vec::new();
     for w in &c.worker {
         let decl = config::load_worker(w)?;

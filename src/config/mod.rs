@@ -20,6 +20,7 @@
 
 mod derive;
 mod parse;
+pub mod presets;
 mod validate;
 mod yaml;
 
@@ -404,6 +405,21 @@ pub fn load_project_with(
     zones: &[CliZone],
     opts: &LoadOptions,
 ) -> Result<ZoneTable, ConfigError> {
+    if let Some(preset) = path.and_then(presets::named) {
+        let preset =
+            preset.map_err(|m| ConfigError::new(path.map(Path::to_path_buf), None, "", m))?;
+        let shown = PathBuf::from(format!("{}{}", presets::PREFIX, preset.name));
+        let dir = validate::resolve(cwd);
+        return parse_project_with(
+            preset.text,
+            Some(&shown),
+            &dir,
+            Some(shown.clone()),
+            zones,
+            cwd,
+            opts,
+        );
+    }
     let picked = cwd.join(PROJECT_FILE_NAME);
     if path.is_none() && !picked.exists() && !zones.is_empty() {
         let raw = parse::RawProject {
