@@ -187,3 +187,43 @@ fn the_files_checks_apply_overlap_missing_dir_sensitive_root() {
         "{m}"
     );
 }
+
+#[test]
+fn every_preset_file_is_embedded_and_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/presets");
+    let mut files: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let mut embedded: Vec<String> = presets::PRESETS
+        .iter()
+        .map(|p| format!("{}.yaml", p.name))
+        .collect();
+    embedded.sort();
+    assert_eq!(files, embedded);
+    let f = Fixture::new();
+    for p in presets::PRESETS {
+        assert_eq!(
+            fs::read_to_string(dir.join(format!("{}.yaml", p.name))).unwrap(),
+            p.text
+        );
+        let name = PathBuf::from(format!("preset:{}", p.name));
+        let t = load_project_with(Some(&name), &f.proj(), &[], &f.opts())
+            .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        assert_eq!(t.source.as_deref(), Some(name.as_path()));
+        assert_eq!(t.zones.len(), 1, "{}", p.name);
+    }
+    let dangerous: Vec<&str> = presets::PRESETS
+        .iter()
+        .filter(|p| p.danger)
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(dangerous, ["full", "auto-approve"]);
+    let e = load_project_with(Some(Path::new("preset:x")), &f.proj(), &[], &f.opts()).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("preset:x: unknown preset 'x'; the presets are read-only"),
+        "{e}"
+    );
+}
