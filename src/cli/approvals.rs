@@ -271,10 +271,7 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
         "mountpoint: {}\ndaemon: pid {}, started {started}\nconfig: {}\ncontrol: {}\naudit log: {}\napprovals: {approvals}\n",
         s.mountpoint.display(),
         s.pid,
-        s.config.as_ref().map_or_else(
-            || "embedded default".to_string(),
-            |c| c.display().to_string()
-        ),
+        super::config_origin(s.config.as_deref(), &s.zone_args),
         s.control.display(),
         s.audit_log
             .as_ref()

@@ -142,6 +142,10 @@ fn mounted_zones(mp: &Path) -> Result<Vec<ZoneRules>, Failure> {
     })?;
     let args = ConfigArgs {
         config: rec.config.clone(),
+        zone: rec.zone_args.clone(),
+        preset: None,
+        // It was mounted, so it was allowed; `check` only reads the rules.
+        danger: true,
         worker: rec.workers.clone(),
         allow_sensitive_roots: rec.allow_sensitive_roots,
     };

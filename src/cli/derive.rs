@@ -23,19 +23,21 @@ pub(crate) fn derive(a: &DeriveArgs) -> Result<(), Failure> {
         eprintln!("zonemount: {}", super::tightening_note(t));
     }
     if a.json {
-        println!("{}", json(&table));
+        println!("{}", json(&table, &a.config.zone));
     } else {
-        print!("{}", render(&table));
+        print!("{}", render(&table, &a.config.zone));
     }
     Ok(())
 }
 
 /// The table as one JSON object: `config` (null for the embedded
-/// default), `mode`, `zones`.
-pub(crate) fn json(table: &ZoneTable) -> String {
+/// default and for `--zone`s alone), `zone_args` (the `--zone`s as given),
+/// `mode`, `zones`.
+pub(crate) fn json(table: &ZoneTable, zone_args: &[String]) -> String {
     let zones: Vec<ZoneStatus> = table.zones.iter().map(ZoneStatus::from).collect();
     let v = serde_json::json!({
         "config": table.source,
+        "zone_args": zone_args,
         "mode": table.mode.to_string(),
         "zones": zones,
     });
@@ -44,11 +46,8 @@ pub(crate) fn json(table: &ZoneTable) -> String {
 
 /// The table for people: zone, backing dir, mode, write/delete policy,
 /// suffixes, max bytes, protect; then what each zone hides.
-pub(crate) fn render(table: &ZoneTable) -> String {
-    let source = table.source.as_ref().map_or_else(
-        || "embedded default".to_owned(),
-        |p| p.display().to_string(),
-    );
+pub(crate) fn render(table: &ZoneTable, zone_args: &[String]) -> String {
+    let source = super::config_origin(table.source.as_deref(), zone_args);
     let mut out = format!("config: {source}\nmode: {}\n", table.mode);
     if table.zones.is_empty() {
         out.push_str("(no zones: the mount is an empty root)\n");
@@ -104,7 +103,7 @@ mod tests {
             source: Some("/p/project.yaml".into()),
         };
         assert_eq!(
-            render(&t),
+            render(&t, &[]),
             "config: /p/project.yaml\nmode: sandboxed\n\
              ZONE   BACKING   MODE  WRITE        DELETE       SUFFIXES  MAX BYTES  PROTECT\n\
              final  /b/final  rw    ask          blocked      .md,.pdf  10000000   .git,/docs/final\n\
@@ -121,7 +120,7 @@ mod tests {
             zones: vec![z],
             source: None,
         };
-        let out = render(&t);
+        let out = render(&t, &[]);
         assert!(
             out.starts_with("config: embedded default\nmode: direct\n"),
             "{out}"
@@ -134,6 +133,6 @@ mod tests {
             zones: Vec::new(),
             ..t
         };
-        assert!(render(&empty).contains("(no zones: the mount is an empty root)"));
+        assert!(render(&empty, &[]).contains("(no zones: the mount is an empty root)"));
     }
 }

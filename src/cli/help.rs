@@ -7,6 +7,8 @@ Examples:
   zonemount mount mnt                                  # embedded default: rw cache, workspace under ./.sandbox
   zonemount mount --config project.yaml --worker formatter.worker /tmp/task-42
   zonemount mount -q --foreground --prompt mnt          # stay attached, answer asks on this terminal
+  zonemount mount --zone work=.:rw --zone docs=../docs /tmp/m  # no file: these zones only (docs ro)
+  zonemount mount --preset read-only /tmp/m            # a built-in config (see the README)
 
 Exit status: 0 mounted; 1 the mount failed; 2 bad usage or configuration
 (file:line named); 5 this machine doesn't allow it (see `zonemount doctor`).";
@@ -32,6 +34,7 @@ Examples:
   zonemount derive                                     # ./zonemount.yaml, else the embedded default
   zonemount derive --config project.yaml --worker parent.worker --worker child.worker
   zonemount derive --json --config project.yaml
+  zonemount derive --config project.yaml --zone docs=../docs:ro  # the file's zones plus docs
 
 Exit status: 0; 2 bad usage or configuration (file:line named).";
 

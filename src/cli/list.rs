@@ -29,6 +29,8 @@ pub(crate) struct MountStatus {
     pub(crate) pid: Option<u32>,
     pub(crate) config: Option<PathBuf>,
     pub(crate) workers: Vec<PathBuf>,
+    /// The `--zone` arguments the mount was given.
+    pub(crate) zone_args: Vec<String>,
     pub(crate) zones: Vec<String>,
     /// Start time, seconds since the epoch.
     pub(crate) started: Option<u64>,
@@ -50,6 +52,7 @@ impl MountStatus {
             pid: None,
             config: None,
             workers: Vec::new(),
+            zone_args: Vec::new(),
             zones: Vec::new(),
             started: None,
             pending: None,
@@ -79,6 +82,7 @@ pub(crate) fn gather(mounts: &[MountEntry], records: &[Record], probe: &Probe) -
         row.pid = Some(r.pid);
         row.config = r.config.clone();
         row.workers = r.workers.clone();
+        row.zone_args = r.zone_args.clone();
         row.zones = r.zones.clone();
         row.started = Some(r.started);
     }
@@ -187,9 +191,10 @@ pub(crate) fn render(rows: &[MountStatus]) -> String {
             },
             r.pending.map_or_else(|| "?".into(), |p| p.to_string()),
             state,
-            r.config
-                .as_ref()
-                .map_or_else(|| "-".into(), |c| c.display().to_string()),
+            match (&r.config, r.zone_args.is_empty()) {
+                (None, true) => "-".into(),
+                (c, _) => super::config_origin(c.as_deref(), &r.zone_args),
+            },
             if r.workers.is_empty() {
                 "-".into()
             } else {
@@ -286,6 +291,7 @@ mod tests {
             pid,
             config: Some("/p/project.yaml".into()),
             workers: vec!["/p/w.worker".into()],
+            zone_args: Vec::new(),
             started: 17,
             zones: vec!["data".into(), "ws".into()],
             control: None,

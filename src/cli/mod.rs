@@ -109,6 +109,23 @@ pub(crate) struct ConfigArgs {
     /// embedded default: rw zones `cache` and `workspace` under ./.sandbox).
     #[arg(long, value_name = "F")]
     pub(crate) config: Option<PathBuf>,
+    /// A zone from the command line: an existing directory PATH
+    /// (relative to the current directory), read-only unless `:rw`.
+    /// Repeatable. Added to the --config file's zones (a name in both is
+    /// an error); with no --config and no ./zonemount.yaml, these are the
+    /// only zones (nothing is created).
+    #[arg(long, value_name = "NAME=PATH[:ro|rw]")]
+    pub(crate) zone: Vec<String>,
+    /// A preset instead of a config file (same as `--config preset:NAME`):
+    /// read-only, workspace-write, full, sandbox, permissive-sandbox,
+    /// auto-approve, code-unit; paths are taken from the current
+    /// directory; the README has what each allows.
+    #[arg(long, value_name = "NAME", conflicts_with = "config")]
+    pub(crate) preset: Option<String>,
+    /// Allow the presets that let a worker change everything unasked
+    /// (full, auto-approve).
+    #[arg(long)]
+    pub(crate) danger: bool,
     /// A worker declaration; repeat for parent → child → grandchild.
     #[arg(long, value_name = "F")]
     pub(crate) worker: Vec<PathBuf>,
@@ -289,7 +306,27 @@ pub(crate) fn zone_table_noted(
     cwd: &std::path::Path,
 ) -> Result<(ZoneTable, Vec<Tightening>), Failure> {
     let opts = LoadOptions::from_host(c.allow_sensitive_roots);
-    let mut table = config::load_project(c.config.as_deref(), cwd, &opts)?;
+    let zones = c
+        .zone
+        .iter()
+        .map(|z| config::CliZone::parse(z))
+        .collect::<Result<Vec<_>, _>>()?;
+    let file = match &c.preset {
+        Some(name) => Some(PathBuf::from(format!("{}{name}", config::presets::PREFIX))),
+        None => c.config.clone(),
+    };
+    if let Some(Ok(p)) = file.as_deref().and_then(config::presets::named) {
+        if p.danger && !c.danger {
+            return Err(Failure::new(
+                2,
+                format!(
+                    "preset '{}' lets a worker change everything in its zones unasked; refused (add --danger to mount it)",
+                    p.name
+                ),
+            ));
+        }
+    }
+    let mut table = config::load_project_with(file.as_deref(), cwd, &zones, &opts)?;
     let mut notes = Vec::new();
     for w in &c.worker {
         let decl = config::load_worker(w)?;
@@ -298,6 +335,21 @@ pub(crate) fn zone_table_noted(
         notes.extend(tightened);
     }
     Ok((table, notes))
+}
+
+/// Where a table's zones came from, as `mount`, `derive`, `status` and
+/// `list` say it: the file (or the embedded default), and the `--zone`s.
+pub(crate) fn config_origin(source: Option<&std::path::Path>, zones: &[String]) -> String {
+    let names: Vec<&str> = zones
+        .iter()
+        .map(|z| z.split_once('=').map_or(z.as_str(), |(n, _)| n))
+        .collect();
+    match (source, names.is_empty()) {
+        (Some(p), true) => p.display().to_string(),
+        (Some(p), false) => format!("{} plus --zone {}", p.display(), names.join(", ")),
+        (None, true) => "embedded default".to_owned(),
+        (None, false) => format!("command line (--zone {})", names.join(", ")),
+    }
 }
 
 /// A tightening as `derive` and `mount` say it on stderr.

@@ -280,18 +280,18 @@ pub(crate) fn used_line(
     mountpoint: &Path,
     table: &config::ZoneTable,
     workers: &[PathBuf],
+    zone_args: &[String],
     created: &[String],
 ) -> String {
-    let config = table.source.as_ref().map_or_else(
-        || {
-            format!(
-                "the embedded default (no --config, no ./{})",
-                config::PROJECT_FILE_NAME
-            )
-        },
-        |p| p.display().to_string(),
-    );
-    let mut line = format!("mounted {} with config {config}", mountpoint.display());
+    let config = match (&table.source, zone_args.is_empty()) {
+        (None, true) => format!(
+            "config the embedded default (no --config, no ./{})",
+            config::PROJECT_FILE_NAME
+        ),
+        (None, false) => format!("zones from the {}", super::config_origin(None, zone_args)),
+        (Some(p), _) => format!("config {}", super::config_origin(Some(p), zone_args)),
+    };
+    let mut line = format!("mounted {} with {config}", mountpoint.display());
     if !workers.is_empty() {
         let names: Vec<String> = workers.iter().map(|w| w.display().to_string()).collect();
         line.push_str(&format!(" and worker {}", names.join(" then ")));
@@ -351,6 +351,7 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         // `None` only for the embedded default.
         config: table.source.clone(),
         workers: a.config.worker.iter().map(|w| abs(w)).collect(),
+        zone_args: a.config.zone.clone(),
         allow_sensitive_roots: a.config.allow_sensitive_roots,
     };
     let daemon = Daemon::start(session, &table, control, origin)
@@ -362,7 +363,13 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     }
     say(
         a,
-        &used_line(&mountpoint, &table, &a.config.worker, &created),
+        &used_line(
+            &mountpoint,
+            &table,
+            &a.config.worker,
+            &a.config.zone,
+            &created,
+        ),
     );
     if a.notify_ready {
         report_ready();
@@ -406,21 +413,31 @@ mod tests {
         };
         let mp = Path::new("/m");
         assert_eq!(
-            used_line(mp, &t, &[], &["ws".into()]),
+            used_line(mp, &t, &[], &[], &["ws".into()]),
             "mounted /m with config the embedded default (no --config, no ./zonemount.yaml); \
              zones: data ro /p/.sandbox/data, ws rw /p/.sandbox/ws (created)"
         );
         t.source = Some("/p/project.yaml".into());
         let workers = [PathBuf::from("a.worker"), PathBuf::from("b.worker")];
         assert_eq!(
-            used_line(mp, &t, &workers, &[]),
+            used_line(mp, &t, &workers, &[], &[]),
             "mounted /m with config /p/project.yaml and worker a.worker then b.worker; \
              zones: data ro /p/.sandbox/data, ws rw /p/.sandbox/ws"
         );
         t.zones.clear();
         assert_eq!(
-            used_line(mp, &t, &workers[..1], &[]),
+            used_line(mp, &t, &workers[..1], &[], &[]),
             "mounted /m with config /p/project.yaml and worker a.worker; no zones (an empty root)"
+        );
+        let zones = ["docs=../docs:ro".to_owned()];
+        assert_eq!(
+            used_line(mp, &t, &[], &zones, &[]),
+            "mounted /m with config /p/project.yaml plus --zone docs; no zones (an empty root)"
+        );
+        t.source = None;
+        assert_eq!(
+            used_line(mp, &t, &[], &zones, &[]),
+            "mounted /m with zones from the command line (--zone docs); no zones (an empty root)"
         );
     }
 

@@ -20,6 +20,7 @@
 
 mod derive;
 mod parse;
+pub mod presets;
 mod validate;
 mod yaml;
 
@@ -215,6 +216,8 @@ impl WorkerDecl {
 pub struct ConfigError {
     /// As given (`None` for the embedded default).
     pub file: Option<PathBuf>,
+    /// The `--zone` argument at fault, as given (then `file` is `None`).
+    pub arg: Option<String>,
     pub line: Option<usize>,
     /// Dotted path to the offending field; empty for YAML syntax errors.
     pub field: String,
@@ -232,6 +235,7 @@ impl ConfigError {
         let one_line = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
         Self {
             file,
+            arg: None,
             line,
             field: one_line(field),
             message: one_line(&message.into()),
@@ -241,6 +245,10 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(arg) = &self.arg {
+            // A `--zone` has no file, line or field: the argument says it.
+            return write!(f, "--zone {arg}: {}", self.message);
+        }
         match (&self.file, self.line) {
             (Some(file), Some(line)) => write!(f, "{}:{line}: ", file.display())?,
             (Some(file), None) => write!(f, "{}: ", file.display())?,
@@ -337,7 +345,99 @@ pub fn load_project(
     cwd: &Path,
     opts: &LoadOptions,
 ) -> Result<ZoneTable, ConfigError> {
+    load_project_with(path, cwd, &[], opts)
+}
+
+/// A zone given on the command line: `--zone NAME=PATH[:ro|rw]`. Always
+/// direct mode (PATH an existing directory, relative to the current
+/// directory); without `:ro` or `:rw` it is read-only, as a zone without
+/// `mode:` in a file is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CliZone {
+    /// The argument as given, for errors.
+    pub arg: String,
+    pub name: String,
+    pub path: String,
+    pub access: Access,
+}
+
+impl CliZone {
+    /// Parses `NAME=PATH[:ro|rw]`. A PATH that itself ends in `:ro` or
+    /// `:rw` needs the suffix written out (`d=./x:ro:rw`).
+    pub fn parse(arg: &str) -> Result<CliZone, ConfigError> {
+        let fail = |m: String| ConfigError {
+            arg: Some(arg.to_owned()),
+            ..ConfigError::new(None, None, "", m)
+        };
+        let Some((name, rest)) = arg.split_once('=') else {
+            return Err(fail(
+                "expected NAME=PATH[:ro|rw], e.g. --zone docs=../docs:ro".to_owned(),
+            ));
+        };
+        parse::check_name(name).map_err(fail)?;
+        let (path, access) = match rest.rsplit_once(':') {
+            Some((p, "ro")) => (p, Access::Ro),
+            Some((p, "rw")) => (p, Access::Rw),
+            _ => (rest, Access::Ro),
+        };
+        if path.is_empty() || path.contains('\0') {
+            return Err(fail(format!(
+                "zone '{name}' needs a directory: expected NAME=PATH[:ro|rw], e.g. --zone {name}=.:rw"
+            )));
+        }
+        Ok(CliZone {
+            arg: arg.to_owned(),
+            name: name.to_owned(),
+            path: path.to_owned(),
+            access,
+        })
+    }
+}
+
+/// [`load_project`] plus the `--zone`s, each added to the project's zones
+/// and checked as a zone of the file is (names, overlaps, sensitive roots,
+/// a missing directory); a name the file has too is an error. With no
+/// `path` and no `./zonemount.yaml`, the zones replace the embedded
+/// default (a direct-mode table of just them; nothing is created).
+pub fn load_project_with(
+    path: Option<&Path>,
+    cwd: &Path,
+    zones: &[CliZone],
+    opts: &LoadOptions,
+) -> Result<ZoneTable, ConfigError> {
+    if let Some(preset) = path.and_then(presets::named) {
+        let preset =
+            preset.map_err(|m| ConfigError::new(path.map(Path::to_path_buf), None, "", m))?;
+        let shown = PathBuf::from(format!("{}{}", presets::PREFIX, preset.name));
+        let dir = validate::resolve(cwd);
+        return parse_project_with(
+            preset.text,
+            Some(&shown),
+            &dir,
+            Some(shown.clone()),
+            zones,
+            cwd,
+            opts,
+        );
+    }
     let picked = cwd.join(PROJECT_FILE_NAME);
+    if path.is_none() && !picked.exists() && !zones.is_empty() {
+        let raw = parse::RawProject {
+            mode: SandboxMode::Direct,
+            root: None,
+            zones: Vec::new(),
+        };
+        let dir = validate::resolve(cwd);
+        return validate::build(
+            &validate::Site { file: None },
+            raw,
+            &dir,
+            zones,
+            &dir,
+            None,
+            opts,
+        );
+    }
     let path = match path {
         Some(p) => Some(p.to_path_buf()),
         None if picked.exists() => Some(picked),
@@ -356,7 +456,7 @@ pub fn load_project(
             let dir = abs
                 .parent()
                 .map_or_else(|| cwd.to_path_buf(), Path::to_path_buf);
-            parse_project(&text, Some(&path), &dir, Some(abs), opts)
+            parse_project_with(&text, Some(&path), &dir, Some(abs), zones, cwd, opts)
         }
         None => {
             let dir = validate::resolve(cwd);
@@ -378,13 +478,35 @@ pub fn parse_project(
     source: Option<PathBuf>,
     opts: &LoadOptions,
 ) -> Result<ZoneTable, ConfigError> {
+    parse_project_with(text, file, config_dir, source, &[], config_dir, opts)
+}
+
+/// [`parse_project`] plus `--zone`s, whose paths are taken from `cwd`.
+fn parse_project_with(
+    text: &str,
+    file: Option<&Path>,
+    config_dir: &Path,
+    source: Option<PathBuf>,
+    zones: &[CliZone],
+    cwd: &Path,
+    opts: &LoadOptions,
+) -> Result<ZoneTable, ConfigError> {
     let doc = Doc {
         file,
         line_offset: 0,
     };
     let tree = doc.parse(text)?;
     let raw = parse::project(&doc, tree.as_ref())?;
-    validate::build(&validate::Site { file }, raw, config_dir, source, opts)
+    let cwd = validate::resolve(cwd);
+    validate::build(
+        &validate::Site { file },
+        raw,
+        config_dir,
+        zones,
+        &cwd,
+        source,
+        opts,
+    )
 }
 
 pub fn load_worker(path: &Path) -> Result<WorkerDecl, ConfigError> {

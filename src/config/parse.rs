@@ -46,6 +46,9 @@ pub(super) struct RawZone {
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     pub protect: Vec<String>,
+    /// Given as `--zone` (this argument), not written in a file: direct
+    /// mode, its path taken from the current directory.
+    pub cli: Option<String>,
 }
 
 /// A project file's `sandbox:` section as written.
@@ -367,6 +370,7 @@ fn zone(
         suffixes,
         max_file_bytes,
         protect,
+        cli: None,
     })
 }
 

@@ -13,7 +13,8 @@ use std::path::{Component, Path, PathBuf};
 
 use super::parse::{RawProject, RawZone};
 use super::{
-    Access, ApprovalPolicy, ConfigError, LoadOptions, SandboxMode, Zone, ZonePolicy, ZoneTable,
+    Access, ApprovalPolicy, CliZone, ConfigError, LoadOptions, SandboxMode, Zone, ZonePolicy,
+    ZoneTable,
 };
 
 /// Names under every home that hold credentials.
@@ -51,14 +52,88 @@ impl Site<'_> {
     }
 }
 
-/// Builds and checks the table. `config_dir` is absolute.
+/// Where a zone came from, for errors: the file's site, or its `--zone`.
+fn err_for(
+    site: &Site,
+    z: &RawZone,
+    line: Option<usize>,
+    field: &str,
+    message: impl Into<String>,
+) -> ConfigError {
+    match &z.cli {
+        Some(arg) => ConfigError {
+            arg: Some(arg.clone()),
+            ..ConfigError::new(None, None, "", message)
+        },
+        None => site.err(line, field, message),
+    }
+}
+
+/// Where an earlier zone was defined, as an error about a later one says
+/// it: ` on line 4` (same file), ` (project.yaml line 4)` (seen from a
+/// `--zone`), ` (--zone a=x)`.
+fn defined_at(site: &Site, earlier: &RawZone, later: &RawZone) -> String {
+    let line = zone_site(earlier).1;
+    match (&earlier.cli, &later.cli, line) {
+        (Some(arg), _, _) => format!(" (--zone {arg})"),
+        (None, Some(_), Some(l)) => match site.file {
+            Some(f) => format!(" ({} line {l})", f.display()),
+            None => format!(" (line {l})"),
+        },
+        (None, Some(_), None) => match site.file {
+            Some(f) => format!(" ({})", f.display()),
+            None => " (the default config)".to_owned(),
+        },
+        (None, None, Some(l)) => format!(" on line {l}"),
+        (None, None, None) => String::new(),
+    }
+}
+
+/// A `--zone` as a zone of the file would be written.
+fn raw_of(z: &CliZone) -> RawZone {
+    RawZone {
+        name: z.name.clone(),
+        field: format!("sandbox.zones.{}", z.name),
+        line: None,
+        path: Some((z.path.clone(), None)),
+        mode: Some((z.access, None)),
+        approval: None,
+        suffixes: None,
+        max_file_bytes: None,
+        protect: Vec::new(),
+        cli: Some(z.arg.clone()),
+    }
+}
+
+/// Builds and checks the table. `config_dir` is absolute; so is `cwd`,
+/// from which the `cli` zones' paths are taken (they come after the
+/// file's, in direct mode whatever the file's mode).
 pub(super) fn build(
     site: &Site,
-    raw: RawProject,
+    mut raw: RawProject,
     config_dir: &Path,
+    cli: &[CliZone],
+    cwd: &Path,
     source: Option<PathBuf>,
     opts: &LoadOptions,
 ) -> Result<ZoneTable, ConfigError> {
+    for c in cli {
+        let z = raw_of(c);
+        if let Some(first) = raw.zones.iter().find(|r| r.name == z.name) {
+            return Err(err_for(
+                site,
+                &z,
+                None,
+                "",
+                format!(
+                    "zone '{}' is already defined{}; give this one another name",
+                    z.name,
+                    defined_at(site, first, &z)
+                ),
+            ));
+        }
+        raw.zones.push(z);
+    }
     let root = match (&raw.mode, &raw.root) {
         (SandboxMode::Direct, Some((_, line))) => {
             return Err(site.err(
@@ -76,6 +151,7 @@ pub(super) fn build(
     let mut zones = Vec::with_capacity(raw.zones.len());
     for z in &raw.zones {
         let backing = match raw.mode {
+            _ if z.cli.is_some() => direct_backing(site, z, cwd)?,
             SandboxMode::Sandboxed => sandboxed_backing(site, z, &root)?,
             SandboxMode::Direct => direct_backing(site, z, config_dir)?,
         };
@@ -133,7 +209,9 @@ fn sandboxed_backing(site: &Site, z: &RawZone, root: &Path) -> Result<PathBuf, C
 
 fn direct_backing(site: &Site, z: &RawZone, config_dir: &Path) -> Result<PathBuf, ConfigError> {
     let Some((path, line)) = &z.path else {
-        return Err(site.err(
+        return Err(err_for(
+            site,
+            z,
             z.line,
             &format!("{}.path", z.field),
             format!(
@@ -147,14 +225,18 @@ fn direct_backing(site: &Site, z: &RawZone, config_dir: &Path) -> Result<PathBuf
     match fs::metadata(&full) {
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => {
-            return Err(site.err(
+            return Err(err_for(
+                site,
+                z,
                 *line,
                 &field,
                 format!("'{path}' ({}) is not a directory", full.display()),
             ));
         }
         Err(e) => {
-            return Err(site.err(
+            return Err(err_for(
+                site,
+                z,
                 *line,
                 &field,
                 format!(
@@ -165,7 +247,9 @@ fn direct_backing(site: &Site, z: &RawZone, config_dir: &Path) -> Result<PathBuf
         }
     }
     fs::canonicalize(&full).map_err(|e| {
-        site.err(
+        err_for(
+            site,
+            z,
             *line,
             &field,
             format!("cannot resolve '{path}' ({}): {e}", full.display()),
@@ -198,10 +282,11 @@ fn check_overlap(
     let other_line = raws
         .iter()
         .find(|r| r.name == other.name)
-        .and_then(|r| zone_site(r).1)
-        .map_or_else(String::new, |l| format!(" on line {l}"));
+        .map_or_else(String::new, |r| defined_at(site, r, z));
     let (field, line) = zone_site(z);
-    Err(site.err(
+    Err(err_for(
+        site,
+        z,
         line,
         &field,
         format!(
@@ -253,7 +338,9 @@ fn check_sensitive(
             }
             let how = if s == backing { "is" } else { "is inside" };
             let (field, line) = zone_site(z);
-            return Err(site.err(
+            return Err(err_for(
+                site,
+                z,
                 line,
                 &field,
                 format!(

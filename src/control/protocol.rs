@@ -155,6 +155,10 @@ pub struct Status {
     /// The project file; `None`: the embedded default.
     pub config: Option<PathBuf>,
     pub workers: Vec<PathBuf>,
+    /// The `--zone NAME=PATH[:ro|rw]` arguments the mount was given, as
+    /// given (absent when none, and from older daemons).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zone_args: Vec<String>,
     /// This socket.
     pub control: PathBuf,
     pub audit_log: Option<PathBuf>,

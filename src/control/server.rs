@@ -265,6 +265,7 @@ mod tests {
             started: 0,
             config: None,
             workers: Vec::new(),
+            zone_args: Vec::new(),
             control: "/m.sock".into(),
             audit_log: None,
             approval_timeout_secs: 5,

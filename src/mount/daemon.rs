@@ -59,6 +59,8 @@ impl Drop for Control {
 pub struct Origin {
     pub config: Option<PathBuf>,
     pub workers: Vec<PathBuf>,
+    /// The `--zone` arguments, as given.
+    pub zone_args: Vec<String>,
     pub allow_sensitive_roots: bool,
 }
 
@@ -94,6 +96,7 @@ impl Daemon {
             pid: std::process::id(),
             config: origin.config,
             workers: origin.workers,
+            zone_args: origin.zone_args,
             started: registry::now_secs(),
             zones: table.zones.iter().map(|z| z.name.clone()).collect(),
             control: Some(control.path().to_path_buf()),
@@ -180,6 +183,7 @@ fn status_fn(
         started: record.started,
         config: record.config.clone(),
         workers: record.workers.clone(),
+        zone_args: record.zone_args.clone(),
         control: control.to_path_buf(),
         audit_log: session.audit().map(|a| a.path().to_path_buf()),
         approval_timeout_secs: broker.settings().timeout.as_secs(),

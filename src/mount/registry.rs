@@ -23,6 +23,10 @@ pub struct Record {
     pub pid: u32,
     pub config: Option<PathBuf>,
     pub workers: Vec<PathBuf>,
+    /// The `--zone NAME=PATH[:ro|rw]` arguments as given (paths relative
+    /// to `cwd`); absent in older records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zone_args: Vec<String>,
     pub started: u64,
     /// The zone names, for `zonemount list` (absent in older records).
     #[serde(default)]
@@ -306,6 +310,7 @@ mod tests {
             pid: 1,
             config: None,
             workers: Vec::new(),
+            zone_args: Vec::new(),
             started: 0,
             zones: Vec::new(),
             control: None,

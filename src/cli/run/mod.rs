@@ -52,12 +52,14 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
     override_usage = "zonemount run [MOUNT OPTIONS] [--isolate] [--network] [--env NAME[=VALUE]]... \
 [--timeout SECS] [--user UID[:GID]] -- CMD ARGS...",
     after_help = "Mount options are those of `zonemount mount` (--config F, \
---worker F, --no-approvals, --cache-ttl SECS, ...), without the mountpoint: \
+--zone NAME=PATH[:ro|rw], --preset NAME, --worker F, --no-approvals, --cache-ttl SECS, ...), without the mountpoint: \
 run mounts on a fresh directory under $TMPDIR (or /tmp). CMD runs with its \
 working directory in the first rw zone (or the mount's root).
 
 Examples:
   zonemount run -- make test
+  zonemount run --zone work=.:rw --zone docs=../docs:ro -- make test
+  zonemount run --preset workspace-write -- my-agent
   zonemount run --config project.yaml --worker formatter.worker --timeout 600 -- my-agent --task 42
   zonemount run --isolate --env HOME -- sh -c 'ls /'
 

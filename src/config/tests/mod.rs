@@ -16,6 +16,7 @@ mod paths;
 mod sensitive_roots;
 mod validation;
 mod yaml_errors;
+mod zone_args;
 
 /// A project dir with a fake home beside it, so sensitive-root checks never
 /// depend on the host.
