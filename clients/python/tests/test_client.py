@@ -169,3 +169,15 @@ def test_the_example_supervisor_allows_under_one_path_and_reports(tmp_path: Path
     assert not (backing / "b.txt").exists()
     assert "allow write /workspace/out/a.txt" in done.stdout, done.stdout
     assert "deny  write /workspace/b.txt" in done.stdout, done.stdout
+
+
+def test_zones_on_the_command_line(project: Path, zm_bin: str) -> None:
+    with zonemount.mount(
+        project / "mnt", zones=[f"out={project / 'final'}:rw", f"in={project / 'data'}"]
+    ) as m:
+        st = m.client.status()
+        assert [z["name"] for z in st["zones"]] == ["out", "in"]
+        (m.mountpoint / "out/new.txt").write_text("x")
+        with pytest.raises(OSError):
+            (m.mountpoint / "in/new.txt").write_text("x")
+    assert (project / "final/new.txt").read_text() == "x"

@@ -75,6 +75,8 @@ def mount(
     *,
     config: Optional[PathLike] = None,
     workers: Sequence[PathLike] = (),
+    zones: Sequence[str] = (),
+    preset: Optional[str] = None,
     args: Sequence[str] = (),
     bin: Optional[PathLike] = None,
 ) -> Iterator[Mount]:
@@ -82,7 +84,8 @@ def mount(
     unmount on the way out (lazily if the mount is still busy).
 
     ``mountpoint`` defaults to a fresh temporary directory, removed
-    afterwards. ``args`` are more ``mount`` options (``--approval-timeout``,
+    afterwards. ``zones`` are ``NAME=PATH[:ro|rw]`` (``--zone``), added to
+    ``config`` or ``preset`` when given, else the whole mount. ``args`` are more ``mount`` options (``--approval-timeout``,
     ``--audit-log``, ...). Errors are :class:`CommandError` with the
     command's own one-line message.
     """
@@ -97,6 +100,10 @@ def mount(
         argv += ["--config", os.fspath(config)]
     for w in workers:
         argv += ["--worker", os.fspath(w)]
+    if preset is not None:
+        argv += ["--preset", preset]
+    for z in zones:
+        argv += ["--zone", z]
     argv += [*args, os.fspath(mp)]
     try:
         run_cli(argv, exe)
