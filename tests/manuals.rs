@@ -152,3 +152,27 @@ fn every_command_help_ends_with_examples_and_exit_status() {
         }
     }
 }
+
+#[test]
+fn version_names_what_the_build_does() {
+    let short = zm(&["-V"]);
+    assert_eq!(
+        short.stdout.trim(),
+        format!("zonemount {}", env!("CARGO_PKG_VERSION"))
+    );
+    let long = zm(&["--version"]);
+    assert!(long.success(), "{}", long.describe());
+    let v = zonemount::control::protocol::VERSION;
+    for want in [
+        "features:".to_string(),
+        format!("control protocol v{v}"),
+        "run --isolate (bubblewrap)".to_string(),
+        "FUSE passthrough".to_string(),
+    ] {
+        assert!(
+            long.stdout.contains(&want),
+            "--version lacks {want:?}: {}",
+            long.stdout
+        );
+    }
+}

@@ -29,12 +29,23 @@ use crate::mount::{self, session};
 #[command(
     name = "zonemount",
     version,
+    long_version = LONG_VERSION,
     about = "Mount policed zones of host directories for AI workers"
 )]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
 }
+
+/// `--version`: the version and what this build does (kept true by
+/// tests/manuals.rs against the constants it names).
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\nfeatures: fuse.zonemount by mount(2) as root and by fusermount3 as a user, \
+     a watcher that unmounts a dead daemon's mount, FUSE passthrough (Linux 6.9+, root), \
+     kernel file handles (root) or reopen by name, approvals with control protocol v1, \
+     audit ledger, run --isolate (bubblewrap), staged zones: no, FUSE over io_uring: no"
+);
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
