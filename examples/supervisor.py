@@ -28,14 +28,21 @@ import zonemount
 def wait_for_socket(path: str, proc: "subprocess.Popen[bytes]", limit: float = 30.0) -> zonemount.Client:
     """The run's control socket, once its mount is live."""
     deadline = time.monotonic() + limit
-    while not os.path.exists(path):
+    while True:
         if proc.poll() is not None:
             sys.exit(f"supervisor: zonemount run ended before its mount was live (exit {proc.returncode})")
         if time.monotonic() > deadline:
             proc.kill()
             sys.exit(f"supervisor: no control socket at {path} after {limit} s")
+        # The socket file appears a moment before the daemon listens on it.
+        if os.path.exists(path):
+            client = zonemount.Client(path)
+            try:
+                client.requests()
+                return client
+            except zonemount.ZonemountError:
+                client.close()
         time.sleep(0.05)
-    return zonemount.Client(path)
 
 
 def decide(client: zonemount.Client, allow_under: str) -> None:

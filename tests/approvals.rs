@@ -1074,13 +1074,18 @@ fn a_worker_that_double_forks_escapes_the_rule_so_it_is_only_naive() {
 
 /// One request on a control socket; the answer line.
 fn on_socket(sock: &Path, req: &str) -> Value {
+    try_on_socket(sock, req).unwrap_or_else(|e| panic!("{}: {e}", sock.display()))
+}
+
+/// [`on_socket`], or why not (the daemon not listening yet, or gone).
+fn try_on_socket(sock: &Path, req: &str) -> std::io::Result<Value> {
     use std::io::{BufRead, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
-    s.write_all(req.as_bytes()).unwrap();
-    s.write_all(b"\n").unwrap();
+    let mut s = std::os::unix::net::UnixStream::connect(sock)?;
+    s.write_all(req.as_bytes())?;
+    s.write_all(b"\n")?;
     let mut line = String::new();
-    std::io::BufReader::new(s).read_line(&mut line).unwrap();
-    serde_json::from_str(&line).unwrap()
+    std::io::BufReader::new(s).read_line(&mut line)?;
+    serde_json::from_str(&line).map_err(std::io::Error::other)
 }
 
 /// `zonemount run` with the asking fixture and a control socket at a known
@@ -1144,10 +1149,10 @@ fn run_self_approval(run_opts: &[&str], attempt: &str) -> (Out, String) {
     let mut child = child.expect("the copied binary stayed busy");
     let mut id = None;
     let ok = wait_until(Duration::from_secs(20), || {
-        if !sock.exists() {
+        // The socket may exist a moment before the daemon serves it.
+        let Ok(l) = try_on_socket(&sock, r#"{"v":1,"op":"list"}"#) else {
             return false;
-        }
-        let l = on_socket(&sock, r#"{"v":1,"op":"list"}"#);
+        };
         id = l["requests"][0]["id"].as_u64();
         id.is_some()
     });
