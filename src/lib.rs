@@ -17,6 +17,8 @@
 //! - [`error`]: the one place errors become errnos.
 //! - [`cli`]: commands, daemonizing, readiness, exit codes, `run`, `list`.
 //! - [`isolate`]: the bubblewrap command line for `run --isolate`.
+//! - [`stage`]: staged zones: the stage, its change report, commit and
+//!   discard.
 
 pub mod approval;
 pub mod audit;
@@ -30,3 +32,4 @@ pub mod fs;
 pub mod isolate;
 pub mod mount;
 pub mod policy;
+pub mod stage;
