@@ -61,11 +61,15 @@ pub(super) fn derive(
                 ),
             ));
         };
-        let policy = narrow(&base.policy, req).map_err(|message| {
+        let policy = narrow(&base.policy, req).map_err(|(key, message)| {
+            let line = match key {
+                "staged" => req.staged_line,
+                _ => req.mode_line,
+            };
             ConfigError::new(
                 Some(worker.file.clone()),
-                req.mode_line.or(req.line),
-                &format!("{}.mode", req.field),
+                line.or(req.line),
+                &format!("{}.{key}", req.field),
                 format!("worker '{who}' {message}"),
             )
         })?;
@@ -123,15 +127,19 @@ fn tightened(req: &ZoneRequest, got: &ZonePolicy) -> Vec<(&'static str, String, 
 }
 
 /// The stricter of a parent's policy and a worker's request; `Err` (the
-/// tail of a message) when the request asks for more than the parent has.
+/// key at fault and the tail of a message) when the request asks for more
+/// than the parent has.
 /// An `approval:` block gives each class it leaves out as `ask`.
-fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, String> {
+fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, (&'static str, String)> {
     let access = match req.mode {
         None => parent.access,
         Some(Access::Rw) if parent.access == Access::Ro => {
-            return Err(format!(
-                "requests 'rw' for zone '{}' but parent only has 'ro'",
-                req.name
+            return Err((
+                "mode",
+                format!(
+                    "requests 'rw' for zone '{}' but parent only has 'ro'",
+                    req.name
+                ),
             ));
         }
         Some(asked) => asked.min(parent.access),
@@ -154,6 +162,32 @@ fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, String> 
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    // A worker may stage a parent's rw zone, never unstage a staged one
+    // (its writes would reach the host without review).
+    let staged = match req.staged {
+        Some(false) if parent.staged => {
+            return Err((
+                "staged",
+                format!(
+                    "asks for 'staged: false' on zone '{}' but its parent stages it: a \
+                     worker can't send its writes to the host unreviewed",
+                    req.name
+                ),
+            ));
+        }
+        Some(true) if access == Access::Ro => {
+            return Err((
+                "staged",
+                format!(
+                    "asks for 'staged: true' on zone '{}', which it gets read-only: only \
+                     a writable zone has changes to stage",
+                    req.name
+                ),
+            ));
+        }
+        Some(asked) => asked || parent.staged,
+        None => parent.staged,
+    } && access == Access::Rw;
     let mut protect = parent.protect.clone();
     for p in &req.protect {
         if !protect.contains(p) {
@@ -168,6 +202,7 @@ fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, String> 
         protect,
         // Where the backing dir is decides what is hidden: the parent's.
         hidden: parent.hidden.clone(),
+        staged,
     })
 }
 

@@ -135,6 +135,10 @@ pub struct ZonePolicy {
     /// declare or drop any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hidden: Vec<PathBuf>,
+    /// A rw zone whose changes go to a stage, not the backing dir, until
+    /// they are committed (never set on a ro zone).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub staged: bool,
 }
 
 impl ZonePolicy {
@@ -148,6 +152,7 @@ impl ZonePolicy {
             max_file_bytes: None,
             protect: Vec::new(),
             hidden: Vec::new(),
+            staged: false,
         }
     }
 }
@@ -180,6 +185,11 @@ pub struct ZoneRequest {
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     pub protect: Vec<String>,
+    /// `staged:` as written: `Some(true)` stages a parent's rw zone;
+    /// `Some(false)` on a staged parent is an error.
+    pub staged: Option<bool>,
+    /// Line of its `staged:`.
+    pub staged_line: Option<usize>,
     /// Line where the zone is named.
     pub line: Option<usize>,
     /// Line of its `mode:`.
@@ -348,10 +358,10 @@ pub fn load_project(
     load_project_with(path, cwd, &[], opts)
 }
 
-/// A zone given on the command line: `--zone NAME=PATH[:ro|rw]`. Always
-/// direct mode (PATH an existing directory, relative to the current
-/// directory); without `:ro` or `:rw` it is read-only, as a zone without
-/// `mode:` in a file is.
+/// A zone given on the command line: `--zone NAME=PATH[:ro|rw|staged]`.
+/// Always direct mode (PATH an existing directory, relative to the current
+/// directory); without a suffix it is read-only, as a zone without `mode:`
+/// in a file is; `:staged` is `rw` with `staged: true`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CliZone {
     /// The argument as given, for errors.
@@ -359,11 +369,12 @@ pub struct CliZone {
     pub name: String,
     pub path: String,
     pub access: Access,
+    pub staged: bool,
 }
 
 impl CliZone {
-    /// Parses `NAME=PATH[:ro|rw]`. A PATH that itself ends in `:ro` or
-    /// `:rw` needs the suffix written out (`d=./x:ro:rw`).
+    /// Parses `NAME=PATH[:ro|rw|staged]`. A PATH that itself ends in one
+    /// of those needs the suffix written out (`d=./x:ro:rw`).
     pub fn parse(arg: &str) -> Result<CliZone, ConfigError> {
         let fail = |m: String| ConfigError {
             arg: Some(arg.to_owned()),
@@ -375,10 +386,11 @@ impl CliZone {
             ));
         };
         parse::check_name(name).map_err(fail)?;
-        let (path, access) = match rest.rsplit_once(':') {
-            Some((p, "ro")) => (p, Access::Ro),
-            Some((p, "rw")) => (p, Access::Rw),
-            _ => (rest, Access::Ro),
+        let (path, access, staged) = match rest.rsplit_once(':') {
+            Some((p, "ro")) => (p, Access::Ro, false),
+            Some((p, "rw")) => (p, Access::Rw, false),
+            Some((p, "staged")) => (p, Access::Rw, true),
+            _ => (rest, Access::Ro, false),
         };
         if path.is_empty() || path.contains('\0') {
             return Err(fail(format!(
@@ -390,6 +402,7 @@ impl CliZone {
             name: name.to_owned(),
             path: path.to_owned(),
             access,
+            staged,
         })
     }
 }
@@ -536,6 +549,8 @@ pub fn parse_worker(text: &str, file: &Path) -> Result<WorkerDecl, ConfigError> 
                 suffixes: z.suffixes,
                 max_file_bytes: z.max_file_bytes,
                 protect: z.protect,
+                staged: z.staged.map(|(s, _)| s),
+                staged_line: z.staged.and_then(|(_, l)| l),
                 line: z.line,
                 field: z.field,
             })

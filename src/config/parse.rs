@@ -17,6 +17,7 @@ const PROJECT_ZONE_KEYS: &[&str] = &[
     "suffixes",
     "max_file_bytes",
     "protect",
+    "staged",
 ];
 /// A worker asks for zones by name; where they live is the project's call.
 const WORKER_ZONE_KEYS: &[&str] = &[
@@ -26,6 +27,7 @@ const WORKER_ZONE_KEYS: &[&str] = &[
     "suffixes",
     "max_file_bytes",
     "protect",
+    "staged",
 ];
 
 /// A value and the line it was written on.
@@ -46,6 +48,8 @@ pub(super) struct RawZone {
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     pub protect: Vec<String>,
+    /// `staged:` as written.
+    pub staged: Option<At<bool>>,
     /// Given as `--zone` (this argument), not written in a file: direct
     /// mode, its path taken from the current directory.
     pub cli: Option<String>,
@@ -360,6 +364,10 @@ fn zone(
         None => Vec::new(),
         Some(node) => protect(doc, node, &join(&field, "protect"))?,
     };
+    let staged = match get_set(spec, "staged") {
+        None => None,
+        Some(node) => Some((doc.boolean(node, &join(&field, "staged"))?, doc.line(node))),
+    };
     Ok(RawZone {
         name,
         field,
@@ -370,6 +378,7 @@ fn zone(
         suffixes,
         max_file_bytes,
         protect,
+        staged,
         cli: None,
     })
 }

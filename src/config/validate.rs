@@ -101,6 +101,7 @@ fn raw_of(z: &CliZone) -> RawZone {
         suffixes: None,
         max_file_bytes: None,
         protect: Vec::new(),
+        staged: z.staged.then_some((true, None)),
         cli: Some(z.arg.clone()),
     }
 }
@@ -156,6 +157,23 @@ pub(super) fn build(
             SandboxMode::Direct => direct_backing(site, z, config_dir)?,
         };
         check_overlap(site, &raw.zones, &zones, z, &backing)?;
+        // Secure by default: a zone is writable only when it says so.
+        let access = z.mode.map_or(Access::Ro, |(m, _)| m);
+        let staged = match z.staged {
+            Some((true, line)) if access != Access::Rw => {
+                return Err(err_for(
+                    site,
+                    z,
+                    line,
+                    &format!("{}.staged", z.field),
+                    "'staged: true' needs a writable zone ('mode: rw'): a read-only zone \
+                     has no changes to stage"
+                        .to_owned(),
+                ));
+            }
+            Some((s, _)) => s,
+            None => false,
+        };
         let hidden = if opts.allow_sensitive_roots {
             Vec::new()
         } else {
@@ -165,8 +183,7 @@ pub(super) fn build(
             name: z.name.clone(),
             backing,
             policy: ZonePolicy {
-                // Secure by default: a zone is writable only when it says so.
-                access: z.mode.map_or(Access::Ro, |(m, _)| m),
+                access,
                 // No block: preApproved; a class left out of a block: ask.
                 approval: z
                     .approval
@@ -175,6 +192,7 @@ pub(super) fn build(
                 max_file_bytes: z.max_file_bytes,
                 protect: z.protect.clone(),
                 hidden,
+                staged,
             },
         });
     }

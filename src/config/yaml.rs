@@ -307,6 +307,18 @@ impl Doc<'_> {
             .collect()
     }
 
+    /// `true` or `false`.
+    pub(super) fn boolean(&self, node: &SNode, field: &str) -> Result<bool, ConfigError> {
+        match &node.value {
+            Node::Bool(b) => Ok(*b),
+            other => Err(self.err(
+                Some(node),
+                field,
+                format!("expected true or false, got {}", other.kind()),
+            )),
+        }
+    }
+
     /// A non-negative integer.
     pub(super) fn u64(&self, node: &SNode, field: &str) -> Result<u64, ConfigError> {
         match &node.value {

@@ -28,6 +28,7 @@ fn zone_with(
             max_file_bytes: max,
             protect: protect.iter().map(|x| x.to_string()).collect(),
             hidden: vec![],
+            staged: false,
         },
     })
     .unwrap()
@@ -46,6 +47,7 @@ fn with_hidden(access: Access, hidden: &[&str]) -> ZoneRules {
             max_file_bytes: Some(1),
             protect: vec![".git".into()],
             hidden: hidden.iter().map(PathBuf::from).collect(),
+            staged: false,
         },
     })
     .unwrap()

@@ -14,6 +14,7 @@ fn zone(name: &str, access: Access) -> Zone {
             max_file_bytes: None,
             protect: vec![],
             hidden: vec![],
+            staged: false,
         },
     }
 }
@@ -333,5 +334,61 @@ fn a_block_leaving_a_class_out_asks_for_it() {
             write: Approval::Ask,
             delete: Approval::Ask
         }
+    );
+}
+
+#[test]
+fn a_worker_may_stage_a_rw_zone_never_unstage_a_staged_one() {
+    let mut staged = zone("st", Access::Rw);
+    staged.policy.staged = true;
+    let parent = table(vec![
+        zone("ws", Access::Rw),
+        staged,
+        zone("data", Access::Ro),
+    ]);
+    let t = derive(
+        &parent,
+        &worker("sandbox:\n  zones:\n    ws: { staged: true }\n    st: {}\n    data: {}\n"),
+    )
+    .unwrap();
+    assert!(t.zone("ws").unwrap().policy.staged, "asked for");
+    assert!(t.zone("st").unwrap().policy.staged, "inherited");
+    assert!(!t.zone("data").unwrap().policy.staged);
+    // Read-only for the worker: nothing to stage, so not staged.
+    let t = derive(
+        &parent,
+        &worker("sandbox:\n  zones:\n    st: { mode: ro }\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            t.zone("st").unwrap().policy.access,
+            t.zone("st").unwrap().policy.staged
+        ),
+        (Access::Ro, false)
+    );
+    let e = derive(
+        &parent,
+        &worker("name: x\nsandbox:\n  zones:\n    st:\n      staged: false\n"),
+    )
+    .unwrap_err();
+    assert_err(
+        &e,
+        "child.worker",
+        5,
+        "sandbox.zones.st.staged",
+        "worker 'x' asks for 'staged: false' on zone 'st' but its parent stages it",
+    );
+    let e = derive(
+        &parent,
+        &worker("name: x\nsandbox:\n  zones:\n    data:\n      staged: true\n"),
+    )
+    .unwrap_err();
+    assert_err(
+        &e,
+        "child.worker",
+        5,
+        "sandbox.zones.data.staged",
+        "which it gets read-only",
     );
 }

@@ -38,6 +38,7 @@ fn map_and_list_forms_give_the_same_table() {
             max_file_bytes: Some(10),
             protect: vec![".git".into()],
             hidden: vec![],
+            staged: false,
         }
     );
     assert_eq!(map.source, Some(real(&f.proj()).join("project.yaml")));
@@ -313,4 +314,33 @@ fn a_symlinked_config_is_anchored_where_the_link_is() {
     let t = load_project(Some(Path::new("link.yaml")), &f.proj(), &f.opts()).unwrap();
     assert_eq!(t.zones[0].backing, real(&f.proj()).join(".sandbox/a"));
     assert_eq!(t.source, Some(real(&f.proj()).join("link.yaml")));
+}
+
+#[test]
+fn staged_needs_a_rw_zone_and_a_boolean() {
+    let f = Fixture::new();
+    let t = f
+        .load("sandbox:\n  zones:\n    a: { mode: rw, staged: true }\n    b: { mode: rw, staged: false }\n    c: { mode: rw }\n")
+        .unwrap();
+    let staged = |z: &str| t.zone(z).unwrap().policy.staged;
+    assert_eq!(
+        (staged("a"), staged("b"), staged("c")),
+        (true, false, false)
+    );
+    let e = f.load_err("sandbox:\n  zones:\n    a:\n      staged: true\n");
+    assert_err(
+        &e,
+        "project.yaml",
+        4,
+        "sandbox.zones.a.staged",
+        "'staged: true' needs a writable zone ('mode: rw')",
+    );
+    let e = f.load_err("sandbox:\n  zones:\n    a:\n      mode: rw\n      staged: yes please\n");
+    assert_err(
+        &e,
+        "project.yaml",
+        5,
+        "sandbox.zones.a.staged",
+        "expected true or false, got a string",
+    );
 }

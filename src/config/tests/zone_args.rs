@@ -227,3 +227,17 @@ fn every_preset_file_is_embedded_and_loads() {
         "{e}"
     );
 }
+
+#[test]
+fn staged_suffix_is_rw_and_staged() {
+    let z = zone("work=.:staged");
+    assert_eq!(
+        (z.path.as_str(), z.access, z.staged),
+        (".", Access::Rw, true)
+    );
+    assert!(!zone("work=.:rw").staged);
+    let f = Fixture::new();
+    let t = load(&f, None, &["work=.:staged"]).unwrap();
+    let p = &t.zone("work").unwrap().policy;
+    assert_eq!((p.access, p.staged), (Access::Rw, true));
+}
