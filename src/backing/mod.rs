@@ -19,10 +19,13 @@
 //! - `handle`: kernel file handles ([`InodeHandle`]).
 //! - `fusemount`: mount(2) of a FUSE device as `fuse.zonemount` ([`FuseMount`]).
 //! - `watch`: the process that cleans up after a dead daemon ([`Watcher`]).
+//! - [`overlay`]: the detached overlayfs of a staged zone (root, or a
+//!   user namespace).
 
 mod creds;
 mod fusemount;
 mod handle;
+pub mod overlay;
 #[cfg(test)]
 mod tests;
 mod watch;
