@@ -215,13 +215,22 @@ impl Prepared {
         };
         let fs = fsopen(c"overlay", FsOpenFlags::FSOPEN_CLOEXEC).map_err(|e| (Step::Open, e))?;
         let fs = fs.as_fd();
+        // Layers given as fds must be mounts of the mounter's mount
+        // namespace: ours as root; in the child's fresh namespace (a copy)
+        // only the paths reach its own copies.
+        let by_fd = how == Xattrs::Trusted;
         let lower_plus = c"lowerdir+";
-        fsconfig_set_fd(fs, lower_plus, self.lower.fd.as_fd())
+        let lower = if by_fd {
+            fsconfig_set_fd(fs, lower_plus, self.lower.fd.as_fd())
+        } else {
+            Err(Errno::INVAL)
+        };
+        lower
             .or_else(|_| fsconfig_set_string(fs, lower_plus, self.lower.path.as_c_str()))
             .or_else(|_| fsconfig_set_string(fs, c"lowerdir", self.lower_legacy.as_c_str()))
             .map_err(|e| (Step::Lower, e))?;
-        set_layer(fs, c"upperdir", &self.upper).map_err(|e| (Step::Upper, e))?;
-        set_layer(fs, c"workdir", &self.work).map_err(|e| (Step::Work, e))?;
+        set_layer(fs, c"upperdir", &self.upper, by_fd).map_err(|e| (Step::Upper, e))?;
+        set_layer(fs, c"workdir", &self.work, by_fd).map_err(|e| (Step::Work, e))?;
         let options: &[(&CStr, &CStr)] = match how {
             Xattrs::Trusted => &[
                 (c"redirect_dir", c"nofollow"),
@@ -247,9 +256,13 @@ impl Prepared {
     }
 }
 
-fn set_layer(fs: BorrowedFd<'_>, key: &CStr, layer: &Layer) -> rustix::io::Result<()> {
-    rustix::mount::fsconfig_set_fd(fs, key, layer.fd.as_fd())
-        .or_else(|_| rustix::mount::fsconfig_set_string(fs, key, layer.path.as_c_str()))
+fn set_layer(fs: BorrowedFd<'_>, key: &CStr, layer: &Layer, by_fd: bool) -> rustix::io::Result<()> {
+    let by_fd = if by_fd {
+        rustix::mount::fsconfig_set_fd(fs, key, layer.fd.as_fd())
+    } else {
+        Err(Errno::INVAL)
+    };
+    by_fd.or_else(|_| rustix::mount::fsconfig_set_string(fs, key, layer.path.as_c_str()))
 }
 
 /// Fork a child that makes a user namespace, mounts the overlay there and
