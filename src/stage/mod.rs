@@ -2,7 +2,116 @@
 //! upper dir in a state directory) instead of the backing dir, until the
 //! supervisor commits or discards them.
 //!
+//! - `dir`: the stage dir: default place, layout, lock, manifest.
 //! - `tree`: what a stage holds compared to its backing dir (the change
 //!   report, diffs), and applying it to the backing dir or dropping it.
+//!
+//! [`Stages`] is what a mount holds: its locked stage dir and, for each
+//! staged zone, the overlay whose root the filesystem uses as the zone's
+//! directory (see `backing::overlay`).
 
+pub mod dir;
 pub mod tree;
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
+
+use crate::backing::overlay::{self, Xattrs};
+use crate::config::ZoneTable;
+pub use dir::StageError;
+
+/// One staged zone's part of the stage.
+#[derive(Debug)]
+pub struct ZoneStage {
+    pub name: String,
+    pub backing: PathBuf,
+    /// `<stage dir>/<zone>`.
+    pub dir: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    pub xattrs: Xattrs,
+}
+
+impl ZoneStage {
+    /// Mount this zone's overlay; its root fd serves as the zone's dir.
+    pub fn mount(&self) -> std::io::Result<OwnedFd> {
+        let (fd, how) = overlay::mount(&overlay::Layers {
+            lower: &self.backing,
+            upper: &self.upper,
+            work: &self.work,
+        })?;
+        debug_assert_eq!(how, self.xattrs);
+        Ok(fd)
+    }
+}
+
+/// A mount's stages: the locked stage dir, and each zone's stage by the
+/// zone's index in the table (None: not staged).
+#[derive(Debug)]
+pub struct Stages {
+    pub dir: PathBuf,
+    zones: Vec<Option<ZoneStage>>,
+    /// Holds the stage dir's lock for the mount's life.
+    _held: Mutex<dir::Held>,
+}
+
+impl Stages {
+    /// The stages of `table`'s staged zones in `stage_dir` (default: see
+    /// [`dir::default_for`]), locked; `None` when no zone is staged.
+    pub fn open(
+        table: &ZoneTable,
+        mountpoint: &Path,
+        stage_dir: Option<&Path>,
+    ) -> Result<Option<Stages>, StageError> {
+        if !table.zones.iter().any(|z| z.policy.staged) {
+            return Ok(None);
+        }
+        let dir = match stage_dir {
+            Some(d) => d.to_path_buf(),
+            None => dir::default_for(mountpoint),
+        };
+        let mut held = dir::hold(&dir, mountpoint)?;
+        let xattrs = if crate::backing::has_sys_admin() {
+            Xattrs::Trusted
+        } else {
+            Xattrs::User
+        };
+        let mut zones = Vec::with_capacity(table.zones.len());
+        for z in &table.zones {
+            if !z.policy.staged {
+                zones.push(None);
+                continue;
+            }
+            held.zone(&z.name, &z.backing, xattrs)?;
+            let zdir = dir::zone_dir(&dir, &z.name);
+            zones.push(Some(ZoneStage {
+                name: z.name.clone(),
+                backing: z.backing.clone(),
+                upper: zdir.join("upper"),
+                work: zdir.join("work"),
+                dir: zdir,
+                xattrs,
+            }));
+        }
+        Ok(Some(Stages {
+            dir,
+            zones,
+            _held: Mutex::new(held),
+        }))
+    }
+
+    /// Zone `i`'s stage, if it is staged.
+    pub fn zone(&self, i: usize) -> Option<&ZoneStage> {
+        self.zones.get(i).and_then(Option::as_ref)
+    }
+
+    /// Every staged zone, with its index.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &ZoneStage)> {
+        self.zones
+            .iter()
+            .enumerate()
+            .filter_map(|(i, z)| z.as_ref().map(|z| (i, z)))
+    }
+}
