@@ -173,6 +173,11 @@ pub(crate) struct MountArgs {
     /// The control socket (default: in the runtime directory).
     #[arg(long, value_name = "SOCK")]
     pub(crate) control: Option<PathBuf>,
+    /// Where staged zones keep their changes until committed (default:
+    /// a directory per mountpoint under ~/.local/state/zonemount/stages,
+    /// or /var/lib/zonemount/stages for root). One mount at a time.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) stage_dir: Option<PathBuf>,
     /// Seconds a request waits for a decision before it is denied.
     #[arg(long, value_name = "SECS", default_value_t = session::DEFAULT_APPROVAL_TIMEOUT.as_secs_f64())]
     pub(crate) approval_timeout: f64,

@@ -217,6 +217,7 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         allow_uids: a.allow_uid.clone(),
         record: None,
         control: None,
+        stage_dir: a.stage_dir.as_deref().map(abs),
     })
 }
 

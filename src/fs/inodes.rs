@@ -56,8 +56,9 @@ pub struct Place {
 pub enum Anchor {
     /// The synthetic mount root: no backing object.
     None,
-    /// An `O_PATH` fd held for the node's life: the zone dirs.
-    Held(Arc<OwnedFd>),
+    /// An fd held for the node's life: the zone dirs (replaced when a
+    /// staged zone's overlay is mounted again).
+    Held(HeldFd),
     /// A kernel file handle; an fd is opened from it on demand and kept
     /// in a bounded cache.
     Handle(crate::backing::InodeHandle),
@@ -83,10 +84,30 @@ impl Anchor {
     ) -> bool {
         match (self, other) {
             (Anchor::Handle(a), Anchor::Handle(b)) => a == b,
-            (Anchor::Held(fd), _) => !crate::backing::is_deleted(fd.as_fd()),
+            (Anchor::Held(fd), _) => !crate::backing::is_deleted(fd.get().as_fd()),
             (Anchor::Named, _) => cached().is_none_or(|fd| !crate::backing::is_deleted(fd.as_fd())),
             (Anchor::None, _) | (Anchor::Handle(_), _) => true,
         }
+    }
+}
+
+/// A zone dir's fd: fixed for a plain zone; a staged zone's is its
+/// overlay's root, replaced by a fresh overlay after a commit or discard.
+#[derive(Debug)]
+pub struct HeldFd(parking_lot::RwLock<Arc<OwnedFd>>);
+
+impl HeldFd {
+    pub fn new(fd: OwnedFd) -> HeldFd {
+        HeldFd(parking_lot::RwLock::new(Arc::new(fd)))
+    }
+
+    pub fn get(&self) -> Arc<OwnedFd> {
+        self.0.read().clone()
+    }
+
+    /// Use `fd` from now on (an fd taken before stays valid).
+    pub fn replace(&self, fd: OwnedFd) {
+        *self.0.write() = Arc::new(fd);
     }
 }
 

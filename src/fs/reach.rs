@@ -35,10 +35,18 @@ use parking_lot::Mutex;
 
 use crate::backing::{self, FileType, ProcFds, Stat, Sys};
 use crate::error::{FsError, FsResult, Refusal};
-use crate::fs::inodes::{self, Anchor, Found, Node, Place};
+use crate::fs::inodes::{self, Anchor, Found, HeldFd, Node, Place};
 
 /// Shards of the fd cache, each with its own lock.
 const SHARDS: usize = 16;
+
+/// `dir` (on some filesystem) to open handles with, if a handle of `dir`
+/// itself (`h`) opens again there.
+fn opens_handles(dir: OwnedFd, h: &backing::InodeHandle) -> Option<Arc<OwnedFd>> {
+    backing::open_by_handle(dir.as_fd(), h)
+        .is_ok()
+        .then(|| Arc::new(dir))
+}
 
 /// The most fds the cache keeps (in all shards together).
 pub const FD_CACHE_MAX: usize = 2048;
@@ -84,8 +92,10 @@ pub struct Reach {
     /// the kernel still holds them (by node id); at most `pin_max`.
     pinned: Mutex<HashMap<u64, Arc<OwnedFd>>>,
     pin_max: usize,
-    /// One fd per backing filesystem (by mount id), to open handles with.
-    fs_fds: Mutex<HashMap<i32, Arc<OwnedFd>>>,
+    /// One fd per backing filesystem (by mount id), to open handles with;
+    /// None for one whose handles can't be opened (an overlay without
+    /// `nfs_export`: a staged zone's nodes are reopened by name).
+    fs_fds: Mutex<HashMap<i32, Option<Arc<OwnedFd>>>>,
     /// `/proc/self/fd`, to reopen `O_PATH` fds for real work.
     pub procfds: ProcFds,
 }
@@ -103,9 +113,12 @@ impl Reach {
     /// CAP_DAC_READ_SEARCH, so it is probed on the first zone dir. Without
     /// them (or with `try_handles` false) nodes are reopened by name.
     pub fn new(zone_roots: &[(OsString, Found)], procfds: ProcFds, try_handles: bool) -> Reach {
-        let handles = match zone_roots.first().map(|(_, f)| &f.anchor) {
-            _ if !try_handles => FileHandles::Off,
-            Some(Anchor::Held(fd)) => match backing::handle_of(fd.as_fd()) {
+        // Probed on each zone dir until one answers (a staged zone's
+        // overlay gives handles that can't be opened; its nodes are
+        // reopened by name whatever the others do).
+        let probe = |held: &HeldFd| {
+            let fd = held.get();
+            match backing::handle_of(fd.as_fd()) {
                 Err(_) => FileHandles::NotSupported,
                 Ok(h) => match procfds
                     .open_dir(fd.as_fd())
@@ -115,18 +128,31 @@ impl Reach {
                     Err(e) if e == rustix::io::Errno::PERM => FileHandles::NoCapability,
                     Err(_) => FileHandles::NotSupported,
                 },
-            },
-            _ => FileHandles::Off,
+            }
         };
+        let mut handles = FileHandles::Off;
+        if try_handles {
+            for (_, f) in zone_roots {
+                if let Anchor::Held(held) = &f.anchor {
+                    handles = probe(held);
+                    if handles != FileHandles::NotSupported {
+                        break;
+                    }
+                }
+            }
+        }
         // Each zone root's filesystem gets its fd for opening handles.
         let mut fs_fds = HashMap::new();
         if handles == FileHandles::Used {
             for (_, f) in zone_roots {
-                if let Anchor::Held(fd) = &f.anchor {
+                if let Anchor::Held(held) = &f.anchor {
+                    let fd = held.get();
                     if let (Ok(h), Ok(dir)) =
                         (backing::handle_of(fd.as_fd()), procfds.open_dir(fd.as_fd()))
                     {
-                        fs_fds.entry(h.mount_id).or_insert_with(|| Arc::new(dir));
+                        fs_fds
+                            .entry(h.mount_id)
+                            .or_insert_with(|| opens_handles(dir, &h));
                     }
                 }
             }
@@ -170,7 +196,7 @@ impl Reach {
         match &node.anchor {
             // Only the mount root has no backing object.
             Anchor::None => Err(FsError::Refused(Refusal::RootLevel)),
-            Anchor::Held(fd) => Ok(fd.clone()),
+            Anchor::Held(fd) => Ok(fd.get()),
             Anchor::Handle(h) => {
                 if let Some(fd) = self.shard(node.ino).lock().get(&node.ino) {
                     return Ok(fd.clone());
@@ -180,6 +206,7 @@ impl Reach {
                     .lock()
                     .get(&h.mount_id)
                     .cloned()
+                    .flatten()
                     .ok_or(FsError::Os(libc::ESTALE))?;
                 let fd = Arc::new(self.with_fds(|| backing::open_by_handle(fs_fd.as_fd(), h))?);
                 self.shard(node.ino).lock().put(node.ino, fd.clone());
@@ -438,18 +465,20 @@ impl Reach {
     /// seen there.
     fn can_open_on(&self, mount_id: i32, fd: BorrowedFd<'_>, kind: FileType) -> bool {
         let mut fs_fds = self.fs_fds.lock();
-        if fs_fds.contains_key(&mount_id) {
-            return true;
+        if let Some(known) = fs_fds.get(&mount_id) {
+            return known.is_some();
         }
         if kind != FileType::Directory {
             return false;
         }
-        match self.procfds.open_dir(fd) {
-            Ok(dir) => {
-                fs_fds.insert(mount_id, Arc::new(dir));
-                true
+        match (self.procfds.open_dir(fd), backing::handle_of(fd)) {
+            (Ok(dir), Ok(h)) => {
+                let fs = opens_handles(dir, &h);
+                let can = fs.is_some();
+                fs_fds.insert(mount_id, fs);
+                can
             }
-            Err(_) => false,
+            _ => false,
         }
     }
 

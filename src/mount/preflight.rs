@@ -65,6 +65,12 @@ pub enum MountError {
     MountpointForbidden(String),
     #[error("mounting {0} failed: {1}")]
     Mount(String, io::Error),
+    /// The stage dir can't be used (in use, made for other dirs).
+    #[error("{0}")]
+    Stage(String),
+    /// This machine won't mount a staged zone's overlay.
+    #[error("{0}")]
+    StageHost(String),
 }
 
 impl MountError {
@@ -76,13 +82,15 @@ impl MountError {
             | MountError::AlreadyMounted(..)
             | MountError::InsideBacking { .. }
             | MountError::BackingInside { .. }
-            | MountError::Backing(_) => 2,
+            | MountError::Backing(_)
+            | MountError::Stage(_) => 2,
             MountError::NoFuse
             | MountError::NoFuseAccess(_)
             | MountError::NoFusermount
             | MountError::FusermountNotSetuid(_)
             | MountError::AllowOtherNotPermitted
-            | MountError::MountpointForbidden(_) => HOST_FORBIDS,
+            | MountError::MountpointForbidden(_)
+            | MountError::StageHost(_) => HOST_FORBIDS,
             MountError::Mount(..) => 1,
         }
     }

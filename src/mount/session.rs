@@ -38,7 +38,8 @@ use crate::approval::{self, Approvals, Broker};
 use crate::audit::{self, Audit, Kind};
 use crate::backing::{FuseMount, WatchPlan, Watcher};
 use crate::config::ZoneTable;
-use crate::fs::core::{Core, CoreOptions};
+use crate::fs::core::{Core, CoreOptions, OpenError};
+use crate::stage::Stages;
 use crate::fs::{Admission, ZoneFs};
 
 /// How long the kernel may cache names and attributes of rw zones.
@@ -82,6 +83,9 @@ pub struct Settings {
     /// The control socket the watcher removes (when nothing listens on it
     /// any more) if this process dies.
     pub control: Option<PathBuf>,
+    /// Where staged zones keep their changes (None: the default for the
+    /// mountpoint, see `stage::dir::default_for`).
+    pub stage_dir: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -97,6 +101,7 @@ impl Default for Settings {
             allow_uids: Vec::new(),
             record: None,
             control: None,
+            stage_dir: None,
         }
     }
 }
@@ -174,7 +179,10 @@ pub fn build(
         audit.clone(),
     );
     let owner = Owner::current();
-    let fs = filesystem(table, settings, Arc::new(broker.clone()), owner)?;
+    let stages = Stages::open(table, mountpoint, settings.stage_dir.as_deref())
+        .map_err(|e| MountError::Stage(e.to_string()))?
+        .map(Arc::new);
+    let fs = filesystem(table, settings, Arc::new(broker.clone()), owner, stages)?;
     let core = fs.core().clone();
     let (config, way) = fuse_config(settings, owner)?;
     crate::backing::clear_umask();
@@ -310,6 +318,7 @@ fn filesystem(
     settings: &Settings,
     broker: Arc<dyn Broker>,
     owner: Owner,
+    stages: Option<Arc<Stages>>,
 ) -> Result<ZoneFs, MountError> {
     let mut admission = Admission::default();
     if settings.allow_other && !settings.allow_uids.is_empty() {
@@ -325,7 +334,10 @@ fn filesystem(
         owner_gid: owner.gid,
         admission,
     };
-    let core = Core::new(table, opts, broker).map_err(|e| MountError::Backing(e.to_string()))?;
+    let core = Core::with_stages(table, opts, broker, stages).map_err(|e| match e {
+        OpenError::Stage { .. } => MountError::StageHost(e.to_string()),
+        _ => MountError::Backing(e.to_string()),
+    })?;
     Ok(ZoneFs::new(Arc::new(core)))
 }
 

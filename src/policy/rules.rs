@@ -26,6 +26,9 @@ pub struct ZoneRules {
     anchored: Vec<(String, Vec<GlobMatcher>)>,
     /// Sensitive roots inside the zone, relative to its root: hidden.
     hidden: Vec<PathBuf>,
+    /// Changes go to a stage: `ask` writes and deletes proceed (the
+    /// commit is the decision); `blocked` still refuses.
+    pub staged: bool,
 }
 
 impl ZoneRules {
@@ -61,6 +64,7 @@ impl ZoneRules {
             protect: b.build()?,
             anchored,
             hidden,
+            staged: zone.policy.staged,
         })
     }
 
@@ -150,10 +154,17 @@ impl ZoneRules {
     }
 
     /// The approval policy of one class.
+    /// What the zone's approval policy says for `class`, as applied: on
+    /// a staged zone a write or delete that would ask proceeds into the
+    /// stage, where it can't reach the host until committed.
     pub fn level(&self, class: Class) -> Approval {
-        match class {
+        let level = match class {
             Class::Write => self.approval.write,
             Class::Delete => self.approval.delete,
+        };
+        match level {
+            Approval::Ask if self.staged => Approval::PreApproved,
+            other => other,
         }
     }
 }

@@ -598,3 +598,39 @@ fn precedence_follows_the_design_order() {
     assert_eq!(all[3], Refusal::CrossZone);
     assert_eq!(all.last(), Some(&Refusal::Blocked));
 }
+
+#[test]
+fn a_staged_zone_lets_asks_into_the_stage_and_still_refuses_blocked() {
+    let mut z = zone(Access::Rw, Ask, Ask);
+    z.staged = true;
+    let f = at(&z, "f");
+    for op in [
+        Op::WriteContent {
+            at: f,
+            new_size: Some(3),
+        },
+        Op::NewName {
+            at: f,
+            is_dir: false,
+        },
+        Op::Metadata { at: f },
+        Op::Remove { at: f },
+    ] {
+        assert_eq!(decide(&op), Decision::Allow, "{op:?}");
+    }
+    let mut z = zone(Access::Rw, Blocked, Blocked);
+    z.staged = true;
+    assert_eq!(refused(Op::Remove { at: at(&z, "f") }), Refusal::Blocked);
+    assert_eq!(refused(Op::Metadata { at: at(&z, "f") }), Refusal::Blocked);
+    // Every other rule holds as on a plain zone: protect, suffixes, size.
+    let mut z = zone_with(Access::Rw, Ask, Ask, Some(&[".md"]), Some(2), &[".git"]);
+    z.staged = true;
+    assert_eq!(
+        refused(Op::NewName {
+            at: at(&z, "a.txt"),
+            is_dir: false
+        }),
+        Refusal::Suffix
+    );
+    assert_eq!(refused(Op::Metadata { at: at(&z, ".git/x") }), Refusal::Protected);
+}

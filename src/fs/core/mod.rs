@@ -46,9 +46,10 @@ use crate::backing::{self, Caller, ProcFds};
 use crate::config::{Access, ZoneTable};
 use crate::error::{FsError, FsResult};
 use crate::fs::handles::Handles;
-use crate::fs::inodes::{Anchor, Found, Inodes, Node};
+use crate::fs::inodes::{Anchor, Found, HeldFd, Inodes, Node};
 use crate::fs::reach::{FileHandles, Reach};
 use crate::policy::{Loc, ZoneRules};
+use crate::stage::Stages;
 
 /// Who asks, and with which FUSE call: what every operation that may be
 /// refused or asked about receives.
@@ -192,6 +193,11 @@ pub enum OpenError {
     Protect { zone: String, source: ignore::Error },
     #[error("cannot open /proc/self/fd: {0}")]
     Proc(std::io::Error),
+    #[error("zone '{zone}': cannot mount its stage: {source}")]
+    Stage {
+        zone: String,
+        source: std::io::Error,
+    },
 }
 
 pub struct Core {
@@ -208,6 +214,8 @@ pub struct Core {
     started: SystemTime,
     /// The last refusals, explained, oldest first.
     recent: Mutex<std::collections::VecDeque<RecentRefusal>>,
+    /// The staged zones' stages (None: no zone is staged).
+    stages: Option<Arc<Stages>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -234,7 +242,18 @@ impl Core {
         opts: CoreOptions,
         broker: Arc<dyn Broker>,
     ) -> Result<Core, OpenError> {
-        Core::build(table, opts, broker, true)
+        Core::build(table, opts, broker, None, true)
+    }
+
+    /// [`Core::new`], with the staged zones' dirs the roots of their
+    /// overlays in `stages` (their changes land in the stage).
+    pub fn with_stages(
+        table: &ZoneTable,
+        opts: CoreOptions,
+        broker: Arc<dyn Broker>,
+        stages: Option<Arc<Stages>>,
+    ) -> Result<Core, OpenError> {
+        Core::build(table, opts, broker, stages, true)
     }
 
     /// A core that never uses kernel file handles: every node is reopened
@@ -246,29 +265,42 @@ impl Core {
         opts: CoreOptions,
         broker: Arc<dyn Broker>,
     ) -> Result<Core, OpenError> {
-        Core::build(table, opts, broker, false)
+        Core::build(table, opts, broker, None, false)
     }
 
     fn build(
         table: &ZoneTable,
         opts: CoreOptions,
         broker: Arc<dyn Broker>,
+        stages: Option<Arc<Stages>>,
         try_handles: bool,
     ) -> Result<Core, OpenError> {
         let mut roots = Vec::new();
         let mut zones = Vec::new();
-        for z in &table.zones {
+        for (i, z) in table.zones.iter().enumerate() {
             let backing_err = |e: std::io::Error| OpenError::Backing {
                 zone: z.name.clone(),
                 path: z.backing.clone(),
                 source: e,
             };
-            let fd = backing::open_zone_root(&z.backing).map_err(|e| backing_err(e.into()))?;
+            let fd = match stages.as_ref().and_then(|s| s.zone(i)) {
+                Some(stage) => stage.mount().map_err(|e| OpenError::Stage {
+                    zone: z.name.clone(),
+                    source: e,
+                })?,
+                None if z.policy.staged => {
+                    return Err(OpenError::Stage {
+                        zone: z.name.clone(),
+                        source: std::io::Error::other("staged, but the mount has no stage"),
+                    });
+                }
+                None => backing::open_zone_root(&z.backing).map_err(|e| backing_err(e.into()))?,
+            };
             let st = backing::stat(fd.as_fd()).map_err(|e| backing_err(e.into()))?;
             roots.push((
                 OsString::from(&z.name),
                 Found {
-                    anchor: Anchor::Held(Arc::new(fd)),
+                    anchor: Anchor::Held(HeldFd::new(fd)),
                     dev: st.st_dev,
                     ino: st.st_ino,
                     is_dir: true,
@@ -287,6 +319,7 @@ impl Core {
             zones,
             zone_names,
             inodes: Inodes::new(roots),
+            stages,
             reach,
             handles: Handles::default(),
             broker,
@@ -382,6 +415,11 @@ impl Core {
             });
         }
         out
+    }
+
+    /// The staged zones' stages.
+    pub fn stages(&self) -> Option<&Arc<Stages>> {
+        self.stages.as_ref()
     }
 
     /// The core's node reach (tests).
