@@ -439,6 +439,10 @@ fn killed_daemon_leaves_no_mount() {
         [pid],
         "the record's pid is the daemon's"
     );
+    // Used first, as a worker would: the kernel then has the root's
+    // attributes cached, and a stat of the dead mount still succeeds.
+    fs::metadata(m.mountpoint()).expect("stat the mount's root");
+    assert!(fs::read_dir(m.mountpoint()).expect("list the root").count() > 0);
     assert_eq!(
         watcher_pids_for(m.mountpoint()).len(),
         1,

@@ -28,9 +28,9 @@
 //!    [`STOP_GRACE`]) and waits for it to exit;
 //! 3. removes [`Plan::files`], and each of [`Plan::sockets`] that nothing
 //!    listens on (a live socket is someone else's);
-//! 4. unmounts [`Plan::mountpoint`] lazily — only if a stat of it answers
-//!    ENOTCONN, i.e. a dead FUSE mount is on top (a live or foreign mount
-//!    is never touched): umount2(MNT_DETACH), or `fusermount3 -u -z` when
+//! 4. unmounts [`Plan::mountpoint`] lazily — only if a statfs of it (which,
+//!    unlike a stat, no kernel cache answers) says ENOTCONN, i.e. a dead
+//!    FUSE mount is on top (a live or foreign mount is never touched): umount2(MNT_DETACH), or `fusermount3 -u -z` when
 //!    [`Plan::fusermount`] says so (a user's mount);
 //! 5. removes the (empty) [`Plan::dirs`], retrying for a bounded while
 //!    when busy.
@@ -469,7 +469,10 @@ fn clean_up(p: &Prepared, msgs: &Messages) {
         }
     }
     if let Some(mp) = &p.mountpoint {
-        if let Err(Errno::NOTCONN) = rustix::fs::stat(mp.as_c_str()) {
+        // statfs, not stat: the kernel answers a stat of the mount's root
+        // from its attribute cache even once the daemon is gone, but
+        // always asks the daemon for statfs.
+        if let Err(Errno::NOTCONN) = rustix::fs::statfs(mp.as_c_str()) {
             match &p.fusermount {
                 Some((_, argv)) => run_and_wait(argv),
                 None => {

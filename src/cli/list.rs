@@ -142,8 +142,10 @@ fn daemon_alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// A dead FUSE mount answers ENOTCONN. statfs, not stat: the kernel
+/// answers a stat of the root from its cache even after the daemon died.
 fn not_connected(path: &Path) -> bool {
-    std::fs::metadata(path).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
+    rustix::fs::statfs(path).is_err_and(|e| e == rustix::io::Errno::NOTCONN)
 }
 
 fn current() -> Vec<MountStatus> {

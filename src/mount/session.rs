@@ -39,8 +39,8 @@ use crate::audit::{self, Audit, Kind};
 use crate::backing::{FuseMount, WatchPlan, Watcher};
 use crate::config::ZoneTable;
 use crate::fs::core::{Core, CoreOptions, OpenError};
-use crate::stage::Stages;
 use crate::fs::{Admission, ZoneFs};
+use crate::stage::Stages;
 
 /// How long the kernel may cache names and attributes of rw zones.
 pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(30);

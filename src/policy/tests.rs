@@ -632,5 +632,10 @@ fn a_staged_zone_lets_asks_into_the_stage_and_still_refuses_blocked() {
         }),
         Refusal::Suffix
     );
-    assert_eq!(refused(Op::Metadata { at: at(&z, ".git/x") }), Refusal::Protected);
+    assert_eq!(
+        refused(Op::Metadata {
+            at: at(&z, ".git/x")
+        }),
+        Refusal::Protected
+    );
 }

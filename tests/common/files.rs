@@ -52,3 +52,74 @@ pub fn file_hash(p: &Path) -> io::Result<(u64, u64)> {
         len += n as u64;
     }
 }
+
+/// What a tree holds, as one sorted listing: each path (relative), its
+/// type, permission bits, link count within the tree's files, size and
+/// content hash, symlink target, and user xattrs; with `times`, each
+/// entry's mtime and ctime too (so "unchanged" means untouched). Compare
+/// two listings with `assert_eq!` to see the difference.
+pub fn tree_listing(root: &Path, times: bool) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let mut entries: Vec<_> = fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()))
+            .map(|e| e.expect("dir entry").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            let md = fs::symlink_metadata(&p).expect("lstat");
+            let rel = p.strip_prefix(root).expect("inside").display().to_string();
+            let ft = md.file_type();
+            let what = if ft.is_symlink() {
+                format!("link -> {}", fs::read_link(&p).expect("readlink").display())
+            } else if ft.is_dir() {
+                stack.push(p.clone());
+                "dir".to_string()
+            } else if ft.is_file() {
+                let (h, len) = file_hash(&p).expect("hash");
+                format!("file {len} bytes {h:016x} links {}", md.nlink())
+            } else {
+                format!("special {:o}", md.mode() & 0o170000)
+            };
+            let mut line = format!("{rel}: {what} mode {:o}", md.mode() & 0o7777);
+            if !ft.is_symlink() {
+                let mut names: Vec<String> = xattr_names(&p)
+                    .into_iter()
+                    .filter(|n| n.starts_with("user."))
+                    .collect();
+                names.sort();
+                if !names.is_empty() {
+                    line.push_str(&format!(" xattrs {names:?}"));
+                }
+            }
+            if times {
+                line.push_str(&format!(
+                    " mtime {}.{} ctime {}.{}",
+                    md.mtime(),
+                    md.mtime_nsec(),
+                    md.ctime(),
+                    md.ctime_nsec()
+                ));
+            }
+            out.push(line);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The names of `p`'s extended attributes (none if it has none or its
+/// filesystem keeps none).
+fn xattr_names(p: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let Ok(n) = rustix::fs::llistxattr(p, &mut buf[..]) else {
+        return Vec::new();
+    };
+    buf[..n]
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}

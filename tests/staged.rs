@@ -1,0 +1,245 @@
+//! Staged zones through real mounts: what a worker does lands in the stage
+//! and never in the backing dir (checked by a listing of the backing tree
+//! with times), the stage outlives an unmount and a SIGKILLed daemon, one
+//! mount at a time uses a stage, approvals on a staged zone, and where a
+//! staged zone differs from a plain one (EXDEV for a backing directory's
+//! rename).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+/// A direct-mode project with zone `work` (backing `<tmp>/b`) staged,
+/// its writes and deletes set to ask (a staged zone asks nobody), and a
+/// few backing files; the stage in `<tmp>/stage`.
+fn staged(approval: &str) -> Setup {
+    let s = Setup::new(&format!(
+        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n      approval: {approval}\n"
+    ))
+    .backing_dir("work", "b")
+    .file("work", "f", "old\n")
+    .file("work", "gone", "bye\n")
+    .file("work", "d/y", "y\n")
+    .file("work", "d/sub/z", "z\n");
+    let stage = s.root().join("stage");
+    s.arg("--stage-dir").arg(&stage.to_string_lossy())
+}
+
+fn stage_of(m: &TestMount) -> PathBuf {
+    m.root().join("stage")
+}
+
+/// `zonemount mount` of the same project on `mnt` with the same stage.
+fn mount_again(m: &TestMount, mnt: &Path) -> Out {
+    fs::create_dir_all(mnt).unwrap();
+    let stage = stage_of(m);
+    let config = m.root().join("project.yaml");
+    let mut args: Vec<String> = vec!["mount".into(), "-q".into()];
+    args.extend(default_mount_args().iter().cloned());
+    args.extend([
+        "--config".to_string(),
+        config.display().to_string(),
+        "--stage-dir".into(),
+        stage.display().to_string(),
+        mnt.display().to_string(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = m.zonemount(&args);
+    if out.success() {
+        wait_mounted(mnt);
+    }
+    out
+}
+
+#[test]
+fn a_task_in_a_staged_zone_leaves_the_backing_dir_untouched() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask, delete: ask }").mount();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    let out = m.sh_in(
+        "work",
+        "set -e
+         echo new > new
+         echo over > f
+         echo more >> f
+         printf 0123456789 > t && truncate -s 3 t
+         chmod 600 f
+         mv new renamed
+         mkdir -p nd/inner && echo n > nd/inner/n && mv nd nd2
+         rm gone
+         rm -r d
+         ln -s f sym
+         ln renamed hard",
+        &[],
+    );
+    assert!(out.success(), "the task: {}", out.describe());
+    rustix::fs::setxattr(
+        m.path("work/f"),
+        "user.note",
+        b"v",
+        rustix::fs::XattrFlags::empty(),
+    )
+    .expect("setxattr through the mount");
+    // The view shows every change...
+    let view = tree_listing(&m.path("work"), false);
+    let has = |prefix: &str| view.iter().any(|l| l.starts_with(prefix));
+    for p in [
+        "f: file 10 bytes",
+        "t: file 3 bytes",
+        "renamed: file 4 bytes",
+        "hard: file 4 bytes",
+        "nd2/inner/n:",
+        "sym: link -> f",
+    ] {
+        assert!(has(p), "{p} not in the view: {view:#?}");
+    }
+    assert!(
+        view.iter()
+            .any(|l| l.starts_with("f:") && l.contains("mode 600") && l.contains("user.note")),
+        "{view:#?}"
+    );
+    for gone in ["gone:", "d:", "d/y:", "new:"] {
+        assert!(!has(gone), "{gone} still in the view: {view:#?}");
+    }
+    // ...and the backing dir none, not even a time.
+    assert_eq!(
+        tree_listing(&backing, true),
+        before,
+        "the backing dir changed"
+    );
+    // What changed is in the stage's upper dir.
+    let upper = stage_of(&m).join("work/upper");
+    assert!(upper.join("renamed").is_file() && upper.join("nd2/inner/n").is_file());
+}
+
+#[test]
+fn git_in_a_staged_zone_leaves_the_backing_dir_untouched() {
+    if !fuse_ok() || !require(Need::Tool("git")) {
+        return;
+    }
+    let m = staged("{ write: preApproved, delete: preApproved }").mount();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    let out = m.sh_in(
+        "work",
+        "set -e
+         git init -q .
+         git -c user.name=t -c user.email=t@t add -A
+         git -c user.name=t -c user.email=t@t commit -qm one
+         echo two >> f
+         git -c user.name=t -c user.email=t@t commit -qam two
+         git log --oneline | wc -l",
+        &[],
+    );
+    assert!(out.success(), "git: {}", out.describe());
+    assert_eq!(out.stdout.trim(), "2");
+    assert_eq!(
+        tree_listing(&backing, true),
+        before,
+        "the backing dir changed"
+    );
+}
+
+#[test]
+fn the_stage_outlives_an_unmount_and_a_killed_daemon() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = staged("{ write: ask }").mount();
+    let out = m.sh_in(
+        "work",
+        "dd if=/dev/zero of=synced bs=4k count=4 conv=fsync status=none && echo kept > kept",
+        &[],
+    );
+    assert!(out.success(), "{}", out.describe());
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    let out = mount_again(&m, m.mountpoint());
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(fs::read_to_string(m.path("work/kept")).unwrap(), "kept\n");
+    // SIGKILL: what was acknowledged (fsync'ed) is there after a remount.
+    let out = m.sh_in("work", "echo late > late && sync late", &[]);
+    assert!(out.success(), "{}", out.describe());
+    let pids = daemon_pids_for(m.mountpoint());
+    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
+    let _ = run(
+        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "the killed daemon's mount stayed"
+    );
+    let out = mount_again(&m, m.mountpoint());
+    assert!(out.success(), "remount after SIGKILL: {}", out.describe());
+    assert_eq!(fs::read_to_string(m.path("work/late")).unwrap(), "late\n");
+    assert_eq!(fs::metadata(m.path("work/synced")).unwrap().len(), 16384);
+    assert!(!m.backing("work", "late").exists() && !m.backing("work", "kept").exists());
+}
+
+#[test]
+fn two_mounts_are_refused_one_stage() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let second = m.root().join("mnt2");
+    let out = mount_again(&m, &second);
+    if out.success() {
+        let _ = m.zonemount(&["unmount", &second.to_string_lossy()]);
+        panic!("a second mount got the stage: {}", out.describe());
+    }
+    assert_eq!(out.code(), Some(2), "{}", out.describe());
+    assert!(
+        out.stderr.contains("is in use by another mount") && out.stderr.trim().lines().count() == 1,
+        "{}",
+        out.describe()
+    );
+    assert!(!is_mounted(&second));
+}
+
+#[test]
+fn blocked_still_refuses_in_a_staged_zone() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: preApproved, delete: blocked }").mount();
+    let r = fs::remove_file(m.path("work/f"));
+    assert_errno(r, libc::EPERM);
+    assert!(m.path("work/f").exists());
+    fs::write(m.path("work/new"), "n").expect("writes are preApproved");
+    assert!(!m.backing("work", "new").exists());
+}
+
+#[test]
+fn renaming_a_backing_directory_answers_exdev_and_mv_copies() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask, delete: ask }").mount();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    assert_errno(fs::rename(m.path("work/d"), m.path("work/d2")), libc::EXDEV);
+    let out = m.sh_in("work", "mv d d3 && cat d3/sub/z", &[]);
+    assert!(
+        out.success(),
+        "mv falls back to copying: {}",
+        out.describe()
+    );
+    assert_eq!(out.stdout, "z\n");
+    assert!(!m.path("work/d").exists());
+    // A file, and a directory made in the stage, rename as usual.
+    fs::rename(m.path("work/f"), m.path("work/f2")).expect("file rename");
+    fs::create_dir(m.path("work/n")).unwrap();
+    fs::rename(m.path("work/n"), m.path("work/n2")).expect("a new dir renames");
+    assert_eq!(tree_listing(&backing, true), before);
+}
