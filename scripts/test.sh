@@ -97,7 +97,7 @@ fi
 # The suites every environment must pass, again: as root where fusermount3
 # is unusable (a private mount namespace with it covered), and as an
 # unprivileged user with the setuid fusermount3 (scripts/test-envs.sh).
-ENV_SUITES=(errno_table lifecycle run approvals escape bounded_fds)
+ENV_SUITES=(errno_table lifecycle run approvals escape bounded_fds staged)
 rc_envs=0
 for env_name in nofusermount user; do
   rc_env=0
