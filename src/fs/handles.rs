@@ -115,4 +115,12 @@ impl Handles {
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
+
+    /// How many open handles `which` picks.
+    pub fn count(&self, which: impl Fn(&Handle) -> bool) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().values().filter(|h| which(h)).count())
+            .sum()
+    }
 }

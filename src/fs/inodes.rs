@@ -311,6 +311,26 @@ impl Inodes {
         self.maps.read().by_ino.get(&ino).cloned()
     }
 
+    /// Every node of zone `i` but its dir, with its place (parent id and
+    /// name), for telling the kernel to forget them.
+    pub fn zone_nodes(&self, i: usize) -> Vec<(u64, u64, OsString)> {
+        let nodes: Vec<Arc<Node>> = self
+            .maps
+            .read()
+            .by_ino
+            .values()
+            .filter(|n| n.zone == Some(i) && !self.is_permanent(n.ino))
+            .cloned()
+            .collect();
+        nodes
+            .into_iter()
+            .filter_map(|n| {
+                let place = n.place.lock().clone();
+                Some((n.ino, place.parent?.ino, place.name))
+            })
+            .collect()
+    }
+
     /// The permanent node of zone `i`'s dir.
     pub fn zone_root(&self, i: usize) -> Option<Arc<Node>> {
         self.get(2 + i as u64)

@@ -358,8 +358,8 @@ impl Reach {
         (cached, self.pinned.lock().len())
     }
 
-    /// Close every cached fd (tests: force reopening).
-    #[cfg(test)]
+    /// Close every cached fd: nodes are reached again from their zone
+    /// dirs (after a staged zone's dir moved to a fresh overlay; tests).
     pub fn clear_cache(&self) {
         for s in &self.fd_cache {
             s.lock().clear();

@@ -196,6 +196,11 @@ pub fn build(
             (fuse, watcher)
         }
     };
+    // Staged zones tell the kernel to forget what a commit or discard
+    // made stale.
+    if core.stages().is_some() {
+        core.set_notifier(fuse.notifier());
+    }
     // The handshake is done: the I/O mode is settled.
     tracing::info!(
         mountpoint = %mountpoint.display(),

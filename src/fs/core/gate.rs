@@ -123,7 +123,10 @@ impl Core {
             Err(e) => return respond.respond(Err(e)),
         };
         let items = match gate {
-            Gate::Go => return respond.respond(act(self)),
+            Gate::Go => {
+                let _still = self.acting();
+                return respond.respond(act(self));
+            }
             Gate::Ask(items) => items,
         };
         let core = Arc::clone(self);
@@ -139,7 +142,10 @@ impl Core {
             ask,
             Box::new(move |verdict| {
                 respond.respond(match verdict {
-                    Verdict::Allow => act(&core),
+                    Verdict::Allow => {
+                        let _still = core.acting();
+                        act(&core)
+                    }
                     Verdict::Deny => Err(core.denied(&ctx, first.as_ref())),
                     // The caller is being killed: it will never see this.
                     Verdict::Withdrawn => Err(FsError::Os(libc::EINTR)),

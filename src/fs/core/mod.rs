@@ -22,6 +22,7 @@ mod files;
 mod gate;
 mod io;
 mod names;
+mod stage;
 mod xattr;
 
 pub use crate::fs::reach::FD_CACHE_MAX;
@@ -216,6 +217,11 @@ pub struct Core {
     recent: Mutex<std::collections::VecDeque<RecentRefusal>>,
     /// The staged zones' stages (None: no zone is staged).
     stages: Option<Arc<Stages>>,
+    /// Mutations act under its read side; a commit or discard holds the
+    /// write side (only when there are stages).
+    still: parking_lot::RwLock<()>,
+    /// Tells the kernel to forget cached entries (set once mounted).
+    notifier: std::sync::OnceLock<fuser::Notifier>,
 }
 
 impl std::fmt::Debug for Core {
@@ -320,6 +326,8 @@ impl Core {
             zone_names,
             inodes: Inodes::new(roots),
             stages,
+            still: parking_lot::RwLock::new(()),
+            notifier: std::sync::OnceLock::new(),
             reach,
             handles: Handles::default(),
             broker,

@@ -1,0 +1,113 @@
+//! The core's side of staged zones: mutations run while the stages are
+//! still (a commit or discard holds them still), how many files are open
+//! for writing in a zone, and a zone dir moved onto a fresh overlay after
+//! its stage changed underneath, with the kernel told to forget what it
+//! cached of that zone.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
+
+use super::Core;
+use crate::fs::handles::Handle;
+use crate::fs::inodes::Anchor;
+
+impl Core {
+    /// Held while a mutation acts, when the mount has stages: a commit or
+    /// discard waits for acting mutations and holds new ones back.
+    pub(super) fn acting(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        self.stages.as_ref().map(|_| self.still.read())
+    }
+
+    /// Hold every mutation back (until dropped): for a commit or discard.
+    pub fn hold_still(&self) -> RwLockWriteGuard<'_, ()> {
+        self.still.write()
+    }
+
+    /// Files of zone `zone` open for writing now.
+    pub fn open_for_writing(&self, zone: usize) -> usize {
+        self.handles.count(|h| {
+            matches!(h, Handle::File { zone: z, writable: true, .. } if *z == zone)
+        })
+    }
+
+    /// Mount zone `zone`'s overlay afresh and make it the zone's dir:
+    /// after a commit or discard changed its layers, the old overlay's
+    /// cached view is stale. Nodes are reached again from the new one (by
+    /// name; the fd cache is emptied); open files keep what they had.
+    pub fn restage(&self, zone: usize) -> io::Result<()> {
+        let Some(stage) = self.stages.as_ref().and_then(|s| s.zone(zone)) else {
+            return Err(io::Error::other("not a staged zone"));
+        };
+        let fd = stage.mount()?;
+        let root = self
+            .inodes
+            .zone_root(zone)
+            .ok_or_else(|| io::Error::other("no such zone"))?;
+        match &root.anchor {
+            Anchor::Held(held) => held.replace(fd),
+            _ => return Err(io::Error::other("a zone dir without its fd")),
+        }
+        self.reach.clear_cache();
+        Ok(())
+    }
+
+    /// Tell the kernel to forget what it cached of zone `zone`: every
+    /// node's attributes and data, every name that leads to one, and the
+    /// names `paths` (relative to the zone dir; e.g. deleted ones, which
+    /// the kernel may remember as missing). Must not be called while
+    /// mutations are held back (the kernel may wait for one to finish).
+    pub fn forget_cached(&self, zone: usize, paths: &[&Path]) {
+        let Some(n) = self.notifier.get() else {
+            return;
+        };
+        let nodes = self.inodes.zone_nodes(zone);
+        for (ino, parent, name) in &nodes {
+            let _ = n.inval_entry(fuser::INodeNo(*parent), name);
+            let _ = n.inval_inode(fuser::INodeNo(*ino), 0, 0);
+        }
+        let Some(root) = self.inodes.zone_root(zone) else {
+            return;
+        };
+        let _ = n.inval_inode(fuser::INodeNo(root.ino), 0, 0);
+        // A name's parent: the zone dir, or a node whose path it is.
+        for p in paths {
+            let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+                continue;
+            };
+            let parent_ino = if parent.as_os_str().is_empty() {
+                Some(root.ino)
+            } else {
+                nodes
+                    .iter()
+                    .filter_map(|(ino, _, _)| self.inodes.get(*ino))
+                    .find(|node| node.is_dir && node.zone_path() == parent)
+                    .map(|node| node.ino)
+            };
+            if let Some(pi) = parent_ino {
+                let _ = n.inval_entry(fuser::INodeNo(pi), name);
+            }
+        }
+    }
+
+    /// The kernel connection's notifier, once the session has one.
+    pub fn set_notifier(&self, n: fuser::Notifier) {
+        let _ = self.notifier.set(n);
+    }
+
+    /// The dir fd of zone `zone` as the filesystem uses it (a staged
+    /// zone's overlay root).
+    pub fn zone_dir_fd(&self, zone: usize) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+        let root = self.inodes.zone_root(zone)?;
+        match &root.anchor {
+            Anchor::Held(held) => {
+                let fd = held.get();
+                let _ = fd.as_fd();
+                Some(fd)
+            }
+            _ => None,
+        }
+    }
+}
