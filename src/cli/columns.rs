@@ -51,7 +51,11 @@ pub(crate) fn zone_table(
         rows.push([
             z.name.clone(),
             z.backing.display().to_string(),
-            p.access.to_string(),
+            if p.staged {
+                format!("{} staged", p.access)
+            } else {
+                p.access.to_string()
+            },
             p.approval.write.to_string(),
             p.approval.delete.to_string(),
             suffixes(p.suffixes.as_deref()),

@@ -229,6 +229,9 @@ pub struct PolicyStatus {
     /// Sensitive roots hidden inside the backing dir, relative to it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hidden: Vec<PathBuf>,
+    /// Changes go to a stage until committed (absent: not staged).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub staged: bool,
 }
 
 impl From<&Zone> for ZoneStatus {
@@ -244,6 +247,7 @@ impl From<&Zone> for ZoneStatus {
                 max_file_bytes: p.max_file_bytes,
                 protect: p.protect.clone(),
                 hidden: p.hidden.clone(),
+                staged: p.staged,
             },
         }
     }

@@ -28,9 +28,8 @@ impl Core {
 
     /// Files of zone `zone` open for writing now.
     pub fn open_for_writing(&self, zone: usize) -> usize {
-        self.handles.count(|h| {
-            matches!(h, Handle::File { zone: z, writable: true, .. } if *z == zone)
-        })
+        self.handles
+            .count(|h| matches!(h, Handle::File { zone: z, writable: true, .. } if *z == zone))
     }
 
     /// Mount zone `zone`'s overlay afresh and make it the zone's dir:

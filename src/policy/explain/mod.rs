@@ -477,6 +477,19 @@ fn allowed(s: &Subject<'_>) -> Explanation {
     };
     let reason = match s.action {
         Action::Read | Action::Access => "reading is always allowed".to_owned(),
+        a if z.staged => {
+            let configured = match a.class() {
+                crate::policy::Class::Write => z.approval.write,
+                crate::policy::Class::Delete => z.approval.delete,
+            };
+            format!(
+                "{} is staged: the change goes to its stage, and the host's files change only \
+                 when the supervisor commits it (the commit is the decision; the {} policy is \
+                 '{configured}')",
+                zone_dir(z),
+                class_word(a.class())
+            )
+        }
         a => format!(
             "{} is writable and its {} policy is 'preApproved'",
             zone_dir(z),

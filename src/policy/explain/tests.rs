@@ -425,3 +425,32 @@ fn every_refusal_has_a_message() {
         }
     }
 }
+
+#[test]
+fn a_staged_zone_says_the_commit_decides() {
+    let mut z = compile(Z {
+        name: "st",
+        write: Approval::Ask,
+        delete: Approval::Blocked,
+        ..BASE
+    });
+    z.staged = true;
+    let t = vec![z];
+    let op = Op::WriteContent {
+        at: at(&t, "st", "f"),
+        new_size: None,
+    };
+    let d = super::super::decide(&op);
+    assert_eq!(d, Decision::Allow);
+    let e = explain_decision(&Subject::of(&op), &d, &t);
+    assert_eq!(
+        e.reason,
+        "/st is staged: the change goes to its stage, and the host's files change only when \
+         the supervisor commits it (the commit is the decision; the write policy is 'ask')"
+    );
+    let op = Op::Remove {
+        at: at(&t, "st", "f"),
+    };
+    let d = super::super::decide(&op);
+    assert!(matches!(d, Decision::Refuse(Refusal::Blocked)), "{d:?}");
+}
