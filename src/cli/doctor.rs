@@ -88,7 +88,8 @@ pub(crate) fn doctor(json: bool) -> Result<u8, Failure> {
 }
 
 /// Look at everything, touching nothing but a probe's open of /dev/fuse,
-/// a file handle of the working directory and one `bwrap … true`.
+/// a file handle of the working directory, one `bwrap … true` and one
+/// detached overlay over empty dirs in a temp dir.
 fn examine() -> Report {
     let uid = rustix::process::geteuid().as_raw();
     let kernel = probe::kernel_release();
@@ -107,6 +108,7 @@ fn examine() -> Report {
         uring(),
         file_handles(root),
         isolate(),
+        staged(),
         dir_check(
             "runtime dir",
             &mount::runtime_dir(),
@@ -313,6 +315,23 @@ fn isolate() -> Check {
             format!("{} can't start a sandbox here: {why}", bwrap.display()),
         )
         .fix("allow user namespaces (sysctl user.max_user_namespaces=15000; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0), or run as root"),
+    }
+}
+
+fn staged() -> Check {
+    const NAME: &str = "staged zones";
+    match probe::staged_overlay() {
+        Ok(how) => check(
+            NAME,
+            State::Ok,
+            format!("the kernel's overlay mounts {how} (a staged zone's changes go to its stage)"),
+        ),
+        Err(why) => check(
+            NAME,
+            State::Missing,
+            format!("a staged zone's overlay can't be mounted here: {why}"),
+        )
+        .fix("mount as root, or allow unprivileged user namespaces (Linux 5.11+; sysctl user.max_user_namespaces=15000; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0)"),
     }
 }
 

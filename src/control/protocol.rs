@@ -38,13 +38,31 @@ use crate::config::{Access, ApprovalPolicy, SandboxMode, Zone};
 pub const VERSION: u64 = 1;
 
 /// What a client asks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     List,
     Status,
     Watch,
     DenyPending,
-    Decide { id: u64, decision: Decision },
+    Decide {
+        id: u64,
+        decision: Decision,
+    },
+    /// What the staged zones hold (`paths` as a worker sees them,
+    /// `/zone/...`; empty: everything), with unified diffs when `diff`.
+    Changes {
+        paths: Vec<String>,
+        diff: bool,
+    },
+    /// Apply staged changes to the backing dirs.
+    Commit {
+        paths: Vec<String>,
+        force: bool,
+    },
+    /// Drop staged changes.
+    Discard {
+        paths: Vec<String>,
+    },
 }
 
 impl Request {
@@ -65,6 +83,13 @@ impl Request {
                 id,
                 decision: Decision::Deny,
             } => json!({"v": VERSION, "op": "decide", "id": id, "decision": "deny"}),
+            Request::Changes { paths, diff } => {
+                json!({"v": VERSION, "op": "changes", "paths": paths, "diff": diff})
+            }
+            Request::Commit { paths, force } => {
+                json!({"v": VERSION, "op": "commit", "paths": paths, "force": force})
+            }
+            Request::Discard { paths } => json!({"v": VERSION, "op": "discard", "paths": paths}),
         }
     }
 
@@ -88,10 +113,36 @@ impl Request {
                 };
                 Ok(Request::Decide { id, decision })
             }
+            "changes" => Ok(Request::Changes {
+                paths: paths(req)?,
+                diff: req["diff"].as_bool().unwrap_or(false),
+            }),
+            "commit" => Ok(Request::Commit {
+                paths: paths(req)?,
+                force: req["force"].as_bool().unwrap_or(false),
+            }),
+            "discard" => Ok(Request::Discard { paths: paths(req)? }),
             other => Err(format!(
-                "unknown op '{other}': use list, watch, decide, status or deny_pending"
+                "unknown op '{other}': use list, watch, decide, status, deny_pending, changes, \
+                 commit or discard"
             )),
         }
+    }
+}
+
+/// A request's `paths`: absent or a list of strings.
+fn paths(req: &Value) -> Result<Vec<String>, String> {
+    match &req["paths"] {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(items) => items
+            .iter()
+            .map(|p| {
+                p.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| "\"paths\" must be a list of strings".to_owned())
+            })
+            .collect(),
+        _ => Err("\"paths\" must be a list of strings".into()),
     }
 }
 

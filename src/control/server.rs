@@ -60,6 +60,10 @@ pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> 
 /// Makes the answer to `status`, afresh each time.
 pub type StatusFn = Box<dyn Fn() -> Status + Send + Sync>;
 
+/// Runs a `changes`, `commit` or `discard` for a peer: the answer's
+/// fields (a JSON object), or the one-line error. May take a while.
+pub type StageFn = Box<dyn Fn(&Request, Peer) -> Result<Value, String> + Send + Sync>;
+
 /// What the server needs.
 pub struct Server {
     approvals: Approvals,
@@ -68,6 +72,8 @@ pub struct Server {
     /// and counters, what the filesystem core knows.
     status: StatusFn,
     events: broadcast::Sender<Event>,
+    /// The staged zones' operations (None: no zone is staged).
+    stage: Option<StageFn>,
 }
 
 struct Bridge(broadcast::Sender<Event>);
@@ -81,6 +87,17 @@ impl Listener for Bridge {
 
 impl Server {
     pub fn new(approvals: Approvals, owner_uid: u32, status: StatusFn) -> Arc<Server> {
+        Server::with_stage(approvals, owner_uid, status, None)
+    }
+
+    /// [`Server::new`], answering `changes`, `commit` and `discard` with
+    /// `stage`.
+    pub fn with_stage(
+        approvals: Approvals,
+        owner_uid: u32,
+        status: StatusFn,
+        stage: Option<StageFn>,
+    ) -> Arc<Server> {
         let (tx, _) = broadcast::channel(1024);
         approvals.subscribe(Arc::new(Bridge(tx.clone())));
         Arc::new(Server {
@@ -88,6 +105,7 @@ impl Server {
             owner_uid,
             status,
             events: tx,
+            stage,
         })
     }
 
@@ -165,7 +183,12 @@ async fn connection(stream: UnixStream, srv: Arc<Server>) -> io::Result<()> {
         if req["op"] == "watch" {
             return watch(&srv, &mut lines, &mut w).await;
         }
-        let answer = handle(&srv, &req, peer);
+        // A commit copies files: off the async workers.
+        let answer = if matches!(req["op"].as_str(), Some("changes" | "commit" | "discard")) {
+            tokio::task::block_in_place(|| handle(&srv, &req, peer))
+        } else {
+            handle(&srv, &req, peer)
+        };
         send(&mut w, &answer).await?;
     }
     Ok(())
@@ -207,6 +230,24 @@ pub fn handle(srv: &Server, req: &Value, peer: Peer) -> Value {
         },
         // A watch streams: the connection handles it before it gets here.
         Request::Watch => fail("watch is a stream: send it as the first request of a connection"),
+        Request::Changes { .. } | Request::Commit { .. } | Request::Discard { .. } => {
+            match &srv.stage {
+                None => fail("this mount has no staged zone"),
+                Some(run) => match run(&req, peer) {
+                    Ok(Value::Object(fields)) => {
+                        let mut v = ok_answer(&Done {});
+                        if let Value::Object(m) = &mut v {
+                            m.extend(fields);
+                        }
+                        v
+                    }
+                    Ok(other) => fail(format!(
+                        "internal: a stage answer that is not an object: {other}"
+                    )),
+                    Err(e) => fail(e),
+                },
+            }
+        }
     }
 }
 

@@ -183,6 +183,40 @@ fn wait_bounded(
     }
 }
 
+/// Whether a staged zone's overlay can be mounted here by this user: one
+/// is mounted (detached) over empty dirs in a temp dir and a file made
+/// through it. Ok says how (root, or a user namespace); Err why not.
+pub fn staged_overlay() -> Result<&'static str, String> {
+    let dir = tempfile::Builder::new()
+        .prefix("zonemount-probe.")
+        .tempdir()
+        .map_err(|e| format!("no temp dir: {e}"))?;
+    let [lower, upper, work] = ["l", "u", "w"].map(|d| dir.path().join(d));
+    for d in [&lower, &upper, &work] {
+        fs::create_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    let (root, how) = crate::backing::overlay::mount(&crate::backing::overlay::Layers {
+        lower: &lower,
+        upper: &upper,
+        work: &work,
+    })
+    .map_err(|e| e.to_string())?;
+    rustix::fs::openat(
+        &root,
+        "probe",
+        rustix::fs::OFlags::CREATE | rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| format!("a file can't be made through the overlay: {e}"))?;
+    if !upper.join("probe").exists() {
+        return Err("a file made through the overlay did not land in its upper dir".into());
+    }
+    Ok(match how {
+        crate::backing::overlay::Xattrs::Trusted => "as root",
+        crate::backing::overlay::Xattrs::User => "in a user namespace",
+    })
+}
+
 /// Whether this user can write in `dir`, or create it: the nearest
 /// existing ancestor decides. Err says why not.
 pub fn writable_dir(dir: &Path) -> Result<(), String> {
