@@ -481,8 +481,19 @@ mod tests {
                 id: 8,
                 decision: Decision::Deny,
             },
+            Request::Changes {
+                paths: vec!["/work/src".into()],
+                diff: true,
+            },
+            Request::Commit {
+                paths: vec![],
+                force: true,
+            },
+            Request::Discard {
+                paths: vec!["/w/a".into(), "/w/b".into()],
+            },
         ] {
-            let v = r.to_value();
+            let v = r.clone().to_value();
             assert_eq!(check_version(&v), Ok(()));
             assert_eq!(Request::from_value(&v), Ok(r));
         }
