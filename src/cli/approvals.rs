@@ -290,6 +290,9 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
             secs(ttl.ro)
         ));
     }
+    if let Some(dir) = &s.stage_dir {
+        out.push_str(&format!("stage dir: {}\n", dir.display()));
+    }
     out.push_str("zones:\n");
     for line in zone_table(&s.zones, list_or_dash).lines() {
         out.push_str(&format!("  {line}\n"));

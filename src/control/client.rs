@@ -102,6 +102,14 @@ impl Client {
             .map(|d| d.denied)
     }
 
+    /// A `changes`, `commit` or `discard` ([`Request::Changes`], ...):
+    /// the answer as it came. A commit copies files and may take a while:
+    /// no read timeout.
+    pub fn stage(&mut self, req: Request) -> Result<Value, ClientError> {
+        let _ = self.reader.get_ref().set_read_timeout(None);
+        self.call(req)
+    }
+
     /// The next line from the daemon; None at end of stream.
     pub fn next_line(&mut self) -> Result<Option<Value>, ClientError> {
         let mut line = String::new();

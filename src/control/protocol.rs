@@ -235,6 +235,9 @@ pub struct Status {
     /// lacks nothing). Absent from older daemons.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub degraded: Option<Vec<Degraded>>,
+    /// Where the staged zones keep their changes (absent: none staged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_dir: Option<PathBuf>,
 }
 
 /// Something a daemon could not use: `feature` is `passthrough` (FUSE

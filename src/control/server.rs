@@ -325,6 +325,7 @@ mod tests {
             cache_ttl_secs: None,
             recent_refusals: Vec::new(),
             degraded: None,
+            stage_dir: None,
         };
         Server::new(a, 1000, Box::new(status))
     }

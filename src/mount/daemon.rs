@@ -197,6 +197,7 @@ fn status_fn(
         cache_ttl_secs: None,
         recent_refusals: Vec::new(),
         degraded: None,
+        stage_dir: core.stages().map(|s| s.dir.clone()),
     };
     Box::new(move || {
         let io = core.io_mode();
