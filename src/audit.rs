@@ -30,6 +30,10 @@ pub enum Kind {
     Withdrawn,
     Refusal,
     Mutation,
+    /// Staged changes applied to the backing dirs.
+    Commit,
+    /// Staged changes dropped.
+    Discard,
 }
 
 /// One record. Fields that don't apply stay `None` and are left out.
@@ -63,6 +67,12 @@ pub struct Record {
     pub errno: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A commit's or discard's paths, as a worker sees them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paths: Option<Vec<String>>,
+    /// A commit's paths left staged (conflicts, busy zones).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflicts: Option<u64>,
 }
 
 #[derive(Serialize)]

@@ -34,6 +34,12 @@ impl Caller {
     }
 }
 
+/// The process (thread group) of thread `tid`; None when it is gone.
+pub fn process_of(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    field(&status, "Tgid:").and_then(|v| v.parse().ok())
+}
+
 /// (parent pid, session id) from the text of `/proc/PID/stat`: the fields
 /// after the command name, which is in parentheses and may hold anything.
 pub fn parent_and_session(stat: &str) -> Option<(u32, u32)> {

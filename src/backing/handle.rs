@@ -18,6 +18,13 @@ pub struct InodeHandle {
     bytes: Box<[u8]>,
 }
 
+impl InodeHandle {
+    /// The handle's bytes (`f_handle`).
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 const MAX_HANDLE_SZ: usize = 128;
 
 /// `struct file_handle` with room for the largest handle.

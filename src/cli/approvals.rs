@@ -70,7 +70,7 @@ fn failure(e: ClientError) -> Failure {
 }
 
 /// Connect to the daemon serving `mountpoint`.
-fn connect(mountpoint: &Path) -> Result<Client, Failure> {
+pub(crate) fn connect(mountpoint: &Path) -> Result<Client, Failure> {
     let mp = mount::absolute(mountpoint);
     let shown = mp.display();
     let Some(rec) = mount::find_record(&mp) else {

@@ -201,7 +201,7 @@ fn normalized(path: &Path) -> Vec<OsString> {
 ///    `zones` is a worker's view of it, from the mount's root
 ///    (`/data/new.txt`), as refusal messages write paths.
 /// 3. Anything else is outside the mount: refused (exit 2).
-fn worker_path(
+pub(crate) fn worker_path(
     mp: &Path,
     given_mp: &Path,
     path: &Path,

@@ -84,3 +84,29 @@ Examples:
   zonemount man --dir /usr/local/share/man/man1
 
 Exit status: 0; 1 the pages can't be written.";
+
+pub(crate) const CHANGES: &str = "\
+Examples:
+  zonemount changes /tmp/task-42                       # what the worker changed, not yet on the host
+  zonemount changes --diff /tmp/task-42 /work/src      # with unified diffs, under /work/src only
+  zonemount changes --json ~/.local/state/zonemount/stages/tmp-task-42-1a2b3c4d
+
+Exit status: 0; 1 the daemon can't be reached, or the stage can't be read;
+2 bad usage, or no staged zone there.";
+
+pub(crate) const COMMIT: &str = "\
+Examples:
+  zonemount commit /tmp/task-42                        # apply everything staged to the backing dirs
+  zonemount commit /tmp/task-42 /work/src/main.rs      # only this path
+  zonemount commit --force /tmp/task-42                # overwrite what the host changed meanwhile
+
+Exit status: 0 everything applied; 6 some paths not applied (the host
+changed them meanwhile, or a worker still has files open for writing): they
+stay staged; 1 the commit failed (run it again: it completes); 2 bad usage.";
+
+pub(crate) const DISCARD: &str = "\
+Examples:
+  zonemount discard /tmp/task-42                       # drop every staged change
+  zonemount discard /tmp/task-42 /work/build           # only under /work/build
+
+Exit status: 0; 1 the discard failed; 2 bad usage.";

@@ -16,6 +16,7 @@ mod list;
 mod manuals;
 mod mount_cmd;
 mod run;
+mod stage_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,6 +88,18 @@ enum Cmd {
     /// asked (3) or refused (4), and why? Touches nothing.
     #[command(after_help = help::CHECK)]
     Check(check::CheckArgs),
+    /// What the staged zones hold: each added, modified, deleted and
+    /// renamed path (with --diff, unified diffs of text files).
+    #[command(after_help = help::CHANGES)]
+    Changes(stage_cmd::ChangesArgs),
+    /// Apply staged changes to the backing dirs, each file atomically; a
+    /// path the host changed meanwhile is a conflict (exit 6) unless
+    /// --force.
+    #[command(after_help = help::COMMIT)]
+    Commit(stage_cmd::CommitArgs),
+    /// Drop staged changes: the mount shows the backing dirs' files again.
+    #[command(after_help = help::DISCARD)]
+    Discard(stage_cmd::DiscardArgs),
     /// What this machine allows (FUSE, fusermount3, privilege, passthrough,
     /// io_uring, file handles, the --isolate sandbox, state dirs) and what
     /// zonemount does about each; exit 0 when a mount can be made here, 5
@@ -268,6 +281,18 @@ pub fn run() -> ExitCode {
             Err(f) => Err(f),
         },
         Cmd::Check(a) => match check::check(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::Changes(a) => match stage_cmd::changes(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::Commit(a) => match stage_cmd::commit(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::Discard(a) => match stage_cmd::discard(&a) {
             Ok(code) => return ExitCode::from(code),
             Err(f) => Err(f),
         },

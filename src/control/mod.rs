@@ -12,4 +12,4 @@ mod server;
 
 pub use client::{Client, ClientError};
 pub use protocol::{Status, VERSION, event_json};
-pub use server::{BindError, Server, StatusFn, bind, handle, serve};
+pub use server::{BindError, Peer, Server, StageFn, StatusFn, bind, handle, serve};

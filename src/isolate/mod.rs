@@ -73,6 +73,8 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 pub struct ZoneBind {
     pub name: String,
     pub writable: bool,
+    /// Writes go to a stage until the supervisor commits them.
+    pub staged: bool,
     /// The zone's backing dir on the host (hidden if a system dir holds it).
     pub backing: PathBuf,
 }
@@ -230,21 +232,26 @@ pub fn sandbox_env(
 /// What CMD is told of its limits, as paths it sees them under `root`
 /// (the mountpoint, or `/` in the sandbox): `ZONEMOUNT_ROOT`,
 /// `ZONEMOUNT_WRITABLE` and `ZONEMOUNT_READONLY` (colon-separated, empty
-/// when there are none).
+/// when there are none), and `ZONEMOUNT_STAGED` (the writable paths whose
+/// changes wait for review) when some are staged.
 pub fn limits_env(root: &Path, zones: &[ZoneBind]) -> Vec<(OsString, OsString)> {
-    let list = |writable: bool| {
+    let list = |pick: &dyn Fn(&ZoneBind) -> bool| {
         let paths: Vec<OsString> = zones
             .iter()
-            .filter(|z| z.writable == writable)
+            .filter(|z| pick(z))
             .map(|z| root.join(&z.name).into_os_string())
             .collect();
         paths.join(OsStr::new(":"))
     };
-    vec![
+    let mut env = vec![
         ("ZONEMOUNT_ROOT".into(), root.as_os_str().to_os_string()),
-        ("ZONEMOUNT_WRITABLE".into(), list(true)),
-        ("ZONEMOUNT_READONLY".into(), list(false)),
-    ]
+        ("ZONEMOUNT_WRITABLE".into(), list(&|z| z.writable)),
+        ("ZONEMOUNT_READONLY".into(), list(&|z| !z.writable)),
+    ];
+    if zones.iter().any(|z| z.staged) {
+        env.push(("ZONEMOUNT_STAGED".into(), list(&|z| z.staged)));
+    }
+    env
 }
 
 fn push(argv: &mut Vec<OsString>, items: &[&OsStr]) {

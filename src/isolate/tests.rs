@@ -7,6 +7,7 @@ fn zone(name: &str, writable: bool) -> ZoneBind {
     ZoneBind {
         name: name.into(),
         writable,
+        staged: false,
         backing: PathBuf::from("/srv/proj").join(name),
     }
 }

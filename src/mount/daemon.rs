@@ -155,10 +155,11 @@ fn serve_control(
         .build()
         .map_err(DaemonError::Runtime)?;
     let owner_uid = rustix::process::geteuid().as_raw();
-    let server = control::Server::new(
+    let server = control::Server::with_stage(
         session.broker().clone(),
         owner_uid,
         status_fn(session, table, record, control.path(), owner_uid),
+        super::staging::stage_fn(session.core(), session.audit().cloned()),
     );
     let listener = control.listener.try_clone().map_err(DaemonError::Control)?;
     runtime.spawn(control::serve(listener, server));

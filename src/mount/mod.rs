@@ -11,6 +11,8 @@
 //! - `registry`: the JSON records of live mounts in the runtime directory.
 //! - `mountinfo`: which paths are mounted (`/proc/self/mountinfo`).
 //! - `unmount`: detaching a mount and waiting for its daemon.
+//! - `staging`: `changes`, `commit` and `discard` of staged zones, for the
+//!   control socket and on a stage dir no mount holds.
 
 pub mod api;
 pub mod daemon;
@@ -19,6 +21,7 @@ mod preflight;
 pub mod probe;
 mod registry;
 pub mod session;
+pub mod staging;
 mod unmount;
 
 use std::path::Path;

@@ -287,6 +287,7 @@ mod sandbox_tests {
         [ZoneBind {
             name: "ws".into(),
             writable: true,
+            staged: false,
             backing: "/b/ws".into(),
         }]
     }

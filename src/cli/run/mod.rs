@@ -25,6 +25,7 @@
 
 mod exec;
 mod plan;
+mod review;
 mod task;
 #[cfg(test)]
 mod tests;
@@ -86,6 +87,15 @@ pub(crate) struct RunArgs {
     /// Run CMD as this user (root only); implies --allow-uid UID.
     #[arg(long, value_name = "UID[:GID]")]
     pub(crate) user: Option<String>,
+    /// With a staged zone: when CMD exits, print its changes and (on a
+    /// terminal) ask to commit, discard or keep them; without a terminal
+    /// keep them and print the commands to finish.
+    #[arg(long)]
+    pub(crate) review: bool,
+    /// With a staged zone: commit its changes when CMD exits 0 (conflicts
+    /// are still refused: exit 6, and the stage keeps them).
+    #[arg(long)]
+    pub(crate) commit_on_success: bool,
     /// Mount options, each moved here by [`presplit`] (clap alone can't
     /// tell them from run options: it doesn't know their arity).
     #[arg(long = "mount-arg", hide = true, allow_hyphen_values = true)]
@@ -114,6 +124,8 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
         .spawn()
         .map_err(|e| spawn_failure(cmd.get_program(), &e))?;
     let status = supervise(child, &rx, tx, plan.timeout, &task.dir);
+    let (after, code) = review::decide(&task.dir, plan.review, status.success());
     task.teardown();
-    Ok(exit_code(status))
+    review::finish(after);
+    Ok(code.unwrap_or_else(|| exit_code(status)))
 }

@@ -104,6 +104,8 @@ pub(super) struct Plan {
     pub(super) timeout: Option<Duration>,
     pub(super) user: Option<User>,
     pub(super) command: Vec<OsString>,
+    /// What to do with staged changes when CMD exits.
+    pub(super) review: super::review::Wanted,
 }
 
 impl Plan {
@@ -221,6 +223,19 @@ impl Plan {
         } else {
             None
         };
+        if (a.review || a.commit_on_success) && !table.zones.iter().any(|z| z.policy.staged) {
+            return Err(Failure::new(
+                2,
+                format!(
+                    "run: {} needs a staged zone (staged: true in the config, or --zone NAME=PATH:staged)",
+                    if a.review {
+                        "--review"
+                    } else {
+                        "--commit-on-success"
+                    }
+                ),
+            ));
+        }
         let plan = Plan {
             daemon_args,
             table,
@@ -230,6 +245,10 @@ impl Plan {
             timeout,
             user,
             command: a.command,
+            review: super::review::Wanted {
+                review: a.review,
+                commit_on_success: a.commit_on_success,
+            },
         };
         // Refuse a zone named like a system dir now, before mounting.
         if let Some((_, host)) = &plan.isolate {
@@ -246,6 +265,7 @@ impl Plan {
             .map(|z| ZoneBind {
                 name: z.name.clone(),
                 writable: z.policy.access == Access::Rw,
+                staged: z.policy.staged,
                 backing: z.backing.clone(),
             })
             .collect()

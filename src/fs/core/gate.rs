@@ -73,6 +73,9 @@ impl Core {
                 if keep == Keep::Ledger && op.changes() {
                     self.note_mutation(ctx, op);
                 }
+                if op.changes() {
+                    self.note_staged(ctx, op);
+                }
                 Ok(Gate::Go)
             }
             Decision::Ask(items) => Ok(Gate::Ask(items)),

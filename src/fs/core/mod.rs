@@ -222,6 +222,8 @@ pub struct Core {
     still: parking_lot::RwLock<()>,
     /// Tells the kernel to forget cached entries (set once mounted).
     notifier: std::sync::OnceLock<fuser::Notifier>,
+    /// Who changed the stages (see `stage::note_staged`).
+    writers: Mutex<stage::Writers>,
 }
 
 impl std::fmt::Debug for Core {
@@ -328,6 +330,7 @@ impl Core {
             stages,
             still: parking_lot::RwLock::new(()),
             notifier: std::sync::OnceLock::new(),
+            writers: Mutex::new(stage::Writers::default()),
             reach,
             handles: Handles::default(),
             broker,

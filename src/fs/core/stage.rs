@@ -10,11 +10,68 @@ use std::path::Path;
 
 use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 
-use super::Core;
+use super::{Core, Ctx};
 use crate::fs::handles::Handle;
 use crate::fs::inodes::Anchor;
+use crate::policy::Op;
+
+/// The processes that changed a stage, most recent last, and the thread
+/// ids already looked at.
+#[derive(Debug, Default)]
+pub(super) struct Writers {
+    processes: Vec<u32>,
+    threads: std::collections::HashSet<u32>,
+}
+
+/// How many processes that changed a stage are remembered (for refusing
+/// their kin a commit).
+const WRITERS: usize = 64;
 
 impl Core {
+    /// A change about to be made in a staged zone: remember who makes it
+    /// (a commit from its session or its descendants is refused).
+    pub(super) fn note_staged(&self, ctx: &Ctx, op: &Op<'_>) {
+        if self.stages.is_none() {
+            return;
+        }
+        let staged = op
+            .places()
+            .into_iter()
+            .flatten()
+            .any(|at| at.zone.is_some_and(|z| z.staged));
+        if !staged {
+            return;
+        }
+        let mut w = self.writers.lock();
+        if w.threads.contains(&ctx.pid) {
+            return;
+        }
+        if w.threads.len() >= WRITERS * 4 {
+            w.threads.clear();
+        }
+        w.threads.insert(ctx.pid);
+        if let Some(pid) = crate::approval::caller::process_of(ctx.pid) {
+            w.processes.retain(|p| *p != pid);
+            if w.processes.len() == WRITERS {
+                w.processes.remove(0);
+            }
+            w.processes.push(pid);
+        }
+    }
+
+    /// Why the process `peer` may not commit or discard this mount's
+    /// stages: it is in the session of a process that changed them, or
+    /// descends from one (the worker approving itself). Stops a naive
+    /// attempt only, as for approvals (see `approval::caller::kin`).
+    pub fn stage_writer_kin(&self, peer: Option<u32>) -> Option<String> {
+        let peer = peer?;
+        let writers = self.writers.lock().processes.clone();
+        writers.into_iter().find_map(|w| {
+            crate::approval::caller::kin(w, peer)
+                .map(|why| format!("{why} (a process that changed the stage)"))
+        })
+    }
+
     /// Held while a mutation acts, when the mount has stages: a commit or
     /// discard waits for acting mutations and holds new ones back.
     pub(super) fn acting(&self) -> Option<RwLockReadGuard<'_, ()>> {

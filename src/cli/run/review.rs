@@ -1,0 +1,182 @@
+//! What `run` does with a staged zone's changes when CMD has exited, before
+//! the mount goes: `--commit-on-success` commits them when CMD exited 0;
+//! `--review` prints the change summary and, on a terminal, asks to
+//! commit, discard or keep the stage; otherwise the stage is kept (when it
+//! holds anything) and the commands to finish are printed. An empty stage
+//! is removed once the mount is gone.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::super::approvals::connect;
+use super::super::stage_cmd::{self, EXIT_CONFLICT};
+use crate::control::protocol::Request;
+
+/// What `run` asked for.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Wanted {
+    pub review: bool,
+    pub commit_on_success: bool,
+}
+
+/// What became of the stage (to finish after the unmount).
+pub(super) enum After {
+    /// No staged zone.
+    Nothing,
+    /// Nothing staged: remove this (empty) stage dir once unmounted.
+    Remove(PathBuf),
+    /// Kept: say so (with the commands to finish) once unmounted.
+    Kept(PathBuf),
+    /// Committed or discarded: the stage dir may go once unmounted.
+    Done(PathBuf),
+}
+
+/// Decide about the task's staged changes on `mountpoint` (still
+/// mounted); `success`: CMD exited 0. Returns what to do after the
+/// unmount, and an exit status that overrides CMD's (a commit that left
+/// conflicts: 6).
+pub(super) fn decide(mountpoint: &Path, wanted: Wanted, success: bool) -> (After, Option<u8>) {
+    let mut client = match connect(mountpoint) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!(
+                "zonemount: run: cannot reach the mount to review its stage: {}",
+                e.msg
+            );
+            return (After::Nothing, None);
+        }
+    };
+    let Some(dir) = client.status().ok().and_then(|s| s.stage_dir) else {
+        return (After::Nothing, None);
+    };
+    let changes = match client.stage(Request::Changes {
+        paths: Vec::new(),
+        diff: false,
+    }) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!(
+                "zonemount: run: cannot list the staged changes: {e}; the stage is kept in {}",
+                dir.display()
+            );
+            return (After::Kept(dir), None);
+        }
+    };
+    if stage_cmd::count(&changes) == 0 {
+        return (After::Remove(dir), None);
+    }
+    if wanted.commit_on_success && success {
+        return commit(&mut client, dir);
+    }
+    if !wanted.review {
+        return (After::Kept(dir), None);
+    }
+    eprint!(
+        "zonemount: run: staged changes:\n{}",
+        stage_cmd::render_changes(&changes)
+    );
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return (After::Kept(dir), None);
+    }
+    loop {
+        eprint!("zonemount: run: [c]ommit, [d]iscard or [k]eep the stage? ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        if std::io::stdin().lock().read_line(&mut line).unwrap_or(0) == 0 {
+            return (After::Kept(dir), None);
+        }
+        match line.trim() {
+            "c" | "commit" => return commit(&mut client, dir),
+            "d" | "discard" => {
+                return match client.stage(Request::Discard { paths: Vec::new() }) {
+                    Ok(v) => {
+                        eprint!("{}", indent(&v, "discarded"));
+                        (After::Done(dir), None)
+                    }
+                    Err(e) => {
+                        eprintln!("zonemount: run: discard failed: {e}");
+                        (After::Kept(dir), None)
+                    }
+                };
+            }
+            "k" | "keep" | "" => return (After::Kept(dir), None),
+            _ => {}
+        }
+    }
+}
+
+fn commit(client: &mut crate::control::Client, dir: PathBuf) -> (After, Option<u8>) {
+    match client.stage(Request::Commit {
+        paths: Vec::new(),
+        force: false,
+    }) {
+        Ok(v) => {
+            let conflicts: usize = v["zones"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|z| z["conflicts"].as_array().map_or(0, Vec::len))
+                .sum();
+            eprint!("{}", indent(&v, "committed"));
+            if conflicts > 0 {
+                eprintln!(
+                    "zonemount: run: {conflicts} path(s) not committed (changed on the host meanwhile); the stage keeps them"
+                );
+                (After::Kept(dir), Some(EXIT_CONFLICT))
+            } else {
+                (After::Done(dir), None)
+            }
+        }
+        Err(e) => {
+            eprintln!("zonemount: run: commit failed: {e}");
+            (After::Kept(dir), Some(1))
+        }
+    }
+}
+
+/// The applied or discarded paths of an answer, one per line.
+fn indent(answer: &Value, what: &str) -> String {
+    let key = if what == "committed" {
+        "applied"
+    } else {
+        "discarded"
+    };
+    let mut out = String::new();
+    for z in answer["zones"].as_array().into_iter().flatten() {
+        let zone = z["zone"].as_str().unwrap_or("?");
+        for c in z[key].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "zonemount: run: {what} {}\n",
+                stage_cmd::change_line(zone, c)
+            ));
+        }
+    }
+    out
+}
+
+/// After the unmount: remove an empty or finished stage, or say where a
+/// kept one is and how to finish it.
+pub(super) fn finish(after: After) {
+    match after {
+        After::Nothing => {}
+        After::Remove(dir) | After::Done(dir) => {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    eprintln!(
+                        "zonemount: run: cannot remove the stage {}: {e}",
+                        dir.display()
+                    );
+                }
+            }
+        }
+        After::Kept(dir) => eprintln!(
+            "zonemount: run: the task's changes are staged in {}; review and finish with:\n  {}\n  {}\n  {}",
+            dir.display(),
+            stage_cmd::finish_line("changes --diff", &dir),
+            stage_cmd::finish_line("commit", &dir),
+            stage_cmd::finish_line("discard", &dir),
+        ),
+    }
+}

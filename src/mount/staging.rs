@@ -1,0 +1,365 @@
+//! `changes`, `commit` and `discard` of a mount's staged zones: for the
+//! control socket (the daemon holds the stage, mutations held still while
+//! its layers change, the zone moved onto a fresh overlay and the kernel
+//! told to forget what it cached), and on a stage dir no mount holds (the
+//! CLI, under the stage's lock). Both answer the same JSON: `{"zones":
+//! [{"zone": NAME, "changes"|"applied"+"conflicts"|"discarded": [...]}]}`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::audit::{self, Audit, Kind};
+use crate::backing::overlay::Xattrs;
+use crate::control::protocol::Request;
+use crate::control::{Peer, StageFn};
+use crate::fs::core::Core;
+use crate::stage::{self, tree};
+
+/// What one zone's operation needs: its layers and its stage dir.
+struct ZoneWork {
+    name: String,
+    backing: PathBuf,
+    upper: PathBuf,
+    dir: PathBuf,
+    xattrs: Xattrs,
+}
+
+/// The paths of `req` (worker form, `/zone/rel`) by zone name; a zone
+/// given alone (or no path at all: every zone) maps to an empty list,
+/// meaning "everything".
+fn by_zone(paths: &[String], staged: &[&str]) -> Result<BTreeMap<String, Vec<PathBuf>>, String> {
+    let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    if paths.is_empty() {
+        for z in staged {
+            out.insert((*z).to_owned(), Vec::new());
+        }
+        return Ok(out);
+    }
+    for p in paths {
+        let rel = p.trim_start_matches('/');
+        let (zone, rest) = rel.split_once('/').unwrap_or((rel, ""));
+        if zone.is_empty() {
+            for z in staged {
+                out.insert((*z).to_owned(), Vec::new());
+            }
+            continue;
+        }
+        if !staged.contains(&zone) {
+            return Err(format!(
+                "{p}: /{zone} is not a staged zone (staged: {})",
+                staged
+                    .iter()
+                    .map(|z| format!("/{z}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let rest = Path::new(rest);
+        if rest
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(format!("{p}: give a plain path, without '..'"));
+        }
+        let entry = out.entry(zone.to_owned()).or_default();
+        if rest.as_os_str().is_empty() {
+            // The whole zone, whatever else was named.
+            entry.clear();
+            entry.push(PathBuf::new());
+        } else if !entry.iter().any(|e| e.as_os_str().is_empty()) {
+            entry.push(rest.to_path_buf());
+        }
+    }
+    for v in out.values_mut() {
+        v.retain(|p| !p.as_os_str().is_empty());
+    }
+    Ok(out)
+}
+
+fn layers(w: &ZoneWork) -> Result<tree::Layers, String> {
+    tree::Layers::open(&w.backing, &w.upper, w.xattrs.prefix())
+        .map_err(|e| format!("zone '{}': cannot open its layers: {e}", w.name))
+}
+
+fn fingerprints(w: &ZoneWork) -> Result<tree::Fingerprints, String> {
+    tree::Fingerprints::open(&w.dir)
+        .map_err(|e| format!("zone '{}': cannot read its stage's records: {e}", w.name))
+}
+
+fn changes_of(w: &ZoneWork, filter: &[PathBuf], diff: bool) -> Result<Value, String> {
+    let l = layers(w)?;
+    let list = tree::changes(&l, filter).map_err(|e| format!("zone '{}': {e}", w.name))?;
+    let mut items = Vec::with_capacity(list.len());
+    for c in &list {
+        let mut v = serde_json::to_value(c).map_err(|e| e.to_string())?;
+        if diff {
+            let d = tree::diff(&l, c).map_err(|e| format!("zone '{}': {e}", w.name))?;
+            if let Value::Object(m) = &mut v {
+                m.insert("diff".into(), Value::String(d));
+            }
+        }
+        items.push(v);
+    }
+    Ok(json!({"zone": w.name, "changes": items}))
+}
+
+fn commit_of(w: &ZoneWork, filter: &[PathBuf], force: bool) -> Result<Value, String> {
+    let l = layers(w)?;
+    let fp = fingerprints(w)?;
+    let report = tree::commit(&l, &fp, &w.dir, filter, force).map_err(|e| {
+        format!(
+            "zone '{}': commit: {e} (run it again: it completes)",
+            w.name
+        )
+    })?;
+    let mut v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+    if let Value::Object(m) = &mut v {
+        m.insert("zone".into(), Value::String(w.name.clone()));
+    }
+    Ok(v)
+}
+
+fn discard_of(w: &ZoneWork, filter: &[PathBuf]) -> Result<Value, String> {
+    let l = layers(w)?;
+    let fp = fingerprints(w)?;
+    let dropped =
+        tree::discard(&l, &fp, filter).map_err(|e| format!("zone '{}': discard: {e}", w.name))?;
+    Ok(json!({"zone": w.name, "discarded": dropped}))
+}
+
+/// Paths a zone's answer names (to tell the kernel to forget them).
+fn named(answer: &Value, key: &str) -> Vec<PathBuf> {
+    answer[key]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["path"].as_str().map(PathBuf::from))
+        .collect()
+}
+
+/// The control socket's `changes`, `commit` and `discard` for a mount
+/// with stages (None without).
+pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> Option<StageFn> {
+    let stages = core.stages()?.clone();
+    let core = core.clone();
+    Some(Box::new(move |req: &Request, peer: Peer| {
+        let work: Vec<(usize, ZoneWork)> = stages
+            .iter()
+            .map(|(i, z)| {
+                (
+                    i,
+                    ZoneWork {
+                        name: z.name.clone(),
+                        backing: z.backing.clone(),
+                        upper: z.upper.clone(),
+                        dir: z.dir.clone(),
+                        xattrs: z.xattrs,
+                    },
+                )
+            })
+            .collect();
+        let names: Vec<&str> = work.iter().map(|(_, w)| w.name.as_str()).collect();
+        match req {
+            Request::Changes { paths, diff } => {
+                let wanted = by_zone(paths, &names)?;
+                let mut zones = Vec::new();
+                for (_, w) in &work {
+                    if let Some(filter) = wanted.get(&w.name) {
+                        zones.push(changes_of(w, filter, *diff)?);
+                    }
+                }
+                Ok(json!({"zones": zones}))
+            }
+            Request::Commit { paths, force } => {
+                if let Some(why) = core.stage_writer_kin(peer.pid) {
+                    return Err(format!("commit refused: {why}"));
+                }
+                let wanted = by_zone(paths, &names)?;
+                let mut zones = Vec::new();
+                let mut forget = Vec::new();
+                {
+                    let _still = core.hold_still();
+                    for (i, w) in &work {
+                        let Some(filter) = wanted.get(&w.name) else {
+                            continue;
+                        };
+                        let open = core.open_for_writing(*i);
+                        if open > 0 {
+                            zones.push(json!({"zone": w.name, "applied": [], "conflicts": [{
+                                "path": "",
+                                "why": format!("a worker has {open} file(s) of /{} open for writing; commit once they are closed", w.name),
+                            }]}));
+                            continue;
+                        }
+                        let answer = commit_of(w, filter, *force)?;
+                        core.restage(*i).map_err(|e| {
+                            format!("zone '{}': cannot mount its stage again: {e}", w.name)
+                        })?;
+                        forget.push((*i, named(&answer, "applied")));
+                        zones.push(answer);
+                    }
+                }
+                for (i, paths) in &forget {
+                    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+                    core.forget_cached(*i, &refs);
+                }
+                let answer = json!({"zones": zones});
+                log(audit.as_deref(), "commit", &answer, peer);
+                Ok(answer)
+            }
+            Request::Discard { paths } => {
+                if let Some(why) = core.stage_writer_kin(peer.pid) {
+                    return Err(format!("discard refused: {why}"));
+                }
+                let wanted = by_zone(paths, &names)?;
+                let mut zones = Vec::new();
+                let mut forget = Vec::new();
+                {
+                    let _still = core.hold_still();
+                    for (i, w) in &work {
+                        let Some(filter) = wanted.get(&w.name) else {
+                            continue;
+                        };
+                        let open = core.open_for_writing(*i);
+                        if open > 0 {
+                            return Err(format!(
+                                "a worker has {open} file(s) of /{} open for writing; discard once they are closed",
+                                w.name
+                            ));
+                        }
+                        let answer = discard_of(w, filter)?;
+                        core.restage(*i).map_err(|e| {
+                            format!("zone '{}': cannot mount its stage again: {e}", w.name)
+                        })?;
+                        forget.push((*i, named(&answer, "discarded")));
+                        zones.push(answer);
+                    }
+                }
+                for (i, paths) in &forget {
+                    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+                    core.forget_cached(*i, &refs);
+                }
+                let answer = json!({"zones": zones});
+                log(audit.as_deref(), "discard", &answer, peer);
+                Ok(answer)
+            }
+            _ => Err("not a stage request".into()),
+        }
+    }))
+}
+
+/// The ledger's record of a commit or discard: how many paths, which.
+fn log(audit: Option<&Audit>, what: &str, answer: &Value, peer: Peer) {
+    let Some(a) = audit else { return };
+    let key = if what == "commit" {
+        "applied"
+    } else {
+        "discarded"
+    };
+    let mut paths = Vec::new();
+    let mut conflicts = 0;
+    for z in answer["zones"].as_array().into_iter().flatten() {
+        let zone = z["zone"].as_str().unwrap_or("?");
+        for c in z[key].as_array().into_iter().flatten() {
+            paths.push(format!("/{zone}/{}", c["path"].as_str().unwrap_or("?")));
+        }
+        conflicts += z["conflicts"].as_array().map_or(0, Vec::len);
+    }
+    a.log(
+        if what == "commit" {
+            Kind::Commit
+        } else {
+            Kind::Discard
+        },
+        &audit::Record {
+            approver_uid: Some(peer.uid),
+            pid: peer.pid,
+            paths: Some(paths),
+            conflicts: (what == "commit").then_some(conflicts as u64),
+            ..Default::default()
+        },
+    );
+}
+
+/// `changes`, `commit` or `discard` on stage dir `dir`, which no mount
+/// may hold (its lock is taken for the while).
+pub fn offline(dir: &Path, req: &Request) -> Result<Value, String> {
+    let held = stage::dir::hold(dir, Path::new("")).map_err(|e| match e {
+        stage::StageError::InUse { .. } => {
+            format!("{e} — while it is mounted, give the mountpoint instead of the stage dir")
+        }
+        other => other.to_string(),
+    })?;
+    let mut work = Vec::new();
+    for (name, entry) in &held.manifest.zones {
+        let xattrs = stage::dir::xattrs_of(&entry.xattrs)
+            .ok_or_else(|| format!("{}: unknown xattrs '{}'", dir.display(), entry.xattrs))?;
+        let zdir = stage::dir::zone_dir(dir, name);
+        work.push(ZoneWork {
+            name: name.clone(),
+            backing: entry.backing.clone(),
+            upper: zdir.join("upper"),
+            dir: zdir,
+            xattrs,
+        });
+    }
+    let names: Vec<&str> = work.iter().map(|w| w.name.as_str()).collect();
+    let mut zones = Vec::new();
+    match req {
+        Request::Changes { paths, diff } => {
+            let wanted = by_zone(paths, &names)?;
+            for w in &work {
+                if let Some(f) = wanted.get(&w.name) {
+                    zones.push(changes_of(w, f, *diff)?);
+                }
+            }
+        }
+        Request::Commit { paths, force } => {
+            let wanted = by_zone(paths, &names)?;
+            for w in &work {
+                if let Some(f) = wanted.get(&w.name) {
+                    zones.push(commit_of(w, f, *force)?);
+                }
+            }
+        }
+        Request::Discard { paths } => {
+            let wanted = by_zone(paths, &names)?;
+            for w in &work {
+                if let Some(f) = wanted.get(&w.name) {
+                    zones.push(discard_of(w, f)?);
+                }
+            }
+        }
+        _ => return Err("not a stage request".into()),
+    }
+    drop(held);
+    Ok(json!({"zones": zones}))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn paths_go_to_their_zones() {
+        let z = ["work", "out"];
+        let m = by_zone(&[], &z).unwrap();
+        assert_eq!(m.len(), 2);
+        assert!(m.values().all(Vec::is_empty));
+        let m = by_zone(&["/work/a/b".into(), "/work/c".into()], &z).unwrap();
+        assert_eq!(m["work"], [PathBuf::from("a/b"), PathBuf::from("c")]);
+        assert!(!m.contains_key("out"));
+        let m = by_zone(&["/work/a".into(), "/work".into()], &z).unwrap();
+        assert!(m["work"].is_empty(), "the whole zone wins");
+        let e = by_zone(&["/docs/x".into()], &z).unwrap_err();
+        assert!(
+            e.contains("/docs is not a staged zone (staged: /work, /out)"),
+            "{e}"
+        );
+        assert!(by_zone(&["/work/../x".into()], &z).is_err());
+    }
+}

@@ -1,0 +1,571 @@
+//! Commit (the stage applied to the backing dir) and discard (the stage
+//! dropped).
+//!
+//! A commit checks every change for a conflict first (the backing object
+//! is not what it was when the worker first changed it), then applies the
+//! rest in an order that never leaves a torn file: directories made,
+//! each file and symlink written to a temp name beside its target and
+//! renamed over it (mode, owner when root, times and user xattrs set
+//! before the rename), then deletions deepest first, then directories'
+//! own attributes. What was applied is removed from the stage. A journal
+//! names the paths being applied until the commit ends, so a commit
+//! interrupted halfway (its own writes now differ from the fingerprints)
+//! completes when run again instead of reporting conflicts with itself.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, Stat, Timespec, Timestamps};
+use rustix::io::Errno;
+use serde::Serialize;
+
+use super::fingerprints::{Fingerprint, Fingerprints};
+use super::fsops::{self, split};
+use super::{Change, Kind, Layers, changes};
+
+const JOURNAL: &str = "commit.journal";
+
+/// A path left out of a commit, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Conflict {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CommitReport {
+    pub applied: Vec<Change>,
+    pub conflicts: Vec<Conflict>,
+}
+
+fn io_err(e: Errno, what: &str, p: &Path) -> io::Error {
+    fsops::err(e, what, p)
+}
+
+/// Why the backing object at `rel` is not what the worker started from;
+/// None when it is.
+fn host_changed(l: &Layers, fp: &Fingerprints, rel: &Path) -> io::Result<Option<String>> {
+    let now = l
+        .lower
+        .stat(rel)
+        .map_err(|e| io_err(e, "stat", &l.lower.path.join(rel)))?;
+    let same = |a: &Fingerprint, b: &Fingerprint| {
+        (a.dev, a.ino, a.size, a.mtime, a.ctime, a.mode)
+            == (b.dev, b.ino, b.size, b.mtime, b.ctime, b.mode)
+    };
+    Ok(match (fp.get(rel), now) {
+        (Some(None), Some(_)) => Some("the host created it after the worker's change".into()),
+        (Some(Some(_)), None) => Some("the host deleted it after the worker changed it".into()),
+        (Some(Some(was)), Some(st)) if !same(&was, &Fingerprint::of(&st)) => {
+            Some("the host changed it after the worker did".into())
+        }
+        (None, Some(st)) if (st.st_ctime, st.st_ctime_nsec as i64) > fp.created_at() => Some(
+            "the host changed it after the stage was made (its state before is not known)".into(),
+        ),
+        _ => None,
+    })
+}
+
+fn journal_paths(dir: &Path) -> HashSet<PathBuf> {
+    std::fs::read(dir.join(JOURNAL))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| PathBuf::from(OsStr::from_bytes(s)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn write_journal(dir: &Path, paths: &[&Path]) -> io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(dir.join(JOURNAL))?;
+    for p in paths {
+        f.write_all(p.as_os_str().as_bytes())?;
+        f.write_all(&[0])?;
+    }
+    f.sync_all()
+}
+
+/// Apply the stage's changes under `filter` (empty: all) to the backing
+/// dir; `journal_dir` is the zone's stage dir. Conflicts are left out
+/// unless `force`.
+pub fn commit(
+    l: &Layers,
+    fp: &Fingerprints,
+    journal_dir: &Path,
+    filter: &[PathBuf],
+    force: bool,
+) -> io::Result<CommitReport> {
+    let resuming = journal_paths(journal_dir);
+    let all = changes(l, filter)?;
+    let mut report = CommitReport::default();
+    let mut todo = Vec::new();
+    for c in all {
+        let mut why = None;
+        if !force {
+            for p in std::iter::once(&c.path).chain(c.from.as_ref()) {
+                if resuming.contains(p) {
+                    continue;
+                }
+                if let Some(w) = host_changed(l, fp, p)? {
+                    why = Some(w);
+                    break;
+                }
+            }
+        }
+        match why {
+            Some(why) => report.conflicts.push(Conflict { path: c.path, why }),
+            None => todo.push(c),
+        }
+    }
+    let mut journal: Vec<&Path> = todo.iter().map(|c| c.path.as_path()).collect();
+    journal.extend(todo.iter().filter_map(|c| c.from.as_deref()));
+    journal.extend(resuming.iter().map(PathBuf::as_path));
+    write_journal(journal_dir, &journal)?;
+    let root = rustix::process::geteuid().is_root();
+    let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
+    // Directories first (parents before children), then everything else
+    // but deletions, then deletions deepest first, then directories' own
+    // attributes deepest first.
+    let (dirs, rest): (Vec<&Change>, Vec<&Change>) = todo
+        .iter()
+        .partition(|c| c.file_type == "dir" && c.kind != Kind::Deleted);
+    for c in &dirs {
+        ensure_dir(l, &c.path)?;
+    }
+    for c in rest.iter().filter(|c| c.kind != Kind::Deleted) {
+        put(l, &c.path, root, &mut links)?;
+        if let Some(from) = &c.from {
+            delete(l, from)?;
+        }
+    }
+    let mut deletions: Vec<&Change> = rest
+        .iter()
+        .copied()
+        .filter(|c| c.kind == Kind::Deleted)
+        .collect();
+    deletions.sort_by(|a, b| b.path.cmp(&a.path));
+    for c in deletions {
+        delete(l, &c.path)?;
+    }
+    let mut dirs = dirs;
+    dirs.sort_by(|a, b| b.path.cmp(&a.path));
+    for c in &dirs {
+        dir_attrs(l, &c.path, root)?;
+    }
+    // The stage no longer holds what was applied.
+    for c in &todo {
+        unstage(l, &c.path)?;
+        if let Some(from) = &c.from {
+            unstage(l, from)?;
+        }
+    }
+    let left: HashSet<PathBuf> = report.conflicts.iter().map(|c| c.path.clone()).collect();
+    sweep(l, filter, &left)?;
+    let mut forget: Vec<PathBuf> = todo.iter().map(|c| c.path.clone()).collect();
+    forget.extend(todo.iter().filter_map(|c| c.from.clone()));
+    fp.forget(&forget)?;
+    let _ = std::fs::remove_file(journal_dir.join(JOURNAL));
+    report.applied = todo;
+    Ok(report)
+}
+
+/// Drop the stage's changes under `filter` (empty: all); returns them.
+pub fn discard(l: &Layers, fp: &Fingerprints, filter: &[PathBuf]) -> io::Result<Vec<Change>> {
+    let dropped = changes(l, filter)?;
+    if filter.is_empty() {
+        for n in l
+            .upper
+            .names(Path::new(""))
+            .map_err(|e| io_err(e, "list", &l.upper.path))?
+        {
+            fsops::remove_all(l.upper.fd(), &n)
+                .map_err(|e| io_err(e, "remove", &l.upper.path.join(&n)))?;
+        }
+        fp.forget(&[PathBuf::new()])?;
+        return Ok(dropped);
+    }
+    for f in filter {
+        unstage_tree(l, f)?;
+    }
+    for c in &dropped {
+        if let Some(from) = &c.from {
+            unstage_tree(l, from)?;
+        }
+    }
+    sweep(l, filter, &HashSet::new())?;
+    let mut forget = filter.to_vec();
+    forget.extend(dropped.iter().filter_map(|c| c.from.clone()));
+    fp.forget(&forget)?;
+    Ok(dropped)
+}
+
+/// Make the backing dir's parents of `rel` exist (as the stage has them).
+fn parents(l: &Layers, rel: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut p = rel.parent();
+    while let Some(d) = p.filter(|d| !d.as_os_str().is_empty()) {
+        match l
+            .lower
+            .stat(d)
+            .map_err(|e| io_err(e, "stat", &l.lower.path.join(d)))?
+        {
+            Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => break,
+            _ => missing.push(d.to_path_buf()),
+        }
+        p = d.parent();
+    }
+    for d in missing.iter().rev() {
+        ensure_dir(l, d)?;
+    }
+    Ok(())
+}
+
+/// Directory `rel` exists in the backing dir (replacing a non-directory).
+fn ensure_dir(l: &Layers, rel: &Path) -> io::Result<()> {
+    parents(l, rel)?;
+    let (parent, name) = split(rel);
+    let dir = l
+        .lower
+        .dir(parent)
+        .map_err(|e| io_err(e, "open", &l.lower.path.join(parent)))?;
+    match l
+        .lower
+        .stat(rel)
+        .map_err(|e| io_err(e, "stat", &l.lower.path.join(rel)))?
+    {
+        Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => return Ok(()),
+        Some(_) => fsops::remove_all(dir.as_fd(), name)
+            .map_err(|e| io_err(e, "remove", &l.lower.path.join(rel)))?,
+        None => {}
+    }
+    let mode = l
+        .upper
+        .stat(rel)
+        .ok()
+        .flatten()
+        .map_or(0o755, |s| s.st_mode & 0o7777);
+    match rfs::mkdirat(&dir, name, Mode::from_raw_mode(mode | 0o700)) {
+        Ok(()) | Err(Errno::EXIST) => Ok(()),
+        Err(e) => Err(io_err(e, "mkdir", &l.lower.path.join(rel))),
+    }
+}
+
+/// A temp name beside `name` in the same directory.
+fn temp_name(name: &OsStr) -> OsString {
+    let mut t = OsString::from(".zm-commit.");
+    t.push(name);
+    t.push(format!(".{}", std::process::id()));
+    t
+}
+
+/// Write the stage's `rel` (file, symlink, fifo or socket) into the
+/// backing dir: at a temp name, then renamed over the target.
+fn put(
+    l: &Layers,
+    rel: &Path,
+    root: bool,
+    links: &mut HashMap<(u64, u64), PathBuf>,
+) -> io::Result<()> {
+    let lower_p = l.lower.path.join(rel);
+    let up = l
+        .upper
+        .stat(rel)
+        .map_err(|e| io_err(e, "stat", &l.upper.path.join(rel)))?
+        .ok_or_else(|| io::Error::other(format!("{}: gone from the stage", rel.display())))?;
+    parents(l, rel)?;
+    let (parent, name) = split(rel);
+    let dir = l
+        .lower
+        .dir(parent)
+        .map_err(|e| io_err(e, "open", &l.lower.path.join(parent)))?;
+    // A directory in the way of a file goes first.
+    if let Some(st) = l.lower.stat(rel).map_err(|e| io_err(e, "stat", &lower_p))? {
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            fsops::remove_all(dir.as_fd(), name).map_err(|e| io_err(e, "remove", &lower_p))?;
+        }
+    }
+    let tmp = temp_name(name);
+    let _ = rfs::unlinkat(&dir, &tmp, AtFlags::empty());
+    let times = Timestamps {
+        last_access: Timespec {
+            tv_sec: up.st_atime,
+            tv_nsec: up.st_atime_nsec as _,
+        },
+        last_modification: Timespec {
+            tv_sec: up.st_mtime,
+            tv_nsec: up.st_mtime_nsec as _,
+        },
+    };
+    match FileType::from_raw_mode(up.st_mode) {
+        FileType::RegularFile => {
+            let key = (up.st_dev, up.st_ino);
+            let linked = match links.get(&key) {
+                Some(first) if up.st_nlink > 1 => {
+                    let (fp, fname) = split(first);
+                    let fdir = l
+                        .lower
+                        .dir(fp)
+                        .map_err(|e| io_err(e, "open", &l.lower.path.join(fp)))?;
+                    rfs::linkat(&fdir, fname, &dir, &tmp, AtFlags::empty())
+                        .map_err(|e| io_err(e, "link", &lower_p))?;
+                    true
+                }
+                _ => false,
+            };
+            if !linked {
+                copy_file(l, rel, &up, dir.as_fd(), &tmp, root, &times).inspect_err(|_| {
+                    let _ = rfs::unlinkat(&dir, &tmp, AtFlags::empty());
+                })?;
+                if up.st_nlink > 1 {
+                    links.insert(key, rel.to_path_buf());
+                }
+            }
+        }
+        FileType::Symlink => {
+            let target = l
+                .upper
+                .readlink(rel)
+                .map_err(|e| io_err(e, "readlink", &l.upper.path.join(rel)))?;
+            rfs::symlinkat(target.as_os_str(), &dir, &tmp)
+                .map_err(|e| io_err(e, "symlink", &lower_p))?;
+            if root {
+                let _ = rfs::chownat(
+                    &dir,
+                    &tmp,
+                    Some(rfs::Uid::from_raw(up.st_uid)),
+                    Some(rfs::Gid::from_raw(up.st_gid)),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                );
+            }
+            let _ = rfs::utimensat(&dir, &tmp, &times, AtFlags::SYMLINK_NOFOLLOW);
+        }
+        FileType::Fifo | FileType::Socket => {
+            rfs::mknodat(
+                &dir,
+                &tmp,
+                FileType::from_raw_mode(up.st_mode),
+                Mode::from_raw_mode(up.st_mode & 0o7777),
+                0,
+            )
+            .map_err(|e| io_err(e, "mknod", &lower_p))?;
+        }
+        _ => return Ok(()),
+    }
+    rfs::renameat(&dir, &tmp, &dir, name).map_err(|e| io_err(e, "rename", &lower_p))
+}
+
+/// The stage's regular file `rel` into `dir/tmp`: cloned where the
+/// filesystem can, else copied; attributes set; flushed.
+fn copy_file(
+    l: &Layers,
+    rel: &Path,
+    up: &Stat,
+    dir: BorrowedFd<'_>,
+    tmp: &OsStr,
+    root: bool,
+    times: &Timestamps,
+) -> io::Result<()> {
+    let lower_p = l.lower.path.join(rel);
+    let src = l
+        .upper
+        .open_at(rel, OFlags::RDONLY)
+        .map_err(|e| io_err(e, "open", &l.upper.path.join(rel)))?;
+    let dst: OwnedFd = rfs::openat(
+        dir,
+        tmp,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| io_err(e, "create", &lower_p))?;
+    if rfs::ioctl_ficlone(&dst, &src).is_err() {
+        let mut left = up.st_size as u64;
+        while left > 0 {
+            let n = rfs::copy_file_range(&src, None, &dst, None, left.min(1 << 30) as usize)
+                .map_err(|e| io_err(e, "copy", &lower_p))?;
+            if n == 0 {
+                break;
+            }
+            left -= n as u64;
+        }
+    }
+    if root {
+        rfs::fchown(
+            &dst,
+            Some(rfs::Uid::from_raw(up.st_uid)),
+            Some(rfs::Gid::from_raw(up.st_gid)),
+        )
+        .map_err(|e| io_err(e, "chown", &lower_p))?;
+    }
+    rfs::fchmod(&dst, Mode::from_raw_mode(up.st_mode & 0o7777))
+        .map_err(|e| io_err(e, "chmod", &lower_p))?;
+    for (name, value) in l.upper.user_xattrs(rel).unwrap_or_default() {
+        rfs::fsetxattr(&dst, name.as_str(), &value, rfs::XattrFlags::empty())
+            .map_err(|e| io_err(e, "setxattr", &lower_p))?;
+    }
+    rfs::futimens(&dst, times).map_err(|e| io_err(e, "set times of", &lower_p))?;
+    rfs::fsync(&dst).map_err(|e| io_err(e, "fsync", &lower_p))
+}
+
+/// Remove `rel` (a whole tree) from the backing dir.
+fn delete(l: &Layers, rel: &Path) -> io::Result<()> {
+    let (parent, name) = split(rel);
+    match l.lower.dir(parent) {
+        Ok(dir) => fsops::remove_all(dir.as_fd(), name)
+            .map_err(|e| io_err(e, "remove", &l.lower.path.join(rel))),
+        Err(Errno::NOENT | Errno::NOTDIR) => Ok(()),
+        Err(e) => Err(io_err(e, "open", &l.lower.path.join(parent))),
+    }
+}
+
+/// A directory's mode (and owner, as root) and user xattrs as staged.
+fn dir_attrs(l: &Layers, rel: &Path, root: bool) -> io::Result<()> {
+    let Some(up) = l.upper.stat(rel).ok().flatten() else {
+        return Ok(());
+    };
+    let p = l.lower.path.join(rel);
+    let fd = l.lower.dir(rel).map_err(|e| io_err(e, "open", &p))?;
+    if root {
+        rfs::fchown(
+            &fd,
+            Some(rfs::Uid::from_raw(up.st_uid)),
+            Some(rfs::Gid::from_raw(up.st_gid)),
+        )
+        .map_err(|e| io_err(e, "chown", &p))?;
+    }
+    rfs::fchmod(&fd, Mode::from_raw_mode(up.st_mode & 0o7777))
+        .map_err(|e| io_err(e, "chmod", &p))?;
+    let want = l.upper.user_xattrs(rel).unwrap_or_default();
+    for (name, _) in l.lower.user_xattrs(rel).unwrap_or_default() {
+        if !want.iter().any(|(n, _)| *n == name) {
+            let _ = rfs::fremovexattr(&fd, name.as_str());
+        }
+    }
+    for (name, value) in want {
+        rfs::fsetxattr(&fd, name.as_str(), &value, rfs::XattrFlags::empty())
+            .map_err(|e| io_err(e, "setxattr", &p))?;
+    }
+    Ok(())
+}
+
+/// Take an applied `rel` out of the stage: a file, symlink or whiteout is
+/// removed; a directory loses its opaque mark (its backing dir now holds
+/// exactly what the stage showed) and goes in the sweep when empty.
+fn unstage(l: &Layers, rel: &Path) -> io::Result<()> {
+    let Some(st) = l.upper.stat(rel).ok().flatten() else {
+        return Ok(());
+    };
+    let (parent, name) = split(rel);
+    let Ok(dir) = l.upper.dir(parent) else {
+        return Ok(());
+    };
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        if let Ok(fd) = l.upper.dir(rel) {
+            let _ = rfs::fremovexattr(&fd, format!("{}opaque", l.prefix).as_str());
+        }
+        return Ok(());
+    }
+    match rfs::unlinkat(&dir, name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(e) => Err(io_err(e, "remove", &l.upper.path.join(rel))),
+    }
+}
+
+/// Drop `rel` and everything under it from the stage.
+fn unstage_tree(l: &Layers, rel: &Path) -> io::Result<()> {
+    let (parent, name) = split(rel);
+    match l.upper.dir(parent) {
+        Ok(dir) => fsops::remove_all(dir.as_fd(), name)
+            .map_err(|e| io_err(e, "remove", &l.upper.path.join(rel))),
+        Err(Errno::NOENT | Errno::NOTDIR) => Ok(()),
+        Err(e) => Err(io_err(e, "open", &l.upper.path.join(parent))),
+    }
+}
+
+/// After a commit or discard: what the stage still holds under `filter`
+/// that is no change (a file equal to the backing one, a whiteout of
+/// nothing, a directory that only held applied changes) is removed, so
+/// the stage holds exactly the changes left (`keep`: conflicts).
+fn sweep(l: &Layers, filter: &[PathBuf], keep: &HashSet<PathBuf>) -> io::Result<()> {
+    let left: HashSet<PathBuf> = changes(l, filter)?.into_iter().map(|c| c.path).collect();
+    let starts: Vec<PathBuf> = if filter.is_empty() {
+        vec![PathBuf::new()]
+    } else {
+        // The filter paths and their ancestors (a parent that only held
+        // them may be empty now).
+        let mut s: Vec<PathBuf> = filter.to_vec();
+        for f in filter {
+            s.extend(f.ancestors().skip(1).map(Path::to_path_buf));
+        }
+        s.sort();
+        s.dedup();
+        s
+    };
+    for start in starts.iter().rev() {
+        sweep_at(l, start, &left, keep, filter)?;
+    }
+    Ok(())
+}
+
+fn sweep_at(
+    l: &Layers,
+    rel: &Path,
+    left: &HashSet<PathBuf>,
+    keep: &HashSet<PathBuf>,
+    filter: &[PathBuf],
+) -> io::Result<()> {
+    let Some(st) = l.upper.stat(rel).ok().flatten() else {
+        return Ok(());
+    };
+    let wanted = super::in_filter(rel, filter);
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        if wanted {
+            for n in l.upper.names(rel).unwrap_or_default() {
+                sweep_at(l, &rel.join(n), left, keep, filter)?;
+            }
+        }
+        let empty = l.upper.names(rel).map(|n| n.is_empty()).unwrap_or(false);
+        let lower_dir = l
+            .lower
+            .stat(rel)
+            .ok()
+            .flatten()
+            .is_some_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory);
+        if !rel.as_os_str().is_empty()
+            && empty
+            && lower_dir
+            && !left.contains(rel)
+            && !keep.contains(rel)
+        {
+            let (parent, name) = split(rel);
+            if let Ok(dir) = l.upper.dir(parent) {
+                let _ = rfs::unlinkat(&dir, name, AtFlags::REMOVEDIR);
+            }
+        }
+        return Ok(());
+    }
+    if wanted && !left.contains(rel) && !keep.contains(rel) {
+        let (parent, name) = split(rel);
+        if let Ok(dir) = l.upper.dir(parent) {
+            let _ = rfs::unlinkat(&dir, name, AtFlags::empty());
+        }
+    }
+    Ok(())
+}
+
+/// Tests: a journal as an interrupted commit leaves it.
+#[cfg(test)]
+pub(super) fn tests_only_journal(dir: &Path, paths: &[&Path]) {
+    write_journal(dir, paths).expect("write the journal");
+}

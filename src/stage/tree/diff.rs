@@ -1,0 +1,113 @@
+//! A change as a unified diff (`--- a/PATH` / `+++ b/PATH`, as git writes
+//! them) for text files; binary files, large files, symlinks, directories
+//! and mode changes in one line each.
+
+use std::io::{self, Read};
+use std::path::Path;
+
+use rustix::fs::OFlags;
+
+use super::{Change, Kind, Layers, fsops::Root};
+
+/// Files larger than this are not diffed.
+pub const MAX_DIFF_BYTES: u64 = 1 << 20;
+
+/// The text of a file, or why it has none to diff.
+enum Text {
+    Utf8(String),
+    Binary,
+    TooLarge(u64),
+    Missing,
+}
+
+fn text_of(root: &Root, rel: &Path) -> io::Result<Text> {
+    let Some(st) = root
+        .stat(rel)
+        .map_err(|e| super::fsops::err(e, "stat", &root.path.join(rel)))?
+    else {
+        return Ok(Text::Missing);
+    };
+    if st.st_size as u64 > MAX_DIFF_BYTES {
+        return Ok(Text::TooLarge(st.st_size as u64));
+    }
+    let mut f = std::fs::File::from(
+        root.open_at(rel, OFlags::RDONLY)
+            .map_err(|e| super::fsops::err(e, "open", &root.path.join(rel)))?,
+    );
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    if bytes[..bytes.len().min(8192)].contains(&0) {
+        return Ok(Text::Binary);
+    }
+    Ok(String::from_utf8(bytes).map_or(Text::Binary, Text::Utf8))
+}
+
+/// `c` for people: a unified diff of a text file, else one line saying
+/// what changed.
+pub fn diff(l: &Layers, c: &Change) -> io::Result<String> {
+    let p = c.path.display().to_string();
+    let mut out = String::new();
+    if let (Some(a), Some(b)) = (c.old_mode, c.mode) {
+        if a != b {
+            out.push_str(&format!("mode {a:04o} -> {b:04o} {p}\n"));
+        }
+    }
+    if c.file_type == "symlink" {
+        let t = |r: &Root| {
+            r.readlink(&c.path)
+                .ok()
+                .map(|t| t.to_string_lossy().into_owned())
+        };
+        out.push_str(&format!(
+            "symlink {p}: {} -> {}\n",
+            t(&l.lower).unwrap_or_else(|| "(none)".into()),
+            t(&l.upper).unwrap_or_else(|| "(none)".into())
+        ));
+        return Ok(out);
+    }
+    if c.file_type != "file" {
+        return Ok(out);
+    }
+    let (old_path, old) = match (&c.kind, &c.from) {
+        (Kind::Added, _) => (None, Text::Missing),
+        (Kind::Renamed, Some(from)) => (Some(from.as_path()), text_of(&l.lower, from)?),
+        _ => (Some(c.path.as_path()), text_of(&l.lower, &c.path)?),
+    };
+    let new = match c.kind {
+        Kind::Deleted => Text::Missing,
+        _ => text_of(&l.upper, &c.path)?,
+    };
+    let a = old_path.map_or_else(|| "/dev/null".to_owned(), |p| format!("a/{}", p.display()));
+    let b = match c.kind {
+        Kind::Deleted => "/dev/null".to_owned(),
+        _ => format!("b/{p}"),
+    };
+    match (old, new) {
+        (Text::TooLarge(n), _) | (_, Text::TooLarge(n)) => {
+            out.push_str(&format!("{p}: file too large to diff ({n} bytes)\n"));
+        }
+        (Text::Binary, _) | (_, Text::Binary) => {
+            out.push_str(&format!("Binary files {a} and {b} differ\n"));
+        }
+        (old, new) => {
+            let old = match old {
+                Text::Utf8(t) => t,
+                _ => String::new(),
+            };
+            let new = match new {
+                Text::Utf8(t) => t,
+                _ => String::new(),
+            };
+            if old != new {
+                let d = similar::TextDiff::from_lines(&old, &new);
+                out.push_str(
+                    &d.unified_diff()
+                        .context_radius(3)
+                        .header(&a, &b)
+                        .to_string(),
+                );
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,326 @@
+//! The change report, diff, commit and discard over a real overlay (as
+//! the daemon mounts it): operations through the overlay's fd, then the
+//! layers compared.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use super::*;
+use crate::backing::overlay;
+
+struct Stage {
+    _dir: tempfile::TempDir,
+    lower: PathBuf,
+    upper: PathBuf,
+    zone: PathBuf,
+    view: OwnedFd,
+    prefix: &'static str,
+}
+
+/// A backing dir with files, and an overlay over it; None (after saying
+/// why) where overlays can't be mounted, outside CI.
+fn stage() -> Option<Stage> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    let (lower, zone) = (p.join("lower"), p.join("zone"));
+    let (upper, work) = (zone.join("upper"), zone.join("work"));
+    for d in [&lower, &upper, &work] {
+        fs::create_dir_all(d).unwrap();
+    }
+    fs::write(lower.join("f"), "one\ntwo\n").unwrap();
+    fs::write(lower.join("keep"), "same\n").unwrap();
+    fs::write(lower.join("gone"), "bye\n").unwrap();
+    fs::write(lower.join("moved"), "moving\n").unwrap();
+    fs::create_dir_all(lower.join("d/sub")).unwrap();
+    fs::write(lower.join("d/sub/z"), "z\n").unwrap();
+    fs::write(lower.join("bin"), [0u8, 1, 2, 3]).unwrap();
+    let (view, how) = match overlay::mount(&overlay::Layers {
+        lower: &lower,
+        upper: &upper,
+        work: &work,
+    }) {
+        Ok(m) => m,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            println!("ZONEMOUNT-SKIP: stage::tree: {e}");
+            return None;
+        }
+        Err(e) => panic!("overlay: {e}"),
+    };
+    Some(Stage {
+        _dir: dir,
+        lower,
+        upper,
+        zone,
+        view,
+        prefix: how.prefix(),
+    })
+}
+
+impl Stage {
+    fn layers(&self) -> Layers {
+        Layers::open(&self.lower, &self.upper, self.prefix).unwrap()
+    }
+    fn fp(&self) -> Fingerprints {
+        Fingerprints::open(&self.zone).unwrap()
+    }
+    /// What the daemon does before a change: note the backing object.
+    fn note(&self, rel: &str) {
+        let st = rustix::fs::lstat(self.lower.join(rel)).ok();
+        self.fp()
+            .note(Path::new(rel), st.as_ref().map(Fingerprint::of))
+            .unwrap();
+    }
+    fn write(&self, rel: &str, data: &str, append: bool) {
+        self.note(rel);
+        let flags = OFlags::CREATE
+            | OFlags::WRONLY
+            | if append {
+                OFlags::APPEND
+            } else {
+                OFlags::TRUNC
+            };
+        let fd = rustix::fs::openat(&self.view, rel, flags, Mode::from_raw_mode(0o644)).unwrap();
+        rustix::io::write(&fd, data.as_bytes()).unwrap();
+    }
+    fn unlink(&self, rel: &str) {
+        self.note(rel);
+        rustix::fs::unlinkat(&self.view, rel, AtFlags::empty()).unwrap();
+    }
+    fn rename(&self, from: &str, to: &str) {
+        self.note(from);
+        self.note(to);
+        rustix::fs::renameat(&self.view, from, &self.view, to).unwrap();
+    }
+    fn rm_tree(&self, rel: &str) {
+        self.note(rel);
+        let d = rustix::fs::openat(
+            &self.view,
+            rel,
+            OFlags::RDONLY | OFlags::DIRECTORY,
+            Mode::empty(),
+        )
+        .unwrap();
+        fsops::remove_all(self.view.as_fd(), rel.as_ref()).unwrap();
+        drop(d);
+    }
+}
+
+/// A tree as a sorted listing: path, type, mode, content.
+fn listing(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let md = fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let what = if md.file_type().is_symlink() {
+                format!("-> {}", fs::read_link(&p).unwrap().display())
+            } else if md.is_dir() {
+                stack.push(p.clone());
+                "dir".into()
+            } else {
+                format!("{:?}", fs::read(&p).unwrap())
+            };
+            out.push(format!("{rel} {:o} {what}", md.mode() & 0o7777));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What the overlay shows, as a listing (through /proc/self/fd).
+fn view_listing(s: &Stage) -> Vec<String> {
+    use std::os::fd::AsRawFd;
+    listing(Path::new(&format!("/proc/self/fd/{}", s.view.as_raw_fd())))
+}
+
+fn kinds(list: &[Change]) -> Vec<(String, Kind)> {
+    list.iter()
+        .map(|c| (c.path.display().to_string(), c.kind))
+        .collect()
+}
+
+#[test]
+fn every_kind_of_change_is_listed_and_commit_makes_the_backing_dir_the_view() {
+    let Some(s) = stage() else { return };
+    s.write("f", "three\n", true);
+    s.write("new", "fresh\n", false);
+    s.unlink("gone");
+    s.rm_tree("d");
+    s.rename("moved", "moved2");
+    s.note("keep");
+    rustix::fs::chmodat(
+        &s.view,
+        "keep",
+        Mode::from_raw_mode(0o600),
+        AtFlags::empty(),
+    )
+    .unwrap();
+    s.note("ln");
+    rustix::fs::symlinkat("f", &s.view, "ln").unwrap();
+    s.note("nd");
+    rustix::fs::mkdirat(&s.view, "nd", Mode::from_raw_mode(0o750)).unwrap();
+    s.write("nd/inner", "in\n", false);
+    s.note("hard");
+    rustix::fs::linkat(&s.view, "nd/inner", &s.view, "hard", AtFlags::empty()).unwrap();
+    let l = s.layers();
+    let list = changes(&l, &[]).unwrap();
+    assert_eq!(
+        kinds(&list),
+        [
+            ("d".into(), Kind::Deleted),
+            ("f".into(), Kind::Modified),
+            ("gone".into(), Kind::Deleted),
+            ("hard".into(), Kind::Added),
+            ("keep".into(), Kind::Modified),
+            ("ln".into(), Kind::Added),
+            ("moved2".into(), Kind::Renamed),
+            ("nd".into(), Kind::Added),
+            ("nd/inner".into(), Kind::Added),
+            ("new".into(), Kind::Added),
+        ],
+        "{list:#?}"
+    );
+    let by = |p: &str| list.iter().find(|c| c.path == Path::new(p)).unwrap();
+    assert_eq!(by("d").entries, Some(2), "d/sub and d/sub/z");
+    assert_eq!(by("keep").what, ["mode"]);
+    assert_eq!(by("moved2").from.as_deref(), Some(Path::new("moved")));
+    assert_eq!((by("f").old_size, by("f").size), (Some(8), Some(14)));
+    // Diffs: text as a unified diff, a mode change in a line.
+    let d = diff(&l, by("f")).unwrap();
+    assert!(
+        d.contains("--- a/f\n+++ b/f\n") && d.contains("+three\n"),
+        "{d}"
+    );
+    assert!(
+        diff(&l, by("keep"))
+            .unwrap()
+            .contains("mode 0644 -> 0600 keep")
+    );
+    // Commit: the backing dir becomes what the view shows; the stage ends
+    // empty; the hard link stays one.
+    let want = view_listing(&s);
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert_eq!(r.applied.len(), list.len());
+    assert_eq!(listing(&s.lower), want);
+    assert_eq!(
+        fs::metadata(s.lower.join("hard")).unwrap().ino(),
+        fs::metadata(s.lower.join("nd/inner")).unwrap().ino()
+    );
+    assert_eq!(
+        fs::metadata(s.lower.join("nd"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o750
+    );
+    assert!(changes(&l, &[]).unwrap().is_empty());
+    assert!(
+        fs::read_dir(&s.upper).unwrap().next().is_none(),
+        "stage left: {:?}",
+        listing(&s.upper)
+    );
+}
+
+#[test]
+fn a_host_change_is_a_conflict_unless_forced_and_a_partial_commit_applies_only_its_paths() {
+    let Some(s) = stage() else { return };
+    s.write("f", "worker\n", false);
+    s.write("new", "n\n", false);
+    s.unlink("gone");
+    // The host edits f after the worker did.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(s.lower.join("f"), "host\n").unwrap();
+    let l = s.layers();
+    let r = commit(
+        &l,
+        &s.fp(),
+        &s.zone,
+        &[PathBuf::from("f"), PathBuf::from("new")],
+        false,
+    )
+    .unwrap();
+    assert_eq!(r.conflicts.len(), 1, "{r:#?}");
+    assert_eq!(r.conflicts[0].path, Path::new("f"));
+    assert!(r.conflicts[0].why.contains("the host changed it"), "{r:#?}");
+    assert_eq!(kinds(&r.applied), [("new".into(), Kind::Added)]);
+    assert_eq!(fs::read_to_string(s.lower.join("f")).unwrap(), "host\n");
+    assert!(s.lower.join("gone").exists(), "not in the filter");
+    assert_eq!(
+        kinds(&changes(&l, &[]).unwrap()),
+        [("f".into(), Kind::Modified), ("gone".into(), Kind::Deleted)]
+    );
+    let r = commit(&l, &s.fp(), &s.zone, &[], true).unwrap();
+    assert!(r.conflicts.is_empty());
+    assert_eq!(fs::read_to_string(s.lower.join("f")).unwrap(), "worker\n");
+    assert!(!s.lower.join("gone").exists());
+}
+
+#[test]
+fn an_interrupted_commit_completes_when_run_again() {
+    let Some(s) = stage() else { return };
+    s.write("f", "worker\n", false);
+    s.rm_tree("d");
+    let l = s.layers();
+    // As if a commit died after writing f and half of d's deletion: the
+    // journal names them; the backing dir differs from the fingerprints.
+    super::apply::tests_only_journal(&s.zone, &[Path::new("f"), Path::new("d")]);
+    fs::write(s.lower.join("f"), "worker\n").unwrap();
+    fs::remove_file(s.lower.join("d/sub/z")).unwrap();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert!(!s.lower.join("d").exists());
+    assert_eq!(fs::read_to_string(s.lower.join("f")).unwrap(), "worker\n");
+    assert!(changes(&l, &[]).unwrap().is_empty());
+}
+
+#[test]
+fn discard_leaves_the_backing_dir_and_empties_the_stage() {
+    let Some(s) = stage() else { return };
+    let before = listing(&s.lower);
+    s.write("f", "worker\n", false);
+    s.write("new", "n\n", false);
+    s.rm_tree("d");
+    let l = s.layers();
+    let dropped = discard(&l, &s.fp(), &[PathBuf::from("new")]).unwrap();
+    assert_eq!(kinds(&dropped), [("new".into(), Kind::Added)]);
+    assert_eq!(
+        kinds(&changes(&l, &[]).unwrap()),
+        [("d".into(), Kind::Deleted), ("f".into(), Kind::Modified)]
+    );
+    let dropped = discard(&l, &s.fp(), &[]).unwrap();
+    assert_eq!(dropped.len(), 2);
+    assert_eq!(listing(&s.lower), before);
+    assert!(fs::read_dir(&s.upper).unwrap().next().is_none());
+    assert!(s.fp().get(Path::new("f")).is_none(), "fingerprints dropped");
+}
+
+#[test]
+fn fingerprints_keep_the_first_note_across_reopening() {
+    let d = tempfile::tempdir().unwrap();
+    let fp = Fingerprints::open(d.path()).unwrap();
+    fp.note(Path::new("a"), None).unwrap();
+    let st = rustix::fs::stat(d.path()).unwrap();
+    fp.note(Path::new("a"), Some(Fingerprint::of(&st))).unwrap();
+    fp.note(Path::new("b/c"), Some(Fingerprint::of(&st)))
+        .unwrap();
+    let again = Fingerprints::open(d.path()).unwrap();
+    assert_eq!(again.get(Path::new("a")), Some(None), "the first note wins");
+    assert!(again.get(Path::new("b/c")).unwrap().is_some());
+    again.forget(&[PathBuf::from("b")]).unwrap();
+    assert!(
+        Fingerprints::open(d.path())
+            .unwrap()
+            .get(Path::new("b/c"))
+            .is_none()
+    );
+}
