@@ -243,3 +243,275 @@ fn renaming_a_backing_directory_answers_exdev_and_mv_copies() {
     fs::rename(m.path("work/n"), m.path("work/n2")).expect("a new dir renames");
     assert_eq!(tree_listing(&backing, true), before);
 }
+
+/// `sh -c script` in `rel` of the mount, in a session of its own: a
+/// worker, as `run` starts one (a commit from its own session would be
+/// refused).
+fn worker(m: &TestMount, rel: &str, script: &str) -> Out {
+    m.sh_in(
+        rel,
+        &format!("setsid -w sh -c '{}'", script.replace('\'', "'\\''")),
+        &[],
+    )
+}
+
+fn json_of(out: &Out) -> serde_json::Value {
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", out.describe()))
+}
+
+/// (kind, path) of each change in a `changes --json` answer.
+fn kinds(v: &serde_json::Value) -> Vec<(String, String)> {
+    v["zones"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|z| z["changes"].as_array().cloned().unwrap_or_default())
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap_or("?").to_string(),
+                c["path"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn changes_then_commit_make_the_backing_dir_what_the_mount_showed() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask, delete: ask }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(
+        &m,
+        "work",
+        "set -e; echo two >> f; echo n > new; rm gone; rm -r d; mkdir nd; echo i > nd/i; ln -s new sym; chmod 600 new",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["changes", "--json", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        kinds(&json_of(&out)),
+        [
+            ("deleted", "d"),
+            ("modified", "f"),
+            ("deleted", "gone"),
+            ("added", "nd"),
+            ("added", "nd/i"),
+            ("added", "new"),
+            ("added", "sym"),
+        ]
+        .map(|(k, p)| (k.to_string(), p.to_string()))
+    );
+    let out = m.zonemount(&["changes", "--diff", &mnt, "/work/f"]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("M  /work/f")
+            && out.stdout.contains("--- a/f\n+++ b/f\n")
+            && out.stdout.contains("+two"),
+        "{}",
+        out.describe()
+    );
+    let view = tree_listing(&m.path("work"), false);
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "commit: {}", out.describe());
+    assert!(out.stdout.contains("7 committed"), "{}", out.describe());
+    assert_eq!(
+        tree_listing(&m.backing("work", ""), false),
+        view,
+        "the backing dir is the view"
+    );
+    assert_eq!(
+        tree_listing(&m.path("work"), false),
+        view,
+        "the view is unchanged"
+    );
+    let out = m.zonemount(&["changes", "--json", &mnt]);
+    assert!(kinds(&json_of(&out)).is_empty(), "{}", out.describe());
+    // The mount goes on working on the committed files.
+    let out = worker(&m, "work", "echo three >> f && cat f");
+    assert_eq!(out.stdout, "old\ntwo\nthree\n", "{}", out.describe());
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "f")).unwrap(),
+        "old\ntwo\n"
+    );
+}
+
+#[test]
+fn discard_shows_the_backing_dir_again_at_once() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask, delete: ask }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    // Seen through the mount first, so the kernel caches them.
+    let plain = tree_listing(&m.path("work"), false);
+    let out = worker(
+        &m,
+        "work",
+        "set -e; echo x > f; echo n > new; rm gone; rm -r d",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_ne!(tree_listing(&m.path("work"), false), plain);
+    let out = m.zonemount(&["discard", &mnt, "/work/new"]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(!m.path("work/new").exists(), "discarded at once");
+    assert!(m.path("work/f").exists());
+    let out = m.zonemount(&["discard", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        tree_listing(&m.path("work"), false),
+        plain,
+        "the view is the backing dir again"
+    );
+    assert_eq!(fs::read_to_string(m.path("work/f")).unwrap(), "old\n");
+    assert_eq!(
+        tree_listing(&backing, true),
+        before,
+        "the backing dir never changed"
+    );
+}
+
+#[test]
+fn a_host_change_is_a_conflict_and_force_applies_it() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(&m, "work", "echo worker > f && echo n > new");
+    assert!(out.success(), "{}", out.describe());
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(m.backing("work", "f"), "host\n").unwrap();
+    let out = m.zonemount(&["commit", "--json", &mnt]);
+    assert_eq!(out.code(), Some(6), "conflicts exit 6: {}", out.describe());
+    let v = json_of(&out);
+    let z = &v["zones"][0];
+    assert_eq!(z["conflicts"][0]["path"], "f", "{v}");
+    assert_eq!(z["applied"][0]["path"], "new", "{v}");
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "f")).unwrap(),
+        "host\n"
+    );
+    assert_eq!(fs::read_to_string(m.backing("work", "new")).unwrap(), "n\n");
+    let out = m.zonemount(&["commit", "--force", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "f")).unwrap(),
+        "worker\n"
+    );
+}
+
+#[test]
+fn a_worker_cannot_commit_its_own_stage() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let bin = env!("CARGO_BIN_EXE_zonemount");
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(
+        &m,
+        "work",
+        &format!("echo mine > new && {bin} commit {mnt}; echo \"rc=$?\""),
+    );
+    assert!(out.stdout.contains("rc=1"), "{}", out.describe());
+    assert!(out.stderr.contains("commit refused"), "{}", out.describe());
+    assert!(!m.backing("work", "new").exists());
+    // Once the worker is gone, its supervisor commits.
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(m.backing("work", "new").exists());
+}
+
+#[test]
+fn a_stage_dir_is_reviewed_and_committed_after_the_unmount() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = staged("{ write: ask }").mount();
+    let out = worker(&m, "work", "echo n > new && rm gone");
+    assert!(out.success(), "{}", out.describe());
+    let stage = stage_of(&m).to_string_lossy().into_owned();
+    // While mounted, the stage dir is the mount's.
+    let out = m.zonemount(&["changes", &stage]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains("give the mountpoint instead"),
+        "{}",
+        out.describe()
+    );
+    assert!(m.unmount().success());
+    let out = m.zonemount(&["changes", "--json", &stage]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(kinds(&json_of(&out)).len(), 2);
+    let out = m.zonemount(&["commit", &stage, "/work/new"]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(m.backing("work", "new").exists() && m.backing("work", "gone").exists());
+    let out = m.zonemount(&["discard", &stage]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        m.backing("work", "gone").exists(),
+        "the delete was discarded"
+    );
+}
+
+#[test]
+fn run_commits_on_success_and_keeps_the_stage_for_review_otherwise() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::new("")
+        .backing_dir("work", "b")
+        .file("work", "f", "old\n");
+    let root = s.root().to_path_buf();
+    let zone = format!("work={}:staged", root.join("b").display());
+    let stage = root.join("stage").to_string_lossy().into_owned();
+    let run_in = |script: &str, extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "-q",
+            "--zone",
+            zone.as_str(),
+            "--stage-dir",
+            stage.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        args.extend(["--", "sh", "-c", script]);
+        run(
+            Command::new(env!("CARGO_BIN_EXE_zonemount"))
+                .args(&args)
+                .current_dir(&root),
+            Duration::from_secs(60),
+        )
+    };
+    let out = run_in("echo one > a", &["--commit-on-success"]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(fs::read_to_string(root.join("b/a")).unwrap(), "one\n");
+    assert!(!Path::new(&stage).exists(), "a committed stage is removed");
+    // CMD failed: nothing committed; with --review and no terminal the
+    // stage is kept and the commands to finish printed.
+    let out = run_in("echo two > b; exit 3", &["--commit-on-success", "--review"]);
+    assert_eq!(out.code(), Some(3), "CMD's status: {}", out.describe());
+    assert!(!root.join("b/b").exists());
+    assert!(
+        out.stderr.contains("A  /work/b")
+            && out.stderr.contains(&format!("zonemount commit {stage}")),
+        "{}",
+        out.describe()
+    );
+    let out = run(
+        Command::new(env!("CARGO_BIN_EXE_zonemount")).args(["commit", &stage]),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(fs::read_to_string(root.join("b/b")).unwrap(), "two\n");
+    // Nothing changed: no stage is left behind.
+    fs::remove_dir_all(&stage).unwrap();
+    let out = run_in("cat f >/dev/null", &[]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(!Path::new(&stage).exists(), "an empty stage is removed");
+}

@@ -106,10 +106,14 @@ fn changes_of(w: &ZoneWork, filter: &[PathBuf], diff: bool) -> Result<Value, Str
     Ok(json!({"zone": w.name, "changes": items}))
 }
 
-fn commit_of(w: &ZoneWork, filter: &[PathBuf], force: bool) -> Result<Value, String> {
+fn commit_of(
+    w: &ZoneWork,
+    fp: &tree::Fingerprints,
+    filter: &[PathBuf],
+    force: bool,
+) -> Result<Value, String> {
     let l = layers(w)?;
-    let fp = fingerprints(w)?;
-    let report = tree::commit(&l, &fp, &w.dir, filter, force).map_err(|e| {
+    let report = tree::commit(&l, fp, &w.dir, filter, force).map_err(|e| {
         format!(
             "zone '{}': commit: {e} (run it again: it completes)",
             w.name
@@ -122,11 +126,10 @@ fn commit_of(w: &ZoneWork, filter: &[PathBuf], force: bool) -> Result<Value, Str
     Ok(v)
 }
 
-fn discard_of(w: &ZoneWork, filter: &[PathBuf]) -> Result<Value, String> {
+fn discard_of(w: &ZoneWork, fp: &tree::Fingerprints, filter: &[PathBuf]) -> Result<Value, String> {
     let l = layers(w)?;
-    let fp = fingerprints(w)?;
     let dropped =
-        tree::discard(&l, &fp, filter).map_err(|e| format!("zone '{}': discard: {e}", w.name))?;
+        tree::discard(&l, fp, filter).map_err(|e| format!("zone '{}': discard: {e}", w.name))?;
     Ok(json!({"zone": w.name, "discarded": dropped}))
 }
 
@@ -194,7 +197,10 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> Option<StageFn> 
                             }]}));
                             continue;
                         }
-                        let answer = commit_of(w, filter, *force)?;
+                        let Some(stage) = stages.zone(*i) else {
+                            continue;
+                        };
+                        let answer = commit_of(w, &stage.fingerprints, filter, *force)?;
                         core.restage(*i).map_err(|e| {
                             format!("zone '{}': cannot mount its stage again: {e}", w.name)
                         })?;
@@ -230,7 +236,10 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> Option<StageFn> 
                                 w.name
                             ));
                         }
-                        let answer = discard_of(w, filter)?;
+                        let Some(stage) = stages.zone(*i) else {
+                            continue;
+                        };
+                        let answer = discard_of(w, &stage.fingerprints, filter)?;
                         core.restage(*i).map_err(|e| {
                             format!("zone '{}': cannot mount its stage again: {e}", w.name)
                         })?;
@@ -321,7 +330,7 @@ pub fn offline(dir: &Path, req: &Request) -> Result<Value, String> {
             let wanted = by_zone(paths, &names)?;
             for w in &work {
                 if let Some(f) = wanted.get(&w.name) {
-                    zones.push(commit_of(w, f, *force)?);
+                    zones.push(commit_of(w, &fingerprints(w)?, f, *force)?);
                 }
             }
         }
@@ -329,7 +338,7 @@ pub fn offline(dir: &Path, req: &Request) -> Result<Value, String> {
             let wanted = by_zone(paths, &names)?;
             for w in &work {
                 if let Some(f) = wanted.get(&w.name) {
-                    zones.push(discard_of(w, f)?);
+                    zones.push(discard_of(w, &fingerprints(w)?, f)?);
                 }
             }
         }

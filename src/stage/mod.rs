@@ -32,9 +32,29 @@ pub struct ZoneStage {
     pub upper: PathBuf,
     pub work: PathBuf,
     pub xattrs: Xattrs,
+    /// What each backing path was when first changed (shared by the
+    /// filesystem, which notes, and commit/discard, which read and drop).
+    pub fingerprints: tree::Fingerprints,
+    /// The backing dir, to note from.
+    lower: OwnedFd,
 }
 
 impl ZoneStage {
+    /// Before a change to `rel` through the mount: note what the backing
+    /// dir has there, the first time.
+    pub fn note(&self, rel: &Path) -> std::io::Result<()> {
+        if self.fingerprints.has(rel) {
+            return Ok(());
+        }
+        let st = if rel.as_os_str().is_empty() {
+            rustix::fs::fstat(&self.lower).ok()
+        } else {
+            rustix::fs::statat(&self.lower, rel, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()
+        };
+        self.fingerprints
+            .note(rel, st.as_ref().map(tree::Fingerprint::of))
+    }
+
     /// Mount this zone's overlay; its root fd serves as the zone's dir.
     pub fn mount(&self) -> std::io::Result<OwnedFd> {
         let (fd, how) = overlay::mount(&overlay::Layers {
@@ -86,6 +106,19 @@ impl Stages {
             }
             held.zone(&z.name, &z.backing, xattrs)?;
             let zdir = dir::zone_dir(&dir, &z.name);
+            let io = |e: std::io::Error| StageError::Io {
+                dir: zdir.clone(),
+                source: e,
+            };
+            let fingerprints = tree::Fingerprints::open(&zdir).map_err(io)?;
+            let lower = rustix::fs::open(
+                &z.backing,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| io(e.into()))?;
             zones.push(Some(ZoneStage {
                 name: z.name.clone(),
                 backing: z.backing.clone(),
@@ -93,6 +126,8 @@ impl Stages {
                 work: zdir.join("work"),
                 dir: zdir,
                 xattrs,
+                fingerprints,
+                lower,
             }));
         }
         Ok(Some(Stages {
@@ -105,6 +140,11 @@ impl Stages {
     /// Zone `i`'s stage, if it is staged.
     pub fn zone(&self, i: usize) -> Option<&ZoneStage> {
         self.zones.get(i).and_then(Option::as_ref)
+    }
+
+    /// The stage of the zone named `name`.
+    pub fn by_name(&self, name: &str) -> Option<&ZoneStage> {
+        self.zones.iter().flatten().find(|z| z.name == name)
     }
 
     /// Every staged zone, with its index.

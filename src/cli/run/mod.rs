@@ -51,7 +51,7 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug, Args)]
 #[command(
     override_usage = "zonemount run [MOUNT OPTIONS] [--isolate] [--network] [--env NAME[=VALUE]]... \
-[--timeout SECS] [--user UID[:GID]] -- CMD ARGS...",
+[--timeout SECS] [--user UID[:GID]] [--review] [--commit-on-success] -- CMD ARGS...",
     after_help = "Mount options are those of `zonemount mount` (--config F, \
 --zone NAME=PATH[:ro|rw], --preset NAME, --worker F, --no-approvals, --cache-ttl SECS, ...), without the mountpoint: \
 run mounts on a fresh directory under $TMPDIR (or /tmp). CMD runs with its \
@@ -63,10 +63,12 @@ Examples:
   zonemount run --preset workspace-write -- my-agent
   zonemount run --config project.yaml --worker formatter.worker --timeout 600 -- my-agent --task 42
   zonemount run --isolate --env HOME -- sh -c 'ls /'
+  zonemount run --zone work=.:staged --review -- my-agent   # review the task's changes before the host sees them
 
 Exit status: CMD's (128+N when it died of signal N; 143/137 after \
---timeout); 127 CMD not found; 126 CMD not executable; 1, 2 or 5 when run \
-itself failed before CMD started (see `zonemount mount --help`)."
+--timeout); 127 CMD not found; 126 CMD not executable; 6 with \
+--commit-on-success, some staged paths were not committed (conflicts); 1, 2 \
+or 5 when run itself failed before CMD started (see `zonemount mount --help`)."
 )]
 pub(crate) struct RunArgs {
     /// Run CMD under bubblewrap: the zones at /<zone>, system dirs

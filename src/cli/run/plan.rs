@@ -17,7 +17,14 @@ use crate::config::{Access, ZoneTable};
 use crate::isolate::{self, EnvSpec, HostFacts, Isolation, ZoneBind};
 
 /// Run options that are flags.
-pub(super) const RUN_FLAGS: &[&str] = &["--isolate", "--network", "-h", "--help"];
+pub(super) const RUN_FLAGS: &[&str] = &[
+    "--isolate",
+    "--network",
+    "--review",
+    "--commit-on-success",
+    "-h",
+    "--help",
+];
 /// Run options that take a value.
 pub(super) const RUN_VALUED: &[&str] = &["--env", "--timeout", "--user"];
 

@@ -31,14 +31,19 @@ impl Core {
     /// A change about to be made in a staged zone: remember who makes it
     /// (a commit from its session or its descendants is refused).
     pub(super) fn note_staged(&self, ctx: &Ctx, op: &Op<'_>) {
-        if self.stages.is_none() {
-            return;
+        let Some(stages) = &self.stages else { return };
+        let mut staged = false;
+        for at in op.places().into_iter().flatten() {
+            let Some(z) = at.zone.filter(|z| z.staged) else {
+                continue;
+            };
+            staged = true;
+            if let Some(stage) = stages.by_name(&z.name) {
+                if let Err(e) = stage.note(at.path) {
+                    tracing::warn!(zone = %z.name, path = %at.path.display(), "cannot note a staged change's backing file: {e}");
+                }
+            }
         }
-        let staged = op
-            .places()
-            .into_iter()
-            .flatten()
-            .any(|at| at.zone.is_some_and(|z| z.staged));
         if !staged {
             return;
         }

@@ -1,8 +1,10 @@
 //! What each backing path was when the worker first changed it, so a
 //! commit can tell a host change made meanwhile (a conflict) from the
 //! worker's own. An append-only file in the zone's stage dir, one JSON
-//! object per line, each made durable (fdatasync) before the change it
-//! precedes: a daemon crash loses no fingerprint of a change it made.
+//! object per line, written before the change it precedes: a daemon crash
+//! loses none (the kernel has each line). A machine crash may lose the
+//! last lines; a path without a fingerprint is then judged by the stage's
+//! creation time (see `apply`), which can only call more conflicts.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -101,7 +103,7 @@ impl Fingerprints {
     }
 
     /// Keep what `rel` was (`None`: nothing) unless it has a fingerprint
-    /// already; durable when this returns.
+    /// already; written (not synced) when this returns.
     pub fn note(&self, rel: &Path, was: Option<Fingerprint>) -> io::Result<()> {
         let mut k = self.known.lock();
         if k.map.contains_key(rel) {
@@ -124,7 +126,6 @@ impl Fingerprints {
         line.push(b'\n');
         if let Some(f) = k.file.as_mut() {
             f.write_all(&line)?;
-            f.sync_data()?;
         }
         k.map.insert(rel.to_path_buf(), was);
         Ok(())
