@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Conformance: pjdfstest and fsx against a mounted rw zone (DESIGN §9).
+# Conformance: pjdfstest and fsx against a mounted rw zone, and against a
+# staged rw zone (its changes kept in a stage, the backing dir untouched).
 #
 #   bash scripts/conformance.sh [--quick]
 #
@@ -79,7 +80,7 @@ bounded() {
 
 # What this run makes, each unique to it; cleanup (below) removes what
 # exists of it, so the trap goes in before the first one is made.
-work="" shm="" linkdir="" link="" mnt=""
+work="" shm="" linkdir="" link="" slink="" mnt=""
 # The daemon serving $mnt: argv[0] is our zonemount binary and an argument
 # is exactly $mnt (the daemon this script started, no other).
 daemon_pids() {
@@ -108,6 +109,7 @@ cleanup() {
     mounted && umount -l "$mnt" 2>/dev/null || true
   fi
   if [ -n "$link" ] && [ -L "$link" ]; then rm -f "$link"; fi
+  if [ -n "$slink" ] && [ -L "$slink" ]; then rm -f "$slink"; fi
   if [ -n "$linkdir" ]; then rmdir "$linkdir" 2>/dev/null || true; fi
   # Never remove files through a mount that is still there.
   if [ -n "$work" ] && ! mounted; then rm -rf "$work"; fi
@@ -125,18 +127,21 @@ shm=$(mktemp -d /dev/shm/zmconf.XXXXXX)   # fsx reference runs, ours alone
 linkdir=$(mktemp -d /tmp/zmc.XXXX)
 chmod 755 "$linkdir"   # pjdfstest switches to other users, who must pass it
 link="$linkdir/z"
-mkdir -p "$mnt" "$work/zone"
-chmod 755 "$work/zone"
+slink="$linkdir/s"
+mkdir -p "$mnt" "$work/zone" "$work/szone"
+chmod 755 "$work/zone" "$work/szone"
 cat > "$work/project.yaml" <<YAML
 sandbox:
   mode: direct
   zones:
     rw: { path: ./zone, mode: rw }
+    st: { path: ./szone, mode: rw, staged: true }
 YAML
 
-"$bin" mount --allow-other --config "$work/project.yaml" "$mnt"
+"$bin" mount --allow-other --config "$work/project.yaml" --stage-dir "$work/stage" "$mnt"
 
 ln -s "$mnt/rw" "$link"
+ln -s "$mnt/st" "$slink"
 
 case "$brk" in
   kill)
@@ -156,85 +161,96 @@ summary_of() {
     sed -nE 's/^Summary: ([0-9]+) failed, ([0-9]+) skipped, ([0-9]+) passed, ([0-9]+) expected failures, ([0-9]+) total$/\1 \2 \3 \4 \5/p' |
     tail -1
 }
-pjd_log="$work/pjdfstest.log"
-echo "== pjdfstest on a zonemount rw zone (direct mode, --allow-other; limit ${LIMIT_PJD} s)"
-pjd_rc=0
-bounded "pjdfstest" "$LIMIT_PJD" pjdfstest -c "$pjd_config" -p "$link" -s /dev/shm >"$pjd_log" 2>&1 || pjd_rc=$?
-summary=$(summary_of "$pjd_log")
-if [ -z "$summary" ]; then
-  echo "pjdfstest FAILED: exit $pjd_rc and no Summary line; the end of its output:"
-  tail -20 "$pjd_log" | sed 's/^/  /'
-  status=1
-else
-  read -r f s p x t <<<"$summary"
-  echo "Summary: $f failed, $s skipped, $p passed, $x expected failures, $t total (exit $pjd_rc)"
-  flakes=0
-  if [ "$pjd_rc" -ne 0 ]; then
-    # The cases that failed, or passed where a failure was expected.
-    bad=$(sed 's/\x1b\[[0-9;]*m//g' "$pjd_log" | awk '$NF == "FAILED" || / PASSED UNEXPECTEDLY$/ { print $1 }')
-    unexpected_pass=$(sed 's/\x1b\[[0-9;]*m//g' "$pjd_log" | awk '/ PASSED UNEXPECTEDLY$/ { print $1 }')
-    if [ -n "$unexpected_pass" ]; then
-      echo "pjdfstest: expected to fail (device nodes) but passed:"; printf '  %s\n' $unexpected_pass
-      status=1
-    fi
-    if [ "$(printf '%s\n' "$bad" | grep -c .)" -ne "$f" ]; then
-      echo "pjdfstest: $f failed but $(printf '%s\n' "$bad" | grep -c .) FAILED lines; not a run to trust"
-      status=1
-    fi
-    # A flake: the case alone, named in full, passes (exactly 1 passed).
-    still=""
-    for tcase in $(printf '%s\n' "$bad" | grep -vxF -e "$unexpected_pass" -e '' || true); do
-      one="$work/pjdfstest-rerun.log"
-      rc1=0
-      bounded "pjdfstest rerun of $tcase" "$LIMIT_PJD_ONE" \
-        pjdfstest -c "$pjd_config" -p "$link" -s /dev/shm -e "pjdfstest::tests::$tcase" >"$one" 2>&1 || rc1=$?
-      if [ $rc1 -eq 0 ] && [ "$(summary_of "$one")" = "0 0 1 0 1" ]; then
-        echo "flaky: $tcase failed, then passed alone (rerun: 1 passed)"
-        flakes=$((flakes + 1))
-      else
-        echo "pjdfstest: $tcase FAILED, and again alone (exit $rc1; rerun summary: $(summary_of "$one" || true))"
-        still="$still $tcase"
+# run_pjdfstest LABEL LINK: the whole suite on the zone LINK points to;
+# its verdict and counts as above. Sets status=1 on a failure.
+run_pjdfstest() {
+  local label=$1 plink=$2 pstatus=0
+  local pjd_log="$work/pjdfstest-$label.log"
+  local pjd_rc=0 summary f s p x t flakes bad unexpected_pass still tcase one rc1 want got
+  echo "== pjdfstest on a zonemount $label zone (direct mode, --allow-other; limit ${LIMIT_PJD} s)"
+  pjd_rc=0
+  bounded "pjdfstest" "$LIMIT_PJD" pjdfstest -c "$pjd_config" -p "$plink" -s /dev/shm >"$pjd_log" 2>&1 || pjd_rc=$?
+  summary=$(summary_of "$pjd_log")
+  if [ -z "$summary" ]; then
+    echo "pjdfstest FAILED: exit $pjd_rc and no Summary line; the end of its output:"
+    tail -20 "$pjd_log" | sed 's/^/  /'
+    pstatus=1
+  else
+    read -r f s p x t <<<"$summary"
+    echo "Summary: $f failed, $s skipped, $p passed, $x expected failures, $t total (exit $pjd_rc)"
+    flakes=0
+    if [ "$pjd_rc" -ne 0 ]; then
+      # The cases that failed, or passed where a failure was expected.
+      bad=$(sed 's/\x1b\[[0-9;]*m//g' "$pjd_log" | awk '$NF == "FAILED" || / PASSED UNEXPECTEDLY$/ { print $1 }')
+      unexpected_pass=$(sed 's/\x1b\[[0-9;]*m//g' "$pjd_log" | awk '/ PASSED UNEXPECTEDLY$/ { print $1 }')
+      if [ -n "$unexpected_pass" ]; then
+        echo "pjdfstest: expected to fail (device nodes) but passed:"; printf '  %s\n' $unexpected_pass
+        pstatus=1
       fi
-    done
-    if [ -n "$still" ]; then
-      echo "UNEXPECTED pjdfstest failures:"; printf '  %s\n' $still
-      for tcase in $still; do
-        sed 's/\x1b\[[0-9;]*m//g' "$pjd_log" | grep -A3 -E "^$tcase " | head -8 | sed 's/^/  /'
+      if [ "$(printf '%s\n' "$bad" | grep -c .)" -ne "$f" ]; then
+        echo "pjdfstest: $f failed but $(printf '%s\n' "$bad" | grep -c .) FAILED lines; not a run to trust"
+        pstatus=1
+      fi
+      # A flake: the case alone, named in full, passes (exactly 1 passed).
+      still=""
+      for tcase in $(printf '%s\n' "$bad" | grep -vxF -e "$unexpected_pass" -e '' || true); do
+        one="$work/pjdfstest-rerun.log"
+        rc1=0
+        bounded "pjdfstest rerun of $tcase" "$LIMIT_PJD_ONE" \
+          pjdfstest -c "$pjd_config" -p "$plink" -s /dev/shm -e "pjdfstest::tests::$tcase" >"$one" 2>&1 || rc1=$?
+        if [ $rc1 -eq 0 ] && [ "$(summary_of "$one")" = "0 0 1 0 1" ]; then
+          echo "flaky: $tcase failed, then passed alone (rerun: 1 passed)"
+          flakes=$((flakes + 1))
+        else
+          echo "pjdfstest: $tcase FAILED, and again alone (exit $rc1; rerun summary: $(summary_of "$one" || true))"
+          still="$still $tcase"
+        fi
       done
-      status=1
+      if [ -n "$still" ]; then
+        echo "UNEXPECTED pjdfstest failures:"; printf '  %s\n' $still
+        for tcase in $still; do
+          sed 's/\x1b\[[0-9;]*m//g' "$pjd_log" | grep -A3 -E "^$tcase " | head -8 | sed 's/^/  /'
+        done
+        pstatus=1
+      fi
+      if [ "$flakes" -gt "$PJD_MAX_FLAKES" ]; then
+        echo "pjdfstest: $flakes cases failed and then passed alone; more than $PJD_MAX_FLAKES is not flakiness"
+        pstatus=1
+      fi
     fi
-    if [ "$flakes" -gt "$PJD_MAX_FLAKES" ]; then
-      echo "pjdfstest: $flakes cases failed and then passed alone; more than $PJD_MAX_FLAKES is not flakiness"
-      status=1
+    # The counts must be the stated ones (flakes count as passed): passes
+    # quietly turning into skips or expected failures show up here.
+    want="$PJD_FAILED $PJD_SKIPPED $PJD_PASSED $PJD_EXPECTED_FAILURES $PJD_TOTAL"
+    got="$((f - flakes)) $s $((p + flakes)) $x $t"
+    if [ "$got" != "$want" ]; then
+      echo "pjdfstest: counts differ from scripts/conformance/expected.env"
+      echo "  want: $PJD_FAILED failed, $PJD_SKIPPED skipped, $PJD_PASSED passed, $PJD_EXPECTED_FAILURES expected failures, $PJD_TOTAL total"
+      read -r gf gs gp gx gt <<<"$got"
+      echo "  got:  $gf failed, $gs skipped, $gp passed, $gx expected failures, $gt total"
+      pstatus=1
+    elif [ $pstatus -eq 0 ]; then
+      echo "pjdfstest ($label): OK ($((p + flakes)) passed, $x expected failures, $s skipped, as stated; $flakes flaky)"
     fi
   fi
-  # The counts must be the stated ones (flakes count as passed): passes
-  # quietly turning into skips or expected failures show up here.
-  want="$PJD_FAILED $PJD_SKIPPED $PJD_PASSED $PJD_EXPECTED_FAILURES $PJD_TOTAL"
-  got="$((f - flakes)) $s $((p + flakes)) $x $t"
-  if [ "$got" != "$want" ]; then
-    echo "pjdfstest: counts differ from scripts/conformance/expected.env"
-    echo "  want: $PJD_FAILED failed, $PJD_SKIPPED skipped, $PJD_PASSED passed, $PJD_EXPECTED_FAILURES expected failures, $PJD_TOTAL total"
-    read -r gf gs gp gx gt <<<"$got"
-    echo "  got:  $gf failed, $gs skipped, $gp passed, $gx expected failures, $gt total"
-    status=1
-  elif [ $status -eq 0 ]; then
-    echo "pjdfstest: OK ($((p + flakes)) passed, $x expected failures, $s skipped, as stated; $flakes flaky)"
+  if [ $pstatus -ne 0 ]; then
+    kept="target/conformance-pjdfstest-$label.${work##*.}.log"   # this run's own
+    mkdir -p target && cp "$pjd_log" "$kept"
+    echo "pjdfstest ($label): FAILED (its full output: $kept)"
   fi
-fi
-if [ $status -ne 0 ]; then
-  kept="target/conformance-pjdfstest.${work##*.}.log"   # this run's own
-  mkdir -p target && cp "$pjd_log" "$kept"
-  echo "pjdfstest: FAILED (its full output: $kept)"
-fi
+  [ $pstatus -eq 0 ] || status=1
+}
+run_pjdfstest rw "$link"
+run_pjdfstest staged "$slink"
 
 # ---- fsx ----------------------------------------------------------------
 if [ $quick -eq 1 ]; then seeds="1"; n=20000; else seeds="1 2 3"; n=100000; fi
 echo "== fsx: seeds [$seeds], $n ops each without mmap, and 5 x $((n / 5)) with mmap (limit ${LIMIT_FSX} s each)"
-run_fsx() { # name profile ops seed
-  local name=$1 profile=$2 ops=$3 seed=$4
+run_fsx() { # name profile ops seed [zone]
+  local name=$1 profile=$2 ops=$3 seed=$4 zone=${5:-rw}
+  local backing="$work/zone/$name"
+  [ "$zone" = st ] && backing="$work/stage/st/upper/$name"
   local out="$work/fsx-$name.log"
-  if ! bounded "fsx $name" "$LIMIT_FSX" fsx -N "$ops" -S "$seed" -f "scripts/conformance/$profile" "$mnt/rw/$name" >"$out" 2>&1; then
+  if ! bounded "fsx $name" "$LIMIT_FSX" fsx -N "$ops" -S "$seed" -f "scripts/conformance/$profile" "$mnt/$zone/$name" >"$out" 2>&1; then
     echo "fsx $name (seed $seed) FAILED:"; tail -30 "$out"; return 1
   fi
   grep -q 'All operations completed A-OK!' "$out" || { echo "fsx $name: exit 0 without A-OK"; tail -5 "$out"; return 1; }
@@ -243,11 +259,14 @@ run_fsx() { # name profile ops seed
     echo "fsx $name: the reference run on tmpfs failed"; return 1
   fi
   sync; echo 3 > /proc/sys/vm/drop_caches
-  if ! cmp -s "$work/zone/$name" "$shm/$name"; then
+  if ! cmp -s "$backing" "$shm/$name"; then
     echo "fsx $name: the backing file differs from the reference run"; rm -f "$shm/$name"; return 1
   fi
-  rm -f "$shm/$name" "$mnt/rw/$name"
-  echo "fsx $name: $ops ops OK, backing file equals the reference"
+  rm -f "$shm/$name" "$mnt/$zone/$name"
+  if [ "$zone" = st ] && [ -e "$work/szone/$name" ]; then
+    echo "fsx $name: the staged zone's backing dir got the file"; return 1
+  fi
+  echo "fsx $name: $ops ops OK, $([ "$zone" = st ] && echo "staged copy" || echo "backing file") equals the reference"
 }
 start=$(date +%s)
 if [ -n "$brk" ]; then
@@ -258,6 +277,12 @@ else
     for part in 1 2 3 4 5; do
       run_fsx "mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" || status=1
     done
+  done
+  # The staged zone: the same plans, the file kept in the stage.
+  s=1
+  run_fsx "staged-nommap-$s" fsx-nommap.toml "$n" "$s" st || status=1
+  for part in 1 2 3 4 5; do
+    run_fsx "staged-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" st || status=1
   done
   # The same suite as a non-root worker (the daemon switches to its uid).
   mkdir -p "$work/zone/nobody" && chown nobody "$work/zone/nobody"

@@ -135,6 +135,9 @@ fi
 #    fsx run; shown as environment `conformance`.
 awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test" \
     -v rc_doc="$rc_doc" -v rc_conf="$rc_conf" -v rc_envs="$rc_envs" -v rc_py="$rc_py" '
+  function flush_pjd() {
+    if (have_pjd) { pjd_p += cur_p; pjd_f += cur_f; pjd_s += cur_s; have_pjd = 0 }
+  }
   BEGIN {
     while ((getline line < skips) > 0) {
       sub(/^ZONEMOUNT-SKIP: /, "", line)
@@ -159,11 +162,12 @@ awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test"
   # The conformance log: pjdfstest cases and fsx runs, one test each.
   # pjdfstest: its Summary, unless the script then says OK with the flaky
   # cases (failed, then passed alone) counted as passed.
+  # One Summary per zone the suite ran on (plain, staged), each added in.
   FILENAME == ARGV[5] && /^Summary: [0-9]+ failed, [0-9]+ skipped, [0-9]+ passed, [0-9]+ expected failures/ {
-    pjd_f = $2; pjd_s = $4 + $8; pjd_p = $6; seen["conformance"] = 1
+    flush_pjd(); cur_f = $2; cur_s = $4 + $8; cur_p = $6; have_pjd = 1; seen["conformance"] = 1
   }
-  FILENAME == ARGV[5] && /^pjdfstest: OK \(/ {
-    pjd_ok = 1; sub(/^pjdfstest: OK \(/, ""); pjd_p = $1; pjd_f = 0
+  FILENAME == ARGV[5] && /^pjdfstest( \([a-z]+\))?: OK \(/ {
+    line = $0; sub(/^pjdfstest( \([a-z]+\))?: OK \(/, "", line); split(line, w, " "); cur_p = w[1]; cur_f = 0
   }
   FILENAME == ARGV[5] && /^fsx .*: [0-9]+ ops OK/ { pe["conformance"]++; fsx_ok++; seen["conformance"] = 1 }
   FILENAME == ARGV[5] && /^fsx / && !/ops OK/ && !/^fsx total:/ && !/^fsx: not run/ {
@@ -175,6 +179,7 @@ awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test"
       if ($(i+1) ~ /^ignored/) se[env] += $i }
       seen[env] = 1 }
   END {
+    flush_pjd()
     if (rc_build != 0) f++
     if (rc_test != 0 && ff[ARGV[1]] == 0) f++
     if (rc_doc != 0 && ff[ARGV[2]] == 0) f++

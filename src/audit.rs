@@ -34,6 +34,9 @@ pub enum Kind {
     Commit,
     /// Staged changes dropped.
     Discard,
+    /// At unmount: what the workers changed in one rw zone (staged: what
+    /// its stage holds).
+    Changes,
 }
 
 /// One record. Fields that don't apply stay `None` and are left out.
@@ -73,6 +76,9 @@ pub struct Record {
     /// A commit's paths left staged (conflicts, busy zones).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conflicts: Option<u64>,
+    /// A change report in a line: `2 added, 1 modified, 0 deleted`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
 }
 
 #[derive(Serialize)]

@@ -515,3 +515,63 @@ fn run_commits_on_success_and_keeps_the_stage_for_review_otherwise() {
     assert!(out.success(), "{}", out.describe());
     assert!(!Path::new(&stage).exists(), "an empty stage is removed");
 }
+
+#[test]
+fn a_plain_rw_zone_reports_what_the_task_changed_and_the_ledger_keeps_it() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::new("sandbox:\n  mode: direct\n  zones:\n    work: { path: ./b, mode: rw }\n")
+        .backing_dir("work", "b")
+        .file("work", "f", "old\n")
+        .file("work", "gone", "bye\n")
+        .file("work", "x", "x\n");
+    let ledger = s.root().join("audit.jsonl");
+    let mut m = s.arg("--audit-log").arg(&ledger.to_string_lossy()).mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(
+        &m,
+        "work",
+        "set -e; echo a > a; echo more >> f; rm gone; echo t > tmp; rm tmp; mv x y; mkdir d",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["changes", "--json", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    let v = json_of(&out);
+    assert_eq!(v["zones"][0]["staged"], false, "{v}");
+    assert_eq!(
+        kinds(&v),
+        [
+            ("added", "a"),
+            ("added", "d"),
+            ("modified", "f"),
+            ("deleted", "gone"),
+            ("deleted", "x"),
+            ("added", "y"),
+        ]
+        .map(|(k, p)| (k.to_string(), p.to_string()))
+    );
+    // A plain zone has nothing to commit.
+    let out = m.zonemount(&["commit", &mnt]);
+    assert_eq!(out.code(), Some(2), "{}", out.describe());
+    assert!(m.unmount().success());
+    let text = fs::read_to_string(&ledger).unwrap();
+    let rec = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["event"] == "changes")
+        .unwrap_or_else(|| panic!("no change report in the ledger:\n{text}"));
+    assert_eq!(rec["zone"], "work");
+    assert_eq!(
+        rec["summary"], "3 added, 1 modified, 2 deleted, 0 renamed",
+        "{rec}"
+    );
+    assert!(
+        rec["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p == "added /work/a"),
+        "{rec}"
+    );
+}

@@ -73,7 +73,7 @@ fn target(t: &Path) -> Target {
 }
 
 pub(crate) fn changes(a: &ChangesArgs) -> Result<u8, Failure> {
-    let answer = ask(&a.target, &a.paths, |paths| Request::Changes {
+    let answer = ask(&a.target, &a.paths, false, |paths| Request::Changes {
         paths,
         diff: a.diff,
     })?;
@@ -82,7 +82,7 @@ pub(crate) fn changes(a: &ChangesArgs) -> Result<u8, Failure> {
 }
 
 pub(crate) fn commit(a: &CommitArgs) -> Result<u8, Failure> {
-    let answer = ask(&a.target, &a.paths, |paths| Request::Commit {
+    let answer = ask(&a.target, &a.paths, true, |paths| Request::Commit {
         paths,
         force: a.force,
     })?;
@@ -95,7 +95,9 @@ pub(crate) fn commit(a: &CommitArgs) -> Result<u8, Failure> {
 }
 
 pub(crate) fn discard(a: &DiscardArgs) -> Result<u8, Failure> {
-    let answer = ask(&a.target, &a.paths, |paths| Request::Discard { paths })?;
+    let answer = ask(&a.target, &a.paths, true, |paths| Request::Discard {
+        paths,
+    })?;
     show(a.json, &answer, render_discard)?;
     Ok(0)
 }
@@ -105,6 +107,7 @@ pub(crate) fn discard(a: &DiscardArgs) -> Result<u8, Failure> {
 fn ask(
     t: &Path,
     paths: &[PathBuf],
+    needs_stage: bool,
     request: impl FnOnce(Vec<String>) -> Request,
 ) -> Result<Value, Failure> {
     match target(t) {
@@ -113,7 +116,7 @@ fn ask(
             let status = client
                 .status()
                 .map_err(|e| Failure::new(1, e.to_string()))?;
-            if status.stage_dir.is_none() {
+            if needs_stage && status.stage_dir.is_none() {
                 return Err(Failure::new(
                     2,
                     format!(
@@ -271,7 +274,7 @@ pub(crate) fn render_changes(answer: &Value) -> String {
         }
     }
     if total == 0 {
-        out.push_str("no changes staged\n");
+        out.push_str("no changes\n");
     }
     out
 }

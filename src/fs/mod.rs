@@ -12,6 +12,7 @@
 
 pub mod adapter;
 mod attr;
+pub mod changes;
 pub mod core;
 mod handles;
 pub mod inodes;

@@ -159,7 +159,10 @@ fn serve_control(
         session.broker().clone(),
         owner_uid,
         status_fn(session, table, record, control.path(), owner_uid),
-        super::staging::stage_fn(session.core(), session.audit().cloned()),
+        Some(super::staging::stage_fn(
+            session.core(),
+            session.audit().cloned(),
+        )),
     );
     let listener = control.listener.try_clone().map_err(DaemonError::Control)?;
     runtime.spawn(control::serve(listener, server));

@@ -421,7 +421,7 @@ impl Session {
     pub fn run_then(self, tidy: impl FnOnce()) -> io::Result<()> {
         let result = self.fuse.run();
         self.broker.shutdown("the mount is gone");
-        log_unmount(self.audit.as_ref());
+        log_unmount(self.audit.as_ref(), &self.core);
         tidy();
         Ended(self.watcher).clean();
         result
@@ -438,6 +438,7 @@ impl Session {
             },
             audit: self.audit,
             watcher: Ended(self.watcher),
+            core: self.core,
         })
     }
 }
@@ -457,8 +458,11 @@ impl Ended {
     }
 }
 
-fn log_unmount(audit: Option<&Arc<Audit>>) {
+/// The ledger's last records of a mount: each rw zone's change report,
+/// then the unmount.
+fn log_unmount(audit: Option<&Arc<Audit>>, core: &Arc<Core>) {
     if let Some(a) = audit {
+        super::staging::log_changes(core, a);
         a.log(Kind::Unmount, &audit::Record::default());
     }
 }
@@ -486,6 +490,7 @@ pub struct Background {
     stopper: Stopper,
     audit: Option<Arc<Audit>>,
     watcher: Ended,
+    core: Arc<Core>,
 }
 
 impl Background {
@@ -505,7 +510,7 @@ impl Background {
         };
         self.stopper.stop(reason).map_err(io::Error::other)?;
         let joined = fuse.join();
-        log_unmount(self.audit.as_ref());
+        log_unmount(self.audit.as_ref(), &self.core);
         self.watcher.clean();
         joined
     }

@@ -27,9 +27,9 @@ struct ZoneWork {
     xattrs: Xattrs,
 }
 
-/// The paths of `req` (worker form, `/zone/rel`) by zone name; a zone
-/// given alone (or no path at all: every zone) maps to an empty list,
-/// meaning "everything".
+/// The paths of `req` (worker form, `/zone/rel`) by zone name, among the
+/// zones `staged` (those the request is about); a zone given alone (or no
+/// path at all: every zone) maps to an empty list, meaning "everything".
 fn by_zone(paths: &[String], staged: &[&str]) -> Result<BTreeMap<String, Vec<PathBuf>>, String> {
     let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     if paths.is_empty() {
@@ -49,7 +49,7 @@ fn by_zone(paths: &[String], staged: &[&str]) -> Result<BTreeMap<String, Vec<Pat
         }
         if !staged.contains(&zone) {
             return Err(format!(
-                "{p}: /{zone} is not a staged zone (staged: {})",
+                "{p}: /{zone} is not one of the zones this applies to ({})",
                 staged
                     .iter()
                     .map(|z| format!("/{z}"))
@@ -103,7 +103,7 @@ fn changes_of(w: &ZoneWork, filter: &[PathBuf], diff: bool) -> Result<Value, Str
         }
         items.push(v);
     }
-    Ok(json!({"zone": w.name, "changes": items}))
+    Ok(json!({"zone": w.name, "staged": true, "changes": items}))
 }
 
 fn commit_of(
@@ -133,6 +133,70 @@ fn discard_of(w: &ZoneWork, fp: &tree::Fingerprints, filter: &[PathBuf]) -> Resu
     Ok(json!({"zone": w.name, "discarded": dropped}))
 }
 
+/// Most paths one ledger record lists.
+const LEDGER_PATHS: usize = 1000;
+
+/// At unmount: each rw zone's change report, in the ledger (one record
+/// per zone that changed: counts, and the paths as `added /zone/p`).
+pub fn log_changes(core: &Arc<Core>, audit: &Audit) {
+    let report = stage_fn(core, None);
+    let req = Request::Changes {
+        paths: Vec::new(),
+        diff: false,
+    };
+    let answer = match report(&req, Peer { uid: 0, pid: None }) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!("cannot make the change report for the ledger: {e}");
+            return;
+        }
+    };
+    for z in answer["zones"].as_array().into_iter().flatten() {
+        let zone = z["zone"].as_str().unwrap_or("?");
+        let list = z["changes"].as_array().cloned().unwrap_or_default();
+        if list.is_empty() {
+            continue;
+        }
+        let count = |k: &str| list.iter().filter(|c| c["kind"] == k).count();
+        let paths = list
+            .iter()
+            .take(LEDGER_PATHS)
+            .map(|c| {
+                format!(
+                    "{} /{zone}/{}",
+                    c["kind"].as_str().unwrap_or("?"),
+                    c["path"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        audit.log(
+            Kind::Changes,
+            &audit::Record {
+                zone: Some(zone.to_owned()),
+                summary: Some(format!(
+                    "{} added, {} modified, {} deleted, {} renamed{}{}",
+                    count("added"),
+                    count("modified"),
+                    count("deleted"),
+                    count("renamed"),
+                    if z["staged"] == true {
+                        " (staged, not committed)"
+                    } else {
+                        ""
+                    },
+                    if list.len() > LEDGER_PATHS {
+                        format!("; the first {LEDGER_PATHS} paths listed")
+                    } else {
+                        String::new()
+                    }
+                )),
+                paths: Some(paths),
+                ..Default::default()
+            },
+        );
+    }
+}
+
 /// Paths a zone's answer names (to tell the kernel to forget them).
 fn named(answer: &Value, key: &str) -> Vec<PathBuf> {
     answer[key]
@@ -143,14 +207,16 @@ fn named(answer: &Value, key: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The control socket's `changes`, `commit` and `discard` for a mount
-/// with stages (None without).
-pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> Option<StageFn> {
-    let stages = core.stages()?.clone();
+/// The control socket's `changes` (of staged zones, from their stages;
+/// of plain rw zones, from what the mount saw), `commit` and `discard`
+/// (staged zones only).
+pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
+    let stages = core.stages().cloned();
     let core = core.clone();
-    Some(Box::new(move |req: &Request, peer: Peer| {
+    Box::new(move |req: &Request, peer: Peer| {
         let work: Vec<(usize, ZoneWork)> = stages
             .iter()
+            .flat_map(|s| s.iter())
             .map(|(i, z)| {
                 (
                     i,
@@ -165,13 +231,31 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> Option<StageFn> 
             })
             .collect();
         let names: Vec<&str> = work.iter().map(|(_, w)| w.name.as_str()).collect();
+        let kinds = core.zone_kinds();
         match req {
             Request::Changes { paths, diff } => {
-                let wanted = by_zone(paths, &names)?;
+                let rw: Vec<&str> = kinds
+                    .iter()
+                    .filter(|(_, rw, _)| *rw)
+                    .map(|(n, _, _)| n.as_str())
+                    .collect();
+                let wanted = by_zone(paths, &rw)?;
                 let mut zones = Vec::new();
-                for (_, w) in &work {
-                    if let Some(filter) = wanted.get(&w.name) {
-                        zones.push(changes_of(w, filter, *diff)?);
+                for (name, _, staged) in kinds.iter().filter(|(_, rw, _)| *rw) {
+                    let Some(filter) = wanted.get(name) else {
+                        continue;
+                    };
+                    if *staged {
+                        if let Some((_, w)) = work.iter().find(|(_, w)| &w.name == name) {
+                            zones.push(changes_of(w, filter, *diff)?);
+                        }
+                    } else {
+                        let (list, incomplete) = core.changelog().changes(name, filter);
+                        let mut z = json!({"zone": name, "staged": false, "changes": list});
+                        if incomplete {
+                            z["incomplete"] = Value::Bool(true);
+                        }
+                        zones.push(z);
                     }
                 }
                 Ok(json!({"zones": zones}))
@@ -197,7 +281,7 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> Option<StageFn> 
                             }]}));
                             continue;
                         }
-                        let Some(stage) = stages.zone(*i) else {
+                        let Some(stage) = stages.as_ref().and_then(|s| s.zone(*i)) else {
                             continue;
                         };
                         let answer = commit_of(w, &stage.fingerprints, filter, *force)?;
@@ -236,7 +320,7 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> Option<StageFn> 
                                 w.name
                             ));
                         }
-                        let Some(stage) = stages.zone(*i) else {
+                        let Some(stage) = stages.as_ref().and_then(|s| s.zone(*i)) else {
                             continue;
                         };
                         let answer = discard_of(w, &stage.fingerprints, filter)?;
@@ -257,7 +341,7 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> Option<StageFn> 
             }
             _ => Err("not a stage request".into()),
         }
-    }))
+    })
 }
 
 /// The ledger's record of a commit or discard: how many paths, which.
@@ -366,7 +450,7 @@ mod tests {
         assert!(m["work"].is_empty(), "the whole zone wins");
         let e = by_zone(&["/docs/x".into()], &z).unwrap_err();
         assert!(
-            e.contains("/docs is not a staged zone (staged: /work, /out)"),
+            e.contains("/docs is not one of the zones this applies to (/work, /out)"),
             "{e}"
         );
         assert!(by_zone(&["/work/../x".into()], &z).is_err());

@@ -56,7 +56,26 @@ impl ZoneStage {
     }
 
     /// Mount this zone's overlay; its root fd serves as the zone's dir.
+    /// The overlay's root shows the upper dir's mode and owner: they are
+    /// made the backing dir's first (a zone dir itself never changes
+    /// through the mount).
     pub fn mount(&self) -> std::io::Result<OwnedFd> {
+        let low = rustix::fs::fstat(&self.lower)?;
+        let up = rustix::fs::open(
+            &self.upper,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        if rustix::process::geteuid().is_root() {
+            rustix::fs::fchown(
+                &up,
+                Some(rustix::fs::Uid::from_raw(low.st_uid)),
+                Some(rustix::fs::Gid::from_raw(low.st_gid)),
+            )?;
+        }
+        rustix::fs::fchmod(&up, rustix::fs::Mode::from_raw_mode(low.st_mode & 0o7777))?;
         let (fd, how) = overlay::mount(&overlay::Layers {
             lower: &self.backing,
             upper: &self.upper,

@@ -75,6 +75,7 @@ impl Core {
                 }
                 if op.changes() {
                     self.note_staged(ctx, op);
+                    crate::fs::changes::expect(op);
                 }
                 Ok(Gate::Go)
             }
@@ -121,14 +122,23 @@ impl Core {
         A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
         R: Respond<T>,
     {
-        let (gate, act) = match self.admit(&ctx).and_then(|()| plan()) {
+        // What the plan expects to change (recorded once the act
+        // succeeds): anything left from an earlier call is not ours.
+        let _ = crate::fs::changes::take();
+        let planned = self.admit(&ctx).and_then(|()| plan());
+        let expected = crate::fs::changes::take();
+        let (gate, act) = match planned {
             Ok(p) => p,
             Err(e) => return respond.respond(Err(e)),
         };
         let items = match gate {
             Gate::Go => {
                 let _still = self.acting();
-                return respond.respond(act(self));
+                let r = act(self);
+                if r.is_ok() {
+                    self.changelog.record(expected);
+                }
+                return respond.respond(r);
             }
             Gate::Ask(items) => items,
         };
@@ -147,7 +157,11 @@ impl Core {
                 respond.respond(match verdict {
                     Verdict::Allow => {
                         let _still = core.acting();
-                        act(&core)
+                        let r = act(&core);
+                        if r.is_ok() {
+                            core.changelog.record(expected);
+                        }
+                        r
                     }
                     Verdict::Deny => Err(core.denied(&ctx, first.as_ref())),
                     // The caller is being killed: it will never see this.

@@ -224,6 +224,8 @@ pub struct Core {
     notifier: std::sync::OnceLock<fuser::Notifier>,
     /// Who changed the stages (see `stage::note_staged`).
     writers: Mutex<stage::Writers>,
+    /// What the workers changed in plain rw zones.
+    changelog: crate::fs::changes::ChangeLog,
 }
 
 impl std::fmt::Debug for Core {
@@ -331,6 +333,7 @@ impl Core {
             still: parking_lot::RwLock::new(()),
             notifier: std::sync::OnceLock::new(),
             writers: Mutex::new(stage::Writers::default()),
+            changelog: crate::fs::changes::ChangeLog::default(),
             reach,
             handles: Handles::default(),
             broker,
@@ -426,6 +429,19 @@ impl Core {
             });
         }
         out
+    }
+
+    /// What the workers changed in plain rw zones since the mount.
+    pub fn changelog(&self) -> &crate::fs::changes::ChangeLog {
+        &self.changelog
+    }
+
+    /// The names of the zones and whether each is rw and staged.
+    pub fn zone_kinds(&self) -> Vec<(String, bool, bool)> {
+        self.zones
+            .iter()
+            .map(|z| (z.name.clone(), z.access == Access::Rw, z.staged))
+            .collect()
     }
 
     /// The staged zones' stages.
