@@ -13,6 +13,10 @@
 #   bindfs   Debian's bindfs (installed when missing)
 #   zm       zonemount, kernel passthrough on
 #   zm-nopt  zonemount --no-passthrough (data through the daemon)
+#   zm-staged zonemount, the zone staged (changes go to a stage on the same
+#            ext4 image; the stage is discarded after each run)
+# and, with the workload `commit`: a 10,000-file untar into the staged zone,
+# then `zonemount commit` timed against `cp -a` of the same tree.
 # Each workload runs REPS times; within a repetition the targets take turns
 # (the order rotates), with dentries and inodes dropped before each run.
 # "pinned": the daemons and the workload on CPU 0 (protocol cost, stable);
@@ -63,10 +67,10 @@ else
   REPS=${reps:-3}; IMG_GB=8
 fi
 json=${json:-$repo/target/bench.json}
-ALL_WORKLOADS="seq_write seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls create unlink ask_pending fds"
+ALL_WORKLOADS="seq_write seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls create unlink ask_pending fds commit"
 WORKLOADS=${only//,/ }
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
-TARGETS="native bindfs zm zm-nopt"
+TARGETS="native bindfs zm zm-nopt zm-staged"
 
 export PATH="$HOME/.cargo/bin:$PATH"
 # git status must not rewrite the shared fixture's index.
@@ -86,6 +90,7 @@ mnt_b="$work/mnt-bindfs"
 mnt_z="$work/mnt-zm"
 mnt_d="$work/mnt-zm-nopt"
 mnt_f="$work/mnt-fds"
+mnt_s="$work/mnt-zm-staged"
 raw="$work/times.tsv"
 bg_pids=()
 cleanup() {
@@ -94,7 +99,7 @@ cleanup() {
   if [ "${ops_ok:-0}" = 1 ]; then
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
-  for m in "$mnt_f" "$mnt_d" "$mnt_z"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
@@ -106,7 +111,7 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s"
 mount -o loop "$img" "$fs"
 mkdir -p "$data" "$fs/askz" "$fs/fds"
 chmod 755 "$data"
@@ -159,6 +164,7 @@ root_of() {
     bindfs) echo "$mnt_b" ;;
     zm) echo "$mnt_z/w" ;;
     zm-nopt) echo "$mnt_d/w" ;;
+    zm-staged) echo "$mnt_s/w" ;;
   esac
 }
 
@@ -181,7 +187,14 @@ YAML
 bindfs "$data" "$mnt_b"
 "$bin" mount --config "$work/zm.yaml" --threads "$threads" "$mnt_z"
 "$bin" mount --config "$work/zm.yaml" --threads "$threads" --no-passthrough "$mnt_d"
-echo "== mounted: native=$data bindfs=$mnt_b zm=$mnt_z zm-nopt=$mnt_d"
+cat > "$work/zm-staged.yaml" <<YAML
+sandbox:
+  mode: direct
+  zones:
+    - { name: w, path: $data, mode: rw, staged: true }
+YAML
+"$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --stage-dir "$fs/stage" "$mnt_s"
+echo "== mounted: native=$data bindfs=$mnt_b zm=$mnt_z zm-nopt=$mnt_d zm-staged=$mnt_s (stage $fs/stage)"
 
 # ---- fixtures (made natively, shared read-only) ----------------------------
 echo "== fixtures: tree of $TREE_ENTRIES entries, a ${RAND_MB} MiB file, a $TAR_FILES-file tarball"
@@ -259,6 +272,8 @@ run_workload() { # placement workload
       ops_begin "$conn"
       secs=$("w_$w" "$(root_of "$t")" "s-$t" "$prefix" | tail -1)
       ops_end "$conn" "$placement" "$w" "$t"
+      # A staged run's changes are dropped (untimed), as after a task.
+      [ "$t" = zm-staged ] && "$bin" discard "$mnt_s" >/dev/null
       printf '%s\t%s\t%s\t%s\n' "$placement" "$w" "$t" "$secs" >> "$raw"
       printf '  %-9s %-14s %-8s rep %d: %ss\n' "$placement" "$w" "$t" "$rep" "$secs"
     done
@@ -346,6 +361,29 @@ YAML
   rm -rf "$fs/fds"
 }
 
+# commit: untar the tarball into the staged zone (untimed), then time
+# `zonemount commit` of it into the backing dir, against `cp -a` of the
+# same tree natively on the same filesystem.
+commit_bench() { # placement
+  local placement=$1 prefix="" rep secs
+  [ "$placement" = pinned ] && prefix="taskset -c 0"
+  for rep in $(seq 1 "$REPS"); do
+    rm -rf "$data/s-commit" "$fs/cp-src" "$fs/cp-dst"
+    mkdir -p "$mnt_s/w/s-commit"
+    tar -C "$mnt_s/w/s-commit" -xf "$data/fixture/src.tar"
+    sync; drop
+    secs=$(timed $prefix "$bin" commit "$mnt_s")
+    [ -f "$data/s-commit/t/d0/e0/f0.txt" ] || echo "bench: commit left no files" >&2
+    printf '%s\t%s\t%s\t%s\n' "$placement" commit zm-commit "$secs" >> "$raw"
+    printf '  %-9s %-14s %-11s rep %d: %ss\n' "$placement" commit zm-commit "$rep" "$secs"
+    mkdir -p "$fs/cp-src"; tar -C "$fs/cp-src" -xf "$data/fixture/src.tar"; sync; drop
+    secs=$(timed $prefix cp -a "$fs/cp-src/t" "$fs/cp-dst")
+    printf '%s\t%s\t%s\t%s\n' "$placement" commit cp-a "$secs" >> "$raw"
+    printf '  %-9s %-14s %-11s rep %d: %ss\n' "$placement" commit cp-a "$rep" "$secs"
+  done
+  rm -rf "$data/s-commit" "$fs/cp-src" "$fs/cp-dst"
+}
+
 IFS=, read -r -a places <<< "$placements"
 for placement in "${places[@]}"; do
   if [ "$placement" = pinned ]; then place 0; else place "0-$(( $(nproc) - 1 ))"; fi
@@ -353,6 +391,7 @@ for placement in "${places[@]}"; do
   for w in $WORKLOADS; do
     case "$w" in
       ask_pending) ask_pending "$placement" ;;
+      commit) commit_bench "$placement" ;;
       fds) ;;
       *) run_workload "$placement" "$w" ;;
     esac
@@ -372,7 +411,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-targets = ["native", "bindfs", "zm", "zm-nopt"]
+targets = ["native", "bindfs", "zm", "zm-nopt", "zm-staged"]
 order = []
 for placement, w, t, _ in rows:
     if (placement, w) not in order: order.append((placement, w))
@@ -380,8 +419,8 @@ results = []
 lines = []
 for placement in dict.fromkeys(p for p, _ in order):
     lines.append(f"\n{placement}: median seconds (min-max), and ratio to native")
-    lines.append(f"| workload | native | bindfs | zm (passthrough) | zm (no passthrough) |")
-    lines.append("|---|---:|---:|---:|---:|")
+    lines.append(f"| workload | native | bindfs | zm (passthrough) | zm (no passthrough) | zm (staged) |")
+    lines.append("|---|---:|---:|---:|---:|---:|")
     for p, w in order:
         if p != placement: continue
         if w == "ask_pending":
@@ -390,6 +429,13 @@ for placement in dict.fromkeys(p for p, _ in order):
                 share = statistics.median(a) / statistics.median(b)
                 results.append({"placement": p, "workload": w, "none": stat(a), "one_pending": stat(b), "throughput_share": share})
                 lines.append(f"| ask pending elsewhere (zm, {len(a)} reps) | none pending {statistics.median(a):.3f}s | one pending {statistics.median(b):.3f}s | throughput {share*100:.0f}% of none | |")
+            continue
+        if w == "commit":
+            a, b = res.get((p, w, "zm-commit")), res.get((p, w, "cp-a"))
+            if a and b:
+                ratio = statistics.median(a) / statistics.median(b)
+                results.append({"placement": p, "workload": w, "commit": stat(a), "cp_a": stat(b), "ratio_to_cp_a": ratio})
+                lines.append(f"| commit of the untar (staged, {len(a)} reps) | cp -a {statistics.median(b):.3f}s | zonemount commit {statistics.median(a):.3f}s | **{ratio:.2f}x** cp -a | | |")
             continue
         nat = res.get((p, w, "native"))
         cells = []

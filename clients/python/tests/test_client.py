@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
 import threading
 from pathlib import Path
 
@@ -181,3 +182,36 @@ def test_zones_on_the_command_line(project: Path, zm_bin: str) -> None:
         with pytest.raises(OSError):
             (m.mountpoint / "in/new.txt").write_text("x")
     assert (project / "final/new.txt").read_text() == "x"
+
+
+def test_a_staged_zone_is_reviewed_then_committed_or_discarded(project: Path, zm_bin: str) -> None:
+    final = project / "final"
+    (final / "keep.txt").write_text("old\n")
+    with zonemount.mount(
+        project / "mnt",
+        zones=[f"out={final}:staged"],
+        args=["--stage-dir", str(project / "stage")],
+    ) as m:
+        # The worker's writes: in a session of its own (a commit from the
+        # writer's own session is refused).
+        subprocess.run(
+            ["setsid", "-w", "sh", "-c", "echo new > new.txt && echo more >> keep.txt && echo x > drop.txt"],
+            cwd=m.mountpoint / "out",
+            check=True,
+        )
+        assert not (final / "new.txt").exists(), "nothing reaches the backing dir"
+        report = m.client.changes(diff=True)
+        assert [(z.zone, z.staged) for z in report] == [("out", True)]
+        got = {c.path: c.kind for c in report[0].changes}
+        assert got == {"new.txt": "added", "keep.txt": "modified", "drop.txt": "added"}, got
+        keep = next(c for c in report[0].changes if c.path == "keep.txt")
+        assert keep.diff is not None and "+more" in keep.diff, keep.diff
+        dropped = m.client.discard(["/out/drop.txt"])
+        assert [c.path for c in dropped[0].applied] == ["drop.txt"]
+        assert not (m.mountpoint / "out/drop.txt").exists()
+        done = m.client.commit()
+        assert done[0].conflicts == []
+        assert sorted(c.path for c in done[0].applied) == ["keep.txt", "new.txt"]
+    assert (final / "new.txt").read_text() == "new\n"
+    assert (final / "keep.txt").read_text() == "old\nmore\n"
+    assert not (final / "drop.txt").exists()

@@ -7,7 +7,8 @@
 //! each file and symlink written to a temp name beside its target and
 //! renamed over it (mode, owner when root, times and user xattrs set
 //! before the rename), then deletions deepest first, then directories'
-//! own attributes. What was applied is removed from the stage. A journal
+//! own attributes. The backing filesystem is synced once; only then is
+//! what was applied removed from the stage. A journal
 //! names the paths being applied until the commit ends, so a commit
 //! interrupted halfway (its own writes now differ from the fingerprints)
 //! completes when run again instead of reporting conflicts with itself.
@@ -164,6 +165,10 @@ pub fn commit(
     for c in &dirs {
         dir_attrs(l, &c.path, root)?;
     }
+    // Durable before the stage lets go of anything (one sync of the
+    // backing filesystem, not one per file): a crash before this point
+    // leaves every change staged, and the re-run applies it again.
+    rfs::syncfs(l.lower.fd()).map_err(|e| io_err(e, "sync", &l.lower.path))?;
     // The stage no longer holds what was applied.
     for c in &todo {
         unstage(l, &c.path)?;
@@ -171,8 +176,8 @@ pub fn commit(
             unstage(l, from)?;
         }
     }
-    let left: HashSet<PathBuf> = report.conflicts.iter().map(|c| c.path.clone()).collect();
-    sweep(l, filter, &left)?;
+    let keep: HashSet<PathBuf> = report.conflicts.iter().map(|c| c.path.clone()).collect();
+    sweep(l, filter, &keep)?;
     let mut forget: Vec<PathBuf> = todo.iter().map(|c| c.path.clone()).collect();
     forget.extend(todo.iter().filter_map(|c| c.from.clone()));
     fp.forget(&forget)?;
@@ -414,8 +419,7 @@ fn copy_file(
         rfs::fsetxattr(&dst, name.as_str(), &value, rfs::XattrFlags::empty())
             .map_err(|e| io_err(e, "setxattr", &lower_p))?;
     }
-    rfs::futimens(&dst, times).map_err(|e| io_err(e, "set times of", &lower_p))?;
-    rfs::fsync(&dst).map_err(|e| io_err(e, "fsync", &lower_p))
+    rfs::futimens(&dst, times).map_err(|e| io_err(e, "set times of", &lower_p))
 }
 
 /// Remove `rel` (a whole tree) from the backing dir.
@@ -498,7 +502,13 @@ fn unstage_tree(l: &Layers, rel: &Path) -> io::Result<()> {
 /// nothing, a directory that only held applied changes) is removed, so
 /// the stage holds exactly the changes left (`keep`: conflicts).
 fn sweep(l: &Layers, filter: &[PathBuf], keep: &HashSet<PathBuf>) -> io::Result<()> {
-    let left: HashSet<PathBuf> = changes(l, filter)?.into_iter().map(|c| c.path).collect();
+    // With nothing kept, every change under the filter was applied: what
+    // is left there is no change (no need to walk both trees again).
+    let left: HashSet<PathBuf> = if keep.is_empty() {
+        HashSet::new()
+    } else {
+        changes(l, filter)?.into_iter().map(|c| c.path).collect()
+    };
     let starts: Vec<PathBuf> = if filter.is_empty() {
         vec![PathBuf::new()]
     } else {
@@ -542,9 +552,14 @@ fn sweep_at(
             .ok()
             .flatten()
             .is_some_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory);
+        // Outside the filter a directory may be a change of its own (a
+        // chmod) that nobody applied: it stays unless it equals the
+        // backing one.
+        let same = wanted || same_dir(l, rel);
         if !rel.as_os_str().is_empty()
             && empty
             && lower_dir
+            && same
             && !left.contains(rel)
             && !keep.contains(rel)
         {
@@ -562,6 +577,19 @@ fn sweep_at(
         }
     }
     Ok(())
+}
+
+/// Whether directory `rel` has the same mode, owner and user xattrs in
+/// the stage as in the backing dir.
+fn same_dir(l: &Layers, rel: &Path) -> bool {
+    match (l.upper.stat(rel), l.lower.stat(rel)) {
+        (Ok(Some(u)), Ok(Some(w))) => {
+            (u.st_mode, u.st_uid, u.st_gid) == (w.st_mode, w.st_uid, w.st_gid)
+                && l.upper.user_xattrs(rel).unwrap_or_default()
+                    == l.lower.user_xattrs(rel).unwrap_or_default()
+        }
+        _ => false,
+    }
 }
 
 /// Tests: a journal as an interrupted commit leaves it.

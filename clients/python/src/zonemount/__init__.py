@@ -9,14 +9,27 @@ unmounted.
 ...             c.allow(ev.request.id, "path")
 """
 
-from ._client import PROTOCOL_VERSION, Client, Event, Item, Request, Scope
+from ._client import (
+    PROTOCOL_VERSION,
+    Change,
+    Client,
+    Conflict,
+    Event,
+    Item,
+    Request,
+    Scope,
+    ZoneChanges,
+    ZoneCommit,
+)
 from ._errors import CommandError, NotMountedError, ProtocolError, ZonemountError
 from ._mount import Mount, binary, mount, run_cli
 from ._registry import control_socket, find_record, runtime_dir
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "Change",
     "Client",
+    "Conflict",
     "CommandError",
     "Event",
     "Item",
@@ -25,6 +38,8 @@ __all__ = [
     "ProtocolError",
     "Request",
     "Scope",
+    "ZoneChanges",
+    "ZoneCommit",
     "ZonemountError",
     "binary",
     "control_socket",

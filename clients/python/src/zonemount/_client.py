@@ -15,7 +15,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator, Literal, Optional, Union
+from typing import Any, AsyncIterator, Iterator, Literal, Optional, Sequence, Union
 
 from ._errors import ProtocolError, ZonemountError
 from ._registry import control_socket
@@ -127,6 +127,69 @@ class Event:
         if kind == "lagged":
             return cls(kind=kind, missed=_opt_int(d.get("missed")), raw=d)
         raise ProtocolError(f"an event the client doesn't know: {d}")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One changed path of a zone (``changes``, ``commit``, ``discard``)."""
+
+    #: Relative to the zone's directory.
+    path: str
+    #: ``added``, ``modified``, ``deleted`` or ``renamed``.
+    kind: str
+    #: A rename's source.
+    from_path: Optional[str] = None
+    #: ``file``, ``dir``, ``symlink`` or ``special`` (staged zones).
+    file_type: Optional[str] = None
+    size: Optional[int] = None
+    mode: Optional[int] = None
+    old_size: Optional[int] = None
+    old_mode: Optional[int] = None
+    #: A unified diff, when asked for (staged zones).
+    diff: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Change":
+        return cls(
+            path=str(d.get("path", "")),
+            kind=str(d.get("kind", "")),
+            from_path=_opt_str(d.get("from")),
+            file_type=_opt_str(d.get("file_type")),
+            size=_opt_int(d.get("size")),
+            mode=_opt_int(d.get("mode")),
+            old_size=_opt_int(d.get("old_size")),
+            old_mode=_opt_int(d.get("old_mode")),
+            diff=_opt_str(d.get("diff")),
+        )
+
+
+@dataclass(frozen=True)
+class ZoneChanges:
+    """A zone's change report: for a staged zone what its stage holds, for
+    a plain rw zone what the mount's workers changed since it was
+    mounted."""
+
+    zone: str
+    staged: bool
+    changes: list[Change]
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A path a commit left in the stage, and why."""
+
+    path: str
+    why: str
+
+
+@dataclass(frozen=True)
+class ZoneCommit:
+    """What a commit (or discard: ``applied`` are the dropped changes) did
+    in one staged zone."""
+
+    zone: str
+    applied: list[Change]
+    conflicts: list[Conflict]
 
 
 def _opt_int(v: Any) -> Optional[int]:
@@ -263,6 +326,63 @@ class Client:
         """Deny request ``id`` (the syscall gets EACCES; the same class on
         the same path is refused at once from then on)."""
         self._call({"op": "decide", "id": id, "decision": "deny"})
+
+    def _stage_call(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A ``changes``, ``commit`` or ``discard``: on a connection of its
+        own without a timeout (a commit copies files)."""
+        s = self._open()
+        s.settimeout(None)
+        reader = s.makefile("rb")
+        try:
+            s.sendall(_line(obj))
+            return _answer(reader.readline())
+        finally:
+            reader.close()
+            s.close()
+
+    def changes(self, paths: Sequence[str] = (), diff: bool = False) -> list[ZoneChanges]:
+        """Each rw zone's change report; ``paths`` (as a worker sees them,
+        ``/zone/...``) limit it; ``diff`` adds unified diffs of staged text
+        files."""
+        a = self._stage_call({"op": "changes", "paths": list(paths), "diff": diff})
+        return [
+            ZoneChanges(
+                zone=str(z.get("zone", "")),
+                staged=bool(z.get("staged", False)),
+                changes=[Change.from_json(c) for c in z.get("changes", [])],
+            )
+            for z in a.get("zones", [])
+        ]
+
+    def commit(self, paths: Sequence[str] = (), force: bool = False) -> list[ZoneCommit]:
+        """Apply the staged changes (under ``paths``) to the backing dirs.
+        A path the host changed meanwhile is left staged as a conflict
+        unless ``force``; check each zone's ``conflicts``."""
+        a = self._stage_call({"op": "commit", "paths": list(paths), "force": force})
+        return [
+            ZoneCommit(
+                zone=str(z.get("zone", "")),
+                applied=[Change.from_json(c) for c in z.get("applied", [])],
+                conflicts=[
+                    Conflict(path=str(c.get("path", "")), why=str(c.get("why", "")))
+                    for c in z.get("conflicts", [])
+                ],
+            )
+            for z in a.get("zones", [])
+        ]
+
+    def discard(self, paths: Sequence[str] = ()) -> list[ZoneCommit]:
+        """Drop the staged changes (under ``paths``); the mount shows the
+        backing dirs' files again. ``applied`` lists what was dropped."""
+        a = self._stage_call({"op": "discard", "paths": list(paths)})
+        return [
+            ZoneCommit(
+                zone=str(z.get("zone", "")),
+                applied=[Change.from_json(c) for c in z.get("discarded", [])],
+                conflicts=[],
+            )
+            for z in a.get("zones", [])
+        ]
 
     def watch(self) -> Iterator[Event]:
         """Every waiting request, then each new request and each end, as
