@@ -150,6 +150,52 @@ fn git_in_a_staged_zone_leaves_the_backing_dir_untouched() {
 }
 
 #[test]
+fn a_venv_and_a_sqlite_wal_database_in_a_staged_zone_commit_whole() {
+    if !fuse_ok() || !require(Need::Tool("python3")) {
+        return;
+    }
+    let m = staged("{ write: preApproved, delete: preApproved }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    let out = worker(
+        &m,
+        "work",
+        "set -e
+         python3 -m venv --without-pip venv
+         venv/bin/python -c 'import sys; print(sys.prefix)' >/dev/null
+         python3 -c '
+import sqlite3
+db = sqlite3.connect(\"db.sqlite\")
+db.execute(\"pragma journal_mode=wal\")
+db.execute(\"create table t (x)\")
+db.executemany(\"insert into t values (?)\", [(i,) for i in range(1000)])
+db.commit()
+print(db.execute(\"select count(*) from t\").fetchone()[0])
+db.close()
+'",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout.trim(), "1000");
+    assert_eq!(tree_listing(&backing, true), before, "the backing dir changed");
+    let view = tree_listing(&m.path("work"), false);
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(tree_listing(&backing, false), view);
+    // The committed database opens on the host, whole.
+    let out = run(
+        Command::new("python3").args([
+            "-c",
+            "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from t').fetchone()[0])",
+            &m.backing("work", "db.sqlite").to_string_lossy(),
+        ]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.stdout.trim(), "1000", "{}", out.describe());
+    assert!(m.backing("work", "venv/bin/python").exists());
+}
+
+#[test]
 fn the_stage_outlives_an_unmount_and_a_killed_daemon() {
     if !fuse_ok() {
         return;
