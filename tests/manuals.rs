@@ -168,6 +168,7 @@ fn version_names_what_the_build_does() {
         format!("control protocol v{v}"),
         "run --isolate (bubblewrap)".to_string(),
         "FUSE passthrough".to_string(),
+        "staged zones (overlayfs".to_string(),
     ] {
         assert!(
             long.stdout.contains(&want),

@@ -177,7 +177,11 @@ db.close()
     );
     assert!(out.success(), "{}", out.describe());
     assert_eq!(out.stdout.trim(), "1000");
-    assert_eq!(tree_listing(&backing, true), before, "the backing dir changed");
+    assert_eq!(
+        tree_listing(&backing, true),
+        before,
+        "the backing dir changed"
+    );
     let view = tree_listing(&m.path("work"), false);
     let out = m.zonemount(&["commit", &mnt]);
     assert!(out.success(), "{}", out.describe());

@@ -45,7 +45,8 @@ const LONG_VERSION: &str = concat!(
     "\nfeatures: fuse.zonemount by mount(2) as root and by fusermount3 as a user, \
      a watcher that unmounts a dead daemon's mount, FUSE passthrough (Linux 6.9+, root), \
      kernel file handles (root) or reopen by name, approvals with control protocol v1, \
-     audit ledger, run --isolate (bubblewrap), staged zones: no, FUSE over io_uring: no"
+     audit ledger, run --isolate (bubblewrap), staged zones (overlayfs, as root or in a user \
+     namespace) with changes/commit/discard, FUSE over io_uring: no"
 );
 
 #[derive(Debug, Subcommand)]

@@ -310,8 +310,9 @@ pub(crate) fn used_line(
             } else {
                 ""
             };
+            let staged = if z.policy.staged { " staged" } else { "" };
             format!(
-                "{} {} {}{made}",
+                "{} {}{staged} {}{made}",
                 z.name,
                 z.policy.access,
                 z.backing.display()
