@@ -14,6 +14,9 @@ pub enum Refusal {
     /// The path is, or is inside, a sensitive root (`~/.ssh`…) that the
     /// zone's backing dir contains: it is hidden from the mount.
     Sensitive,
+    /// The path matches one of the zone's `hide` patterns: hidden as a
+    /// sensitive root is.
+    HiddenByPattern,
     /// The name is invisible in this zone (outside `suffixes`).
     Hidden,
     /// Adds, removes or renames an entry of the mount root or a zone dir.
@@ -47,7 +50,7 @@ impl Refusal {
         match self {
             // A hidden path must look like nothing at all, for every
             // operation: another errno would confirm something is there.
-            Refusal::Sensitive | Refusal::Hidden => libc::ENOENT,
+            Refusal::Sensitive | Refusal::Hidden | Refusal::HiddenByPattern => libc::ENOENT,
             // EACCES, not EROFS: the root is not read-only, it is not the
             // worker's to change (a zone dir is the supervisor's contract).
             Refusal::RootLevel => libc::EACCES,
@@ -75,12 +78,13 @@ impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = match self {
             Refusal::Sensitive => "the path is a hidden sensitive root",
+            Refusal::HiddenByPattern => "the path is hidden by the zone's hide patterns",
             Refusal::Hidden => "the name is not visible in this zone",
             Refusal::RootLevel => "the mount root and zone directories cannot be changed",
             Refusal::CrossZone => "renames and links cannot cross zones",
             Refusal::ReadOnly => "the zone is read-only",
             Refusal::Protected => "the path is protected (read-only) in this zone",
-            Refusal::SensitiveInside => "the directory holds a hidden sensitive root",
+            Refusal::SensitiveInside => "the directory holds a hidden path",
             Refusal::Suffix => "the name's suffix is not allowed in this zone",
             Refusal::TooBig => "the file would exceed the zone's max_file_bytes",
             Refusal::Device => "device nodes cannot be made in this mount",

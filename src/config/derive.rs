@@ -188,6 +188,12 @@ fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, (&'stati
         Some(asked) => asked || parent.staged,
         None => parent.staged,
     } && access == Access::Rw;
+    let mut hide = parent.hide.clone();
+    for p in &req.hide {
+        if !hide.contains(p) {
+            hide.push(p.clone());
+        }
+    }
     let mut protect = parent.protect.clone();
     for p in &req.protect {
         if !protect.contains(p) {
@@ -200,6 +206,7 @@ fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, (&'stati
         suffixes,
         max_file_bytes,
         protect,
+        hide,
         // Where the backing dir is decides what is hidden: the parent's.
         hidden: parent.hidden.clone(),
         staged,

@@ -129,6 +129,10 @@ pub struct ZonePolicy {
     pub max_file_bytes: Option<u64>,
     /// gitignore-style patterns, kept as written (checked to compile).
     pub protect: Vec<String>,
+    /// gitignore-style patterns of paths hidden as sensitive roots are
+    /// (ENOENT for everything, absent from listings).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hide: Vec<String>,
     /// Sensitive roots inside the backing dir, relative to it: invisible
     /// (ENOENT) in the mount. Computed from real paths when the project is
     /// loaded (empty with `--allow-sensitive-roots`); a worker can't
@@ -151,6 +155,7 @@ impl ZonePolicy {
             suffixes: None,
             max_file_bytes: None,
             protect: Vec::new(),
+            hide: Vec::new(),
             hidden: Vec::new(),
             staged: false,
         }
@@ -185,6 +190,8 @@ pub struct ZoneRequest {
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     pub protect: Vec<String>,
+    /// Added to the parent's (never removing one).
+    pub hide: Vec<String>,
     /// `staged:` as written: `Some(true)` stages a parent's rw zone;
     /// `Some(false)` on a staged parent is an error.
     pub staged: Option<bool>,
@@ -549,6 +556,7 @@ pub fn parse_worker(text: &str, file: &Path) -> Result<WorkerDecl, ConfigError> 
                 suffixes: z.suffixes,
                 max_file_bytes: z.max_file_bytes,
                 protect: z.protect,
+                hide: z.hide,
                 staged: z.staged.map(|(s, _)| s),
                 staged_line: z.staged.and_then(|(_, l)| l),
                 line: z.line,

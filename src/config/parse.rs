@@ -17,6 +17,7 @@ const PROJECT_ZONE_KEYS: &[&str] = &[
     "suffixes",
     "max_file_bytes",
     "protect",
+    "hide",
     "staged",
 ];
 /// A worker asks for zones by name; where they live is the project's call.
@@ -27,6 +28,7 @@ const WORKER_ZONE_KEYS: &[&str] = &[
     "suffixes",
     "max_file_bytes",
     "protect",
+    "hide",
     "staged",
 ];
 
@@ -48,6 +50,8 @@ pub(super) struct RawZone {
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     pub protect: Vec<String>,
+    /// `hide:` patterns as written (checked to compile).
+    pub hide: Vec<String>,
     /// `staged:` as written.
     pub staged: Option<At<bool>>,
     /// Given as `--zone` (this argument), not written in a file: direct
@@ -362,7 +366,11 @@ fn zone(
     };
     let protect = match get_set(spec, "protect") {
         None => Vec::new(),
-        Some(node) => protect(doc, node, &join(&field, "protect"))?,
+        Some(node) => patterns(doc, node, &join(&field, "protect"), "protect")?,
+    };
+    let hide = match get_set(spec, "hide") {
+        None => Vec::new(),
+        Some(node) => patterns(doc, node, &join(&field, "hide"), "hide")?,
     };
     let staged = match get_set(spec, "staged") {
         None => None,
@@ -378,6 +386,7 @@ fn zone(
         suffixes,
         max_file_bytes,
         protect,
+        hide,
         staged,
         cli: None,
     })
@@ -423,18 +432,20 @@ fn suffixes(doc: &Doc, node: &SNode, field: &str) -> Result<Vec<String>, ConfigE
     Ok(list)
 }
 
-/// Protect patterns are kept as written (`policy` compiles them with the
-/// `ignore` crate's gitignore matcher); here we make sure they compile, so a
-/// typo fails at load with a line. Negations (`!x`) are refused: protect only
-/// adds read-only subtrees, and through derivation's union a worker's `!.git`
-/// would otherwise lift its parent's protection.
-fn protect(doc: &Doc, node: &SNode, field: &str) -> Result<Vec<String>, ConfigError> {
+/// `protect` and `hide` patterns are kept as written (`policy` compiles
+/// them with the `ignore` crate's gitignore matcher); here we make sure they
+/// compile, so a typo fails at load with a line. Negations (`!x`) are
+/// refused: both only add (read-only or hidden paths), and through
+/// derivation's union a worker's `!.git` would otherwise lift its parent's.
+fn patterns(doc: &Doc, node: &SNode, field: &str, key: &str) -> Result<Vec<String>, ConfigError> {
     let list = doc.strings(node, field)?;
     for (i, p) in list.iter().enumerate() {
         let problem = if p.trim().is_empty() || p.contains('\0') || p.starts_with('#') {
-            Some("a protect pattern must name something".to_owned())
+            Some(format!("a {key} pattern must name something"))
         } else if p.starts_with('!') {
-            Some("negated patterns are not allowed; protect can only add".to_owned())
+            Some(format!(
+                "negated patterns are not allowed; {key} can only add"
+            ))
         } else {
             let mut builder = GitignoreBuilder::new("/");
             builder
@@ -447,7 +458,7 @@ fn protect(doc: &Doc, node: &SNode, field: &str) -> Result<Vec<String>, ConfigEr
             return Err(doc.err(
                 node_at(node, i),
                 &format!("{field}[{i}]"),
-                format!("bad protect pattern '{p}': {problem}"),
+                format!("bad {key} pattern '{p}': {problem}"),
             ));
         }
     }

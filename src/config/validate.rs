@@ -101,6 +101,7 @@ fn raw_of(z: &CliZone) -> RawZone {
         suffixes: None,
         max_file_bytes: None,
         protect: Vec::new(),
+        hide: Vec::new(),
         staged: z.staged.then_some((true, None)),
         cli: Some(z.arg.clone()),
     }
@@ -191,6 +192,7 @@ pub(super) fn build(
                 suffixes: z.suffixes.clone(),
                 max_file_bytes: z.max_file_bytes,
                 protect: z.protect.clone(),
+                hide: z.hide.clone(),
                 hidden,
                 staged,
             },

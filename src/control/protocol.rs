@@ -280,6 +280,9 @@ pub struct PolicyStatus {
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     pub protect: Vec<String>,
+    /// Patterns of paths hidden in the zone (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hide: Vec<String>,
     /// Sensitive roots hidden inside the backing dir, relative to it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hidden: Vec<PathBuf>,
@@ -300,6 +303,7 @@ impl From<&Zone> for ZoneStatus {
                 suffixes: p.suffixes.clone(),
                 max_file_bytes: p.max_file_bytes,
                 protect: p.protect.clone(),
+                hide: p.hide.clone(),
                 hidden: p.hidden.clone(),
                 staged: p.staged,
             },

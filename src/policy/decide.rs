@@ -74,7 +74,8 @@ fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
             {
                 return Err(Refusal::Protected);
             }
-            let carries = |p: &Path| fz.sensitive_below(p).is_some();
+            let carries =
+                |p: &Path| fz.sensitive_below(p).is_some() || fz.hidden_below(p).is_some();
             if is_dir && (carries(from.path) || (exchange && carries(to.path))) {
                 return Err(Refusal::SensitiveInside);
             }
@@ -136,6 +137,7 @@ fn unasked(op: &Op<'_>) -> Result<(), Refusal> {
 fn sensitive(at: Loc<'_>) -> Result<(), Refusal> {
     match at.zone {
         Some(z) if z.is_sensitive(at.path) => Err(Refusal::Sensitive),
+        Some(z) if z.hidden_by(at.path).is_some() => Err(Refusal::HiddenByPattern),
         _ => Ok(()),
     }
 }

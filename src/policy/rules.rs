@@ -26,34 +26,63 @@ pub struct ZoneRules {
     anchored: Vec<(String, Vec<GlobMatcher>)>,
     /// Sensitive roots inside the zone, relative to its root: hidden.
     hidden: Vec<PathBuf>,
+    /// `hide` patterns: what they match is hidden as a sensitive root is.
+    hide: Gitignore,
+    /// Anchored `hide` patterns, as for `protect`'s.
+    hide_anchored: Vec<(String, Vec<GlobMatcher>)>,
     /// Changes go to a stage: `ask` writes and deletes proceed (the
     /// commit is the decision); `blocked` still refuses.
     pub staged: bool,
+}
+
+/// gitignore-style `patterns` compiled, and the anchored ones (a `/`
+/// inside) split into per-component matchers.
+type Anchored = Vec<(String, Vec<GlobMatcher>)>;
+
+fn patterns(list: &[String]) -> Result<(Gitignore, Anchored), ignore::Error> {
+    let mut b = GitignoreBuilder::new("/");
+    let mut anchored = Vec::new();
+    for pat in list {
+        b.add_line(None, pat)?;
+        let body = pat.trim_end_matches('/');
+        if body.contains('/') {
+            let comps = body
+                .trim_start_matches('/')
+                .split('/')
+                .filter(|c| !c.is_empty())
+                .map(|c| Glob::new(c).map(|g| g.compile_matcher()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ignore::Error::Glob {
+                    glob: Some(pat.clone()),
+                    err: e.to_string(),
+                })?;
+            anchored.push((pat.clone(), comps));
+        }
+    }
+    Ok((b.build()?, anchored))
+}
+
+/// The anchored pattern that names something strictly below `dir`.
+fn below<'a>(anchored: &'a Anchored, dir: &Path) -> Option<&'a str> {
+    let comps: Vec<_> = dir.components().map(|c| c.as_os_str()).collect();
+    anchored
+        .iter()
+        .find(|(_, pat)| {
+            pat.len() > comps.len()
+                && pat
+                    .iter()
+                    .zip(&comps)
+                    .all(|(m, c)| m.is_match(Path::new(c)))
+        })
+        .map(|(orig, _)| orig.as_str())
 }
 
 impl ZoneRules {
     /// Compile a zone's policy. `protect` patterns are gitignore-style,
     /// relative to the zone root.
     pub fn compile(zone: &Zone) -> Result<Self, ignore::Error> {
-        let mut b = GitignoreBuilder::new("/");
-        let mut anchored = Vec::new();
-        for pat in &zone.policy.protect {
-            b.add_line(None, pat)?;
-            let body = pat.trim_end_matches('/');
-            if body.contains('/') {
-                let comps = body
-                    .trim_start_matches('/')
-                    .split('/')
-                    .filter(|c| !c.is_empty())
-                    .map(|c| Glob::new(c).map(|g| g.compile_matcher()))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| ignore::Error::Glob {
-                        glob: Some(pat.clone()),
-                        err: e.to_string(),
-                    })?;
-                anchored.push((pat.clone(), comps));
-            }
-        }
+        let (protect, anchored) = patterns(&zone.policy.protect)?;
+        let (hide, hide_anchored) = patterns(&zone.policy.hide)?;
         let hidden = zone.policy.hidden.clone();
         Ok(ZoneRules {
             name: zone.name.clone(),
@@ -61,9 +90,11 @@ impl ZoneRules {
             approval: zone.policy.approval,
             suffixes: zone.policy.suffixes.clone(),
             max_file_bytes: zone.policy.max_file_bytes,
-            protect: b.build()?,
+            protect,
             anchored,
             hidden,
+            hide,
+            hide_anchored,
             staged: zone.policy.staged,
         })
     }
@@ -72,6 +103,29 @@ impl ZoneRules {
     /// hidden sensitive root.
     pub(super) fn is_sensitive(&self, path: &Path) -> bool {
         self.sensitive_root_of(path).is_some()
+    }
+
+    /// The `hide` pattern (as written) that `path` matches, or a parent
+    /// of it does. A pattern for directories only (`secrets/`) hides a
+    /// file of that name too: what kind of entry it is doesn't matter to
+    /// keeping it out of sight.
+    pub(super) fn hidden_by(&self, path: &Path) -> Option<&str> {
+        if path.as_os_str().is_empty() || self.hide.is_empty() {
+            return None;
+        }
+        let abs = Path::new("/").join(path);
+        [false, true].into_iter().find_map(|is_dir| {
+            match self.hide.matched_path_or_any_parents(&abs, is_dir) {
+                ignore::Match::Ignore(glob) => Some(glob.original()),
+                _ => None,
+            }
+        })
+    }
+
+    /// The anchored `hide` pattern strictly below `dir`, if any: renaming
+    /// `dir` would carry what it hides to a name it doesn't.
+    pub(super) fn hidden_below(&self, dir: &Path) -> Option<&str> {
+        below(&self.hide_anchored, dir)
     }
 
     /// The hidden sensitive root that `path` is or is inside.
@@ -132,17 +186,7 @@ impl ZoneRules {
 
     /// The anchored protect pattern strictly below `dir`, if any.
     pub(super) fn protected_below(&self, dir: &Path) -> Option<&str> {
-        let comps: Vec<_> = dir.components().map(|c| c.as_os_str()).collect();
-        self.anchored
-            .iter()
-            .find(|(_, pat)| {
-                pat.len() > comps.len()
-                    && pat
-                        .iter()
-                        .zip(&comps)
-                        .all(|(m, c)| m.is_match(Path::new(c)))
-            })
-            .map(|(orig, _)| orig.as_str())
+        below(&self.anchored, dir)
     }
 
     /// Whether changes here are gated (write or delete is not

@@ -28,6 +28,7 @@ fn zone_with(
             max_file_bytes: max,
             protect: protect.iter().map(|x| x.to_string()).collect(),
             hidden: vec![],
+            hide: vec![],
             staged: false,
         },
     })
@@ -47,6 +48,7 @@ fn with_hidden(access: Access, hidden: &[&str]) -> ZoneRules {
             max_file_bytes: Some(1),
             protect: vec![".git".into()],
             hidden: hidden.iter().map(PathBuf::from).collect(),
+            hide: vec![],
             staged: false,
         },
     })
@@ -638,4 +640,58 @@ fn a_staged_zone_lets_asks_into_the_stage_and_still_refuses_blocked() {
         }),
         Refusal::Protected
     );
+}
+
+#[test]
+fn hide_patterns_hide_as_sensitive_roots_do() {
+    let mut z = zone(Access::Rw, PreApproved, PreApproved);
+    z = ZoneRules::compile(&Zone {
+        name: "z".into(),
+        backing: PathBuf::from("/nonexistent"),
+        policy: ZonePolicy {
+            hide: vec![
+                ".env".into(),
+                "/config/creds.json".into(),
+                "secrets/".into(),
+            ],
+            ..ZonePolicy::plain(Access::Rw)
+        },
+    })
+    .unwrap_or(z);
+    for p in [
+        ".env",
+        "a/b/.env",
+        "config/creds.json",
+        "secrets",
+        "secrets/x",
+        "a/secrets/y",
+    ] {
+        assert_eq!(look(&z, p, None), Some(Refusal::HiddenByPattern), "{p}");
+        assert_eq!(
+            refused(Op::NewName {
+                at: at(&z, p),
+                is_dir: false
+            }),
+            Refusal::HiddenByPattern,
+            "{p}"
+        );
+    }
+    assert_eq!(
+        look(&z, "a/creds.json", None),
+        None,
+        "anchored: only at the root"
+    );
+    assert_eq!(look(&z, "notes", None), None);
+    // Renaming a dir that carries an anchored pattern's match: EACCES.
+    assert_eq!(
+        refused(Op::Rename {
+            from: at(&z, "config"),
+            to: at(&z, "cfg"),
+            is_dir: true,
+            to_exists: false,
+            exchange: false
+        }),
+        Refusal::SensitiveInside
+    );
+    assert_eq!(Refusal::HiddenByPattern.errno(), libc::ENOENT);
 }

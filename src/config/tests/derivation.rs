@@ -14,6 +14,7 @@ fn zone(name: &str, access: Access) -> Zone {
             max_file_bytes: None,
             protect: vec![],
             hidden: vec![],
+            hide: vec![],
             staged: false,
         },
     }
@@ -391,4 +392,19 @@ fn a_worker_may_stage_a_rw_zone_never_unstage_a_staged_one() {
         "sandbox.zones.data.staged",
         "which it gets read-only",
     );
+}
+
+#[test]
+fn a_worker_adds_hide_patterns_and_keeps_its_parents() {
+    let mut z = zone("ws", Access::Rw);
+    z.policy.hide = vec![".env".into()];
+    let parent = table(vec![z]);
+    let t = derive(
+        &parent,
+        &worker("sandbox:\n  zones:\n    ws: { hide: [\"*.pem\", \".env\"] }\n"),
+    )
+    .unwrap();
+    assert_eq!(t.zone("ws").unwrap().policy.hide, [".env", "*.pem"]);
+    let t = derive(&parent, &worker("sandbox:\n  zones:\n    ws: {}\n")).unwrap();
+    assert_eq!(t.zone("ws").unwrap().policy.hide, [".env"], "never dropped");
 }

@@ -38,6 +38,7 @@ fn map_and_list_forms_give_the_same_table() {
             max_file_bytes: Some(10),
             protect: vec![".git".into()],
             hidden: vec![],
+            hide: vec![],
             staged: false,
         }
     );
@@ -342,5 +343,34 @@ fn staged_needs_a_rw_zone_and_a_boolean() {
         5,
         "sandbox.zones.a.staged",
         "expected true or false, got a string",
+    );
+}
+
+#[test]
+fn hide_patterns_are_checked_like_protect() {
+    let f = Fixture::new();
+    let t = f
+        .load("sandbox:\n  zones:\n    a: { mode: rw, hide: [\".env\", \"**/*.pem\", \"/config/creds.json\"] }\n")
+        .unwrap();
+    assert_eq!(
+        t.zone("a").unwrap().policy.hide,
+        [".env", "**/*.pem", "/config/creds.json"]
+    );
+    let e = f
+        .load_err("sandbox:\n  zones:\n    a:\n      hide:\n        - .env\n        - \"!.env\"\n");
+    assert_err(
+        &e,
+        "project.yaml",
+        6,
+        "sandbox.zones.a.hide[1]",
+        "bad hide pattern '!.env': negated patterns are not allowed; hide can only add",
+    );
+    let e = f.load_err("sandbox:\n  zones:\n    a:\n      hide: .env\n");
+    assert_err(
+        &e,
+        "project.yaml",
+        4,
+        "sandbox.zones.a.hide",
+        "expected a list of strings",
     );
 }

@@ -45,6 +45,7 @@ fn zone(name: &str, dir: &Path, access: Access) -> Zone {
             max_file_bytes: None,
             protect: vec![],
             hidden: vec![],
+            hide: vec![],
             staged: false,
         },
     }

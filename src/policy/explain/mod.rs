@@ -254,6 +254,21 @@ pub fn explain(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules]) -> Explanation 
     let zone = s.places().find_map(|l| l.zone);
     let (reason, instead) = match (r, zone) {
         (Refusal::Sensitive, Some(z)) => sensitive(s, z),
+        (Refusal::HiddenByPattern, Some(z)) => {
+            let (path, pattern) = s
+                .places()
+                .find_map(|l| z.hidden_by(l.path).map(|p| (l.path, p)))
+                .map_or_else(
+                    || (zone_dir(z), String::new()),
+                    |(l, p)| (in_zone(z, l), p.to_owned()),
+                );
+            (
+                format!(
+                    "{path} is hidden from this mount (it matches '{pattern}' and appears not to exist)"
+                ),
+                "Use other paths; only whoever starts the mount can show it.".to_owned(),
+            )
+        }
         (Refusal::Hidden, Some(z)) => hidden(s, z),
         (Refusal::RootLevel, _) | (_, None) => root_level(r, zones),
         (Refusal::CrossZone, Some(_)) => cross_zone(s),
@@ -263,16 +278,25 @@ pub fn explain(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules]) -> Explanation 
         ),
         (Refusal::Protected, Some(z)) => protected(s, z),
         (Refusal::SensitiveInside, Some(z)) => {
-            let inside = z
+            let root = z
                 .sensitive_below(s.at.path)
-                .or_else(|| s.to.and_then(|t| z.sensitive_below(t.path)))
-                .map_or_else(|| zone_dir(z), |p| in_zone(z, p));
-            (
-                format!(
-                    "it holds {inside}, a credential path this mount hides, which must stay where it is"
+                .or_else(|| s.to.and_then(|t| z.sensitive_below(t.path)));
+            let reason = match root {
+                Some(p) => format!(
+                    "it holds {}, a credential path this mount hides, which must stay where it is",
+                    in_zone(z, p)
                 ),
-                "Move or copy the other entries instead.".to_owned(),
-            )
+                None => {
+                    let pattern = z
+                        .hidden_below(s.at.path)
+                        .or_else(|| s.to.and_then(|t| z.hidden_below(t.path)))
+                        .unwrap_or_default();
+                    format!(
+                        "it may hold paths this mount hides ('{pattern}'), which must stay where they are"
+                    )
+                }
+            };
+            (reason, "Move or copy the other entries instead.".to_owned())
         }
         (Refusal::Suffix, Some(z)) => (
             format!(

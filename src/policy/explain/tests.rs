@@ -42,6 +42,7 @@ fn compile(z: Z) -> ZoneRules {
             max_file_bytes: z.max,
             protect: z.protect.iter().map(|x| x.to_string()).collect(),
             hidden: z.hidden.iter().map(PathBuf::from).collect(),
+            hide: vec![],
             staged: false,
         },
     })
