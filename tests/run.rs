@@ -340,8 +340,17 @@ fn sigterm_to_run_is_forwarded_and_everything_is_torn_down() {
 /// The one directory `run` made in the task's TMPDIR (its mountpoint).
 fn task_mountpoint(t: &Task) -> PathBuf {
     let names = names(&t.tmpdir).unwrap();
-    assert_eq!(names.len(), 1, "one temp mountpoint: {names:?}");
-    t.tmpdir.join(names.first().unwrap())
+    assert_eq!(
+        names.len(),
+        2,
+        "one temp mountpoint and its refusal log: {names:?}"
+    );
+    let dir = names.iter().find(|n| !n.ends_with(".refusals")).unwrap();
+    assert!(
+        names.contains(&format!("{dir}.refusals")),
+        "the refusal log beside it: {names:?}"
+    );
+    t.tmpdir.join(dir)
 }
 
 /// A `zonemount run` child, SIGKILLed on drop (on panic too): its
@@ -638,6 +647,7 @@ fn isolate_environment_is_only_what_was_allowed() {
         "ZONEMOUNT_ROOT=/",
         "ZONEMOUNT_WRITABLE=/ws",
         "ZONEMOUNT_READONLY=/data",
+        "ZONEMOUNT_REFUSALS=/tmp/zonemount-refusals",
     ]
     .into();
     // PWD is bwrap's (it sets it with --chdir).
@@ -654,7 +664,8 @@ fn isolate_environment_is_only_what_was_allowed() {
             "PWD",
             "ZONEMOUNT_ROOT",
             "ZONEMOUNT_WRITABLE",
-            "ZONEMOUNT_READONLY"
+            "ZONEMOUNT_READONLY",
+            "ZONEMOUNT_REFUSALS"
         ]
         .into(),
         "{}",
@@ -922,4 +933,94 @@ fn per_task_example_script_runs_clean() {
         names(tmp.path()).unwrap().is_empty(),
         "left behind in TMPDIR"
     );
+}
+
+/// The refusal log: CMD meets a refusal, then reads why in
+/// $ZONEMOUNT_REFUSALS, in words about paths and permissions; it can't
+/// write the log under --isolate (or --user); the log goes with the task.
+#[test]
+fn cmd_reads_why_it_was_refused() {
+    if !fuse_ok() {
+        return;
+    }
+    let t = Task::with_zones(&[
+        ("data", "mode: ro"),
+        (
+            "ws",
+            "mode: rw, approval: { delete: blocked }, protect: [keep]",
+        ),
+    ]);
+    fs::write(t.backing("ws", "f"), "f\n").unwrap();
+    let script = "echo x > \"$ZONEMOUNT_ROOT/data/new\"; rm \"$ZONEMOUNT_ROOT/ws/f\"; \
+                  mkdir \"$ZONEMOUNT_ROOT/ws/keep\"; echo \"log=$ZONEMOUNT_REFUSALS\"; cat \"$ZONEMOUNT_REFUSALS\"";
+    let out = t.sh(&[], script);
+    assert!(out.success(), "{}", out.describe());
+    let log = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("log="))
+        .unwrap()
+        .to_string();
+    let root = log.strip_suffix(".refusals").unwrap().to_string();
+    for want in [
+        format!(
+            "create {root}/data/new: EROFS (Read-only file system): this path is read-only. Writable paths: {root}/ws."
+        ),
+        format!(
+            "delete {root}/ws/f: EPERM (Operation not permitted): deleting is not permitted here."
+        ),
+        format!(
+            "create {root}/ws/keep: EROFS (Read-only file system): this path is protected (read-only)."
+        ),
+    ] {
+        assert!(
+            out.stdout.contains(&want),
+            "{want:?} not in:\n{}",
+            out.stdout
+        );
+    }
+    let words: Vec<String> = out
+        .stdout
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .map(str::to_lowercase)
+        .collect();
+    assert!(
+        !words.iter().any(|w| w == "zone" || w == "zones"),
+        "zone terminology: {}",
+        out.stdout
+    );
+    assert!(
+        !Path::new(&log).exists(),
+        "the log is removed with the task"
+    );
+    t.assert_clean("after a run with refusals");
+    if !bwrap_ok() {
+        return;
+    }
+    // Under --isolate: at a fixed path, read-only, paths as the sandbox
+    // sees them (a ro zone is bound read-only: the kernel refuses there
+    // before the mount is asked, so only the rw zone's refusals show).
+    let out = t.sh(
+        &["--isolate"],
+        "rm /ws/f; mkdir /ws/keep; echo hack >> \"$ZONEMOUNT_REFUSALS\" && echo WROTE; \
+         echo \"log=$ZONEMOUNT_REFUSALS\"; cat \"$ZONEMOUNT_REFUSALS\"",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("log=/tmp/zonemount-refusals"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains("WROTE"),
+        "CMD wrote its refusal log: {}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("delete /ws/f: EPERM"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("create /ws/keep: EROFS"),
+        "{}",
+        out.stdout
+    );
+    t.assert_clean("after an isolated run");
 }

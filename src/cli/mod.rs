@@ -53,7 +53,7 @@ const LONG_VERSION: &str = concat!(
 enum Cmd {
     /// Mount the zones at MOUNTPOINT; returns once the mount is live.
     #[command(after_help = help::MOUNT)]
-    Mount(MountArgs),
+    Mount(Box<MountArgs>),
     /// Unmount MOUNTPOINT and wait for its daemon to exit.
     #[command(after_help = help::UNMOUNT)]
     Unmount {
@@ -192,6 +192,14 @@ pub(crate) struct MountArgs {
     /// or /var/lib/zonemount/stages for root). One mount at a time.
     #[arg(long, value_name = "DIR")]
     pub(crate) stage_dir: Option<PathBuf>,
+    /// Tell the worker of each refusal, one line in words, in F (a file it
+    /// can read; `run` makes one and names it in $ZONEMOUNT_REFUSALS).
+    #[arg(long, value_name = "F")]
+    pub(crate) refusal_log: Option<PathBuf>,
+    /// Write the refusal log's paths as under DIR instead of the
+    /// mountpoint (where the worker sees the mount, e.g. / in a sandbox).
+    #[arg(long, value_name = "DIR", requires = "refusal_log")]
+    pub(crate) refusal_log_root: Option<PathBuf>,
     /// Seconds a request waits for a decision before it is denied.
     #[arg(long, value_name = "SECS", default_value_t = session::DEFAULT_APPROVAL_TIMEOUT.as_secs_f64())]
     pub(crate) approval_timeout: f64,

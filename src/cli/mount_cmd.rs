@@ -218,6 +218,8 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         record: None,
         control: None,
         stage_dir: a.stage_dir.as_deref().map(abs),
+        refusal_log: a.refusal_log.as_deref().map(abs),
+        refusal_log_root: a.refusal_log_root.clone(),
     })
 }
 
@@ -395,7 +397,7 @@ mod tests {
             .chain(&["/m"])
             .copied();
         match Cli::try_parse_from(argv) {
-            Ok(Cli { cmd: Cmd::Mount(m) }) => m,
+            Ok(Cli { cmd: Cmd::Mount(m) }) => *m,
             other => panic!("not a mount command: {other:?}"),
         }
     }

@@ -17,6 +17,7 @@ pub mod core;
 mod handles;
 pub mod inodes;
 mod reach;
+pub mod refusal_log;
 mod reply;
 #[cfg(test)]
 mod tests;

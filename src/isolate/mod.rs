@@ -143,7 +143,12 @@ pub struct Isolation<'a> {
     /// The complete environment (see [`sandbox_env`]).
     pub env: &'a [(OsString, OsString)],
     pub command: &'a [OsString],
+    /// The refusal log, bound read-only at [`REFUSALS_IN_SANDBOX`].
+    pub refusals: Option<&'a Path>,
 }
+
+/// Where the refusal log is in the sandbox.
+pub const REFUSALS_IN_SANDBOX: &str = "/tmp/zonemount-refusals";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum IsolateError {
@@ -340,6 +345,17 @@ pub fn bwrap_args(iso: &Isolation, host: &HostFacts) -> Result<Vec<OsString>, Is
             OsStr::new("/tmp"),
         ],
     );
+    // The refusal log: readable, not writable, not removable.
+    if let Some(r) = iso.refusals {
+        push(
+            &mut a,
+            &[
+                OsStr::new("--ro-bind"),
+                r.as_os_str(),
+                OsStr::new(REFUSALS_IN_SANDBOX),
+            ],
+        );
+    }
     // A backing dir inside an exposed system dir: cover it, so the only way
     // to it is the policed mount.
     for z in iso.zones {

@@ -52,6 +52,7 @@ fn build(zones: &[ZoneBind], network: bool) -> Vec<String> {
         network,
         env: &env,
         command: &cmd,
+        refusals: None,
     };
     strs(&bwrap_args(&iso, &merged_usr()).unwrap())
 }
@@ -152,6 +153,7 @@ fn zone_names_that_hide_system_dirs_are_refused() {
             network: false,
             env: &[],
             command: &cmd,
+            refusals: None,
         };
         assert_eq!(
             bwrap_args(&iso, &merged_usr()),
@@ -169,6 +171,7 @@ fn an_empty_command_is_refused() {
         network: false,
         env: &[],
         command: &[],
+        refusals: None,
     };
     assert_eq!(
         bwrap_args(&iso, &merged_usr()),

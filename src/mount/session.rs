@@ -39,6 +39,7 @@ use crate::audit::{self, Audit, Kind};
 use crate::backing::{FuseMount, WatchPlan, Watcher};
 use crate::config::ZoneTable;
 use crate::fs::core::{Core, CoreOptions, OpenError};
+use crate::fs::refusal_log::RefusalLog;
 use crate::fs::{Admission, ZoneFs};
 use crate::stage::Stages;
 
@@ -86,6 +87,11 @@ pub struct Settings {
     /// Where staged zones keep their changes (None: the default for the
     /// mountpoint, see `stage::dir::default_for`).
     pub stage_dir: Option<PathBuf>,
+    /// Tell the worker of each refusal in this file (`--refusal-log`),
+    /// paths written as under `refusal_log_root` (default: the
+    /// mountpoint).
+    pub refusal_log: Option<PathBuf>,
+    pub refusal_log_root: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -102,6 +108,8 @@ impl Default for Settings {
             record: None,
             control: None,
             stage_dir: None,
+            refusal_log: None,
+            refusal_log_root: None,
         }
     }
 }
@@ -182,7 +190,14 @@ pub fn build(
     let stages = Stages::open(table, mountpoint, settings.stage_dir.as_deref())
         .map_err(|e| MountError::Stage(e.to_string()))?
         .map(Arc::new);
-    let fs = filesystem(table, settings, Arc::new(broker.clone()), owner, stages)?;
+    let fs = filesystem(
+        table,
+        mountpoint,
+        settings,
+        Arc::new(broker.clone()),
+        owner,
+        stages,
+    )?;
     let core = fs.core().clone();
     let (config, way) = fuse_config(settings, owner)?;
     crate::backing::clear_umask();
@@ -320,6 +335,7 @@ fn threads(settings: &Settings) -> usize {
 /// are built.
 fn filesystem(
     table: &ZoneTable,
+    mountpoint: &Path,
     settings: &Settings,
     broker: Arc<dyn Broker>,
     owner: Owner,
@@ -331,7 +347,17 @@ fn filesystem(
         only.insert(owner.uid);
         admission.only = Some(only);
     }
+    let refusal_log = match &settings.refusal_log {
+        None => None,
+        Some(p) => {
+            let root = settings.refusal_log_root.as_deref().unwrap_or(mountpoint);
+            Some(Arc::new(RefusalLog::open(p, root).map_err(|e| {
+                MountError::Backing(format!("cannot open the refusal log {}: {e}", p.display()))
+            })?))
+        }
+    };
     let opts = CoreOptions {
+        refusal_log,
         ttl: settings.ttl,
         ttl_ro: settings.ttl_ro(),
         passthrough: settings.passthrough,

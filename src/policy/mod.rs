@@ -18,7 +18,7 @@ mod rules;
 mod tests;
 
 pub use decide::decide;
-pub use explain::{Action, Explanation, Subject, explain, explain_decision, shown};
+pub use explain::{Action, Explanation, Subject, explain, explain_decision, for_worker, shown};
 pub use rules::ZoneRules;
 
 use std::path::{Path, PathBuf};

@@ -115,12 +115,20 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
     let (tx, rx) = mpsc::channel();
     catch_signals(tx.clone())?;
     let mut task = TaskMount::create_dir()?;
-    task.mount(&plan.daemon_args)?;
+    let mut daemon_args = plan.daemon_args.clone();
+    daemon_args.push("--refusal-log".into());
+    daemon_args.push(task.refusals.clone().into());
+    if plan.isolate.is_some() {
+        // The sandbox sees the zones at /<zone>.
+        daemon_args.push("--refusal-log-root".into());
+        daemon_args.push("/".into());
+    }
+    task.mount(&daemon_args)?;
     // A signal while mounting: stop here, tearing down.
     if let Ok(Event::Signal(sig)) = rx.try_recv() {
         return Ok(exit_code(ExitStatus::from_raw(sig)));
     }
-    let mut cmd = plan.command_at(&task.dir)?;
+    let mut cmd = plan.command_at(&task.dir, Some(&task.refusals))?;
     task.watch_group_of(&mut cmd);
     let child = cmd
         .spawn()

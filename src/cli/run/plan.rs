@@ -143,7 +143,7 @@ pub(super) fn parse_mount_options(args: &[OsString]) -> Result<MountArgs, String
         .chain(args.iter().cloned())
         .chain([OsString::from("/zonemount-run-placeholder")]);
     match Cli::try_parse_from(argv) {
-        Ok(Cli { cmd: Cmd::Mount(m) }) => Ok(m),
+        Ok(Cli { cmd: Cmd::Mount(m) }) => Ok(*m),
         Ok(_) => Err("not a mount command".into()),
         Err(e) => {
             let text = e.to_string();
@@ -204,6 +204,12 @@ impl Plan {
     pub(super) fn new(a: RunArgs) -> Result<Plan, Failure> {
         let m = parse_mount_options(&a.mount_options)
             .map_err(|e| Failure::new(2, format!("run: mount options: {e}")))?;
+        if m.refusal_log.is_some() {
+            return Err(Failure::new(
+                2,
+                "run: --refusal-log: run makes the task's refusal log itself and names it to CMD in $ZONEMOUNT_REFUSALS",
+            ));
+        }
         if m.foreground || m.notify_ready {
             return Err(Failure::new(
                 2,
@@ -260,7 +266,7 @@ impl Plan {
         // Refuse a zone named like a system dir now, before mounting.
         if let Some((_, host)) = &plan.isolate {
             let placeholder = Path::new("/zonemount-run-placeholder");
-            plan.bwrap_argv(placeholder, &plan.zone_binds(), host)?;
+            plan.bwrap_argv(placeholder, &plan.zone_binds(), host, None)?;
         }
         Ok(plan)
     }
@@ -279,11 +285,21 @@ impl Plan {
     }
 
     /// The command to spawn for a mount at `mp`.
-    pub(super) fn command_at(&self, mp: &Path) -> Result<Command, Failure> {
+    pub(super) fn command_at(
+        &self,
+        mp: &Path,
+        refusals: Option<&Path>,
+    ) -> Result<Command, Failure> {
         let zones = self.zone_binds();
         let mut cmd = match &self.isolate {
-            Some((bwrap, host)) => self.isolated(mp, &zones, bwrap, host)?,
-            None => self.plain(mp, &zones)?,
+            Some((bwrap, host)) => self.isolated(mp, &zones, bwrap, host, refusals)?,
+            None => {
+                let mut c = self.plain(mp, &zones)?;
+                if let Some(r) = refusals {
+                    c.env("ZONEMOUNT_REFUSALS", r);
+                }
+                c
+            }
         };
         if let Some(u) = self.user {
             // std sets the gid, clears the supplementary groups, then sets
@@ -300,8 +316,9 @@ impl Plan {
         zones: &[ZoneBind],
         bwrap: &Path,
         host: &HostFacts,
+        refusals: Option<&Path>,
     ) -> Result<Command, Failure> {
-        let (args, env, home) = self.bwrap_argv(mp, zones, host)?;
+        let (args, env, home) = self.bwrap_argv(mp, zones, host, refusals)?;
         // Said in our words now, not by bwrap's execvp: CMD as the sandbox
         // will see it (its PATH, its cwd, the zones at /<zone>).
         if let Some(prog) = self.command.first() {
@@ -323,10 +340,17 @@ impl Plan {
         mp: &Path,
         zones: &[ZoneBind],
         host: &HostFacts,
+        refusals: Option<&Path>,
     ) -> Result<BwrapArgv, Failure> {
         let home = isolate::home_in_sandbox(zones);
         let mut env = isolate::sandbox_env(|n| std::env::var_os(n), &self.env, &home);
-        let limits = isolate::limits_env(Path::new("/"), zones);
+        let mut limits = isolate::limits_env(Path::new("/"), zones);
+        if refusals.is_some() {
+            limits.push((
+                "ZONEMOUNT_REFUSALS".into(),
+                isolate::REFUSALS_IN_SANDBOX.into(),
+            ));
+        }
         env.retain(|(n, _)| !limits.iter().any(|(l, _)| l == n));
         env.extend(limits);
         let iso = Isolation {
@@ -335,6 +359,7 @@ impl Plan {
             network: self.network,
             env: &env,
             command: &self.command,
+            refusals,
         };
         let args = isolate::bwrap_args(&iso, host).map_err(|e| Failure::new(2, e.to_string()))?;
         Ok((args, env, home))

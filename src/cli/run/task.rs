@@ -3,7 +3,7 @@
 //! CMD, a signal or the timeout, and stops CMD's whole process group.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
@@ -44,6 +44,8 @@ pub(super) fn catch_signals(tx: Sender<Event>) -> Result<(), Failure> {
 /// dir.
 pub(super) struct TaskMount {
     pub(super) dir: PathBuf,
+    /// The refusal log (beside the dir, outside the mount): CMD reads it.
+    pub(super) refusals: PathBuf,
     pub(super) mounted: bool,
     watcher: Option<Watcher>,
 }
@@ -67,15 +69,28 @@ impl TaskMount {
             .tempdir_in(base)
             .map_err(fail)?
             .keep();
+        let mut refusals = dir.clone().into_os_string();
+        refusals.push(".refusals");
         let mut task = TaskMount {
             dir,
+            refusals: PathBuf::from(refusals),
             mounted: false,
             watcher: None,
         };
         std::fs::set_permissions(&task.dir, std::fs::Permissions::from_mode(0o755))
             .map_err(fail)?;
+        // Readable by CMD (whoever it runs as), writable only by us.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&task.refusals)
+            .map_err(fail)?;
+        std::fs::set_permissions(&task.refusals, std::fs::Permissions::from_mode(0o644))
+            .map_err(fail)?;
         let plan = WatchPlan {
             dirs: vec![task.dir.clone()],
+            files: vec![task.refusals.clone()],
             ..WatchPlan::default()
         };
         task.watcher =
@@ -133,9 +148,14 @@ impl TaskMount {
                 Err(e) => eprintln!("zonemount: run: {e}"),
             }
         }
-        if let Err(e) = std::fs::remove_dir(&self.dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("zonemount: run: cannot remove {}: {e}", self.dir.display());
+        for (what, r) in [
+            (&self.dir, std::fs::remove_dir(&self.dir)),
+            (&self.refusals, std::fs::remove_file(&self.refusals)),
+        ] {
+            if let Err(e) = r {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    eprintln!("zonemount: run: cannot remove {}: {e}", what.display());
+                }
             }
         }
         // Whatever is left was reported above: the watcher has nothing to

@@ -176,6 +176,9 @@ impl Core {
         if keep == Keep::Nothing {
             return FsError::Refused(r);
         }
+        if let Some(log) = &self.opts.refusal_log {
+            log.note(s, r, &self.zones);
+        }
         let e = policy::explain(s, r, &self.zones);
         tracing::info!(refusal = ?r, errno = r.errno_name(), message = %e.message, "refused");
         if keep == Keep::Ledger {

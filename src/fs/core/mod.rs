@@ -179,6 +179,8 @@ pub struct CoreOptions {
     pub owner_gid: u32,
     /// Who may use the mount beyond what the kernel already filters.
     pub admission: Admission,
+    /// Where the worker is told of its refusals (`--refusal-log`).
+    pub refusal_log: Option<Arc<crate::fs::refusal_log::RefusalLog>>,
 }
 
 /// Errors opening a mount's zones.

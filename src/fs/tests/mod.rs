@@ -65,6 +65,7 @@ fn core_with(table: &ZoneTable, broker: Arc<dyn Broker>) -> Arc<Core> {
         owner_uid: 0,
         owner_gid: 0,
         admission: Default::default(),
+        refusal_log: None,
     };
     let core = match BY_NAME.get() {
         true => Core::without_handles(table, opts, broker),
