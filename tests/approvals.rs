@@ -1251,3 +1251,150 @@ fn run_warns_that_a_plain_cmd_can_reach_the_socket() {
         o.describe()
     );
 }
+
+/// Read approval: `approval: { read: ask }` on a zone and `ask_read`
+/// patterns. An open for reading waits for a decision (class `read`)
+/// while other reads in the zone go on; allowed, denied (remembered),
+/// timed out, withdrawn; listing and stat are never asked; `check --read`
+/// answers 3.
+#[test]
+fn reading_asks_where_configured_and_other_reads_go_on() {
+    if !fuse_ok() {
+        return;
+    }
+    let zones: &[(&str, &str)] = &[
+        ("docs", "mode: ro, ask_read: [\".env\", \"/secret/**\"]"),
+        ("vault", "mode: ro, approval: { read: ask }"),
+    ];
+    let s = Setup::zones(Mode::Sandboxed, zones)
+        .asking()
+        .file("docs", ".env", "TOKEN=1\n")
+        .file("docs", "secret/key", "k\n")
+        .file("docs", "notes.txt", "notes\n")
+        .file("vault", "a", "a\n")
+        .file("vault", "b", "b\n");
+    let audit = s.root().join("audit.jsonl");
+    let m = s
+        .arg("--audit-log")
+        .arg(audit.to_str().unwrap())
+        .arg("--approval-timeout")
+        .arg("60")
+        .mount();
+    // Held; meanwhile other reads, a listing and a stat go on.
+    let w = Worker::start(&m, "cat docs/.env");
+    let p = wait_pending(&m, 1);
+    assert_eq!(p[0]["class"], "read", "{p:?}");
+    assert_eq!(p[0]["path"], "/docs/.env", "{p:?}");
+    let (st, out, err) = m.sh("cat docs/notes.txt && ls -a docs && stat -c %s docs/.env");
+    assert!(st.success(), "{err}");
+    assert!(
+        out.contains("notes") && out.contains(".env") && out.contains('8'),
+        "{out}"
+    );
+    let mnt = m.mountpoint().to_str().unwrap().to_string();
+    let out = run(
+        Command::new(BIN).args(["check", &mnt, &format!("{mnt}/docs/secret/key"), "--read"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        out.code(),
+        Some(3),
+        "check --read of an ask_read path: {}",
+        out.describe()
+    );
+    let out = run(
+        Command::new(BIN).args(["check", &mnt, &format!("{mnt}/docs/notes.txt"), "--read"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.code(), Some(0), "{}", out.describe());
+    // Allowed: the read finishes with the content.
+    let id = p[0]["id"].as_u64().unwrap();
+    assert!(decide(&m, &["allow"], id).success());
+    let (st, err) = w.finish();
+    assert!(st.success(), "{err}");
+    // Denied: EACCES, and remembered (asked no more).
+    let w = Worker::start(&m, "cat vault/a");
+    let p = wait_pending(&m, 1);
+    assert!(decide(&m, &["deny"], p[0]["id"].as_u64().unwrap()).success());
+    let (st, err) = w.finish();
+    assert_denied(st, &err);
+    let (st, _, err) = m.sh("cat vault/a");
+    assert_denied(st, &err);
+    assert!(pending(&m).is_empty(), "a denied read is not asked again");
+    // Withdrawn: the waiting reader is killed; another read goes on.
+    // The shell itself opens (a redirection), so killing it kills the
+    // waiting caller.
+    let mut w = Worker::start(&m, "read x < vault/b");
+    wait_pending(&m, 1);
+    w.child.kill().unwrap();
+    let _ = wait_child(&mut w.child, Duration::from_secs(10)).expect("killed reader never died");
+    wait_pending(&m, 0);
+    assert!(
+        events(&m, "withdrawn").iter().any(|r| r["class"] == "read"),
+        "{:?}",
+        events(&m, "withdrawn")
+    );
+    let reqs: Vec<Value> = events(&m, "request");
+    assert!(reqs.iter().all(|r| r["class"] == "read"), "{reqs:?}");
+    // A path scope: later opens of the same file are not asked again.
+    let w = Worker::start(&m, "cat docs/secret/key && cat docs/secret/key");
+    let p = wait_pending(&m, 1);
+    assert!(
+        decide(
+            &m,
+            &["allow", "--scope", "path"],
+            p[0]["id"].as_u64().unwrap()
+        )
+        .success()
+    );
+    let (st, err) = w.finish();
+    assert!(st.success(), "{err}");
+}
+
+#[test]
+fn an_unanswered_read_times_out_with_eacces() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::zones(
+        Mode::Sandboxed,
+        &[("vault", "mode: ro, approval: { read: ask }")],
+    )
+    .asking()
+    .file("vault", "a", "a\n");
+    let m = s.arg("--approval-timeout").arg("1").mount();
+    let t = Instant::now();
+    let (st, _, err) = m.sh("cat vault/a");
+    assert_denied(st, &err);
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+/// Opening for reading and writing (O_RDWR) reads too: it asks where
+/// reading asks, even in a zone whose writes need no approval.
+#[test]
+fn opening_read_write_asks_where_reading_asks() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::zones(
+        Mode::Sandboxed,
+        &[("work", "mode: rw, ask_read: [\".env\"]")],
+    )
+    .asking()
+    .file("work", ".env", "TOKEN=1\n");
+    let m = s.arg("--approval-timeout").arg("60").mount();
+    // `<>` opens O_RDWR.
+    let w = Worker::start(&m, "exec 3<> work/.env && read x <&3 && echo \"$x\"");
+    let p = wait_pending(&m, 1);
+    assert_eq!(p[0]["class"], "read", "{p:?}");
+    assert!(decide(&m, &["deny"], p[0]["id"].as_u64().unwrap()).success());
+    let (st, err) = w.finish();
+    assert_denied(st, &err);
+    // Appending alone doesn't read: not asked.
+    let (st, _, err) = m.sh("echo more >> work/.env");
+    assert!(st.success(), "{err}");
+}

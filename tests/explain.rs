@@ -322,7 +322,7 @@ const CHECKS: &[Case] = &[
         0,
         "allow",
         None,
-        "Can read '/data/f.txt': reading is always allowed.",
+        "Can read '/data/f.txt': reading is allowed.",
     ),
     (
         "/data/new.txt",

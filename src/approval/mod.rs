@@ -142,6 +142,7 @@ pub fn class_name(c: Class) -> &'static str {
     match c {
         Class::Write => "write",
         Class::Delete => "delete",
+        Class::Read => "read",
     }
 }
 

@@ -93,6 +93,7 @@ mod tests {
         fin.policy.approval = ApprovalPolicy {
             write: Approval::Ask,
             delete: Approval::Blocked,
+            read: Approval::PreApproved,
         };
         fin.policy.suffixes = Some(vec![".md".into(), ".pdf".into()]);
         fin.policy.max_file_bytes = Some(10_000_000);

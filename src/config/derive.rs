@@ -150,6 +150,7 @@ fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, (&'stati
             // PreApproved < Ask < Blocked: the stricter is the larger.
             write: asked.write.max(parent.approval.write),
             delete: asked.delete.max(parent.approval.delete),
+            read: asked.read.max(parent.approval.read),
         },
     };
     let suffixes = match (&parent.suffixes, &req.suffixes) {
@@ -194,6 +195,12 @@ fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, (&'stati
             hide.push(p.clone());
         }
     }
+    let mut ask_read = parent.ask_read.clone();
+    for p in &req.ask_read {
+        if !ask_read.contains(p) {
+            ask_read.push(p.clone());
+        }
+    }
     let mut protect = parent.protect.clone();
     for p in &req.protect {
         if !protect.contains(p) {
@@ -207,6 +214,7 @@ fn narrow(parent: &ZonePolicy, req: &ZoneRequest) -> Result<ZonePolicy, (&'stati
         max_file_bytes,
         protect,
         hide,
+        ask_read,
         // Where the backing dir is decides what is hidden: the parent's.
         hidden: parent.hidden.clone(),
         staged,

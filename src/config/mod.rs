@@ -88,6 +88,17 @@ pub enum Approval {
 pub struct ApprovalPolicy {
     pub write: Approval,
     pub delete: Approval,
+    /// Opening a file for reading (`preApproved` unless a block says).
+    #[serde(default = "pre_approved", skip_serializing_if = "is_pre_approved")]
+    pub read: Approval,
+}
+
+fn pre_approved() -> Approval {
+    Approval::PreApproved
+}
+
+fn is_pre_approved(a: &Approval) -> bool {
+    *a == Approval::PreApproved
 }
 
 /// A zone with no `approval:` block: every class preApproved.
@@ -96,6 +107,7 @@ impl Default for ApprovalPolicy {
         Self {
             write: Approval::PreApproved,
             delete: Approval::PreApproved,
+            read: Approval::PreApproved,
         }
     }
 }
@@ -105,6 +117,7 @@ impl Default for ApprovalPolicy {
 pub struct ApprovalBlock {
     pub write: Option<Approval>,
     pub delete: Option<Approval>,
+    pub read: Option<Approval>,
 }
 
 impl ApprovalBlock {
@@ -116,6 +129,8 @@ impl ApprovalBlock {
         ApprovalPolicy {
             write: self.write.unwrap_or(Self::LEFT_OUT),
             delete: self.delete.unwrap_or(Self::LEFT_OUT),
+            // Reads are not gated unless the block says so.
+            read: self.read.unwrap_or(Approval::PreApproved),
         }
     }
 }
@@ -133,6 +148,9 @@ pub struct ZonePolicy {
     /// (ENOENT for everything, absent from listings).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hide: Vec<String>,
+    /// gitignore-style patterns of files whose opening for reading asks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ask_read: Vec<String>,
     /// Sensitive roots inside the backing dir, relative to it: invisible
     /// (ENOENT) in the mount. Computed from real paths when the project is
     /// loaded (empty with `--allow-sensitive-roots`); a worker can't
@@ -156,6 +174,7 @@ impl ZonePolicy {
             max_file_bytes: None,
             protect: Vec::new(),
             hide: Vec::new(),
+            ask_read: Vec::new(),
             hidden: Vec::new(),
             staged: false,
         }
@@ -192,6 +211,8 @@ pub struct ZoneRequest {
     pub protect: Vec<String>,
     /// Added to the parent's (never removing one).
     pub hide: Vec<String>,
+    /// Added to the parent's.
+    pub ask_read: Vec<String>,
     /// `staged:` as written: `Some(true)` stages a parent's rw zone;
     /// `Some(false)` on a staged parent is an error.
     pub staged: Option<bool>,
@@ -557,6 +578,7 @@ pub fn parse_worker(text: &str, file: &Path) -> Result<WorkerDecl, ConfigError> 
                 max_file_bytes: z.max_file_bytes,
                 protect: z.protect,
                 hide: z.hide,
+                ask_read: z.ask_read,
                 staged: z.staged.map(|(s, _)| s),
                 staged_line: z.staged.and_then(|(_, l)| l),
                 line: z.line,

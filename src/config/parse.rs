@@ -18,6 +18,7 @@ const PROJECT_ZONE_KEYS: &[&str] = &[
     "max_file_bytes",
     "protect",
     "hide",
+    "ask_read",
     "staged",
 ];
 /// A worker asks for zones by name; where they live is the project's call.
@@ -29,6 +30,7 @@ const WORKER_ZONE_KEYS: &[&str] = &[
     "max_file_bytes",
     "protect",
     "hide",
+    "ask_read",
     "staged",
 ];
 
@@ -52,6 +54,8 @@ pub(super) struct RawZone {
     pub protect: Vec<String>,
     /// `hide:` patterns as written (checked to compile).
     pub hide: Vec<String>,
+    /// `ask_read:` patterns as written.
+    pub ask_read: Vec<String>,
     /// `staged:` as written.
     pub staged: Option<At<bool>>,
     /// Given as `--zone` (this argument), not written in a file: direct
@@ -344,7 +348,7 @@ fn zone(
         Some(node) => {
             let f = join(&field, "approval");
             let entries = doc.map(node, &f)?;
-            doc.check_keys(entries, &["write", "delete"], &f)?;
+            doc.check_keys(entries, &["write", "delete", "read"], &f)?;
             let class = |key: &str| {
                 get_set(entries, key)
                     .map(|n| approval(doc, n, &join(&f, key)))
@@ -353,6 +357,7 @@ fn zone(
             Some(ApprovalBlock {
                 write: class("write")?,
                 delete: class("delete")?,
+                read: class("read")?,
             })
         }
     };
@@ -372,6 +377,10 @@ fn zone(
         None => Vec::new(),
         Some(node) => patterns(doc, node, &join(&field, "hide"), "hide")?,
     };
+    let ask_read = match get_set(spec, "ask_read") {
+        None => Vec::new(),
+        Some(node) => patterns(doc, node, &join(&field, "ask_read"), "ask_read")?,
+    };
     let staged = match get_set(spec, "staged") {
         None => None,
         Some(node) => Some((doc.boolean(node, &join(&field, "staged"))?, doc.line(node))),
@@ -387,6 +396,7 @@ fn zone(
         max_file_bytes,
         protect,
         hide,
+        ask_read,
         staged,
         cli: None,
     })

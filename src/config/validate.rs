@@ -102,6 +102,7 @@ fn raw_of(z: &CliZone) -> RawZone {
         max_file_bytes: None,
         protect: Vec::new(),
         hide: Vec::new(),
+        ask_read: Vec::new(),
         staged: z.staged.then_some((true, None)),
         cli: Some(z.arg.clone()),
     }
@@ -193,6 +194,7 @@ pub(super) fn build(
                 max_file_bytes: z.max_file_bytes,
                 protect: z.protect.clone(),
                 hide: z.hide.clone(),
+                ask_read: z.ask_read.clone(),
                 hidden,
                 staged,
             },

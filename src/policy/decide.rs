@@ -30,12 +30,13 @@ pub fn decide(op: &Op<'_>) -> Decision {
 fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
     use Class::{Delete, Write};
     match *op {
-        Op::Read { at, size } => {
-            if let Some(z) = at.zone {
+        Op::Read { at, size } => match at.zone {
+            Some(z) => {
                 too_big(z, size)?;
+                Ok(vec![(Class::Read, at)])
             }
-            Ok(vec![])
-        }
+            None => Ok(vec![]),
+        },
         Op::WriteContent { at, new_size } => {
             let z = zone_of(at, false)?;
             writable(z, at.path, false)?;
@@ -181,7 +182,7 @@ fn by_approval(needs: &[(Class, Loc<'_>)]) -> Decision {
     let mut asks = Vec::new();
     for (class, at) in needs {
         let Some(z) = at.zone else { continue };
-        match z.level(*class) {
+        match z.level_at(*class, at.path) {
             Approval::PreApproved => {}
             Approval::Blocked => return Decision::Refuse(Refusal::Blocked),
             Approval::Ask => asks.push(AskItem {

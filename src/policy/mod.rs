@@ -63,6 +63,8 @@ impl<'a> Loc<'a> {
 pub enum Class {
     Write,
     Delete,
+    /// Opening a file for reading (`approval.read`, `ask_read`).
+    Read,
 }
 
 /// What an operation does, in the terms of DESIGN §3's rows.

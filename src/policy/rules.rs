@@ -30,6 +30,8 @@ pub struct ZoneRules {
     hide: Gitignore,
     /// Anchored `hide` patterns, as for `protect`'s.
     hide_anchored: Vec<(String, Vec<GlobMatcher>)>,
+    /// `ask_read` patterns: opening a match for reading asks.
+    ask_read: Gitignore,
     /// Changes go to a stage: `ask` writes and deletes proceed (the
     /// commit is the decision); `blocked` still refuses.
     pub staged: bool,
@@ -83,6 +85,7 @@ impl ZoneRules {
     pub fn compile(zone: &Zone) -> Result<Self, ignore::Error> {
         let (protect, anchored) = patterns(&zone.policy.protect)?;
         let (hide, hide_anchored) = patterns(&zone.policy.hide)?;
+        let (ask_read, _) = patterns(&zone.policy.ask_read)?;
         let hidden = zone.policy.hidden.clone();
         Ok(ZoneRules {
             name: zone.name.clone(),
@@ -95,6 +98,7 @@ impl ZoneRules {
             hidden,
             hide,
             hide_anchored,
+            ask_read,
             staged: zone.policy.staged,
         })
     }
@@ -205,10 +209,38 @@ impl ZoneRules {
         let level = match class {
             Class::Write => self.approval.write,
             Class::Delete => self.approval.delete,
+            // A read is not a change: staging doesn't answer it.
+            Class::Read => return self.approval.read,
         };
         match level {
             Approval::Ask if self.staged => Approval::PreApproved,
             other => other,
         }
+    }
+
+    /// [`level`](Self::level) for `path`: a read of a path an `ask_read`
+    /// pattern matches asks (at least).
+    pub fn level_at(&self, class: Class, path: &Path) -> Approval {
+        let level = self.level(class);
+        if class == Class::Read && level == Approval::PreApproved && self.asks_to_read(path) {
+            return Approval::Ask;
+        }
+        level
+    }
+
+    /// The `ask_read` pattern (as written) that `path` matches, if any.
+    pub(super) fn ask_read_by(&self, path: &Path) -> Option<&str> {
+        if path.as_os_str().is_empty() || self.ask_read.is_empty() {
+            return None;
+        }
+        let abs = Path::new("/").join(path);
+        match self.ask_read.matched_path_or_any_parents(&abs, false) {
+            ignore::Match::Ignore(glob) => Some(glob.original()),
+            _ => None,
+        }
+    }
+
+    fn asks_to_read(&self, path: &Path) -> bool {
+        self.ask_read_by(path).is_some()
     }
 }

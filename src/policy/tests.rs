@@ -23,12 +23,17 @@ fn zone_with(
         backing: PathBuf::from("/nonexistent"),
         policy: ZonePolicy {
             access,
-            approval: ApprovalPolicy { write, delete },
+            approval: ApprovalPolicy {
+                write,
+                delete,
+                read: Approval::PreApproved,
+            },
             suffixes: suffixes.map(|s| s.iter().map(|x| x.to_string()).collect()),
             max_file_bytes: max,
             protect: protect.iter().map(|x| x.to_string()).collect(),
             hidden: vec![],
             hide: vec![],
+            ask_read: vec![],
             staged: false,
         },
     })
@@ -49,6 +54,7 @@ fn with_hidden(access: Access, hidden: &[&str]) -> ZoneRules {
             protect: vec![".git".into()],
             hidden: hidden.iter().map(PathBuf::from).collect(),
             hide: vec![],
+            ask_read: vec![],
             staged: false,
         },
     })
@@ -694,4 +700,40 @@ fn hide_patterns_hide_as_sensitive_roots_do() {
         Refusal::SensitiveInside
     );
     assert_eq!(Refusal::HiddenByPattern.errno(), libc::ENOENT);
+}
+
+#[test]
+fn reads_ask_where_the_zone_or_an_ask_read_pattern_says() {
+    let compile = |read: Approval, ask_read: &[&str]| {
+        ZoneRules::compile(&Zone {
+            name: "z".into(),
+            backing: PathBuf::from("/nonexistent"),
+            policy: ZonePolicy {
+                approval: ApprovalPolicy {
+                    read,
+                    ..ApprovalPolicy::default()
+                },
+                ask_read: ask_read.iter().map(|s| s.to_string()).collect(),
+                ..ZonePolicy::plain(Access::Ro)
+            },
+        })
+        .unwrap()
+    };
+    let read = |z: &ZoneRules, p: &str| {
+        decide(&Op::Read {
+            at: at(z, p),
+            size: 1,
+        })
+    };
+    let z = compile(Ask, &[]);
+    assert!(matches!(read(&z, "any"), Decision::Ask(ref i) if i[0].class == Class::Read));
+    let z = compile(Blocked, &[]);
+    assert_eq!(read(&z, "any"), Decision::Refuse(Refusal::Blocked));
+    let z = compile(PreApproved, &[".env", "/config/prod/**"]);
+    assert!(matches!(read(&z, "a/.env"), Decision::Ask(_)));
+    assert!(matches!(read(&z, "config/prod/db.yaml"), Decision::Ask(_)));
+    assert_eq!(read(&z, "config/dev/db.yaml"), Decision::Allow);
+    assert_eq!(read(&z, "notes"), Decision::Allow);
+    // Listing and stat are not gated.
+    assert_eq!(look(&z, ".env", None), None);
 }

@@ -15,6 +15,7 @@ fn zone(name: &str, access: Access) -> Zone {
             protect: vec![],
             hidden: vec![],
             hide: vec![],
+            ask_read: vec![],
             staged: false,
         },
     }
@@ -134,6 +135,7 @@ fn derive_approval_is_the_stricter() {
             z.policy.approval = ApprovalPolicy {
                 write: p,
                 delete: p,
+                read: Approval::PreApproved,
             };
             let parent = table(vec![z]);
             let text = format!("sandbox:\n  zones:\n    d: {{ approval: {{ write: {w} }} }}\n");
@@ -153,6 +155,7 @@ fn derive_approval_is_the_stricter() {
         z.policy.approval = ApprovalPolicy {
             write: p,
             delete: p,
+            read: Approval::PreApproved,
         };
         let parent = table(vec![z]);
         let t = derive(
@@ -259,6 +262,7 @@ fn each_tightening_of_a_request_is_noted() {
     z.policy.approval = ApprovalPolicy {
         write: Approval::Ask,
         delete: Approval::Blocked,
+        read: Approval::PreApproved,
     };
     z.policy.suffixes = Some(vec![".md".into()]);
     z.policy.max_file_bytes = Some(100);
@@ -309,7 +313,8 @@ fn a_block_leaving_a_class_out_asks_for_it() {
         t.zones[0].policy.approval,
         ApprovalPolicy {
             write: Approval::Ask,
-            delete: Approval::Ask
+            delete: Approval::Ask,
+            read: Approval::PreApproved
         }
     );
     let t = derive(
@@ -321,7 +326,8 @@ fn a_block_leaving_a_class_out_asks_for_it() {
         t.zones[0].policy.approval,
         ApprovalPolicy {
             write: Approval::Ask,
-            delete: Approval::Blocked
+            delete: Approval::Blocked,
+            read: Approval::PreApproved
         }
     );
     let t = derive(
@@ -333,7 +339,8 @@ fn a_block_leaving_a_class_out_asks_for_it() {
         t.zones[0].policy.approval,
         ApprovalPolicy {
             write: Approval::Ask,
-            delete: Approval::Ask
+            delete: Approval::Ask,
+            read: Approval::PreApproved
         }
     );
 }

@@ -32,13 +32,15 @@ fn map_and_list_forms_give_the_same_table() {
             access: Access::Rw,
             approval: ApprovalPolicy {
                 write: Approval::Ask,
-                delete: Approval::Blocked
+                delete: Approval::Blocked,
+                read: Approval::PreApproved
             },
             suffixes: Some(vec![".md".into()]),
             max_file_bytes: Some(10),
             protect: vec![".git".into()],
             hidden: vec![],
             hide: vec![],
+            ask_read: vec![],
             staged: false,
         }
     );
@@ -121,7 +123,8 @@ fn worker_front_matter_and_plain_yaml() {
         zones[0].approval,
         Some(ApprovalBlock {
             write: Some(Approval::Ask),
-            delete: None
+            delete: None,
+            read: None
         }),
         "as written: the class left out stays unsaid until derivation"
     );

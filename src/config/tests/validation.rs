@@ -125,9 +125,9 @@ fn unknown_keys_inside_sandbox_are_refused() {
             "sandbox.zones[0].writable",
         ),
         (
-            "sandbox:\n  zones:\n    d:\n      approval: { write: ask, read: ask }\n",
+            "sandbox:\n  zones:\n    d:\n      approval: { write: ask, list: ask }\n",
             4,
-            "sandbox.zones.d.approval.read",
+            "sandbox.zones.d.approval.list",
         ),
     ];
     for (text, line, field) in cases {

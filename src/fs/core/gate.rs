@@ -40,6 +40,20 @@ pub enum Gate {
     Ask(Vec<AskItem>),
 }
 
+impl Gate {
+    /// Both gates: go when both go, else ask for everything either asks.
+    pub fn and(self, other: Gate) -> Gate {
+        match (self, other) {
+            (Gate::Go, Gate::Go) => Gate::Go,
+            (Gate::Ask(a), Gate::Go) | (Gate::Go, Gate::Ask(a)) => Gate::Ask(a),
+            (Gate::Ask(mut a), Gate::Ask(b)) => {
+                a.extend(b);
+                Gate::Ask(a)
+            }
+        }
+    }
+}
+
 /// How much of a refusal is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Keep {
@@ -225,6 +239,7 @@ impl Core {
         let action = match item.class {
             Class::Write => Action::Write,
             Class::Delete => Action::Delete,
+            Class::Read => Action::Read,
         };
         let at = Loc::in_zone(zone, &item.path);
         self.refuse(

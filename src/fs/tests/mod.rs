@@ -40,12 +40,14 @@ fn zone(name: &str, dir: &Path, access: Access) -> Zone {
             approval: ApprovalPolicy {
                 write: Approval::PreApproved,
                 delete: Approval::PreApproved,
+                read: Approval::PreApproved,
             },
             suffixes: None,
             max_file_bytes: None,
             protect: vec![],
             hidden: vec![],
             hide: vec![],
+            ask_read: vec![],
             staged: false,
         },
     }

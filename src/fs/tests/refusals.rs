@@ -97,6 +97,7 @@ pub(super) fn asks_go_to_the_broker_and_its_verdict_is_final() {
     z.policy.approval = ApprovalPolicy {
         write: Approval::Ask,
         delete: Approval::Ask,
+        read: Approval::PreApproved,
     };
     let table = ZoneTable {
         mode: SandboxMode::Direct,

@@ -50,6 +50,7 @@ impl Action {
     fn class(self) -> Class {
         match self {
             Action::Delete => Class::Delete,
+            Action::Read | Action::Access => Class::Read,
             _ => Class::Write,
         }
     }
@@ -204,7 +205,9 @@ fn described(z: &ZoneRules, class: Class, lead: Option<&str>) -> String {
 fn open_for(zones: &[ZoneRules], class: Class, not: Option<&ZoneRules>) -> Vec<String> {
     zones
         .iter()
-        .filter(|z| z.access == Access::Rw && z.level(class) != Approval::Blocked)
+        .filter(|z| {
+            (class == Class::Read || z.access == Access::Rw) && z.level(class) != Approval::Blocked
+        })
         .filter(|z| !not.is_some_and(|n| std::ptr::eq(n, *z)))
         .map(|z| described(z, class, None))
         .collect()
@@ -216,6 +219,7 @@ fn alternatives(zones: &[ZoneRules], class: Class, not: Option<&ZoneRules>) -> S
     let what = match class {
         Class::Write => "is writable",
         Class::Delete => "allows deleting",
+        Class::Read => "allows reading",
     };
     match (list.is_empty(), not.is_some()) {
         (true, true) => format!("No other zone of this mount {what}."),
@@ -224,6 +228,7 @@ fn alternatives(zones: &[ZoneRules], class: Class, not: Option<&ZoneRules>) -> S
             let head = match class {
                 Class::Write => "Writable",
                 Class::Delete => "Deleting is allowed in",
+                Class::Read => "Reading is allowed in",
             };
             format!("{head}: {}.", list.join(", "))
         }
@@ -459,6 +464,7 @@ fn class_word(c: Class) -> &'static str {
     match c {
         Class::Write => "write",
         Class::Delete => "delete",
+        Class::Read => "read",
     }
 }
 
@@ -500,11 +506,17 @@ fn allowed(s: &Subject<'_>) -> Explanation {
         return Explanation::new(head, "reading is always allowed".to_owned(), String::new());
     };
     let reason = match s.action {
-        Action::Read | Action::Access => "reading is always allowed".to_owned(),
+        Action::Read | Action::Access
+            if z.level_at(Class::Read, s.at.path) == Approval::PreApproved =>
+        {
+            "reading is allowed".to_owned()
+        }
+        Action::Read | Action::Access => "reading was approved".to_owned(),
         a if z.staged => {
             let configured = match a.class() {
                 crate::policy::Class::Write => z.approval.write,
                 crate::policy::Class::Delete => z.approval.delete,
+                crate::policy::Class::Read => z.approval.read,
             };
             format!(
                 "{} is staged: the change goes to its stage, and the host's files change only \
@@ -592,6 +604,7 @@ pub fn for_worker(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules], root: &Path)
             let (what, class) = match s.action.class() {
                 Class::Delete => ("deleting", Class::Delete),
                 Class::Write => ("writing", Class::Write),
+                Class::Read => ("reading", Class::Read),
             };
             let others: Vec<String> = zones
                 .iter()

@@ -35,6 +35,7 @@ fn compile(z: Z) -> ZoneRules {
             approval: ApprovalPolicy {
                 write: z.write,
                 delete: z.delete,
+                read: Approval::PreApproved,
             },
             suffixes: z
                 .suffixes
@@ -43,6 +44,7 @@ fn compile(z: Z) -> ZoneRules {
             protect: z.protect.iter().map(|x| x.to_string()).collect(),
             hidden: z.hidden.iter().map(PathBuf::from).collect(),
             hide: vec![],
+            ask_read: vec![],
             staged: false,
         },
     })
@@ -394,7 +396,7 @@ fn allow_and_ask_are_explained_too() {
         size: 1,
     };
     let e = explain_decision(&Subject::of(&op), &Decision::Allow, &t);
-    assert_eq!(e.message, "Can read '/data/x': reading is always allowed.");
+    assert_eq!(e.message, "Can read '/data/x': reading is allowed.");
 }
 
 #[test]
