@@ -625,3 +625,43 @@ fn a_plain_rw_zone_reports_what_the_task_changed_and_the_ledger_keeps_it() {
         "{rec}"
     );
 }
+
+#[test]
+fn the_rust_api_reviews_commits_and_discards() {
+    if !fuse_ok() {
+        return;
+    }
+    use zonemount::mount::api;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(tmp.path()).unwrap();
+    fs::create_dir_all(root.join("b")).unwrap();
+    fs::write(root.join("b/f"), "old\n").unwrap();
+    fs::create_dir(root.join("mnt")).unwrap();
+    fs::write(
+        root.join("project.yaml"),
+        "sandbox:\n  mode: direct\n  zones:\n    work: { path: ./b, mode: rw, staged: true }\n",
+    )
+    .unwrap();
+    let table = zonemount::config::load_project(
+        Some(&root.join("project.yaml")),
+        &root,
+        &zonemount::config::LoadOptions::from_host(false),
+    )
+    .unwrap();
+    let mut opts = api::Options::new(root.join("mnt"));
+    opts.stage_dir = Some(root.join("stage"));
+    let (mount, _requests) = api::mount(&table, opts).unwrap();
+    let mnt = mount.mountpoint().to_path_buf();
+    fs::write(mnt.join("work/new"), "n\n").unwrap();
+    fs::write(mnt.join("work/f"), "new\n").unwrap();
+    let v = mount.changes(&[], true).unwrap();
+    assert_eq!(kinds(&v).len(), 2, "{v}");
+    let v = mount.discard(&["/work/new".into()]).unwrap();
+    assert_eq!(v["zones"][0]["discarded"][0]["path"], "new", "{v}");
+    let v = mount.commit(&[], false).unwrap();
+    assert_eq!(v["zones"][0]["applied"][0]["path"], "f", "{v}");
+    assert_eq!(fs::read_to_string(root.join("b/f")).unwrap(), "new\n");
+    assert!(!root.join("b/new").exists());
+    mount.unmount().unwrap();
+    assert!(!is_mounted(&mnt));
+}

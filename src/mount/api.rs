@@ -35,6 +35,8 @@ use super::session::{self, Background, SessionError, Settings};
 use crate::approval::Approvals;
 pub use crate::approval::channel::{Request, Requests, channel};
 use crate::config::ZoneTable;
+use crate::control::Peer;
+use crate::control::protocol::Request as ControlRequest;
 
 /// How to mount.
 #[derive(Debug, Clone)]
@@ -51,6 +53,9 @@ pub struct Options {
     /// their defaults): a change made on the host side shows through the
     /// mount after at most this long.
     pub ttl: Duration,
+    /// Where staged zones keep their changes (default: per mountpoint in
+    /// the state directory).
+    pub stage_dir: Option<PathBuf>,
 }
 
 impl Options {
@@ -61,6 +66,7 @@ impl Options {
             timeout: defaults.approval_timeout,
             audit_log: None,
             ttl: defaults.ttl,
+            stage_dir: None,
         }
     }
 }
@@ -108,6 +114,45 @@ impl Mount {
         self.session.broker()
     }
 
+    /// Each rw zone's change report (`paths` as a worker sees them,
+    /// `/zone/...`; empty: all), with diffs of staged text files when
+    /// `diff`: the control socket's `changes` answer (`{"zones": [...]}`).
+    pub fn changes(&self, paths: &[String], diff: bool) -> Result<serde_json::Value, String> {
+        self.stage(ControlRequest::Changes {
+            paths: paths.to_vec(),
+            diff,
+        })
+    }
+
+    /// Apply the staged changes under `paths` to the backing dirs (see
+    /// `zonemount commit`): the socket's `commit` answer, each zone's
+    /// `applied` and `conflicts`.
+    pub fn commit(&self, paths: &[String], force: bool) -> Result<serde_json::Value, String> {
+        self.stage(ControlRequest::Commit {
+            paths: paths.to_vec(),
+            force,
+        })
+    }
+
+    /// Drop the staged changes under `paths`.
+    pub fn discard(&self, paths: &[String]) -> Result<serde_json::Value, String> {
+        self.stage(ControlRequest::Discard {
+            paths: paths.to_vec(),
+        })
+    }
+
+    fn stage(&self, req: ControlRequest) -> Result<serde_json::Value, String> {
+        let run = super::staging::stage_fn(self.session.core(), self.session.audit().cloned());
+        // This process is the supervisor: no worker kin to refuse.
+        run(
+            &req,
+            Peer {
+                uid: rustix::process::geteuid().as_raw(),
+                pid: None,
+            },
+        )
+    }
+
     /// Deny what is pending, unmount, and wait for the session to end.
     pub fn unmount(mut self) -> std::io::Result<()> {
         self.close()
@@ -134,6 +179,7 @@ pub fn mount(table: &ZoneTable, opts: Options) -> Result<(Mount, Requests), ApiE
         ttl: opts.ttl,
         approval_timeout: opts.timeout,
         audit_log: opts.audit_log,
+        stage_dir: opts.stage_dir,
         ..Settings::default()
     };
     let built = session::build(table, &mp, &settings)?;

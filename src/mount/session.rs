@@ -528,6 +528,14 @@ impl Background {
         &self.stopper.broker
     }
 
+    pub fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    pub fn audit(&self) -> Option<&Arc<Audit>> {
+        self.audit.as_ref()
+    }
+
     /// Deny what is pending, unmount, wait for the serving threads and
     /// record the unmount. Later calls do nothing.
     pub fn close(&mut self, reason: &str) -> io::Result<()> {

@@ -133,6 +133,21 @@ fn discard_of(w: &ZoneWork, fp: &tree::Fingerprints, filter: &[PathBuf]) -> Resu
     Ok(json!({"zone": w.name, "discarded": dropped}))
 }
 
+/// How long a commit or discard waits for files just closed: the kernel
+/// tells the daemon a file is closed (FUSE_RELEASE) after `close` has
+/// returned to the worker.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Wait (bounded) until no file of the staged zones is open for writing.
+fn settle_writers(core: &Core, work: &[(usize, ZoneWork)]) {
+    let deadline = std::time::Instant::now() + CLOSE_GRACE;
+    while work.iter().any(|(i, _)| core.open_for_writing(*i) > 0)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Most paths one ledger record lists.
 const LEDGER_PATHS: usize = 1000;
 
@@ -267,6 +282,7 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
                 let wanted = by_zone(paths, &names)?;
                 let mut zones = Vec::new();
                 let mut forget = Vec::new();
+                settle_writers(&core, &work);
                 {
                     let _still = core.hold_still();
                     for (i, w) in &work {
@@ -307,6 +323,7 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
                 let wanted = by_zone(paths, &names)?;
                 let mut zones = Vec::new();
                 let mut forget = Vec::new();
+                settle_writers(&core, &work);
                 {
                     let _still = core.hold_still();
                     for (i, w) in &work {
