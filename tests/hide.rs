@@ -86,6 +86,26 @@ fn hidden_paths_act_as_absent(mode: Mode) {
                 ENOENT,
             );
             assert_errno(fs::rename(p(hidden), p("out")), ENOENT);
+            assert_errno(
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(p(hidden))
+                    .map(|_| ()),
+                ENOENT,
+            );
+            assert_errno(
+                rustix::fs::lsetxattr(p(hidden), "user.x", b"v", rustix::fs::XattrFlags::empty())
+                    .map_err(std::io::Error::from),
+                ENOENT,
+            );
+            let (st, _, err) = m.sh(&format!(
+                "truncate -s 0 '{0}' || touch -m '{0}'",
+                p(hidden).display()
+            ));
+            assert!(
+                !st.success() && err.contains("No such file"),
+                "{hidden}: {err}"
+            );
         }
         // Nothing can be made at, under or onto a hidden path.
         for made in [

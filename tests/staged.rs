@@ -538,9 +538,17 @@ fn run_commits_on_success_and_keeps_the_stage_for_review_otherwise() {
             Duration::from_secs(60),
         )
     };
-    let out = run_in("echo one > a", &["--commit-on-success"]);
+    let out = run_in(
+        "echo one > a && echo \"$ZONEMOUNT_STAGED\" > staged",
+        &["--commit-on-success"],
+    );
     assert!(out.success(), "{}", out.describe());
     assert_eq!(fs::read_to_string(root.join("b/a")).unwrap(), "one\n");
+    let told = fs::read_to_string(root.join("b/staged")).unwrap();
+    assert!(
+        told.trim_end().ends_with("/work"),
+        "ZONEMOUNT_STAGED={told}"
+    );
     assert!(!Path::new(&stage).exists(), "a committed stage is removed");
     // CMD failed: nothing committed; with --review and no terminal the
     // stage is kept and the commands to finish printed.
