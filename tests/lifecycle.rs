@@ -1195,3 +1195,60 @@ fn unmount_stale_removes_dead_sockets_no_record_names_and_keeps_live_ones() {
         out.describe()
     );
 }
+
+/// `mount -t fuse.zonemount SOURCE MNT` and an fstab line, through fuse3's
+/// `mount.fuse3` (which runs `zonemount SOURCE MNT -o OPTS` with mount's
+/// sanitized PATH: the binary is put in `/usr/local/bin`, in a private
+/// namespace only).
+#[test]
+fn mount_t_fuse_zonemount_and_an_fstab_line_mount_through_mount_fuse3() {
+    if !private_ns_ok() || !tool_ok("mount.fuse3") {
+        return;
+    }
+    let ns = PrivateNs::new(false);
+    let out = ns.run(&format!(
+        r#"{NS_PRELUDE}
+mkdir -p bin work
+ln -s "$ZONEMOUNT" bin/zonemount
+mount --bind "$PWD/bin" /usr/local/bin || exit 11
+mount -t fuse.zonemount "$PWD/project.yaml" "$mnt" -o nodev,nosuid,no_approvals,zone=extra=$PWD/work:rw; echo "mount=$?"
+remember
+trap 'umount -l "$mnt" 2>/dev/null' EXIT
+echo "type=$(grep " $mnt " /proc/self/mounts | cut -d' ' -f3)"
+echo hi > "$mnt/extra/f" && echo "wrote=$(cat work/f)"
+ls "$mnt" | tr '\n' ' ' | sed 's/ $//; s/^/zones=/'; echo
+"$ZONEMOUNT" unmount "$mnt"; echo "unmount=$?"
+echo "$PWD/project.yaml $mnt fuse.zonemount noauto,no_approvals 0 0" > fstab
+mount --fstab "$PWD/fstab" "$mnt"; echo "fstab=$?"
+remember
+echo "fstab_type=$(grep " $mnt " /proc/self/mounts | cut -d' ' -f3)"
+umount "$mnt"; echo "umount=$?"
+echo "left=$(mounted)"
+mount -t fuse.zonemount "$PWD/project.yaml" "$mnt" -o ro 2>err; echo "ro=$?"
+echo "ro_err=$(head -1 err)"
+"#
+    ));
+    assert!(out.success(), "{}", out.describe());
+    assert_value(&out, "mount", "0");
+    assert_value(&out, "type", "fuse.zonemount");
+    assert_value(&out, "wrote", "hi");
+    assert_value(&out, "zones", "extra ws");
+    assert_value(&out, "unmount", "0");
+    assert_value(&out, "fstab", "0");
+    assert_value(&out, "fstab_type", "fuse.zonemount");
+    assert_value(&out, "umount", "0");
+    assert_value(&out, "left", "0");
+    let v = values(&out.stdout);
+    assert_ne!(
+        v.get("ro").map(String::as_str),
+        Some("0"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        v.get("ro_err")
+            .is_some_and(|e| e.contains("not read-only as a whole")),
+        "{}",
+        out.describe()
+    );
+}

@@ -12,6 +12,7 @@ mod columns;
 mod derive;
 mod doctor;
 mod help;
+mod helper_form;
 mod list;
 mod manuals;
 mod mount_cmd;
@@ -262,9 +263,28 @@ impl From<mount::MountError> for Failure {
     }
 }
 
+/// The command line as the commands see it: the process's, or its
+/// rewrite from the `mount.fuse3` helper form (see `helper_form`).
+static ARGV: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+
+/// The effective command line (what `mount` hands on to its daemon).
+pub(crate) fn argv() -> Vec<std::ffi::OsString> {
+    ARGV.get()
+        .cloned()
+        .unwrap_or_else(|| std::env::args_os().collect())
+}
+
 /// Entry point of the binary.
 pub fn run() -> ExitCode {
-    let cli = Cli::parse_from(run::presplit(std::env::args_os().collect()));
+    let argv = match helper_form::rewrite(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("zonemount: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = ARGV.set(argv.clone());
+    let cli = Cli::parse_from(run::presplit(argv));
     init_logging();
     let result = match cli.cmd {
         Cmd::Mount(a) if a.foreground => mount_cmd::foreground(&a),

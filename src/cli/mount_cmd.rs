@@ -86,7 +86,8 @@ fn abs(p: &Path) -> PathBuf {
 /// own arguments (it starts in the same working directory, so relative
 /// paths mean the same) and wait until the mount is live.
 pub(crate) fn detach(_a: &MountArgs) -> Result<(), Failure> {
-    let args: Vec<OsString> = std::env::args_os()
+    let args: Vec<OsString> = super::argv()
+        .into_iter()
         .skip(1)
         .skip_while(|a| a != "mount")
         .skip(1)
