@@ -314,6 +314,10 @@ fn put(
         },
     };
     match FileType::from_raw_mode(up.st_mode) {
+        // Same filesystem: the staged file itself moves into place (one
+        // atomic rename: no copy, its mode, owner, times and hard links
+        // kept, and it leaves the stage at once).
+        FileType::RegularFile if move_into(l, rel, dir.as_fd(), name).is_ok() => return Ok(()),
         FileType::RegularFile => {
             let key = (up.st_dev, up.st_ino);
             let linked = match links.get(&key) {
@@ -371,6 +375,27 @@ fn put(
     rfs::renameat(&dir, &tmp, &dir, name).map_err(|e| io_err(e, "rename", &lower_p))
 }
 
+/// Rename the stage's regular file `rel` over `dir/name` in the backing
+/// dir, the overlay's own xattrs taken off it first. Fails (EXDEV) when
+/// the stage is on another filesystem.
+fn move_into(l: &Layers, rel: &Path, dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
+    let (parent, _) = split(rel);
+    let from = l.upper.dir(parent)?;
+    let fd = l.upper.open_at(rel, OFlags::PATH)?;
+    let p = PathBuf::from(format!("/proc/self/fd/{}", {
+        use std::os::fd::AsRawFd;
+        fd.as_raw_fd()
+    }));
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = rfs::listxattr(&p, &mut buf[..]).unwrap_or(0);
+    for x in buf[..n].split(|b| *b == 0).filter(|s| !s.is_empty()) {
+        if x.starts_with(l.prefix.as_bytes()) {
+            rfs::removexattr(&p, OsStr::from_bytes(x))?;
+        }
+    }
+    rfs::renameat(&from, name, dir, name)
+}
+
 /// The stage's regular file `rel` into `dir/tmp`: cloned where the
 /// filesystem can, else copied; attributes set; flushed.
 fn copy_file(
@@ -397,12 +422,24 @@ fn copy_file(
     if rfs::ioctl_ficlone(&dst, &src).is_err() {
         let mut left = up.st_size as u64;
         while left > 0 {
-            let n = rfs::copy_file_range(&src, None, &dst, None, left.min(1 << 30) as usize)
-                .map_err(|e| io_err(e, "copy", &lower_p))?;
-            if n == 0 {
-                break;
+            match rfs::copy_file_range(&src, None, &dst, None, left.min(1 << 30) as usize) {
+                Ok(0) => break,
+                Ok(n) => left -= n as u64,
+                // Between filesystems of different kinds: read and write.
+                Err(Errno::XDEV | Errno::OPNOTSUPP | Errno::INVAL | Errno::NOSYS) => {
+                    let mut from = std::fs::File::from(src.try_clone()?);
+                    let mut to = std::fs::File::from(dst.try_clone()?);
+                    use std::io::Seek;
+                    let done = up.st_size as u64 - left;
+                    from.seek(std::io::SeekFrom::Start(done))?;
+                    to.seek(std::io::SeekFrom::Start(done))?;
+                    std::io::copy(&mut from, &mut to).map_err(|e| {
+                        io::Error::new(e.kind(), format!("copy {}: {e}", lower_p.display()))
+                    })?;
+                    break;
+                }
+                Err(e) => return Err(io_err(e, "copy", &lower_p)),
             }
-            left -= n as u64;
         }
     }
     if root {

@@ -16,6 +16,7 @@ use crate::backing::overlay;
 
 struct Stage {
     _dir: tempfile::TempDir,
+    _elsewhere: Option<tempfile::TempDir>,
     lower: PathBuf,
     upper: PathBuf,
     zone: PathBuf,
@@ -26,9 +27,19 @@ struct Stage {
 /// A backing dir with files, and an overlay over it; None (after saying
 /// why) where overlays can't be mounted, outside CI.
 fn stage() -> Option<Stage> {
+    stage_in(None)
+}
+
+/// [`stage`], with the stage's dir under `elsewhere` (another filesystem:
+/// a commit then copies instead of moving).
+fn stage_in(elsewhere: Option<&Path>) -> Option<Stage> {
     let dir = tempfile::tempdir().unwrap();
+    let other = elsewhere.map(|e| tempfile::tempdir_in(e).unwrap());
     let p = dir.path();
-    let (lower, zone) = (p.join("lower"), p.join("zone"));
+    let zone = other
+        .as_ref()
+        .map_or_else(|| p.join("zone"), |o| o.path().join("zone"));
+    let lower = p.join("lower");
     let (upper, work) = (zone.join("upper"), zone.join("work"));
     for d in [&lower, &upper, &work] {
         fs::create_dir_all(d).unwrap();
@@ -54,6 +65,7 @@ fn stage() -> Option<Stage> {
     };
     Some(Stage {
         _dir: dir,
+        _elsewhere: other,
         lower,
         upper,
         zone,
@@ -149,7 +161,28 @@ fn kinds(list: &[Change]) -> Vec<(String, Kind)> {
 
 #[test]
 fn every_kind_of_change_is_listed_and_commit_makes_the_backing_dir_the_view() {
-    let Some(s) = stage() else { return };
+    every_kind_of_change(None);
+}
+
+/// The stage on another filesystem (tmpfs) than the backing dir: the
+/// commit copies (temp file + rename) instead of moving.
+#[test]
+fn a_stage_on_another_filesystem_commits_by_copying() {
+    let shm = Path::new("/dev/shm");
+    let dev = |p: &Path| fs::metadata(p).map(|m| m.dev()).ok();
+    if dev(shm).is_none() || dev(shm) == dev(&std::env::temp_dir()) {
+        println!("ZONEMOUNT-SKIP: stage::tree: /dev/shm is not another filesystem here");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs a tmpfs /dev/shm"
+        );
+        return;
+    }
+    every_kind_of_change(Some(shm));
+}
+
+fn every_kind_of_change(elsewhere: Option<&Path>) {
+    let Some(s) = stage_in(elsewhere) else { return };
     s.write("f", "three\n", true);
     s.write("new", "fresh\n", false);
     s.unlink("gone");
@@ -229,6 +262,13 @@ fn every_kind_of_change_is_listed_and_commit_makes_the_backing_dir_the_view() {
         "stage left: {:?}",
         listing(&s.upper)
     );
+    // Nothing of the overlay's own goes to the backing dir.
+    for f in ["f", "keep", "moved2", "new", "nd/inner"] {
+        let mut buf = vec![0u8; 4096];
+        let n = rustix::fs::llistxattr(s.lower.join(f), &mut buf[..]).unwrap();
+        let names = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(!names.contains("overlay."), "{f}: {names}");
+    }
 }
 
 #[test]
