@@ -10,7 +10,7 @@ mod common;
 use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -1249,6 +1249,94 @@ echo "ro_err=$(head -1 err)"
         v.get("ro_err")
             .is_some_and(|e| e.contains("not read-only as a whole")),
         "{}",
+        out.describe()
+    );
+}
+
+/// `mount --foreground` under systemd's readiness protocol: READY=1 on
+/// $NOTIFY_SOCKET only once the mount is live, STOPPING=1 after SIGTERM
+/// unmounted it; and the unit in contrib/systemd passes
+/// `systemd-analyze verify` (pointed at this build) where that exists.
+#[test]
+fn foreground_tells_systemd_when_it_is_ready_and_when_it_stops() {
+    if !fuse_ok() {
+        return;
+    }
+    use std::os::unix::net::UnixDatagram;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(tmp.path()).unwrap();
+    let mnt = root.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    fs::write(
+        root.join("project.yaml"),
+        zones_yaml(Mode::Sandboxed, &[("ws", "mode: rw")]),
+    )
+    .unwrap();
+    let sock_path = root.join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    /// Unmounts (exact path) and kills the daemon if the test fails.
+    struct Guard(std::process::Child, PathBuf);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            cleanup_mount(&self.1, true);
+        }
+    }
+    let child = Command::new(BIN)
+        .args(["mount", "--foreground", "-q", "--no-approvals", "--config"])
+        .arg(root.join("project.yaml"))
+        .arg(&mnt)
+        .current_dir(&root)
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut guard = Guard(child, mnt.clone());
+    let mut buf = [0u8; 512];
+    let n = sock.recv(&mut buf).expect("no READY=1 within 20 s");
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(
+        msg.starts_with("READY=1\n") && msg.contains("STATUS=mounted"),
+        "{msg}"
+    );
+    assert!(is_mounted(&mnt), "READY=1 before the mount was live");
+    fs::write(mnt.join("ws/f"), "x").unwrap();
+    let _ = run(
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(guard.0.id().to_string()),
+        Duration::from_secs(5),
+    );
+    let n = sock.recv(&mut buf).expect("no STOPPING=1 within 20 s");
+    assert_eq!(String::from_utf8_lossy(&buf[..n]), "STOPPING=1");
+    let st = wait_child(&mut guard.0, Duration::from_secs(20)).expect("the daemon did not exit");
+    assert!(st.success(), "{st:?}");
+    assert!(!is_mounted(&mnt));
+    // The unit, as shipped but for the binary's path.
+    if !tool_ok("systemd-analyze") {
+        return;
+    }
+    let unit = fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/systemd/zonemount@.service"),
+    )
+    .unwrap();
+    let unit = unit.replace("/usr/local/bin/zonemount", BIN);
+    let dir = root.join("units");
+    fs::create_dir(&dir).unwrap();
+    let path = dir.join("zonemount@srv-task.service");
+    fs::write(&path, unit).unwrap();
+    let out = run(
+        Command::new("systemd-analyze").arg("verify").arg(&path),
+        Duration::from_secs(60),
+    );
+    assert!(
+        out.success() && !out.stderr.contains("zonemount@"),
+        "systemd-analyze verify: {}",
         out.describe()
     );
 }

@@ -17,6 +17,7 @@ mod list;
 mod manuals;
 mod mount_cmd;
 mod run;
+mod sd_notify;
 mod stage_cmd;
 
 use std::path::PathBuf;

@@ -379,7 +379,9 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     if a.notify_ready {
         report_ready();
     }
+    super::sd_notify::notify(&format!("READY=1\nSTATUS=mounted {}", mountpoint.display()));
     let result = daemon.run();
+    super::sd_notify::notify("STOPPING=1");
     drop(prompt);
     result.map_err(|e| Failure::new(1, format!("the FUSE session ended with an error: {e}")))
 }
