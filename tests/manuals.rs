@@ -130,8 +130,17 @@ fn every_command_help_ends_with_examples_and_exit_status() {
         "doctor",
         "completions",
         "man",
+        "changes",
+        "commit",
+        "discard",
+        "approvals list",
+        "approvals watch",
+        "approvals allow",
+        "approvals deny",
     ] {
-        let out = zm(&[cmd, "--help"]);
+        let mut args: Vec<&str> = cmd.split(' ').collect();
+        args.push("--help");
+        let out = zm(&args);
         assert!(out.success(), "{cmd}: {}", out.describe());
         assert!(
             out.stdout.contains("Exit status"),

@@ -28,6 +28,7 @@ pub(crate) struct StatusArgs {
 #[derive(Debug, Subcommand, Clone)]
 pub(crate) enum ApprovalsCmd {
     /// List the requests waiting now.
+    #[command(after_help = super::help::APPROVALS_LIST)]
     List {
         /// Print JSON (an array of requests).
         #[arg(long)]
@@ -37,6 +38,7 @@ pub(crate) enum ApprovalsCmd {
     },
     /// Print requests and their outcomes as they happen (until the mount
     /// goes away or this is interrupted).
+    #[command(after_help = super::help::APPROVALS_WATCH)]
     Watch {
         /// Print JSON Lines (the control protocol's event objects).
         #[arg(long)]
@@ -45,6 +47,7 @@ pub(crate) enum ApprovalsCmd {
         mountpoint: PathBuf,
     },
     /// Allow a request, once or for the rest of the mount.
+    #[command(after_help = super::help::APPROVALS_ALLOW)]
     Allow {
         /// once: this request; path: this class on this path; zone: this
         /// class anywhere in the zone.
@@ -57,6 +60,7 @@ pub(crate) enum ApprovalsCmd {
     },
     /// Deny a request (EACCES; the same class on the same path is denied
     /// at once for the rest of the mount).
+    #[command(after_help = super::help::APPROVALS_DENY)]
     Deny {
         /// The mount's directory.
         mountpoint: PathBuf,

@@ -110,3 +110,33 @@ Examples:
   zonemount discard /tmp/task-42 /work/build           # only under /work/build
 
 Exit status: 0; 1 the discard failed; 2 bad usage.";
+
+pub(crate) const APPROVALS_LIST: &str = "\
+Examples:
+  zonemount approvals list /tmp/task-42
+  zonemount approvals list --json /tmp/task-42 | jq '.[] | select(.class == \"read\")'
+
+Exit status: 0; 1 the daemon can't be reached; 2 bad usage.";
+
+pub(crate) const APPROVALS_WATCH: &str = "\
+Examples:
+  zonemount approvals watch /tmp/task-42              # one line per request and outcome
+  zonemount approvals watch --json /tmp/task-42       # the protocol's event objects
+
+Exit status: 0 the mount went away; 1 the daemon can't be reached; 2 bad usage.";
+
+pub(crate) const APPROVALS_ALLOW: &str = "\
+Examples:
+  zonemount approvals allow /tmp/task-42 7                  # this request only
+  zonemount approvals allow --scope path /tmp/task-42 7     # this class on this path from now on
+  zonemount approvals allow --scope zone /tmp/task-42 7     # this class anywhere in the zone
+
+Exit status: 0 allowed; 1 not pending (decided, timed out, withdrawn), the
+daemon can't be reached, or asked from the worker's own side; 2 bad usage.";
+
+pub(crate) const APPROVALS_DENY: &str = "\
+Examples:
+  zonemount approvals deny /tmp/task-42 7
+
+Exit status: 0 denied; 1 not pending, the daemon can't be reached, or asked
+from the worker's own side; 2 bad usage.";
