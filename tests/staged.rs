@@ -568,7 +568,7 @@ fn run_commits_on_success_and_keeps_the_stage_for_review_otherwise() {
     assert!(out.success(), "{}", out.describe());
     assert_eq!(fs::read_to_string(root.join("b/b")).unwrap(), "two\n");
     // Nothing changed: no stage is left behind.
-    fs::remove_dir_all(&stage).unwrap();
+    zonemount::stage::dir::remove(Path::new(&stage)).unwrap();
     let out = run_in("cat f >/dev/null", &[]);
     assert!(out.success(), "{}", out.describe());
     assert!(!Path::new(&stage).exists(), "an empty stage is removed");

@@ -275,6 +275,29 @@ impl Held {
     }
 }
 
+/// Remove a stage dir no mount holds, whole. The overlay leaves its work
+/// dir's inner dirs without permissions (mode 0): they are given owner
+/// rights first, so an ordinary user can remove a stage it made.
+pub fn remove(dir: &Path) -> io::Result<()> {
+    fn open_up(p: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(md) = fs::symlink_metadata(p) else {
+            return;
+        };
+        if !md.is_dir() {
+            return;
+        }
+        let _ = fs::set_permissions(p, fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = fs::read_dir(p) {
+            for e in entries.flatten() {
+                open_up(&e.path());
+            }
+        }
+    }
+    open_up(dir);
+    fs::remove_dir_all(dir)
+}
+
 /// A zone's dir inside a stage dir.
 pub fn zone_dir(stage: &Path, zone: &str) -> PathBuf {
     stage.join(zone)

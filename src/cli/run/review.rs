@@ -162,7 +162,7 @@ pub(super) fn finish(after: After) {
     match after {
         After::Nothing => {}
         After::Remove(dir) | After::Done(dir) => {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if let Err(e) = crate::stage::dir::remove(&dir) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     eprintln!(
                         "zonemount: run: cannot remove the stage {}: {e}",
