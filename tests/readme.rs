@@ -1,7 +1,8 @@
 //! Every example in the README runs as written, from a clone, with the
 //! binary on PATH (as after the install line): each ```sh block as one
 //! script (`bash -e`), each ```console block's `$ ` lines in order (their
-//! output lines are what a reader sees, not checked). Blocks marked
+//! output lines are what a reader sees, not checked), each ```python block
+//! with the client importable (as after `pip install ./clients/python`). Blocks marked
 //! ```sh no-test (the install line, the test command itself) and ```text
 //! ones are not run. The examples' mountpoint /tmp/task-42 is given a
 //! directory of the test's own; every mount a block leaves is unmounted
@@ -77,8 +78,9 @@ fn every_readme_example_runs_as_written() {
     let task = root.join("task-42");
     let mut ran = 0;
     for (i, (info, body)) in blocks(&readme).into_iter().enumerate() {
+        let python = info == "python";
         let script = match info.as_str() {
-            "sh" => body,
+            "sh" | "python" => body,
             "console" => body
                 .lines()
                 .filter_map(|l| l.strip_prefix("$ "))
@@ -98,11 +100,18 @@ fn every_readme_example_runs_as_written() {
         );
         assert!(out.success(), "{}", out.describe());
         let script = script.replace("/tmp/task-42", &task.to_string_lossy());
+        let mut cmd = if python {
+            let mut c = Command::new("python3");
+            c.args(["-c", &script])
+                .env("PYTHONPATH", repo.join("clients/python/src"));
+            c
+        } else {
+            let mut c = Command::new("bash");
+            c.args(["-e", "-c", &script]);
+            c
+        };
         let out = run(
-            Command::new("bash")
-                .args(["-e", "-c", &script])
-                .current_dir(&work)
-                .env("PATH", &path),
+            cmd.current_dir(&work).env("PATH", &path),
             Duration::from_secs(60),
         );
         assert!(
@@ -117,5 +126,5 @@ fn every_readme_example_runs_as_written() {
         );
         ran += 1;
     }
-    assert!(ran >= 2, "the README's examples were not found ({ran} run)");
+    assert!(ran >= 4, "the README's examples were not found ({ran} run)");
 }
