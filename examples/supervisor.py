@@ -73,6 +73,11 @@ def report(ledger: str) -> None:
                 print(f"  {rec['decision']:<5} {rec.get('class', '')} {rec.get('path', '')}")
             elif ev in ("mutation", "refusal", "timeout"):
                 print(f"  {ev:<5} {rec.get('op', '')} {rec.get('path', '')} {rec.get('errno', '')}".rstrip())
+            elif ev == "changes":
+                # At unmount: what the task changed in each rw zone.
+                print(f"  zone /{rec.get('zone', '')}: {rec.get('summary', '')}")
+                for path in rec.get("paths", []):
+                    print(f"    {path}")
 
 
 def main() -> int:

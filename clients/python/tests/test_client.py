@@ -170,6 +170,7 @@ def test_the_example_supervisor_allows_under_one_path_and_reports(tmp_path: Path
     assert not (backing / "b.txt").exists()
     assert "allow write /workspace/out/a.txt" in done.stdout, done.stdout
     assert "deny  write /workspace/b.txt" in done.stdout, done.stdout
+    assert "added /workspace/out/a.txt" in done.stdout, done.stdout
 
 
 def test_zones_on_the_command_line(project: Path, zm_bin: str) -> None:

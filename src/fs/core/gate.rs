@@ -93,7 +93,13 @@ impl Core {
                 }
                 Ok(Gate::Go)
             }
-            Decision::Ask(items) => Ok(Gate::Ask(items)),
+            Decision::Ask(items) => {
+                // Recorded in the change report only if allowed and done.
+                if op.changes() {
+                    crate::fs::changes::expect(op);
+                }
+                Ok(Gate::Ask(items))
+            }
             Decision::Refuse(r) => Err(self.refuse(ctx, &Subject::of(op), r, keep)),
         }
     }
