@@ -265,6 +265,12 @@ impl TestMount {
 impl Drop for TestMount {
     fn drop(&mut self) {
         let clean = cleanup_mount(&self.mnt, self.tried_mount);
+        // A stage an ordinary user made holds the overlay's mode-0 work
+        // dirs, which the temp dir's removal can't enter.
+        let stage = self.root.join("stage");
+        if clean && stage.exists() {
+            let _ = zonemount::stage::dir::remove(&stage);
+        }
         if !clean && !std::thread::panicking() {
             panic!(
                 "{} is still mounted after unmount and umount -l",
