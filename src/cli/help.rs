@@ -109,7 +109,8 @@ Examples:
   zonemount discard /tmp/task-42                       # drop every staged change
   zonemount discard /tmp/task-42 /work/build           # only under /work/build
 
-Exit status: 0; 1 the discard failed; 2 bad usage.";
+Exit status: 0; 6 a zone was left alone (a worker still has files of it
+open for writing); 1 the discard failed; 2 bad usage.";
 
 pub(crate) const APPROVALS_LIST: &str = "\
 Examples:

@@ -99,7 +99,11 @@ pub(crate) fn discard(a: &DiscardArgs) -> Result<u8, Failure> {
         paths,
     })?;
     show(a.json, &answer, render_discard)?;
-    Ok(0)
+    Ok(if conflicts(&answer) > 0 {
+        EXIT_CONFLICT
+    } else {
+        0
+    })
 }
 
 /// Run the request made of the worker-form paths, on the mount or the
@@ -315,6 +319,12 @@ fn render_discard(answer: &Value) -> String {
         for c in z["discarded"].as_array().into_iter().flatten() {
             n += 1;
             out.push_str(&format!("discarded {}\n", change_line(name, c)));
+        }
+        for c in z["conflicts"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "left alone /{name}: {}\n",
+                c["why"].as_str().unwrap_or("?")
+            ));
         }
     }
     out.push_str(&format!("{n} discarded\n"));

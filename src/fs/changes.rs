@@ -18,13 +18,9 @@ use crate::policy::Op;
 /// The most paths remembered per mount.
 pub const MAX_PATHS: usize = 100_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    Added,
-    Modified,
-    Deleted,
-}
+/// The same kinds as a staged zone's report (a plain zone's has no
+/// renames: it shows a delete and an add).
+pub use crate::stage::tree::Kind;
 
 /// One changed path of a zone (the same shape as a staged change).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -133,9 +129,11 @@ impl ChangeLog {
                 (None, k) => Some(k),
                 (Some(Kind::Added), Kind::Deleted) => None,
                 (Some(Kind::Added), _) => Some(Kind::Added),
-                (Some(Kind::Deleted), Kind::Added | Kind::Modified) => Some(Kind::Modified),
+                (Some(Kind::Deleted), Kind::Added | Kind::Modified | Kind::Renamed) => {
+                    Some(Kind::Modified)
+                }
                 (Some(_), Kind::Deleted) => Some(Kind::Deleted),
-                (Some(Kind::Modified), _) => Some(Kind::Modified),
+                (Some(Kind::Modified | Kind::Renamed), _) => Some(Kind::Modified),
             };
             match next {
                 None => {

@@ -16,7 +16,7 @@ use crate::backing::overlay::Xattrs;
 use crate::control::protocol::Request;
 use crate::control::{Peer, StageFn};
 use crate::fs::core::Core;
-use crate::stage::{self, tree};
+use crate::stage::{self, Stages, tree};
 
 /// What one zone's operation needs: its layers and its stage dir.
 struct ZoneWork {
@@ -212,6 +212,59 @@ pub fn log_changes(core: &Arc<Core>, audit: &Audit) {
     }
 }
 
+/// A commit or discard (`apply`, on each zone `wanted` names) of a live
+/// mount's stages: refused to the worker's own side; mutations held
+/// still while the layers change (files just closed given a moment); a
+/// zone with files still open for writing left alone (a commit reports it
+/// as a conflict, a discard fails); each zone changed moved onto a fresh
+/// overlay, and the kernel told to forget what it cached there.
+fn change_stages(
+    what: &str,
+    core: &Core,
+    stages: Option<&Stages>,
+    work: &[(usize, ZoneWork)],
+    wanted: &BTreeMap<String, Vec<PathBuf>>,
+    peer: Peer,
+    apply: impl Fn(&ZoneWork, &tree::Fingerprints, &[PathBuf]) -> Result<Value, String>,
+) -> Result<Vec<Value>, String> {
+    if let Some(why) = core.stage_writer_kin(peer.pid) {
+        return Err(format!("{what} refused: {why}"));
+    }
+    let mut zones = Vec::new();
+    let mut forget = Vec::new();
+    settle_writers(core, work);
+    {
+        let _still = core.hold_still();
+        for (i, w) in work {
+            let (Some(filter), Some(stage)) =
+                (wanted.get(&w.name), stages.and_then(|s| s.zone(*i)))
+            else {
+                continue;
+            };
+            let open = core.open_for_writing(*i);
+            if open > 0 {
+                zones.push(json!({"zone": w.name, "applied": [], "discarded": [], "conflicts": [{
+                    "path": "",
+                    "why": format!("a worker has {open} file(s) of /{} open for writing; try again once they are closed", w.name),
+                }]}));
+                continue;
+            }
+            let answer = apply(w, &stage.fingerprints, filter)?;
+            core.restage(*i)
+                .map_err(|e| format!("zone '{}': cannot mount its stage again: {e}", w.name))?;
+            let mut done = named(&answer, "applied");
+            done.extend(named(&answer, "discarded"));
+            forget.push((*i, done));
+            zones.push(answer);
+        }
+    }
+    for (i, paths) in &forget {
+        let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+        core.forget_cached(*i, &refs);
+    }
+    Ok(zones)
+}
+
 /// Paths a zone's answer names (to tell the kernel to forget them).
 fn named(answer: &Value, key: &str) -> Vec<PathBuf> {
     answer[key]
@@ -276,82 +329,31 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
                 Ok(json!({"zones": zones}))
             }
             Request::Commit { paths, force } => {
-                if let Some(why) = core.stage_writer_kin(peer.pid) {
-                    return Err(format!("commit refused: {why}"));
-                }
                 let wanted = by_zone(paths, &names)?;
-                let mut zones = Vec::new();
-                let mut forget = Vec::new();
-                settle_writers(&core, &work);
-                {
-                    let _still = core.hold_still();
-                    for (i, w) in &work {
-                        let Some(filter) = wanted.get(&w.name) else {
-                            continue;
-                        };
-                        let open = core.open_for_writing(*i);
-                        if open > 0 {
-                            zones.push(json!({"zone": w.name, "applied": [], "conflicts": [{
-                                "path": "",
-                                "why": format!("a worker has {open} file(s) of /{} open for writing; commit once they are closed", w.name),
-                            }]}));
-                            continue;
-                        }
-                        let Some(stage) = stages.as_ref().and_then(|s| s.zone(*i)) else {
-                            continue;
-                        };
-                        let answer = commit_of(w, &stage.fingerprints, filter, *force)?;
-                        core.restage(*i).map_err(|e| {
-                            format!("zone '{}': cannot mount its stage again: {e}", w.name)
-                        })?;
-                        forget.push((*i, named(&answer, "applied")));
-                        zones.push(answer);
-                    }
-                }
-                for (i, paths) in &forget {
-                    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-                    core.forget_cached(*i, &refs);
-                }
+                let zones = change_stages(
+                    "commit",
+                    &core,
+                    stages.as_deref(),
+                    &work,
+                    &wanted,
+                    peer,
+                    |w, fp, f| commit_of(w, fp, f, *force),
+                )?;
                 let answer = json!({"zones": zones});
                 log(audit.as_deref(), "commit", &answer, peer);
                 Ok(answer)
             }
             Request::Discard { paths } => {
-                if let Some(why) = core.stage_writer_kin(peer.pid) {
-                    return Err(format!("discard refused: {why}"));
-                }
                 let wanted = by_zone(paths, &names)?;
-                let mut zones = Vec::new();
-                let mut forget = Vec::new();
-                settle_writers(&core, &work);
-                {
-                    let _still = core.hold_still();
-                    for (i, w) in &work {
-                        let Some(filter) = wanted.get(&w.name) else {
-                            continue;
-                        };
-                        let open = core.open_for_writing(*i);
-                        if open > 0 {
-                            return Err(format!(
-                                "a worker has {open} file(s) of /{} open for writing; discard once they are closed",
-                                w.name
-                            ));
-                        }
-                        let Some(stage) = stages.as_ref().and_then(|s| s.zone(*i)) else {
-                            continue;
-                        };
-                        let answer = discard_of(w, &stage.fingerprints, filter)?;
-                        core.restage(*i).map_err(|e| {
-                            format!("zone '{}': cannot mount its stage again: {e}", w.name)
-                        })?;
-                        forget.push((*i, named(&answer, "discarded")));
-                        zones.push(answer);
-                    }
-                }
-                for (i, paths) in &forget {
-                    let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
-                    core.forget_cached(*i, &refs);
-                }
+                let zones = change_stages(
+                    "discard",
+                    &core,
+                    stages.as_deref(),
+                    &work,
+                    &wanted,
+                    peer,
+                    discard_of,
+                )?;
                 let answer = json!({"zones": zones});
                 log(audit.as_deref(), "discard", &answer, peer);
                 Ok(answer)
