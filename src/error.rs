@@ -114,11 +114,6 @@ impl FsError {
         }
     }
 
-    /// As fuser's errno type.
-    pub fn fuse_errno(&self) -> fuser::Errno {
-        fuser::Errno::from_i32(self.errno())
-    }
-
     pub fn enoent() -> Self {
         FsError::Os(libc::ENOENT)
     }

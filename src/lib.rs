@@ -5,7 +5,10 @@
 //! - [`config`]: project and worker files, validation, derivation.
 //! - [`policy`]: the pure decision "may this operation proceed here?".
 //! - [`backing`]: fd-relative access to backing dirs; the only `unsafe`.
-//! - [`fs`]: the `fuser::Filesystem` adapter over a testable core.
+//! - [`fs`]: the filesystem: a testable core, and the adapter that turns
+//!   each FUSE request into one core call.
+//! - [`fuse`]: the FUSE session layer: protocol, handshake, the
+//!   `/dev/fuse` and io_uring transports.
 //! - [`approval`]: the broker an `ask` decision is handed to, its
 //!   approvers (prompt, hook, a channel for the Rust API) and their caches.
 //! - [`audit`]: the JSON Lines ledger.
@@ -29,6 +32,7 @@ pub mod config;
 pub mod control;
 pub mod error;
 pub mod fs;
+pub mod fuse;
 pub mod isolate;
 pub mod mount;
 pub mod policy;

@@ -1,12 +1,18 @@
-//! Mounting a FUSE filesystem with mount(2) directly, as root: the way
-//! the mount is `fuse.zonemount` (with fsname `zonemount`) whether or not
-//! `fusermount3` exists. fuser's own direct path mounts plain `fuse`, which
-//! `unmount`, `check`, `status` and `list` would not recognise.
+//! Mounting a FUSE filesystem: with mount(2) directly as root, so the
+//! mount is `fuse.zonemount` (with fsname `zonemount`) whether or not
+//! `fusermount3` exists; or, for an ordinary user, through the setuid
+//! `fusermount3`, which mounts and hands back the device over a socket.
 
 use std::ffi::CString;
+use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SocketFlags, SocketType,
+};
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -42,9 +48,69 @@ impl FuseMount<'_> {
         d
     }
 
+    /// The options `fusermount3 -o` takes (it adds the owner itself).
+    fn fusermount_options(&self) -> String {
+        let mut o = format!(
+            "fsname={},subtype={},default_permissions,nosuid,nodev",
+            self.fsname, self.subtype
+        );
+        if self.allow_other {
+            o.push_str(",allow_other");
+        }
+        o
+    }
+
+    /// Mount at `mountpoint` with the setuid `fusermount3` at `program`;
+    /// the FUSE device it opened. Unmounting is the caller's job
+    /// (`fusermount3 -u`).
+    pub fn mount_with(&self, program: &Path, mountpoint: &Path) -> io::Result<OwnedFd> {
+        // fusermount3 finds its end of the socket in `_FUSE_COMMFD`: that
+        // end is made inheritable, ours is not.
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::empty(),
+            None,
+        )?;
+        rustix::io::fcntl_setfd(&ours, rustix::io::FdFlags::CLOEXEC)?;
+        let out = std::process::Command::new(program)
+            .arg("-o")
+            .arg(self.fusermount_options())
+            .arg("--")
+            .arg(mountpoint)
+            .env("_FUSE_COMMFD", theirs.as_raw_fd().to_string())
+            .stdin(std::process::Stdio::null())
+            .output();
+        drop(theirs);
+        let out = out?;
+        if !out.status.success() {
+            let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(io::Error::other(if msg.is_empty() {
+                format!("fusermount3 failed ({})", out.status)
+            } else {
+                msg
+            }));
+        }
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut anc = RecvAncillaryBuffer::new(&mut space);
+        let mut byte = [0u8; 1];
+        rustix::net::recvmsg(
+            &ours,
+            &mut [io::IoSliceMut::new(&mut byte)],
+            &mut anc,
+            RecvFlags::CMSG_CLOEXEC,
+        )?;
+        anc.drain()
+            .find_map(|m| match m {
+                RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+                _ => None,
+            })
+            .ok_or_else(|| io::Error::other("fusermount3 mounted but sent no FUSE device"))
+    }
+
     /// Open `/dev/fuse` and mount it at `mountpoint` (nosuid, nodev). The
     /// returned fd is the session's: the FUSE handshake is still to do
-    /// (`fuser::Session::from_fd`). Unmounting is the caller's job.
+    /// (`fuse::Session::new`). Unmounting is the caller's job.
     pub fn mount(&self, mountpoint: &Path) -> Sys<OwnedFd> {
         let dev = rustix::fs::open("/dev/fuse", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
         let data = CString::new(self.data(dev.as_raw_fd())).map_err(|_| Errno::INVAL)?;
@@ -87,6 +153,10 @@ mod tests {
         assert!(
             m.data(3)
                 .ends_with("user_id=5,group_id=6,default_permissions,allow_other")
+        );
+        assert_eq!(
+            m.fusermount_options(),
+            "fsname=zonemount,subtype=zonemount,default_permissions,nosuid,nodev,allow_other"
         );
     }
 }

@@ -17,13 +17,19 @@
 //! - this file: names, `/proc/self/fd` reopening, the fd-relative calls.
 //! - `creds`: switching to the caller's credentials ([`AsCaller`]).
 //! - `handle`: kernel file handles ([`InodeHandle`]).
-//! - `fusemount`: mount(2) of a FUSE device as `fuse.zonemount` ([`FuseMount`]).
+//! - `fusemount`: mount(2) of a FUSE device as `fuse.zonemount` ([`FuseMount`]),
+//!   or through `fusermount3` for an unprivileged daemon.
+//! - `fusedev`: the FUSE device: requests, replies, its ioctls ([`Device`]).
+//! - `fusering`: one FUSE-over-io_uring queue and its shared buffers
+//!   ([`FuseRing`]).
 //! - `watch`: the process that cleans up after a dead daemon ([`Watcher`]).
 //! - [`overlay`]: the detached overlayfs of a staged zone (root, or a
 //!   user namespace).
 
 mod creds;
+mod fusedev;
 mod fusemount;
+mod fusering;
 mod handle;
 pub mod overlay;
 #[cfg(test)]
@@ -31,7 +37,9 @@ mod tests;
 mod watch;
 
 pub use creds::{AsCaller, Caller};
+pub use fusedev::Device;
 pub use fusemount::FuseMount;
+pub use fusering::{Event as RingEvent, FuseRing, Waker, io_uring_allowed, possible_cpus};
 pub use handle::{InodeHandle, handle_of, open_by_handle};
 pub use watch::{Announce, Plan as WatchPlan, STOP_GRACE, WATCHER_NAME, Watcher};
 

@@ -220,6 +220,16 @@ pub(crate) struct MountArgs {
     /// (Linux 6.9, CAP_SYS_ADMIN) could bypass it.
     #[arg(long)]
     pub(crate) no_passthrough: bool,
+    /// Serve FUSE over io_uring (one ring per CPU): as root, first turn on
+    /// the fuse module's enable_uring (it then stays on for every FUSE
+    /// mount made after, until reboot). Without this flag io_uring is used
+    /// whenever the kernel already offers it.
+    #[arg(long, conflicts_with = "no_io_uring")]
+    pub(crate) io_uring: bool,
+    /// Serve through /dev/fuse reads and writes even where the kernel
+    /// offers FUSE over io_uring.
+    #[arg(long)]
+    pub(crate) no_io_uring: bool,
     /// FUSE threads serving requests.
     #[arg(long, value_name = "N", default_value_t = session::DEFAULT_THREADS, hide = true)]
     pub(crate) threads: usize,

@@ -14,6 +14,7 @@ use crate::approval::{on_ask, prompt};
 use crate::config;
 use crate::control;
 use crate::mount::daemon::{Control, Daemon, Origin};
+use crate::mount::probe;
 use crate::mount::session::{self, SessionError, Settings};
 use crate::mount::{self, Unmounted};
 
@@ -200,8 +201,33 @@ fn seconds(secs: f64) -> Option<Duration> {
     Duration::try_from_secs_f64(secs).ok()
 }
 
+/// `--io-uring`: switch the kernel's FUSE over io_uring on (root), or say
+/// why it can't be had.
+fn want_uring(a: &MountArgs) -> Result<(), Failure> {
+    if !a.io_uring {
+        return Ok(());
+    }
+    match probe::uring() {
+        probe::Uring::Enabled => Ok(()),
+        probe::Uring::Absent => Err(Failure::new(
+            2,
+            "--io-uring: this kernel has no FUSE over io_uring (it needs Linux 6.14 or later built with CONFIG_FUSE_IO_URING)",
+        )),
+        probe::Uring::Disabled => probe::enable_uring().map_err(|e| {
+            Failure::new(
+                2,
+                format!(
+                    "--io-uring: cannot turn on {} ({e}); root can, or run without --io-uring",
+                    probe::ENABLE_URING
+                ),
+            )
+        }),
+    }
+}
+
 /// The mount's settings from the arguments, checked.
 fn settings(a: &MountArgs) -> Result<Settings, Failure> {
+    want_uring(a)?;
     let ttl = seconds(a.cache_ttl)
         .ok_or_else(|| Failure::new(2, "--cache-ttl must be a number of seconds >= 0"))?;
     let approval_timeout = seconds(a.approval_timeout)
@@ -211,6 +237,7 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         ttl,
         threads: a.threads,
         passthrough: !a.no_passthrough,
+        io_uring: !a.no_io_uring,
         approval_timeout,
         no_approvals: a.no_approvals,
         audit_log: a.audit_log.as_deref().map(abs),

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fuser::{FileAttr, FileType as FuseType, INodeNo, TimeOrNow};
+use crate::fuse::{FileAttr, FileType as FuseType, INodeNo, TimeOrNow};
 
 use crate::backing::{FileType, Stat};
 use crate::fs::inodes::ROOT;

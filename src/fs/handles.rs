@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use fuser::FileType as FuseType;
+use crate::fuse::FileType as FuseType;
 use parking_lot::Mutex;
 
 use crate::error::{FsError, FsResult};

@@ -127,7 +127,7 @@ pub enum Passthrough {
     #[default]
     Unset,
     /// Registered: every open of this node uses this backing id.
-    Id(Arc<fuser::BackingId>),
+    Id(Arc<crate::fuse::BackingId>),
     /// Registration failed (e.g. a backing file on a stacked filesystem):
     /// this node's data goes through the daemon for its whole life, so the
     /// kernel never sees the two modes mixed on one inode.

@@ -102,6 +102,12 @@ pub enum Uring {
     Absent,
 }
 
+/// Turn the fuse module's `enable_uring` on (root only). It stays on for
+/// every FUSE mount made after, until set back or reboot.
+pub fn enable_uring() -> std::io::Result<()> {
+    fs::write(ENABLE_URING, "Y")
+}
+
 pub fn uring() -> Uring {
     match fs::read_to_string(ENABLE_URING) {
         Ok(v) if v.trim() == "Y" || v.trim() == "1" => Uring::Enabled,

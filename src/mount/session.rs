@@ -29,18 +29,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{Config, MountOption, SessionACL};
-
 use super::preflight::{MountError, have_dev_fuse};
-use super::unmount::{UnmountError, detach, detach_or_lazily};
+use super::unmount::{UnmountError, detach_or_lazily};
 use super::{probe, show};
 use crate::approval::{self, Approvals, Broker};
 use crate::audit::{self, Audit, Kind};
-use crate::backing::{FuseMount, WatchPlan, Watcher};
+use crate::backing::{Device, FuseMount, WatchPlan, Watcher};
 use crate::config::ZoneTable;
 use crate::fs::core::{Core, CoreOptions, OpenError};
 use crate::fs::refusal_log::RefusalLog;
 use crate::fs::{Admission, ZoneFs};
+use crate::fuse::{self, Transport};
 use crate::stage::Stages;
 
 /// How long the kernel may cache names and attributes of rw zones.
@@ -67,6 +66,8 @@ pub struct Settings {
     pub threads: usize,
     /// Use kernel passthrough for file data where possible.
     pub passthrough: bool,
+    /// Serve over FUSE-over-io_uring when the kernel offers it.
+    pub io_uring: bool,
     /// How long a request may wait for a decision.
     pub approval_timeout: Duration,
     /// Deny every `ask` at once.
@@ -100,6 +101,7 @@ impl Default for Settings {
             ttl: DEFAULT_CACHE_TTL,
             threads: DEFAULT_THREADS,
             passthrough: true,
+            io_uring: true,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             no_approvals: false,
             audit_log: None,
@@ -136,7 +138,7 @@ pub struct Session {
     broker: Approvals,
     audit: Option<Arc<Audit>>,
     core: Arc<Core>,
-    fuse: fuser::Session<ZoneFs>,
+    fuse: fuse::Session,
     watcher: Option<Watcher>,
 }
 
@@ -199,16 +201,44 @@ pub fn build(
         stages,
     )?;
     let core = fs.core().clone();
-    let (config, way) = fuse_config(settings, owner)?;
+    let way = mount_way(settings, owner)?;
     crate::backing::clear_umask();
     crate::backing::raise_nofile_limit();
-    let (fuse, watcher) = match way {
-        Way::Direct => mount_direct(fs, mountpoint, settings, owner, config)?,
-        Way::Fusermount => {
-            let fuse = fuser::Session::new(fs, mountpoint, &config)
-                .map_err(|e| mount_error(mountpoint, e))?;
-            let watcher = watch(mountpoint, settings, probe::fusermount3());
-            (fuse, watcher)
+    let how = FuseMount {
+        fsname: "zonemount",
+        subtype: "zonemount",
+        uid: owner.uid,
+        gid: owner.gid,
+        allow_other: settings.allow_other,
+    };
+    let dev = match &way {
+        Way::Direct => how
+            .mount(mountpoint)
+            .map_err(|e| mount_error(mountpoint, e.into()))?,
+        Way::Fusermount(program) => how
+            .mount_with(program, mountpoint)
+            .map_err(|e| mount_error(mountpoint, e))?,
+    };
+    let watcher = watch(
+        mountpoint,
+        settings,
+        match &way {
+            Way::Direct => None,
+            Way::Fusermount(p) => Some(p.clone()),
+        },
+    );
+    let opts = fuse::Options {
+        threads: threads(settings),
+        uring: settings.io_uring,
+    };
+    let fuse = match fuse::Session::new(Device::from_fd(dev), Arc::new(fs), opts) {
+        Ok(f) => f,
+        Err(e) => {
+            if let Err(u) = detach_or_lazily(mountpoint) {
+                tracing::warn!("cannot take down the half-made mount: {u}");
+            }
+            disarm(watcher.as_ref());
+            return Err(MountError::Mount(show(mountpoint), e).into());
         }
     };
     // Staged zones tell the kernel to forget what a commit or discard
@@ -220,6 +250,7 @@ pub fn build(
     tracing::info!(
         mountpoint = %mountpoint.display(),
         io = core.io_mode().describe(),
+        transport = fuse.transport().name(),
         ttl = ?settings.ttl,
         ttl_ro = ?settings.ttl_ro(),
         threads = threads(settings),
@@ -243,43 +274,6 @@ fn mount_error(mountpoint: &Path, e: io::Error) -> MountError {
         MountError::NoFuse
     } else {
         MountError::Mount(show(mountpoint), e)
-    }
-}
-
-/// mount(2) as `fuse.zonemount`, start the watcher, then the FUSE
-/// handshake on the device. A failed handshake takes the mount down.
-fn mount_direct(
-    fs: ZoneFs,
-    mountpoint: &Path,
-    settings: &Settings,
-    owner: Owner,
-    config: Config,
-) -> Result<(fuser::Session<ZoneFs>, Option<Watcher>), MountError> {
-    let how = FuseMount {
-        fsname: "zonemount",
-        subtype: "zonemount",
-        uid: owner.uid,
-        gid: owner.gid,
-        allow_other: settings.allow_other,
-    };
-    let dev = how
-        .mount(mountpoint)
-        .map_err(|e| mount_error(mountpoint, e.into()))?;
-    let watcher = watch(mountpoint, settings, None);
-    let acl = if settings.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    match fuser::Session::from_fd(fs, dev, acl, config) {
-        Ok(fuse) => Ok((fuse, watcher)),
-        Err(e) => {
-            if let Err(u) = detach(mountpoint, true) {
-                tracing::warn!("cannot take down the half-made mount: {u}");
-            }
-            disarm(watcher.as_ref());
-            Err(MountError::Mount(show(mountpoint), e))
-        }
     }
 }
 
@@ -373,40 +367,27 @@ fn filesystem(
 }
 
 /// How the mount is made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Way {
     /// mount(2) by this process (it holds CAP_SYS_ADMIN).
     Direct,
-    /// fuser's mount through the setuid `fusermount3`.
-    Fusermount,
+    /// Through the setuid `fusermount3` at this path.
+    Fusermount(PathBuf),
 }
 
-/// Mount options, who gets in (DESIGN §6: nosuid, nodev, kernel
-/// permission checks; others only with `allow_other`) and how to mount.
-fn fuse_config(settings: &Settings, owner: Owner) -> Result<(Config, Way), MountError> {
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("zonemount".into()),
-        MountOption::Subtype("zonemount".into()),
-        MountOption::DefaultPermissions,
-        MountOption::NoSuid,
-        MountOption::NoDev,
-    ];
-    config.n_threads = Some(threads(settings));
-    config.clone_fd = true;
+/// How to mount (DESIGN §6: nosuid, nodev, kernel permission checks;
+/// others only with `allow_other`), or why this user can't.
+fn mount_way(settings: &Settings, owner: Owner) -> Result<Way, MountError> {
     if crate::backing::has_sys_admin() {
-        return Ok((config, Way::Direct));
+        return Ok(Way::Direct);
     }
-    if probe::fusermount3().is_none() {
+    let Some(program) = probe::fusermount3() else {
         return Err(MountError::NoFusermount);
-    }
+    };
     if settings.allow_other && owner.uid != 0 && !probe::fuse_conf_allows_other() {
         return Err(MountError::AllowOtherNotPermitted);
     }
-    if settings.allow_other {
-        config.acl = SessionACL::All;
-    }
-    Ok((config, Way::Fusermount))
+    Ok(Way::Fusermount(program))
 }
 
 impl Session {
@@ -426,6 +407,11 @@ impl Session {
     /// The filesystem core, for what `status` reads of it.
     pub fn core(&self) -> &Arc<Core> {
         &self.core
+    }
+
+    /// How requests reach the daemon.
+    pub fn transport(&self) -> Transport {
+        self.fuse.transport()
     }
 
     /// What stops this mount from another thread (a signal handler).
@@ -512,7 +498,7 @@ impl Stopper {
 
 /// A mount served by background threads (see [`Session::spawn`]).
 pub struct Background {
-    fuse: Option<fuser::BackgroundSession>,
+    fuse: Option<fuse::BackgroundSession>,
     stopper: Stopper,
     audit: Option<Arc<Audit>>,
     watcher: Ended,

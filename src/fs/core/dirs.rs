@@ -3,7 +3,7 @@
 
 use std::os::fd::AsFd;
 
-use fuser::FileType as FuseType;
+use crate::fuse::FileType as FuseType;
 use parking_lot::Mutex;
 
 use super::{Core, Ctx, Entry, Statfs};

@@ -6,7 +6,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use fuser::{FileAttr, TimeOrNow};
+use crate::fuse::{FileAttr, TimeOrNow};
 
 use super::gate::{Gate, Keep};
 use super::{Core, Ctx, Entry, FileOpen, Opening, Respond};

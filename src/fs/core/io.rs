@@ -132,8 +132,8 @@ impl Core {
         &self,
         node: &Node,
         fh: u64,
-        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<fuser::BackingId>,
-    ) -> Option<Arc<fuser::BackingId>> {
+        register: impl FnOnce(BorrowedFd<'_>) -> std::io::Result<crate::fuse::BackingId>,
+    ) -> Option<Arc<crate::fuse::BackingId>> {
         if self.io_mode() != IoMode::Passthrough {
             return None;
         }

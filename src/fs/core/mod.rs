@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 use std::time::{Duration, SystemTime};
 
-use fuser::FileAttr;
+use crate::fuse::FileAttr;
 use parking_lot::Mutex;
 
 use crate::approval::Broker;
@@ -89,7 +89,7 @@ impl<T, F: FnOnce(FsResult<T>) + Send + 'static> Respond<T> for F {
 /// The reply of an open or create, which can also register a file with
 /// the kernel for passthrough.
 pub trait Opening<T>: Respond<T> {
-    fn register(&self, fd: BorrowedFd<'_>) -> stdio::Result<fuser::BackingId>;
+    fn register(&self, fd: BorrowedFd<'_>) -> stdio::Result<crate::fuse::BackingId>;
 }
 
 /// A node's attributes and how long the kernel may keep them (and the
@@ -105,7 +105,7 @@ pub struct Entry {
 #[derive(Debug)]
 pub struct FileOpen {
     pub fh: u64,
-    pub backing: Option<Arc<fuser::BackingId>>,
+    pub backing: Option<Arc<crate::fuse::BackingId>>,
 }
 
 /// A created file: its entry, and the file as opened.
@@ -223,7 +223,7 @@ pub struct Core {
     /// write side (only when there are stages).
     still: parking_lot::RwLock<()>,
     /// Tells the kernel to forget cached entries (set once mounted).
-    notifier: std::sync::OnceLock<fuser::Notifier>,
+    notifier: std::sync::OnceLock<crate::fuse::Notifier>,
     /// Who changed the stages (see `stage::note_staged`).
     writers: Mutex<stage::Writers>,
     /// What the workers changed in plain rw zones.

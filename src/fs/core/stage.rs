@@ -126,13 +126,13 @@ impl Core {
         };
         let nodes = self.inodes.zone_nodes(zone);
         for (ino, parent, name) in &nodes {
-            let _ = n.inval_entry(fuser::INodeNo(*parent), name);
-            let _ = n.inval_inode(fuser::INodeNo(*ino), 0, 0);
+            let _ = n.inval_entry(crate::fuse::INodeNo(*parent), name);
+            let _ = n.inval_inode(crate::fuse::INodeNo(*ino), 0, 0);
         }
         let Some(root) = self.inodes.zone_root(zone) else {
             return;
         };
-        let _ = n.inval_inode(fuser::INodeNo(root.ino), 0, 0);
+        let _ = n.inval_inode(crate::fuse::INodeNo(root.ino), 0, 0);
         // A name's parent: the zone dir, or a node whose path it is.
         for p in paths {
             let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
@@ -148,13 +148,13 @@ impl Core {
                     .map(|node| node.ino)
             };
             if let Some(pi) = parent_ino {
-                let _ = n.inval_entry(fuser::INodeNo(pi), name);
+                let _ = n.inval_entry(crate::fuse::INodeNo(pi), name);
             }
         }
     }
 
     /// The kernel connection's notifier, once the session has one.
-    pub fn set_notifier(&self, n: fuser::Notifier) {
+    pub fn set_notifier(&self, n: crate::fuse::Notifier) {
         let _ = self.notifier.set(n);
     }
 

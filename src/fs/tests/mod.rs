@@ -85,7 +85,7 @@ fn answer<T: Send + 'static>(op: impl FnOnce(Box<dyn FnOnce(FsResult<T>) + Send>
 }
 
 /// A lookup that finds something (a negative entry is ENOENT here).
-fn found(core: &Core, parent: u64, name: &str) -> FsResult<fuser::FileAttr> {
+fn found(core: &Core, parent: u64, name: &str) -> FsResult<crate::fuse::FileAttr> {
     let e = core.lookup(&CTX, parent, OsStr::new(name))?;
     match e.attr.ino.0 {
         0 => Err(FsError::enoent()),
@@ -107,7 +107,7 @@ impl<T: Send + 'static> Respond<T> for Reply<T> {
 }
 
 impl<T: Send + 'static> Opening<T> for Reply<T> {
-    fn register(&self, _fd: BorrowedFd<'_>) -> std::io::Result<fuser::BackingId> {
+    fn register(&self, _fd: BorrowedFd<'_>) -> std::io::Result<crate::fuse::BackingId> {
         self.registered.fetch_add(1, Ordering::Relaxed);
         Err(std::io::Error::from_raw_os_error(libc::EPERM))
     }
@@ -200,7 +200,12 @@ fn mkdir(c: &Arc<Core>, parent: u64, name: &str) -> FsResult<Entry> {
     answer(|r| c.mkdir(CTX, parent, OsStr::new(name), 0o755, r))
 }
 
-fn create(c: &Arc<Core>, parent: u64, name: &str, flags: i32) -> FsResult<(fuser::FileAttr, u64)> {
+fn create(
+    c: &Arc<Core>,
+    parent: u64,
+    name: &str,
+    flags: i32,
+) -> FsResult<(crate::fuse::FileAttr, u64)> {
     let (r, _) = opening(|reply| c.create(CTX, parent, OsStr::new(name), 0o644, flags, reply));
     r.map(|created: crate::fs::core::Created| (created.entry.attr, created.open.fh))
 }

@@ -12,7 +12,7 @@ pub(super) fn symlinks_in_a_zone_are_never_followed_by_the_daemon() {
     symlink(&f.outside, f.rw.join("dirlink")).unwrap();
     for name in ["abs", "rel"] {
         let attr = found(&f.core, WORK, name).unwrap();
-        assert_eq!(attr.kind, fuser::FileType::Symlink);
+        assert_eq!(attr.kind, crate::fuse::FileType::Symlink);
         // opening the link node itself never reaches the target
         let e = open(&f.core, attr.ino.0, libc::O_RDONLY).unwrap_err();
         assert_eq!(e.errno(), libc::ELOOP, "{name}");

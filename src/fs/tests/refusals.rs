@@ -140,7 +140,7 @@ pub(super) fn device_nodes_are_refused_explained_before_any_approval() {
     assert!(last.message.contains("device nodes"), "{}", last.message);
     // A FIFO is an ordinary new name.
     let fifo = mknod(&f.core, WORK, "fifo", libc::S_IFIFO | 0o644).unwrap();
-    assert_eq!(fifo.attr.kind, fuser::FileType::NamedPipe);
+    assert_eq!(fifo.attr.kind, crate::fuse::FileType::NamedPipe);
     // In a ro zone, EROFS answers first.
     let e = mknod(&f.core, DATA, "null", libc::S_IFCHR | 0o644).unwrap_err();
     assert_eq!(refusal(e), Refusal::ReadOnly);

@@ -1,0 +1,125 @@
+//! The FUSE device (`/dev/fuse`): reading requests, writing replies, and
+//! its ioctls — a clone of the session for each serving thread, and the
+//! registration of backing files for kernel passthrough.
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::ioctl::opcode;
+
+use crate::fuse::abi::BackingMap;
+
+const MAGIC: u8 = 229;
+const IOC_CLONE: rustix::ioctl::Opcode = opcode::read::<u32>(MAGIC, 0);
+const IOC_BACKING_OPEN: rustix::ioctl::Opcode = opcode::write::<BackingMap>(MAGIC, 1);
+const IOC_BACKING_CLOSE: rustix::ioctl::Opcode = opcode::write::<u32>(MAGIC, 2);
+
+/// An open `/dev/fuse`: one connection (or a clone of one).
+#[derive(Debug)]
+pub struct Device(OwnedFd);
+
+impl Device {
+    /// A fresh device, not yet mounted.
+    pub fn open() -> io::Result<Device> {
+        let fd = rustix::fs::open("/dev/fuse", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(Device(fd))
+    }
+
+    /// The device of a mount made elsewhere (fusermount3 passes it).
+    pub fn from_fd(fd: OwnedFd) -> Device {
+        Device(fd)
+    }
+
+    /// Another fd on the same connection, so that each serving thread
+    /// reads its own queue (`FUSE_DEV_IOC_CLONE`): requests are answered
+    /// on the fd they came from.
+    pub fn clone_session(&self) -> io::Result<Device> {
+        let new = Device::open()?;
+        let old: u32 = self.0.as_raw_fd() as u32;
+        // SAFETY: FUSE_DEV_IOC_CLONE reads one u32 (the fd to clone) from
+        // the pointer, which points to a live u32 for the whole call.
+        let r = unsafe { libc::ioctl(new.0.as_raw_fd(), IOC_CLONE as _, std::ptr::from_ref(&old)) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(new)
+    }
+
+    /// Read one request into `buf` (which must hold the largest request
+    /// the connection allows). EINTR is retried; ENOENT (a request that
+    /// was interrupted before it was read) is read past.
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match rustix::io::read(&self.0, &mut *buf) {
+                Ok(n) => return Ok(n),
+                Err(rustix::io::Errno::INTR) | Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Write one reply or notification, whole.
+    pub fn write(&self, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+        Ok(rustix::io::writev(&self.0, parts)?)
+    }
+
+    /// Register `fd` as a passthrough backing file; the kernel's id for it.
+    pub fn backing_open(&self, fd: BorrowedFd<'_>) -> io::Result<u32> {
+        let map = BackingMap {
+            fd: fd.as_raw_fd(),
+            flags: 0,
+            padding: 0,
+        };
+        // SAFETY: FUSE_DEV_IOC_BACKING_OPEN reads a struct fuse_backing_map
+        // (16 bytes, `BackingMap` has its layout) from the pointer, live
+        // for the call; it returns the new id or -1 with errno.
+        let r = unsafe {
+            libc::ioctl(
+                self.0.as_raw_fd(),
+                IOC_BACKING_OPEN as _,
+                std::ptr::from_ref(&map),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r as u32)
+    }
+
+    /// Drop a backing file registration.
+    pub fn backing_close(&self, id: u32) -> io::Result<()> {
+        // SAFETY: FUSE_DEV_IOC_BACKING_CLOSE reads one u32 (the id) from
+        // the pointer, live for the call.
+        let r = unsafe {
+            libc::ioctl(
+                self.0.as_raw_fd(),
+                IOC_BACKING_CLOSE as _,
+                std::ptr::from_ref(&id),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl AsFd for Device {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The request numbers `<linux/fuse.h>` defines.
+    #[test]
+    fn ioctl_numbers_are_the_kernels() {
+        assert_eq!(IOC_CLONE as u64, 0x8004_e500);
+        assert_eq!(IOC_BACKING_OPEN as u64, 0x4010_e501);
+        assert_eq!(IOC_BACKING_CLOSE as u64, 0x4004_e502);
+    }
+}

@@ -1,0 +1,25 @@
+//! The FUSE session layer, owned by the project: the kernel protocol
+//! (`abi`), decoding requests (`request`), encoding replies (`reply`),
+//! the handshake and the serving threads (`session`) over either
+//! transport — `/dev/fuse` reads and writes, or FUSE over io_uring
+//! (`uring`, one ring per CPU, Linux 6.14 and later with the fuse module's
+//! `enable_uring` on).
+//!
+//! It knows nothing of zones or policy: a [`Filesystem`] gets each decoded
+//! request with its [`Reply`]. The `unsafe` it needs (device ioctls, the
+//! ring's shared buffers) lives in `backing`.
+
+pub mod abi;
+mod reply;
+mod request;
+mod session;
+mod types;
+mod uring;
+
+pub use reply::{BackingId, DirBuf, Reply, Sink};
+pub use request::{Op, Request};
+pub use session::{
+    Agreed, BackgroundSession, Filesystem, Notifier, Offer, Options, Session, Transport, Wants,
+};
+pub use types::{FileAttr, FileType, INodeNo, TimeOrNow};
+pub use uring::QUEUE_DEPTH;
