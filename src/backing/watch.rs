@@ -29,7 +29,8 @@
 //! 3. removes [`Plan::files`], and each of [`Plan::sockets`] that nothing
 //!    listens on (a live socket is someone else's);
 //! 4. unmounts [`Plan::mountpoint`] lazily — only if a statfs of it (which,
-//!    unlike a stat, no kernel cache answers) says ENOTCONN, i.e. a dead
+//!    unlike a stat, no kernel cache answers) says ENOTCONN (or
+//!    ECONNABORTED, as io_uring queues are torn down), i.e. a dead
 //!    FUSE mount is on top (a live or foreign mount is never touched): umount2(MNT_DETACH), or `fusermount3 -u -z` when
 //!    [`Plan::fusermount`] says so (a user's mount);
 //! 5. removes the (empty) [`Plan::dirs`], retrying for a bounded while
@@ -471,8 +472,9 @@ fn clean_up(p: &Prepared, msgs: &Messages) {
     if let Some(mp) = &p.mountpoint {
         // statfs, not stat: the kernel answers a stat of the mount's root
         // from its attribute cache even once the daemon is gone, but
-        // always asks the daemon for statfs.
-        if let Err(Errno::NOTCONN) = rustix::fs::statfs(mp.as_c_str()) {
+        // always asks the daemon for statfs. ECONNABORTED: a request
+        // caught in the teardown of a dead daemon's io_uring queues.
+        if let Err(Errno::NOTCONN | Errno::CONNABORTED) = rustix::fs::statfs(mp.as_c_str()) {
             match &p.fusermount {
                 Some((_, argv)) => run_and_wait(argv),
                 None => {

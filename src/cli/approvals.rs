@@ -283,6 +283,9 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
     );
     if let Some(io) = &s.io {
         out.push_str(&format!("file data: {}\n", io.detail));
+        if let Some(t) = &io.transport_detail {
+            out.push_str(&format!("transport: {t}\n"));
+        }
     }
     for d in s.degraded.iter().flatten() {
         out.push_str(&format!("degraded: {}\n", d.line()));

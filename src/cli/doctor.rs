@@ -253,20 +253,25 @@ fn passthrough(kernel: &str, admin: bool) -> Check {
 fn uring() -> Check {
     const NAME: &str = "FUSE over io_uring";
     match probe::uring() {
-        probe::Uring::Enabled => check(
+        probe::Uring::Enabled if !crate::backing::io_uring_allowed() => check(
             NAME,
             State::Degraded,
-            "the kernel offers it (enable_uring=Y), but this zonemount serves requests through /dev/fuse reads",
+            "the kernel offers it (enable_uring=Y), but this process may not set up an io_uring (kernel.io_uring_disabled): requests go through /dev/fuse",
+        ),
+        probe::Uring::Enabled => check(
+            NAME,
+            State::Ok,
+            "used: requests come over io_uring, one ring per CPU (enable_uring=Y)",
         ),
         probe::Uring::Disabled => check(
             NAME,
             State::Degraded,
-            "the kernel has it switched off (enable_uring=N); zonemount serves requests through /dev/fuse reads",
+            "the kernel has it switched off (enable_uring=N): requests go through /dev/fuse; as root, `zonemount mount --io-uring` switches it on",
         ),
         probe::Uring::Absent => check(
             NAME,
             State::Missing,
-            "this kernel has no FUSE over io_uring (Linux 6.14+); zonemount serves requests through /dev/fuse reads",
+            "this kernel has no FUSE over io_uring (Linux 6.14+): requests go through /dev/fuse",
         ),
     }
 }

@@ -142,10 +142,12 @@ fn daemon_alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// A dead FUSE mount answers ENOTCONN. statfs, not stat: the kernel
+/// A dead FUSE mount answers ENOTCONN (or ECONNABORTED while a dead
+/// daemon's io_uring queues are torn down). statfs, not stat: the kernel
 /// answers a stat of the root from its cache even after the daemon died.
 fn not_connected(path: &Path) -> bool {
-    rustix::fs::statfs(path).is_err_and(|e| e == rustix::io::Errno::NOTCONN)
+    use rustix::io::Errno;
+    rustix::fs::statfs(path).is_err_and(|e| e == Errno::NOTCONN || e == Errno::CONNABORTED)
 }
 
 fn current() -> Vec<MountStatus> {

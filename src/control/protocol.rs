@@ -317,6 +317,12 @@ impl From<&Zone> for ZoneStatus {
 pub struct IoStatus {
     pub mode: String,
     pub detail: String,
+    /// How requests reach the daemon: `dev-fuse` or `io-uring` (absent
+    /// from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport_detail: Option<String>,
 }
 
 /// Cache TTLs, in seconds.

@@ -17,7 +17,9 @@ use crate::fs::reply::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
 };
 use crate::fuse::abi::{fattr, init};
-use crate::fuse::{Agreed, DirBuf, Filesystem, Offer, Op, Reply, Request, TimeOrNow, Wants};
+use crate::fuse::{
+    Agreed, DirBuf, Filesystem, Offer, Op, Reply, Request, TimeOrNow, Transport, Wants,
+};
 
 /// The largest write (and read) the kernel sends in one request.
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -118,6 +120,11 @@ impl Filesystem for ZoneFs {
             Ok(()) => IoMode::Daemon(DaemonWhy::Kernel),
         };
         self.core.set_io_mode(mode);
+        self.core.set_transport(if agreed.has(init::OVER_IO_URING) {
+            Transport::Uring
+        } else {
+            Transport::Device
+        });
     }
 
     fn dispatch(&self, req: Request<'_>, reply: Reply) {

@@ -88,6 +88,16 @@ impl Transport {
             Transport::Uring => "io-uring",
         }
     }
+
+    /// One line for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Transport::Device => "/dev/fuse (requests read and answered by the daemon's threads)",
+            Transport::Uring => {
+                "io_uring (one ring per CPU: a request is answered on the CPU it was made on)"
+            }
+        }
+    }
 }
 
 /// How to serve.

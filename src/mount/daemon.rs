@@ -217,6 +217,8 @@ fn status_fn(
             io: Some(IoStatus {
                 mode: io.name().to_string(),
                 detail: io.describe().to_string(),
+                transport: core.transport().map(|t| t.name().to_string()),
+                transport_detail: core.transport().map(|t| t.describe().to_string()),
             }),
             cache_ttl_secs: Some(CacheTtls {
                 rw: rw.as_secs_f64(),

@@ -11,6 +11,7 @@ use super::Core;
 use crate::backing;
 use crate::fs::handles::Handle;
 use crate::fs::inodes::{Node, Passthrough};
+use crate::fuse::Transport;
 
 /// Files first opened read-only below this size read through the daemon
 /// and the page cache rather than passthrough (see [`Core::passthrough_id`]).
@@ -109,6 +110,24 @@ impl Core {
     /// How file data moves in this mount (for logs and `zonemount status`).
     pub fn io_mode(&self) -> IoMode {
         IoMode::from_code(self.io_mode.load(Ordering::Relaxed))
+    }
+
+    /// Record how requests reach this daemon.
+    pub fn set_transport(&self, t: Transport) {
+        let code = match t {
+            Transport::Device => 1,
+            Transport::Uring => 2,
+        };
+        self.transport.store(code, Ordering::Relaxed);
+    }
+
+    /// How requests reach this daemon (None before the handshake).
+    pub fn transport(&self) -> Option<Transport> {
+        match self.transport.load(Ordering::Relaxed) {
+            1 => Some(Transport::Device),
+            2 => Some(Transport::Uring),
+            _ => None,
+        }
     }
 
     /// The backing id for a file just opened (handle `fh`) when its data

@@ -213,6 +213,8 @@ pub struct Core {
     broker: Arc<dyn Broker>,
     /// [`IoMode`] as negotiated at mount.
     io_mode: AtomicU8,
+    /// The FUSE transport the handshake settled on (1: /dev/fuse, 2: io_uring).
+    transport: AtomicU8,
     opts: CoreOptions,
     started: SystemTime,
     /// The last refusals, explained, oldest first.
@@ -340,6 +342,7 @@ impl Core {
             handles: Handles::default(),
             broker,
             io_mode: AtomicU8::new(IoMode::Daemon(DaemonWhy::Starting).code()),
+            transport: AtomicU8::new(0),
             opts,
             started: SystemTime::now(),
             recent: Mutex::new(std::collections::VecDeque::with_capacity(RECENT_REFUSALS)),
