@@ -8,7 +8,8 @@
 #   3. cargo test --doc (the doc examples compile, and run unless no_run)
 #   4. the Python client (scripts/test-python.sh: mypy --strict, pytest)
 #   5. the suites every environment must pass, again as root without
-#      fusermount3 and as an unprivileged user (scripts/test-envs.sh)
+#      fusermount3, as an unprivileged user, and over FUSE over io_uring
+#      (scripts/test-envs.sh)
 #   6. scripts/conformance.sh (pjdfstest and fsx against a mounted zone)
 #
 # Every step runs under a time limit; one that runs out fails with a line
@@ -95,11 +96,12 @@ fi
 [ $rc_py -eq 0 ] || failed_steps+=("python client")
 
 # The suites every environment must pass, again: as root where fusermount3
-# is unusable (a private mount namespace with it covered), and as an
-# unprivileged user with the setuid fusermount3 (scripts/test-envs.sh).
+# is unusable (a private mount namespace with it covered), as an
+# unprivileged user with the setuid fusermount3, and as root over FUSE
+# over io_uring where the kernel has it (scripts/test-envs.sh).
 ENV_SUITES=(errno_table lifecycle run approvals escape bounded_fds staged)
 rc_envs=0
-for env_name in nofusermount user; do
+for env_name in nofusermount user uring; do
   rc_env=0
   if [ $rc_build -eq 0 ]; then
     step "integration suites: $env_name" "$LIMIT_ENV" bash scripts/test-envs.sh "$env_name" "${ENV_SUITES[@]}" 2>&1 | tee -a "$envs_log" || rc_env=$?

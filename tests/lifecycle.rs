@@ -117,6 +117,35 @@ fn mount_is_live_when_it_returns() {
     }
 }
 
+/// The transport is the one the kernel offers: io_uring where the fuse
+/// module's enable_uring is on (the `uring` environment switches it on,
+/// and then nothing else is acceptable), /dev/fuse otherwise; `status`
+/// names it, and the mount works either way.
+#[test]
+fn the_transport_is_what_the_kernel_offers() {
+    if !fuse_ok() {
+        return;
+    }
+    let param = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .map(|v| v.trim() == "Y")
+        .unwrap_or(false);
+    if common::need::test_env() == "uring" {
+        assert!(param, "the uring environment runs with enable_uring=Y");
+    }
+    let m = simple(Mode::Sandboxed).mount();
+    let out = zonemount(m.mountpoint(), &["status", &m.mountpoint().to_string_lossy()]);
+    assert!(out.success(), "status: {}", out.describe());
+    let want = if param { "transport: io_uring" } else { "transport: /dev/fuse" };
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with(want)),
+        "status should say {want:?}:\n{}",
+        out.stdout
+    );
+    let (st, text, err) = m.sh("echo x > ws/t && cat ws/t && rm ws/t && ls");
+    assert!(st.success(), "{err}");
+    assert_eq!(text, "x\ndata\nws\n");
+}
+
 #[test]
 fn unmount_waits_for_the_daemon() {
     if !fuse_ok() {

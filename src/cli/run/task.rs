@@ -124,12 +124,13 @@ impl TaskMount {
         }
     }
 
-    /// Unmount (lazily when busy), wait for the daemon, remove the dir.
+    /// Unmount (lazily when still busy after a moment), wait for the
+    /// daemon, remove the dir.
     /// Problems are reported on stderr; there is no one left to return
     /// them to.
     pub(super) fn teardown(&mut self) {
         if std::mem::take(&mut self.mounted) {
-            let done = match mount::unmount(&self.dir, false) {
+            let done = match unmount_patiently(&self.dir) {
                 Err(mount::UnmountError::Busy(_)) => {
                     eprintln!(
                         "zonemount: run: {} is still in use (a process CMD left behind?); detaching lazily",
@@ -285,3 +286,22 @@ pub(super) fn spawn_failure(prog: &OsStr, e: &std::io::Error) -> Failure {
         format!("run: cannot execute {}: {e}", Path::new(prog).display()),
     )
 }
+
+/// Unmount `dir`, retrying a busy mount for up to [`BUSY_PATIENCE`]: the
+/// kernel holds a closed file's mount until the daemon has answered its
+/// RELEASE, which comes after CMD's close() (and exit) returned.
+fn unmount_patiently(dir: &std::path::Path) -> Result<Unmounted, mount::UnmountError> {
+    let deadline = std::time::Instant::now() + BUSY_PATIENCE;
+    loop {
+        match mount::unmount(dir, false) {
+            Err(mount::UnmountError::Busy(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How long `run` waits for a busy mount to come free before it detaches
+/// lazily.
+const BUSY_PATIENCE: std::time::Duration = std::time::Duration::from_millis(1500);
