@@ -5,6 +5,7 @@
 #   bash scripts/bench.sh [--quick] [--reps N] [--json FILE] [--only W1,W2]
 #                         [--fd-entries N] [--placements pinned,unpinned]
 #                         [--threads N]   (zonemount's FUSE threads, default 4)
+#                         [--targets T1,T2]  (default: all; native always runs)
 #
 # Builds release, makes a journaled ext4 image on a loop device under
 # /var/tmp (the root fs here has no journal and mounts with `discard`, which
@@ -15,6 +16,10 @@
 #   zm-nopt  zonemount --no-passthrough (data through the daemon)
 #   zm-staged zonemount, the zone staged (changes go to a stage on the same
 #            ext4 image; the stage is discarded after each run)
+#   zm-uring zonemount, kernel passthrough on, served over FUSE over io_uring
+#            (the fuse module's enable_uring is switched on for the run and
+#            set back after; every other zonemount target is mounted with
+#            --no-io-uring, so they measure the /dev/fuse transport)
 # and, with the workload `commit`: a 10,000-file untar into the staged zone,
 # then `zonemount commit` timed against `cp -a` of the same tree.
 # Each workload runs REPS times; within a repetition the targets take turns
@@ -38,6 +43,7 @@ only=""
 fd_entries=""
 threads=4
 placements="pinned,unpinned"
+targets_opt=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -47,6 +53,7 @@ while [ $# -gt 0 ]; do
     --fd-entries) fd_entries=$2; shift ;;
     --placements) placements=$2; shift ;;
     --threads) threads=$2; shift ;;
+    --targets) targets_opt=$2; shift ;;
     -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "bench: unknown option $1" >&2; exit 2 ;;
   esac
@@ -70,7 +77,14 @@ json=${json:-$repo/target/bench.json}
 ALL_WORKLOADS="seq_write seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls create unlink ask_pending fds commit"
 WORKLOADS=${only//,/ }
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
-TARGETS="native bindfs zm zm-nopt zm-staged"
+ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring"
+TARGETS="native"
+for t in ${targets_opt//,/ }; do
+  case " $ALL_TARGETS " in *" $t "*) ;; *) echo "bench: unknown target $t (known: $ALL_TARGETS)" >&2; exit 2 ;; esac
+  [ "$t" = native ] || TARGETS="$TARGETS $t"
+done
+[ -n "$targets_opt" ] || TARGETS=$ALL_TARGETS
+want() { case " $TARGETS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 export PATH="$HOME/.cargo/bin:$PATH"
 # git status must not rewrite the shared fixture's index.
@@ -91,6 +105,9 @@ mnt_z="$work/mnt-zm"
 mnt_d="$work/mnt-zm-nopt"
 mnt_f="$work/mnt-fds"
 mnt_s="$work/mnt-zm-staged"
+mnt_u="$work/mnt-zm-uring"
+uring_param=/sys/module/fuse/parameters/enable_uring
+uring_was=""
 raw="$work/times.tsv"
 bg_pids=()
 cleanup() {
@@ -99,10 +116,11 @@ cleanup() {
   if [ "${ops_ok:-0}" = 1 ]; then
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
-  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
+  [ -n "$uring_was" ] && echo "$uring_was" > "$uring_param"
   grep -q " $fs " /proc/mounts && umount "$fs" 2>/dev/null || { grep -q " $fs " /proc/mounts && umount -l "$fs"; }
   rm -rf "$work"
 }
@@ -111,7 +129,7 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_u"
 mount -o loop "$img" "$fs"
 mkdir -p "$data" "$fs/askz" "$fs/fds"
 chmod 755 "$data"
@@ -165,13 +183,22 @@ root_of() {
     zm) echo "$mnt_z/w" ;;
     zm-nopt) echo "$mnt_d/w" ;;
     zm-staged) echo "$mnt_s/w" ;;
+    zm-uring) echo "$mnt_u/w" ;;
   esac
 }
 
 place() { # pin or unpin every daemon's threads
-  local cpus=$1
+  local cpus=$1 p t n
   for p in $(pgrep -f "zonemount mount .* $work/mnt-") $(pgrep -f "bindfs .* $mnt_b"); do
     taskset -a -p -c "$cpus" "$p" >/dev/null 2>&1 || true
+    # Unpinned, an io_uring queue's thread stays on its own CPU (as the
+    # daemon keeps it: the kernel queues each request on the ring of the
+    # CPU it was made on).
+    [ "$cpus" = 0 ] && continue
+    for t in /proc/"$p"/task/*; do
+      n=$(cat "$t/comm" 2>/dev/null) || continue
+      case "$n" in fuse-ring-*) taskset -p -c "${n#fuse-ring-}" "${t##*/}" >/dev/null 2>&1 || true ;; esac
+    done
   done
 }
 
@@ -184,17 +211,24 @@ sandbox:
     - { name: askz, path: $fs/askz, mode: rw, approval: { write: ask } }
 YAML
 # bindfs as a user would run it to re-present a dir (libfuse 2, 1 s TTLs).
-bindfs "$data" "$mnt_b"
-"$bin" mount --config "$work/zm.yaml" --threads "$threads" "$mnt_z"
-"$bin" mount --config "$work/zm.yaml" --threads "$threads" --no-passthrough "$mnt_d"
+want bindfs && bindfs "$data" "$mnt_b"
+# zm (and the fds check's mount) always: the ask and fds workloads use it.
+"$bin" mount --config "$work/zm.yaml" --threads "$threads" --no-io-uring "$mnt_z"
+want zm-nopt && "$bin" mount --config "$work/zm.yaml" --threads "$threads" --no-passthrough --no-io-uring "$mnt_d"
+if want zm-uring; then
+  [ -e "$uring_param" ] || { echo "bench: this kernel has no FUSE over io_uring ($uring_param)" >&2; exit 1; }
+  uring_was=$(cat "$uring_param")
+  "$bin" mount --config "$work/zm.yaml" --threads "$threads" --io-uring "$mnt_u"
+  "$bin" status "$mnt_u" | grep -q '^transport: io_uring' || { echo "bench: $mnt_u is not served over io_uring" >&2; exit 1; }
+fi
 cat > "$work/zm-staged.yaml" <<YAML
 sandbox:
   mode: direct
   zones:
     - { name: w, path: $data, mode: rw, staged: true }
 YAML
-"$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --stage-dir "$fs/stage" "$mnt_s"
-echo "== mounted: native=$data bindfs=$mnt_b zm=$mnt_z zm-nopt=$mnt_d zm-staged=$mnt_s (stage $fs/stage)"
+want zm-staged && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
+echo "== targets: $TARGETS (mounts under $work)"
 
 # ---- fixtures (made natively, shared read-only) ----------------------------
 echo "== fixtures: tree of $TREE_ENTRIES entries, a ${RAND_MB} MiB file, a $TAR_FILES-file tarball"
@@ -411,7 +445,8 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-targets = ["native", "bindfs", "zm", "zm-nopt", "zm-staged"]
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)"}
+targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
     if (placement, w) not in order: order.append((placement, w))
@@ -419,8 +454,8 @@ results = []
 lines = []
 for placement in dict.fromkeys(p for p, _ in order):
     lines.append(f"\n{placement}: median seconds (min-max), and ratio to native")
-    lines.append(f"| workload | native | bindfs | zm (passthrough) | zm (no passthrough) | zm (staged) |")
-    lines.append("|---|---:|---:|---:|---:|---:|")
+    lines.append("| workload | " + " | ".join(names[t] for t in targets) + " |")
+    lines.append("|---|" + "---:|" * len(targets))
     for p, w in order:
         if p != placement: continue
         if w == "ask_pending":
