@@ -129,13 +129,20 @@ fn the_transport_is_what_the_kernel_offers() {
     let param = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
         .map(|v| v.trim() == "Y")
         .unwrap_or(false);
-    if common::need::test_env() == "uring" {
+    if test_env() == "uring" {
         assert!(param, "the uring environment runs with enable_uring=Y");
     }
     let m = simple(Mode::Sandboxed).mount();
-    let out = zonemount(m.mountpoint(), &["status", &m.mountpoint().to_string_lossy()]);
+    let out = zonemount(
+        m.mountpoint(),
+        &["status", &m.mountpoint().to_string_lossy()],
+    );
     assert!(out.success(), "status: {}", out.describe());
-    let want = if param { "transport: io_uring" } else { "transport: /dev/fuse" };
+    let want = if param {
+        "transport: io_uring"
+    } else {
+        "transport: /dev/fuse"
+    };
     assert!(
         out.stdout.lines().any(|l| l.starts_with(want)),
         "status should say {want:?}:\n{}",

@@ -16,6 +16,8 @@
 //!
 //! - this file: names, `/proc/self/fd` reopening, the fd-relative calls.
 //! - `creds`: switching to the caller's credentials ([`AsCaller`]).
+//! - `emptypath`: chmod and utimes on a held fd itself (`AT_EMPTY_PATH`),
+//!   where the kernel allows, before `/proc/self/fd`.
 //! - `handle`: kernel file handles ([`InodeHandle`]).
 //! - `fusemount`: mount(2) of a FUSE device as `fuse.zonemount` ([`FuseMount`]),
 //!   or through `fusermount3` for an unprivileged daemon.
@@ -27,6 +29,7 @@
 //!   user namespace).
 
 mod creds;
+mod emptypath;
 mod fusedev;
 mod fusemount;
 mod fusering;
@@ -110,6 +113,9 @@ impl ProcFds {
 
     /// chmod the inode itself (symlinks have no mode of their own: EOPNOTSUPP).
     pub fn chmod(&self, fd: BorrowedFd<'_>, mode: u32) -> Sys<()> {
+        if let Some(r) = emptypath::chmod(fd, mode) {
+            return r;
+        }
         rfs::chmodat(
             &self.0,
             Self::name(fd),
@@ -120,6 +126,9 @@ impl ProcFds {
 
     /// Set times of a non-symlink inode.
     pub fn utimens(&self, fd: BorrowedFd<'_>, times: &Timestamps) -> Sys<()> {
+        if let Some(r) = emptypath::utimens(fd, times) {
+            return r;
+        }
         rfs::utimensat(&self.0, Self::name(fd), times, AtFlags::empty())
     }
 

@@ -76,3 +76,36 @@ fn reach_again_takes_one_name_and_never_follows() {
     assert!(out_of_fds(Errno::MFILE) && out_of_fds(Errno::NFILE));
     assert!(!out_of_fds(Errno::NOENT));
 }
+
+/// chmod and utimes of a node held as `O_PATH` (by `AT_EMPTY_PATH` where
+/// the kernel allows, else through `/proc/self/fd`) change that inode, and
+/// a symlink still has no mode of its own.
+#[test]
+fn chmod_and_utimes_reach_the_held_inode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("f"), b"x").expect("write");
+    std::os::unix::fs::symlink("f", dir.path().join("l")).expect("symlink");
+    let root = open_zone_root(dir.path()).expect("root");
+    let f = lookup(root.as_fd(), OsStr::new("f")).expect("lookup f");
+    let l = lookup(root.as_fd(), OsStr::new("l")).expect("lookup l");
+    let procfds = ProcFds::open().expect("/proc/self/fd");
+    procfds.chmod(f.as_fd(), 0o640).expect("chmod");
+    let times = Timestamps {
+        last_access: rustix::fs::Timespec {
+            tv_sec: 1_000_000_000,
+            tv_nsec: 5,
+        },
+        last_modification: rustix::fs::Timespec {
+            tv_sec: 1_000_000_001,
+            tv_nsec: 7,
+        },
+    };
+    procfds.utimens(f.as_fd(), &times).expect("utimens");
+    let st = stat(f.as_fd()).expect("stat");
+    assert_eq!(st.st_mode & 0o7777, 0o640);
+    assert_eq!((st.st_atime, st.st_atime_nsec), (1_000_000_000, 5));
+    assert_eq!((st.st_mtime, st.st_mtime_nsec), (1_000_000_001, 7));
+    assert_eq!(procfds.chmod(l.as_fd(), 0o600), Err(Errno::OPNOTSUPP));
+    let lt = std::fs::symlink_metadata(dir.path().join("l")).expect("lstat");
+    assert!(lt.file_type().is_symlink());
+}
