@@ -1398,3 +1398,53 @@ fn opening_read_write_asks_where_reading_asks() {
     let (st, _, err) = m.sh("echo more >> work/.env");
     assert!(st.success(), "{err}");
 }
+
+/// With file data through the daemon the kernel gathers writes in its page
+/// cache and, at close, sends the file's new modification time: part of
+/// the write approved at the open, never a request of its own. A time the
+/// worker sets itself is still a metadata change, asked, and kept.
+#[test]
+fn a_write_gathered_in_the_page_cache_asks_once() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().arg("--no-passthrough").mount();
+    let s: Value = serde_json::from_str(&zm(&["status", "--json"], m.mountpoint()).stdout).unwrap();
+    assert!(
+        s["io"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("writeback cache"),
+        "{}",
+        s["io"]
+    );
+    let w = Worker::start(
+        &m,
+        "dd if=/dev/zero of=final/big.md bs=4k count=300 status=none && touch -d @1000000000 final/big.md; echo done",
+    );
+    // Each request allowed once as it comes: dd's create, then touch's
+    // open and its own setting of the times (a metadata change, asked).
+    let mut ops = Vec::new();
+    let mut w = w;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while w.still_running() {
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not finish: {ops:?}"
+        );
+        for r in pending(&m) {
+            ops.push(r["op"].as_str().unwrap().to_string());
+            let out = decide(&m, &["allow"], r["id"].as_u64().unwrap());
+            assert!(out.success(), "{}", out.describe());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(ops, ["create", "open", "setattr"]);
+    let (st, err) = w.finish();
+    assert!(st.success(), "{err}");
+    let meta = fs::metadata(m.backing("final", "big.md")).unwrap();
+    assert_eq!(meta.len(), 300 * 4096);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(meta.mtime(), 1_000_000_000, "touch's time is the file's");
+    assert_eq!(events(&m, "request").len(), 3, "{:?}", ledger(&m));
+}

@@ -264,6 +264,11 @@ fn exit(code: i32) -> ! {
 /// The first child: fork the watcher and exit, so the watcher is
 /// reparented and never waits as a zombie of our parent.
 fn intermediate(p: &Prepared) -> ! {
+    // Named before the fork, so the watcher carries its name from its
+    // first instant: by the time `spawn` returns, nothing that is not the
+    // daemon looks like it in `ps` (a test that counted the daemon's
+    // processes once saw the unnamed watcher).
+    let _ = rustix::thread::set_name(c"zm-watch");
     // SAFETY: this process is a single-threaded fork child; the grandchild
     // runs only `watch` (system calls on prepared data, then `_exit`).
     let pid = unsafe { libc::fork() };

@@ -100,6 +100,18 @@ impl Filesystem for ZoneFs {
         // write kept the bits).
         if self.core.passthrough_wanted().is_ok() && offer.flags & init::PASSTHROUGH != 0 {
             flags |= init::PASSTHROUGH;
+        } else {
+            // File data through the daemon: the kernel gathers writes in
+            // its page cache and sends them in blocks of up to MAX_WRITE
+            // (4 KiB writes otherwise cost a round trip each). Handles
+            // whose every write the daemon must see (a zone's size limit)
+            // use direct I/O, which must still allow shared mmap (Linux
+            // 6.6): without that, no writeback cache. See
+            // `Core::open_backing`.
+            let both = init::WRITEBACK_CACHE | init::DIRECT_IO_ALLOW_MMAP;
+            if offer.flags & both == both {
+                flags |= both;
+            }
         }
         Wants {
             flags,
@@ -120,6 +132,7 @@ impl Filesystem for ZoneFs {
             Ok(()) => IoMode::Daemon(DaemonWhy::Kernel),
         };
         self.core.set_io_mode(mode);
+        self.core.set_writeback(agreed.has(init::WRITEBACK_CACHE));
         self.core.set_transport(if agreed.has(init::OVER_IO_URING) {
             Transport::Uring
         } else {
@@ -271,8 +284,11 @@ impl Filesystem for ZoneFs {
                 failed("write", &res);
                 ReplyWrite(reply).respond(res)
             }),
-            // Writes go straight to the backing file; nothing is buffered.
-            Op::Flush => reply.ok(),
+            // Nothing is buffered in the daemon and locks stay in the
+            // kernel: ENOSYS tells the kernel never to send FLUSH again
+            // (with the writeback cache it would on every close, even with
+            // FOPEN_NOFLUSH; it writes dirty pages back first either way).
+            Op::Flush => reply.error(libc::ENOSYS),
             Op::Release { fh } => guarded("release", || {
                 core.release(fh);
                 reply.ok()

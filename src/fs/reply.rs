@@ -20,6 +20,17 @@ const DAEMON_OPEN: u32 = fopen::KEEP_CACHE | fopen::NOFLUSH;
 const DIR_OPEN: u32 = fopen::CACHE_DIR | fopen::KEEP_CACHE;
 /// Flags besides `FOPEN_PASSTHROUGH` (which allows no caching flags).
 const PASSTHROUGH_OPEN: u32 = fopen::NOFLUSH;
+/// A file whose writes must reach the daemon as they are made, past the
+/// writeback cache (`Core::open_backing`).
+const DIRECT_OPEN: u32 = fopen::DIRECT_IO | fopen::NOFLUSH;
+
+/// The open flags for a file opened through the daemon.
+fn daemon_open(direct: bool) -> u32 {
+    match direct {
+        true => DIRECT_OPEN,
+        false => DAEMON_OPEN,
+    }
+}
 
 /// One newtype per reply kind: the same result type can be answered two
 /// ways (an `Entry` as LOOKUP's entry or GETATTR's attributes).
@@ -84,13 +95,13 @@ respond!(ReplyStatfs, Statfs, |r, s| r.statfs(&StatfsOut {
 }));
 respond!(ReplyOpen, FileOpen, |r, o| match o.backing {
     Some(id) => r.opened(o.fh, PASSTHROUGH_OPEN, Some(&id)),
-    None => r.opened(o.fh, DAEMON_OPEN, None),
+    None => r.opened(o.fh, daemon_open(o.direct), None),
 });
 respond!(ReplyCreate, Created, |r, c| {
     let e = &c.entry;
     match c.open.backing {
         Some(id) => r.created(e.ttl, &e.attr, c.open.fh, PASSTHROUGH_OPEN, Some(&id)),
-        None => r.created(e.ttl, &e.attr, c.open.fh, DAEMON_OPEN, None),
+        None => r.created(e.ttl, &e.attr, c.open.fh, daemon_open(c.open.direct), None),
     }
 });
 

@@ -71,12 +71,14 @@ pub mod init {
     pub const MAX_PAGES: u64 = 1 << 22;
     pub const CACHE_SYMLINKS: u64 = 1 << 23;
     pub const INIT_EXT: u64 = 1 << 30;
+    pub const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
     pub const PASSTHROUGH: u64 = 1 << 37;
     pub const OVER_IO_URING: u64 = 1 << 41;
 }
 
 /// OPEN reply flags.
 pub mod fopen {
+    pub const DIRECT_IO: u32 = 1 << 0;
     pub const KEEP_CACHE: u32 = 1 << 1;
     pub const CACHE_DIR: u32 = 1 << 3;
     pub const NOFLUSH: u32 = 1 << 5;

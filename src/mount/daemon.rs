@@ -216,7 +216,7 @@ fn status_fn(
                 .collect(),
             io: Some(IoStatus {
                 mode: io.name().to_string(),
-                detail: io.describe().to_string(),
+                detail: io.describe_with(core.writeback()),
                 transport: core.transport().map(|t| t.name().to_string()),
                 transport_detail: core.transport().map(|t| t.describe().to_string()),
             }),

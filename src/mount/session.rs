@@ -249,7 +249,7 @@ pub fn build(
     // The handshake is done: the I/O mode is settled.
     tracing::info!(
         mountpoint = %mountpoint.display(),
-        io = core.io_mode().describe(),
+        io = core.io_mode().describe_with(core.writeback()),
         transport = fuse.transport().name(),
         ttl = ?settings.ttl,
         ttl_ro = ?settings.ttl_ro(),

@@ -42,6 +42,17 @@ impl SetAttr {
             && self.mtime.is_none()
     }
 
+    /// Only the modification time: what the kernel sends when it writes
+    /// back the times of a file it gathered writes for (writeback cache).
+    fn only_mtime(&self) -> bool {
+        self.mtime.is_some()
+            && self.atime.is_none()
+            && self.mode.is_none()
+            && self.uid.is_none()
+            && self.gid.is_none()
+            && self.size.is_none()
+    }
+
     fn changes_metadata(&self) -> bool {
         self.mode.is_some()
             || self.uid.is_some()
@@ -155,7 +166,7 @@ impl Core {
             }
         }
         let kills = a.kills_privileges() && self.privileges_to_kill(&node)?.is_some();
-        if a.changes_metadata() || kills {
+        if (a.changes_metadata() && !self.times_of_writes(a)) || kills {
             if let Gate::Ask(v) = self.gate(ctx, &Op::Metadata { at }, Keep::Ledger)? {
                 asks.extend(v);
             }
@@ -179,6 +190,14 @@ impl Core {
         let kept = without_privileges(mode);
         let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
         Ok((regular && kept != mode).then_some(kept))
+    }
+
+    /// Whether `a` is the modification time of writes made through a
+    /// handle open for writing, which the kernel sends when it keeps
+    /// writes in its page cache (writeback cache): part of those writes,
+    /// approved at the open, not a metadata change of its own.
+    fn times_of_writes(&self, a: &SetAttr) -> bool {
+        self.writeback() && a.only_mtime() && self.handles.writable_fd(a.fh).is_some()
     }
 
     fn setattr_as(&self, caller: &Caller, node: &Node, a: &SetAttr) -> FsResult<Entry> {
@@ -222,7 +241,19 @@ impl Core {
                 let dir = self.reach.fd_of(&parent)?;
                 backing::utimens_nofollow(dir.as_fd(), &node.name(), &times)?;
             } else {
-                procfds.utimens(fd, &times)?;
+                match procfds.utimens(fd, &times) {
+                    // The kernel's time for writes by a caller who may
+                    // write the file but not set its times (not its
+                    // owner): the time of the write-back instead.
+                    Err(rustix::io::Errno::PERM) if self.times_of_writes(a) => {
+                        let now = backing::Timestamps {
+                            last_access: timespec(None),
+                            last_modification: timespec(Some(TimeOrNow::Now)),
+                        };
+                        procfds.utimens(fd, &now)?
+                    }
+                    r => r?,
+                }
             }
         }
         Ok(self.entry(node.zone, self.attr_with(node, a.fh)?))
@@ -236,18 +267,19 @@ impl Core {
         let plan = || {
             self.opening(&ctx, ino, flags).map(|(gate, node)| {
                 let act = move |core: &Core| {
-                    let fh = core.open_as(&ctx.caller(), &node, flags)?;
-                    Ok((node, fh))
+                    let (fh, direct) = core.open_as(&ctx.caller(), &node, flags)?;
+                    Ok((node, fh, direct))
                 };
                 (gate, act)
             })
         };
         let core = Arc::clone(self);
-        let respond = move |r: FsResult<(Arc<Node>, u64)>| {
+        let respond = move |r: FsResult<(Arc<Node>, u64, bool)>| {
             // With the daemon's own credentials again (see passthrough_id).
-            let r = r.map(|(node, fh)| FileOpen {
+            let r = r.map(|(node, fh, direct)| FileOpen {
                 fh,
                 backing: core.passthrough_id(&node, fh, |fd| reply.register(fd)),
+                direct,
             });
             reply.respond(r)
         };
@@ -288,15 +320,25 @@ impl Core {
         Ok((gate, node))
     }
 
-    pub(super) fn open_as(&self, caller: &Caller, node: &Node, flags: i32) -> FsResult<u64> {
+    /// Open `node` for the caller; the handle, and whether its writes go
+    /// to the daemon as they are made (see [`Core::open_backing`]).
+    pub(super) fn open_as(
+        &self,
+        caller: &Caller,
+        node: &Node,
+        flags: i32,
+    ) -> FsResult<(u64, bool)> {
         let _as = AsCaller::enter(caller)?;
         let zone = node.zone.ok_or(FsError::Os(libc::EISDIR))?;
-        let fd = self.reach.reopen(self.reach.fd_of(node)?.as_fd(), flags)?;
-        Ok(self.handles.add(Handle::File {
+        let held = self.reach.fd_of(node)?;
+        let (fd, direct) =
+            self.open_backing(zone, flags, |f| self.reach.reopen(held.as_fd(), f))?;
+        let fh = self.handles.add(Handle::File {
             fd: Arc::new(fd),
             zone,
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
-        }))
+        });
+        Ok((fh, direct))
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {

@@ -86,6 +86,19 @@ impl IoMode {
             IoMode::Daemon(DaemonWhy::Starting) => "daemon (not negotiated yet)",
         }
     }
+
+    /// [`IoMode::describe`], saying also whether writes are gathered in
+    /// the kernel's page cache.
+    pub fn describe_with(self, writeback: bool) -> String {
+        match (self, writeback) {
+            (IoMode::Daemon(_), true) => format!(
+                "{}; writes gathered in the page cache and sent in blocks of up to 1 MiB \
+                 (writeback cache)",
+                self.describe()
+            ),
+            _ => self.describe().to_string(),
+        }
+    }
 }
 
 impl Core {
@@ -110,6 +123,57 @@ impl Core {
     /// How file data moves in this mount (for logs and `zonemount status`).
     pub fn io_mode(&self) -> IoMode {
         IoMode::from_code(self.io_mode.load(Ordering::Relaxed))
+    }
+
+    /// Record whether the kernel gathers writes in its page cache
+    /// (`FUSE_WRITEBACK_CACHE`, agreed at the handshake).
+    pub fn set_writeback(&self, on: bool) {
+        self.writeback.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the kernel gathers writes in its page cache and sends them
+    /// later, in large requests (only where file data goes through the
+    /// daemon).
+    pub fn writeback(&self) -> bool {
+        self.writeback.load(Ordering::Relaxed)
+    }
+
+    /// Open the backing file for a caller's open with `flags` in zone
+    /// `zone` (through `open`, given the flags to use), as the page cache
+    /// needs it; also whether the kernel must send this handle's writes as
+    /// they are made (`FOPEN_DIRECT_IO`).
+    ///
+    /// With the writeback cache the kernel writes dirty pages back later,
+    /// through any handle open for writing, and first reads in a page it
+    /// only partly overwrites. So a file opened write-only is opened
+    /// read-write on the backing side (write-only with direct I/O when the
+    /// caller may not read it), and without `O_APPEND`: the kernel places
+    /// appends itself, and a `pwrite` on an `O_APPEND` fd would ignore the
+    /// offset. In a zone with `max_file_bytes`, a handle open for writing
+    /// uses direct I/O, so every write reaches the daemon before it lands
+    /// and the one that would pass the limit is refused (EFBIG) to the
+    /// caller, never later at writeback.
+    pub(super) fn open_backing<T>(
+        &self,
+        zone: usize,
+        flags: i32,
+        open: impl Fn(i32) -> backing::Sys<T>,
+    ) -> backing::Sys<(T, bool)> {
+        let access = flags & libc::O_ACCMODE;
+        if !self.writeback() || access == libc::O_RDONLY {
+            return Ok((open(flags)?, false));
+        }
+        let limited = self.zones[zone].max_file_bytes.is_some();
+        let flags = flags & !libc::O_APPEND;
+        if access == libc::O_WRONLY {
+            let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+            match open(rw) {
+                Ok(f) => return Ok((f, limited)),
+                Err(rustix::io::Errno::ACCESS) => return Ok((open(flags)?, true)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((open(flags)?, limited))
     }
 
     /// Record how requests reach this daemon.

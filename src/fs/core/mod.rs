@@ -36,7 +36,7 @@ use std::io as stdio;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU8;
+use std::sync::atomic::{AtomicBool, AtomicU8};
 use std::time::{Duration, SystemTime};
 
 use crate::fuse::FileAttr;
@@ -106,6 +106,9 @@ pub struct Entry {
 pub struct FileOpen {
     pub fh: u64,
     pub backing: Option<Arc<crate::fuse::BackingId>>,
+    /// Each write of this handle must reach the daemon as it is made
+    /// (`FOPEN_DIRECT_IO`; see `Core::open_backing`).
+    pub direct: bool,
 }
 
 /// A created file: its entry, and the file as opened.
@@ -215,6 +218,8 @@ pub struct Core {
     io_mode: AtomicU8,
     /// The FUSE transport the handshake settled on (1: /dev/fuse, 2: io_uring).
     transport: AtomicU8,
+    /// The kernel gathers writes in its page cache (see `Core::writeback`).
+    writeback: AtomicBool,
     opts: CoreOptions,
     started: SystemTime,
     /// The last refusals, explained, oldest first.
@@ -343,6 +348,7 @@ impl Core {
             broker,
             io_mode: AtomicU8::new(IoMode::Daemon(DaemonWhy::Starting).code()),
             transport: AtomicU8::new(0),
+            writeback: AtomicBool::new(false),
             opts,
             started: SystemTime::now(),
             recent: Mutex::new(std::collections::VecDeque::with_capacity(RECENT_REFUSALS)),

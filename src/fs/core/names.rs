@@ -290,12 +290,16 @@ impl Core {
                 })
         };
         let core = Arc::clone(self);
-        let respond = move |r: FsResult<(Entry, Arc<Node>, u64)>| {
-            let r = r.map(|(entry, node, fh)| {
+        let respond = move |r: FsResult<(Entry, Arc<Node>, u64, bool)>| {
+            let r = r.map(|(entry, node, fh, direct)| {
                 let backing = core.passthrough_id(&node, fh, |fd| reply.register(fd));
                 Created {
                     entry,
-                    open: FileOpen { fh, backing },
+                    open: FileOpen {
+                        fh,
+                        backing,
+                        direct,
+                    },
                 }
             });
             reply.respond(r)
@@ -310,12 +314,14 @@ impl Core {
         name: &OsStr,
         mode: u32,
         flags: i32,
-    ) -> FsResult<(Entry, Arc<Node>, u64)> {
+    ) -> FsResult<(Entry, Arc<Node>, u64, bool)> {
         let _as = AsCaller::enter(caller)?;
         let zone = Self::zone_dir(dir)?;
         let dir_fd = self.reach.fd_of(dir)?;
-        let created = self.reach.create(dir_fd.as_fd(), name, flags, mode);
-        let fd = self.reach.in_dir(dir, dir_fd.as_fd(), created)?;
+        let created = self.open_backing(zone, flags, |f| {
+            self.reach.create(dir_fd.as_fd(), name, f, mode)
+        });
+        let (fd, direct) = self.reach.in_dir(dir, dir_fd.as_fd(), created)?;
         let st = backing::stat(fd.as_fd())?;
         let kind = FileType::RegularFile;
         let node = match self.reach.handle_if_reopenable(fd.as_fd(), kind) {
@@ -351,7 +357,7 @@ impl Core {
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
         });
         let entry = self.entry(Some(zone), to_attr(node.ino, &st));
-        Ok((entry, node, fh))
+        Ok((entry, node, fh, direct))
     }
 
     // ---- removal -----------------------------------------------------------

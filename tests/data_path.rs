@@ -1,0 +1,185 @@
+//! File data by either path (DESIGN §7): kernel passthrough (root), or
+//! through the daemon with the kernel's writeback cache (an ordinary user,
+//! or `--no-passthrough`), where the kernel gathers writes in its page
+//! cache and sends them later in large blocks. Whatever the path, what a
+//! worker wrote is in the backing file once its `close` returns, and a
+//! zone's size limit refuses the write that would pass it, to the writer.
+//!
+//! The suite runs in every environment (`scripts/test-envs.sh`): as root
+//! each test runs with passthrough and with `--no-passthrough`; as an
+//! ordinary user the data goes through the daemon either way.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use common::*;
+use serde_json::Value;
+
+/// The mount options each test runs with: the default (passthrough where
+/// the daemon may use it) and `--no-passthrough`.
+const PATHS: [Option<&str>; 2] = [None, Some("--no-passthrough")];
+
+fn status(m: &TestMount) -> Value {
+    let mnt = m.mountpoint().to_str().unwrap();
+    let out = m.zonemount(&["status", "--json", mnt]);
+    assert!(out.success(), "{}", out.describe());
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+/// Random bytes (a seeded xorshift: the same every run).
+fn noise(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
+/// Sequential 4 KiB writes with fsync, appends, a partial overwrite of
+/// the middle of a page, a truncate, a write to a file its writer may not
+/// read, and a shared mmap: each lands whole in the backing file, seen
+/// there as soon as the writer's `close` has returned.
+#[test]
+fn what_is_written_is_in_the_backing_file_at_close() {
+    if !fuse_ok() {
+        return;
+    }
+    for extra in PATHS {
+        let src = noise(3 * 1024 * 1024 + 123);
+        let mut s = Setup::zones(Mode::Sandboxed, &[("ws", "mode: rw")])
+            .file("ws", "trunc-me", vec![b't'; 10_000])
+            .file("ws", "write-only", "abcdefgh")
+            .file("ws", "mapped", vec![b'.'; 8192]);
+        if let Some(a) = extra {
+            s = s.arg(a);
+        }
+        fs::write(s.root().join("src.bin"), &src).unwrap();
+        fs::set_permissions(
+            s.backing("ws", "write-only"),
+            fs::Permissions::from_mode(0o200),
+        )
+        .unwrap();
+        let m = s.mount();
+        let ctx = extra.unwrap_or("default");
+        let io = &status(&m)["io"];
+        let daemon = io["mode"] == "daemon";
+        assert_eq!(
+            io["detail"].as_str().unwrap().contains("writeback cache"),
+            daemon,
+            "{ctx}: the writeback cache is used exactly when data goes through the daemon: {io}"
+        );
+        let script = format!(
+            "set -e
+             dd if='{src}' of=ws/seq bs=4k conv=fsync status=none
+             printf a > ws/app; printf b >> ws/app; printf c >> ws/app
+             printf XY | dd of=ws/seq bs=1 seek=5000 conv=notrunc status=none
+             truncate -s 100 ws/trunc-me
+             printf hi | dd of=ws/write-only bs=1 seek=3 conv=notrunc status=none
+             python3 -c '
+import mmap
+with open(\"ws/mapped\", \"r+b\") as f:
+    m = mmap.mmap(f.fileno(), 0)
+    m[4000:4010] = b\"0123456789\"
+    m.flush()
+    m.close()
+'",
+            src = m.root().join("src.bin").display()
+        );
+        let out = m.sh_in("", &script, &[]);
+        assert!(out.success(), "{ctx}: {}", out.describe());
+
+        let mut want = src.clone();
+        want[5000..5002].copy_from_slice(b"XY");
+        let got = fs::read(m.backing("ws", "seq")).unwrap();
+        assert!(got == want, "{ctx}: ws/seq differs from what was written");
+        assert_eq!(fs::read(m.backing("ws", "app")).unwrap(), b"abc", "{ctx}");
+        assert_eq!(
+            fs::read(m.backing("ws", "trunc-me")).unwrap(),
+            vec![b't'; 100],
+            "{ctx}"
+        );
+        let mut mapped = vec![b'.'; 8192];
+        mapped[4000..4010].copy_from_slice(b"0123456789");
+        assert!(
+            fs::read(m.backing("ws", "mapped")).unwrap() == mapped,
+            "{ctx}: the mmap write did not land"
+        );
+        // Read back as its owner would after making it readable again.
+        fs::set_permissions(
+            m.backing("ws", "write-only"),
+            fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        assert_eq!(
+            fs::read(m.backing("ws", "write-only")).unwrap(),
+            b"abchifgh",
+            "{ctx}"
+        );
+        // And through the mount, the same bytes.
+        assert!(fs::read(m.path("ws/seq")).unwrap() == want, "{ctx}");
+    }
+}
+
+/// A zone's size limit still refuses, to the writer, the write that would
+/// pass it, with every byte up to it kept and nothing after: with the
+/// writeback cache the limited zone's files are written through (direct
+/// I/O), so no refusal is left for a later write-back to swallow.
+#[test]
+fn a_size_limit_refuses_the_write_that_would_pass_it() {
+    if !fuse_ok() {
+        return;
+    }
+    for extra in PATHS {
+        let mut s = Setup::zones(
+            Mode::Sandboxed,
+            &[("ws", "mode: rw, max_file_bytes: 10000")],
+        );
+        if let Some(a) = extra {
+            s = s.arg(a);
+        }
+        let m = s.mount();
+        let ctx = extra.unwrap_or("default");
+        let out = m.sh_in(
+            "",
+            "dd if=/dev/zero of=ws/big bs=4k count=4 status=none",
+            &[("LC_ALL", "C")],
+        );
+        assert!(
+            !out.success() && out.stderr.contains("File too large"),
+            "{ctx}: {}",
+            out.describe()
+        );
+        assert_eq!(
+            fs::metadata(m.backing("ws", "big")).unwrap().len(),
+            8192,
+            "{ctx}: the two writes under the limit landed, the third did not"
+        );
+        let out = m.sh_in("", "head -c 10000 /dev/zero > ws/exact", &[]);
+        assert!(out.success(), "{ctx}: {}", out.describe());
+        assert_eq!(
+            fs::metadata(m.backing("ws", "exact")).unwrap().len(),
+            10_000
+        );
+        let out = m.sh_in(
+            "",
+            "printf x | dd of=ws/exact oflag=append conv=notrunc status=none",
+            &[("LC_ALL", "C")],
+        );
+        assert!(
+            !out.success() && out.stderr.contains("File too large"),
+            "{ctx}: {}",
+            out.describe()
+        );
+        assert_eq!(
+            fs::metadata(m.backing("ws", "exact")).unwrap().len(),
+            10_000
+        );
+    }
+}
