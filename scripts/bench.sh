@@ -20,6 +20,11 @@
 #            (the fuse module's enable_uring is switched on for the run and
 #            set back after; every other zonemount target is mounted with
 #            --no-io-uring, so they measure the /dev/fuse transport)
+#   zm-user  zonemount run by an ordinary user (ZONEMOUNT_BENCH_USER, default
+#            zmtest, created if missing), as users run it on a laptop: no
+#            passthrough, file data through the daemon with the kernel's
+#            writeback cache; its workloads run as that user too (/dev/fuse
+#            is made 0666 for the run and put back after)
 # and, with the workload `commit`: a 10,000-file untar into the staged zone,
 # then `zonemount commit` timed against `cp -a` of the same tree.
 # Each workload runs REPS times; within a repetition the targets take turns
@@ -54,7 +59,7 @@ while [ $# -gt 0 ]; do
     --placements) placements=$2; shift ;;
     --threads) threads=$2; shift ;;
     --targets) targets_opt=$2; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -74,10 +79,10 @@ else
   REPS=${reps:-3}; IMG_GB=8
 fi
 json=${json:-$repo/target/bench.json}
-ALL_WORKLOADS="seq_write seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls create unlink ask_pending fds commit"
+ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls create unlink ask_pending fds commit"
 WORKLOADS=${only//,/ }
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
-ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring"
+ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring zm-user"
 TARGETS="native"
 for t in ${targets_opt//,/ }; do
   case " $ALL_TARGETS " in *" $t "*) ;; *) echo "bench: unknown target $t (known: $ALL_TARGETS)" >&2; exit 2 ;; esac
@@ -87,8 +92,10 @@ done
 want() { case " $TARGETS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 export PATH="$HOME/.cargo/bin:$PATH"
-# git status must not rewrite the shared fixture's index.
+# git status must not rewrite the shared fixture's index; the fixture is
+# root's, and the unprivileged target's git must still use it.
 export GIT_OPTIONAL_LOCKS=0
+export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'
 echo "== building release"
 cargo build --release --locked --quiet
 bin="$repo/target/release/zonemount"
@@ -106,6 +113,8 @@ mnt_d="$work/mnt-zm-nopt"
 mnt_f="$work/mnt-fds"
 mnt_s="$work/mnt-zm-staged"
 mnt_u="$work/mnt-zm-uring"
+mnt_p="$work/mnt-zm-user"
+fuse_mode=""
 uring_param=/sys/module/fuse/parameters/enable_uring
 uring_was=""
 raw="$work/times.tsv"
@@ -116,11 +125,12 @@ cleanup() {
   if [ "${ops_ok:-0}" = 1 ]; then
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
-  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u" "$mnt_p"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
   [ -n "$uring_was" ] && echo "$uring_was" > "$uring_param"
+  [ -n "$fuse_mode" ] && chmod "$fuse_mode" /dev/fuse
   grep -q " $fs " /proc/mounts && umount "$fs" 2>/dev/null || { grep -q " $fs " /proc/mounts && umount -l "$fs"; }
   rm -rf "$work"
 }
@@ -129,7 +139,10 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_u"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_u" "$mnt_p"
+# The unprivileged target's user must reach the helper, the mountpoints
+# and the fixtures.
+chmod 755 "$work"
 mount -o loop "$img" "$fs"
 mkdir -p "$data" "$fs/askz" "$fs/fds"
 chmod 755 "$data"
@@ -184,8 +197,24 @@ root_of() {
     zm-nopt) echo "$mnt_d/w" ;;
     zm-staged) echo "$mnt_s/w" ;;
     zm-uring) echo "$mnt_u/w" ;;
+    zm-user) echo "$mnt_p/w" ;;
   esac
 }
+
+# The unprivileged target: its user, and how to run a command as that user.
+as_user=()
+if want zm-user; then
+  bench_user=${ZONEMOUNT_BENCH_USER:-zmtest}
+  id -u "$bench_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$bench_user"
+  bench_uid=$(id -u "$bench_user"); bench_gid=$(id -g "$bench_user")
+  as_user=(setpriv --reuid="$bench_uid" --regid="$bench_gid" --init-groups
+           env -u XDG_RUNTIME_DIR HOME="$(getent passwd "$bench_user" | cut -d: -f6)")
+  fuse_mode=$(stat -c %a /dev/fuse)
+  chmod 0666 /dev/fuse
+fi
+# own DIR: a scratch dir of the unprivileged target is its user's (its
+# daemon works with that user's rights on the backing dir).
+own() { if [ "$1" = s-zm-user ]; then chown -R "$bench_uid:$bench_gid" "$data/$1"; fi; }
 
 place() { # pin or unpin every daemon's threads
   local cpus=$1 p t n
@@ -227,6 +256,16 @@ sandbox:
   zones:
     - { name: w, path: $data, mode: rw, staged: true }
 YAML
+if want zm-user; then
+  cat > "$work/zm-user.yaml" <<YAML
+sandbox:
+  mode: direct
+  zones:
+    - { name: w, path: $data, mode: rw }
+YAML
+  chown "$bench_uid:$bench_gid" "$mnt_p"
+  "${as_user[@]}" "$bin" mount -q --config "$work/zm-user.yaml" --threads "$threads" --no-io-uring "$mnt_p"
+fi
 want zm-staged && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
 echo "== targets: $TARGETS (mounts under $work)"
 
@@ -251,21 +290,22 @@ sync
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.6f\n", b - a }'; }
 timed() { local t0; t0=$(now); "$@" >/dev/null 2>&1 || echo "bench: failed: $*" >&2; since "$t0"; }
 
-w_seq_write() { local d="$1/$2"; mkdir -p "$d"; drop; timed $3 dd if=/dev/zero of="$d/big" bs=1M count=$SEQ_MB conv=fsync; }
-w_seq_read_cold() { local d="$1/$2"; [ -f "$data/$2/big" ] || dd if=/dev/zero of="$data/$2/big" bs=1M count=$SEQ_MB conv=fsync status=none; drop 3; timed $3 dd if="$d/big" of=/dev/null bs=1M; }
+w_seq_write() { local d="$1/$2"; mkdir -p "$data/$2"; own "$2"; drop; timed $3 dd if=/dev/zero of="$d/big" bs=1M count=$SEQ_MB conv=fsync; }
+w_seq_write_4k() { local d="$1/$2" s; mkdir -p "$data/$2"; own "$2"; drop; s=$(timed $3 dd if=/dev/zero of="$d/big4k" bs=4k count=$((SEQ_MB * 256)) conv=fsync); rm -f "$data/$2/big4k"; echo "$s"; }
+w_seq_read_cold() { local d="$1/$2"; [ -f "$data/$2/big" ] || { mkdir -p "$data/$2"; dd if=/dev/zero of="$data/$2/big" bs=1M count=$SEQ_MB conv=fsync status=none; own "$2"; }; drop 3; timed $3 dd if="$d/big" of=/dev/null bs=1M; }
 w_seq_read_warm() { local d="$1/$2"; drop; $3 cat "$d/big" >/dev/null; timed $3 dd if="$d/big" of=/dev/null bs=1M; }
 w_rand_read() { drop; $3 cat "$1/fixture/rand.bin" >/dev/null; $3 python3 "$helper" randread "$1/fixture/rand.bin" "$RAND_N"; }
-w_untar() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; drop; timed $3 tar -C "$d" -xf "$data/fixture/src.tar"; }
-w_rm_rf() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; tar -C "$data/$2" -xf "$data/fixture/src.tar"; sync; drop; timed $3 rm -rf "$d/t"; }
+w_untar() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; own "$2"; drop; timed $3 tar -C "$d" -xf "$data/fixture/src.tar"; }
+w_rm_rf() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; tar -C "$data/$2" -xf "$data/fixture/src.tar"; own "$2"; sync; drop; timed $3 rm -rf "$d/t"; }
 git_commit() { cd "$1" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm x; }
-w_git_commit() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; tar -C "$data/$2" -xf "$data/fixture/src.tar"; sync; drop; timed $3 bash -c "$(declare -f git_commit); git_commit '$d/t'"; }
-w_git_status() { local d="$1/fixture/tree"; drop; (cd "$d" && $3 git status --porcelain >/dev/null); (cd "$d" && timed $3 git status --porcelain); }
+w_git_commit() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; tar -C "$data/$2" -xf "$data/fixture/src.tar"; own "$2"; sync; drop; timed $3 bash -c "$(declare -f git_commit); git_commit '$d/t'"; }
+w_git_status() { local d="$1/fixture/tree"; drop; $3 git -C "$d" status --porcelain >/dev/null; timed $3 git -C "$d" status --porcelain; }
 # Two untimed runs: reads leave the kernel's cached atime stale, so the
 # second run refreshes attributes; from the third on a warm grep is steady.
 w_grep_r() { local d="$1/fixture/tree"; drop; $3 grep -r -c needle "$d" >/dev/null; $3 grep -r -c needle "$d" >/dev/null; timed $3 grep -r -c needle "$d"; }
 w_find_ls() { local d="$1/fixture/tree"; drop; $3 find "$d" -ls >/dev/null; timed $3 find "$d" -ls; }
-w_create() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; drop; $3 python3 "$helper" create "$d" "$CREATE_N"; }
-w_unlink() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; python3 "$helper" create "$data/$2" "$CREATE_N" >/dev/null; sync; drop; $3 python3 "$helper" unlink "$d" "$CREATE_N"; }
+w_create() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; own "$2"; drop; $3 python3 "$helper" create "$d" "$CREATE_N"; }
+w_unlink() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; python3 "$helper" create "$data/$2" "$CREATE_N" >/dev/null; own "$2"; sync; drop; $3 python3 "$helper" unlink "$d" "$CREATE_N"; }
 
 # FUSE requests per opcode during one run (pinned, first repetition),
 # counted by the kernel's fuse_request_send tracepoint for that connection.
@@ -276,7 +316,7 @@ if [ $ops_ok = 1 ]; then
   old_buf=$(cut -d' ' -f1 < "$tr/buffer_size_kb")
   echo 65536 > "$tr/buffer_size_kb" 2>/dev/null || ops_ok=0
 fi
-conn_of() { case "$1" in native) echo "" ;; *) stat -c %d "$(root_of "$1")" ;; esac; }
+conn_of() { case "$1" in native) echo "" ;; zm-user) "${as_user[@]}" stat -c %d "$(root_of "$1")" ;; *) stat -c %d "$(root_of "$1")" ;; esac; }
 ops_begin() {
   [ $ops_ok = 1 ] && [ -n "$1" ] || return 0
   echo "connection == $1" > "$ev/filter"; : > "$tr/trace"; echo 1 > "$ev/enable"
@@ -304,7 +344,9 @@ run_workload() { # placement workload
       local secs conn=""
       [ "$rep" = 1 ] && [ "$placement" = pinned ] && conn=$(conn_of "$t")
       ops_begin "$conn"
-      secs=$("w_$w" "$(root_of "$t")" "s-$t" "$prefix" | tail -1)
+      local as="$prefix"
+      [ "$t" = zm-user ] && as="${as_user[*]} $prefix"
+      secs=$("w_$w" "$(root_of "$t")" "s-$t" "$as" | tail -1)
       ops_end "$conn" "$placement" "$w" "$t"
       # A staged run's changes are dropped (untimed), as after a task.
       [ "$t" = zm-staged ] && "$bin" discard "$mnt_s" >/dev/null
@@ -445,7 +487,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
@@ -480,7 +522,10 @@ for placement in dict.fromkeys(p for p, _ in order):
             s = stat(v)
             ratio = s["median"] / statistics.median(nat) if nat and statistics.median(nat) > 0 else None
             results.append({"placement": p, "workload": w, "target": t, **s, "ratio_to_native": ratio})
-            cells.append(f"{s['median']:.3f}s ({s['min']:.2f}-{s['max']:.2f})" + ("" if t == "native" or ratio is None else f" **{ratio:.2f}x**"))
+            zm = res.get((p, w, "zm"))
+            # Staged and unprivileged are also compared with the root daemon's plain zone.
+            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-user") and zm and statistics.median(zm) > 0 else ""
+            cells.append(f"{s['median']:.3f}s ({s['min']:.2f}-{s['max']:.2f})" + ("" if t == "native" or ratio is None else f" **{ratio:.2f}x**{vs_zm}"))
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
 fds = None
 if os.path.exists(f"{work}/fds.result"):
