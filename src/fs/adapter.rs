@@ -16,7 +16,7 @@ use crate::fs::reply::{
     DirHandle, ReplyAttr, ReplyCreate, ReplyData, ReplyDir, ReplyEmpty, ReplyEntry, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
 };
-use crate::fuse::abi::{fattr, init};
+use crate::fuse::abi::{self, fattr, init};
 use crate::fuse::{
     Agreed, DirBuf, Filesystem, Offer, Op, Reply, Request, TimeOrNow, Transport, Wants,
 };
@@ -108,9 +108,15 @@ impl Filesystem for ZoneFs {
             // use direct I/O, which must still allow shared mmap (Linux
             // 6.6): without that, no writeback cache. See
             // `Core::open_backing`.
+            // HANDLE_KILLPRIV_V2 with it: the kernel then stops asking for
+            // `security.capability` before every write(2) (a GETXATTR
+            // round trip each: 4 KiB writes paid one per block) and marks
+            // in each WRITE, truncate and open whether setuid/setgid must
+            // go, which the daemon does (`Core::write`); with passthrough
+            // the daemon never sees a write, hence only here.
             let both = init::WRITEBACK_CACHE | init::DIRECT_IO_ALLOW_MMAP;
             if offer.flags & both == both {
-                flags |= both;
+                flags |= both | init::HANDLE_KILLPRIV_V2;
             }
         }
         Wants {
@@ -175,6 +181,7 @@ impl Filesystem for ZoneFs {
                     atime: set_time(v, fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
                     mtime: set_time(v, fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
                     fh: (v & fattr::FH != 0).then_some(s.fh),
+                    kill_suidgid: v & fattr::KILL_SUIDGID != 0,
                 };
                 tracing::debug!(op = "setattr", ino, ?a, pid = req.pid);
                 guarded("setattr", || core.setattr(ctx, ino, a, ReplyAttr(reply)));
@@ -280,7 +287,8 @@ impl Filesystem for ZoneFs {
                 ReplyData(reply).respond(res)
             }),
             Op::Write { arg, data } => guarded("write", || {
-                let res = core.write(arg.fh, arg.offset, data);
+                let kill = arg.write_flags & abi::WRITE_KILL_SUIDGID != 0;
+                let res = core.write(arg.fh, arg.offset, data, kill);
                 failed("write", &res);
                 ReplyWrite(reply).respond(res)
             }),

@@ -68,6 +68,7 @@ pub mod init {
     pub const WRITEBACK_CACHE: u64 = 1 << 16;
     pub const PARALLEL_DIROPS: u64 = 1 << 18;
     pub const HANDLE_KILLPRIV: u64 = 1 << 19;
+    pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     pub const MAX_PAGES: u64 = 1 << 22;
     pub const CACHE_SYMLINKS: u64 = 1 << 23;
     pub const INIT_EXT: u64 = 1 << 30;
@@ -96,9 +97,14 @@ pub mod fattr {
     pub const FH: u32 = 1 << 6;
     pub const ATIME_NOW: u32 = 1 << 7;
     pub const MTIME_NOW: u32 = 1 << 8;
+    /// With `HANDLE_KILLPRIV_V2`: the caller lacks CAP_FSETID; clear
+    /// setuid/setgid along with the change.
+    pub const KILL_SUIDGID: u32 = 1 << 11;
 }
 
 pub const GETATTR_FH: u32 = 1 << 0;
+/// `WriteIn::write_flags`: the writer lacks CAP_FSETID; clear setuid/setgid.
+pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 pub const FSYNC_FDATASYNC: u32 = 1 << 0;
 
 /// Notification codes (a message with `unique` 0 and the code as error).

@@ -3,7 +3,7 @@
 //! copy_file_range, release). Writes through a handle opened for writing
 //! were approved at the open; only the size limit still applies to them.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use crate::fuse::{FileAttr, TimeOrNow};
@@ -27,6 +27,9 @@ pub struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub fh: Option<u64>,
+    /// The caller lacks CAP_FSETID: clear setuid/setgid along with the
+    /// change (`FATTR_KILL_SUIDGID`, with `HANDLE_KILLPRIV_V2`).
+    pub kill_suidgid: bool,
 }
 
 impl SetAttr {
@@ -185,7 +188,13 @@ impl Core {
         if node.is_dir || node.is_symlink || node.is_root() {
             return Ok(None);
         }
-        let st = backing::stat(self.reach.fd_of(node)?.as_fd())?;
+        Self::privileges_of(self.reach.fd_of(node)?.as_fd())
+    }
+
+    /// The mode to set when the file `fd` is regular with setuid (or
+    /// setgid and group exec) to clear; None when there is nothing to do.
+    fn privileges_of(fd: BorrowedFd<'_>) -> FsResult<Option<u32>> {
+        let st = backing::stat(fd)?;
         let mode = st.st_mode & 0o7777;
         let kept = without_privileges(mode);
         let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
@@ -211,7 +220,7 @@ impl Core {
             }
             return Ok(self.entry(node.zone, self.attr_with(node, a.fh)?));
         }
-        let _as = AsCaller::enter(caller)?;
+        let as_caller = AsCaller::enter(caller)?;
         // Through an open handle when the kernel names one (the file may
         // be unlinked: only the handle still reaches it).
         let held = self.handle_or_node_fd(a.fh, node)?;
@@ -254,6 +263,13 @@ impl Core {
                     }
                     r => r?,
                 }
+            }
+        }
+        // With the daemon's own rights, as for `kills_privileges`.
+        drop(as_caller);
+        if a.kill_suidgid {
+            if let Some(mode) = Self::privileges_of(fd)? {
+                procfds.chmod(fd, mode)?;
             }
         }
         Ok(self.entry(node.zone, self.attr_with(node, a.fh)?))
@@ -357,10 +373,21 @@ impl Core {
         })
     }
 
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+    /// Write `data` at `offset` through handle `fh`. `kill_privileges`:
+    /// the writer lacks CAP_FSETID and the file's setuid/setgid must go
+    /// (`FUSE_WRITE_KILL_SUIDGID`, with `HANDLE_KILLPRIV_V2`); the daemon
+    /// clears them with its own rights, as the host would for the writer.
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], kill_privileges: bool) -> FsResult<u32> {
         let (h, zone) = self.handles.file(fh)?;
         self.may_grow(zone, offset.saturating_add(data.len() as u64))?;
-        Ok(backing::pwrite(h.fd()?, data, offset)? as u32)
+        let fd = h.fd()?;
+        let n = backing::pwrite(fd, data, offset)?;
+        if kill_privileges {
+            if let Some(mode) = Self::privileges_of(fd)? {
+                self.reach.procfds.chmod(fd, mode)?;
+            }
+        }
+        Ok(n as u32)
     }
 
     pub fn release(&self, fh: u64) {

@@ -7,7 +7,7 @@ use super::*;
 pub(super) fn an_unlinked_open_file_stays_reachable_through_its_handle() {
     let f = fixture();
     let (attr, fh) = create(&f.core, WORK, "gone", libc::O_RDWR).unwrap();
-    f.core.write(fh, 0, b"still here").unwrap();
+    f.core.write(fh, 0, b"still here", false).unwrap();
     remove(&f.core, WORK, "gone", false).unwrap();
     // Push the node's fd out of the bounded cache with many other lookups.
     for i in 0..2100 {

@@ -73,7 +73,7 @@ pub(super) fn hard_links_share_a_node_and_renames_keep_it() {
     rename(&f.core, WORK, "a", WORK, "c").unwrap();
     assert_eq!(found(&f.core, WORK, "c").unwrap().ino, attr.ino);
     // the open handle still writes into the renamed file
-    assert_eq!(f.core.write(fh, 0, b"hello").unwrap(), 5);
+    assert_eq!(f.core.write(fh, 0, b"hello", false).unwrap(), 5);
     assert_eq!(std::fs::read(f.rw.join("c")).unwrap(), b"hello");
     f.core.release(fh);
 }

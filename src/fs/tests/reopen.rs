@@ -223,7 +223,7 @@ fn renames_through_the_mount_keep_nodes_reachable() {
     let d2 = mkdir(&f.core, WORK, "d2").unwrap().attr.ino.0;
     let (a, fh) = create(&f.core, d1, "a", libc::O_RDWR).unwrap();
     let a = a.ino.0;
-    f.core.write(fh, 0, b"aaa").unwrap();
+    f.core.write(fh, 0, b"aaa", false).unwrap();
     f.core.release(fh);
     // A file moved to another directory.
     rename(&f.core, d1, "a", d2, "b").unwrap();
@@ -270,7 +270,7 @@ fn a_removed_name_keeps_its_node_reachable_while_the_kernel_holds_it() {
     // Unlinked while open: reachable through the open handle, and by the
     // node itself (pinned), with no name left.
     let (attr, fh) = create(&f.core, WORK, "open", libc::O_RDWR).unwrap();
-    f.core.write(fh, 0, b"kept").unwrap();
+    f.core.write(fh, 0, b"kept", false).unwrap();
     remove(&f.core, WORK, "open", false).unwrap();
     assert_eq!(f.core.fds_kept().1, 1, "pinned");
     drop_cached(&f);
