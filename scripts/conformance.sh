@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Conformance: pjdfstest and fsx against a mounted rw zone, and against a
-# staged rw zone (its changes kept in a stage, the backing dir untouched).
+# Conformance: pjdfstest and fsx against a mounted rw zone, against a
+# staged rw zone (its changes kept in a stage, the backing dir untouched),
+# and against a rw zone of a second mount with --no-passthrough, whose file
+# data goes through the daemon with the kernel's writeback cache (as for
+# every mount an ordinary user makes).
 #
 #   bash scripts/conformance.sh [--quick]
 #
@@ -80,7 +83,7 @@ bounded() {
 
 # What this run makes, each unique to it; cleanup (below) removes what
 # exists of it, so the trap goes in before the first one is made.
-work="" shm="" linkdir="" link="" slink="" mnt=""
+work="" shm="" linkdir="" link="" slink="" dlink="" mnt="" dmnt=""
 # The daemon serving $mnt: argv[0] is our zonemount binary and an argument
 # is exactly $mnt (the daemon this script started, no other).
 daemon_pids() {
@@ -93,7 +96,7 @@ daemon_pids() {
   done
   return 0
 }
-mounted() { [ -n "$mnt" ] && grep -qF " $mnt fuse" /proc/mounts; }
+mounted() { local m=${1:-$mnt}; [ -n "$m" ] && grep -qF " $m fuse" /proc/mounts; }
 cleanup() {
   # A suite still running (we were signalled) goes first: it holds the mount.
   if [ -n "$running" ]; then
@@ -104,15 +107,18 @@ cleanup() {
   if [ "$brk" = stop ]; then
     for p in $(daemon_pids); do kill -KILL "$p" 2>/dev/null || true; done
   fi
-  if mounted; then
-    timeout 30 "$bin" unmount "$mnt" >/dev/null 2>&1 || true
-    mounted && umount -l "$mnt" 2>/dev/null || true
-  fi
+  for m in "$mnt" "$dmnt"; do
+    if mounted "$m"; then
+      timeout 30 "$bin" unmount "$m" >/dev/null 2>&1 || true
+      mounted "$m" && umount -l "$m" 2>/dev/null || true
+    fi
+  done
   if [ -n "$link" ] && [ -L "$link" ]; then rm -f "$link"; fi
   if [ -n "$slink" ] && [ -L "$slink" ]; then rm -f "$slink"; fi
+  if [ -n "$dlink" ] && [ -L "$dlink" ]; then rm -f "$dlink"; fi
   if [ -n "$linkdir" ]; then rmdir "$linkdir" 2>/dev/null || true; fi
   # Never remove files through a mount that is still there.
-  if [ -n "$work" ] && ! mounted; then rm -rf "$work"; fi
+  if [ -n "$work" ] && ! mounted "$mnt" && ! mounted "$dmnt"; then rm -rf "$work"; fi
   if [ -n "$shm" ]; then rm -rf "$shm"; fi
 }
 trap cleanup EXIT
@@ -121,6 +127,7 @@ trap 'exit 1' INT TERM HUP
 work=$(mktemp -d /tmp/zmconf.XXXXXX)
 chmod 755 "$work"
 mnt="$work/mnt"
+dmnt="$work/mnt-daemon"
 shm=$(mktemp -d /dev/shm/zmconf.XXXXXX)   # fsx reference runs, ours alone
 # pjdfstest gets a short path to the zone (its unix-socket names must fit
 # in 108 bytes): a symlink in a directory of this run's own, /tmp/zmc.XXXX/z.
@@ -128,8 +135,9 @@ linkdir=$(mktemp -d /tmp/zmc.XXXX)
 chmod 755 "$linkdir"   # pjdfstest switches to other users, who must pass it
 link="$linkdir/z"
 slink="$linkdir/s"
-mkdir -p "$mnt" "$work/zone" "$work/szone"
-chmod 755 "$work/zone" "$work/szone"
+dlink="$linkdir/d"
+mkdir -p "$mnt" "$dmnt" "$work/zone" "$work/szone" "$work/dzone"
+chmod 755 "$work/zone" "$work/szone" "$work/dzone"
 cat > "$work/project.yaml" <<YAML
 sandbox:
   mode: direct
@@ -142,6 +150,10 @@ YAML
 
 ln -s "$mnt/rw" "$link"
 ln -s "$mnt/st" "$slink"
+# The daemon data path: no passthrough, so the writeback cache.
+"$bin" mount -q --allow-other --no-passthrough --zone "dp=$work/dzone:rw" "$dmnt"
+"$bin" status "$dmnt" | grep -q 'writeback cache' || { echo "conformance: $dmnt does not use the writeback cache" >&2; exit 1; }
+ln -s "$dmnt/dp" "$dlink"
 
 case "$brk" in
   kill)
@@ -241,16 +253,18 @@ run_pjdfstest() {
 }
 run_pjdfstest rw "$link"
 run_pjdfstest staged "$slink"
+run_pjdfstest daemon "$dlink"
 
 # ---- fsx ----------------------------------------------------------------
 if [ $quick -eq 1 ]; then seeds="1"; n=20000; else seeds="1 2 3"; n=100000; fi
 echo "== fsx: seeds [$seeds], $n ops each without mmap, and 5 x $((n / 5)) with mmap (limit ${LIMIT_FSX} s each)"
 run_fsx() { # name profile ops seed [zone]
   local name=$1 profile=$2 ops=$3 seed=$4 zone=${5:-rw}
-  local backing="$work/zone/$name"
+  local backing="$work/zone/$name" at="$mnt/$zone/$name"
   [ "$zone" = st ] && backing="$work/stage/st/upper/$name"
+  [ "$zone" = dp ] && backing="$work/dzone/$name" at="$dmnt/dp/$name"
   local out="$work/fsx-$name.log"
-  if ! bounded "fsx $name" "$LIMIT_FSX" fsx -N "$ops" -S "$seed" -f "scripts/conformance/$profile" "$mnt/$zone/$name" >"$out" 2>&1; then
+  if ! bounded "fsx $name" "$LIMIT_FSX" fsx -N "$ops" -S "$seed" -f "scripts/conformance/$profile" "$at" >"$out" 2>&1; then
     echo "fsx $name (seed $seed) FAILED:"; tail -30 "$out"; return 1
   fi
   grep -q 'All operations completed A-OK!' "$out" || { echo "fsx $name: exit 0 without A-OK"; tail -5 "$out"; return 1; }
@@ -262,7 +276,7 @@ run_fsx() { # name profile ops seed [zone]
   if ! cmp -s "$backing" "$shm/$name"; then
     echo "fsx $name: the backing file differs from the reference run"; rm -f "$shm/$name"; return 1
   fi
-  rm -f "$shm/$name" "$mnt/$zone/$name"
+  rm -f "$shm/$name" "$at"
   if [ "$zone" = st ] && [ -e "$work/szone/$name" ]; then
     echo "fsx $name: the staged zone's backing dir got the file"; return 1
   fi
@@ -285,6 +299,10 @@ else
     run_fsx "staged-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" st || status=1
   done
   # The same suite as a non-root worker (the daemon switches to its uid).
+  run_fsx "daemon-nommap-$s" fsx-nommap.toml "$n" "$s" dp || status=1
+  for part in 1 2 3 4 5; do
+    run_fsx "daemon-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" dp || status=1
+  done
   mkdir -p "$work/zone/nobody" && chown nobody "$work/zone/nobody"
   if bounded "fsx as nobody" "$LIMIT_FSX" setpriv --reuid=nobody --regid=nogroup --clear-groups -- \
       fsx -N $((n / 5)) -S 99 -f scripts/conformance/fsx-nommap.toml "$mnt/rw/nobody/f" >"$work/fsx-nobody.log" 2>&1; then
