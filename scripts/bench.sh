@@ -291,7 +291,9 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.6f\n", b - a }'; }
 timed() { local t0; t0=$(now); "$@" >/dev/null 2>&1 || echo "bench: failed: $*" >&2; since "$t0"; }
 
 w_seq_write() { local d="$1/$2"; mkdir -p "$data/$2"; own "$2"; drop; timed $3 dd if=/dev/zero of="$d/big" bs=1M count=$SEQ_MB conv=fsync; }
-w_seq_write_4k() { local d="$1/$2" s; mkdir -p "$data/$2"; own "$2"; drop; s=$(timed $3 dd if=/dev/zero of="$d/big4k" bs=4k count=$((SEQ_MB * 256)) conv=fsync); rm -f "$data/$2/big4k"; echo "$s"; }
+# A quarter of seq_write's size in 4 KiB blocks (a round trip each where
+# nothing gathers them).
+w_seq_write_4k() { local d="$1/$2" s; mkdir -p "$data/$2"; own "$2"; drop; s=$(timed $3 dd if=/dev/zero of="$d/big4k" bs=4k count=$((SEQ_MB * 64)) conv=fsync); rm -f "$data/$2/big4k"; echo "$s"; }
 w_seq_read_cold() { local d="$1/$2"; [ -f "$data/$2/big" ] || { mkdir -p "$data/$2"; dd if=/dev/zero of="$data/$2/big" bs=1M count=$SEQ_MB conv=fsync status=none; own "$2"; }; drop 3; timed $3 dd if="$d/big" of=/dev/null bs=1M; }
 w_seq_read_warm() { local d="$1/$2"; drop; $3 cat "$d/big" >/dev/null; timed $3 dd if="$d/big" of=/dev/null bs=1M; }
 w_rand_read() { drop; $3 cat "$1/fixture/rand.bin" >/dev/null; $3 python3 "$helper" randread "$1/fixture/rand.bin" "$RAND_N"; }

@@ -259,6 +259,20 @@ fn writes_and_chown_clear_setuid_and_setgid() {
         for name in ["append", "trunc", "small"] {
             assert_eq!(mode_of(name), 0o0777, "{ctx}: {name} kept its bits");
         }
+        // A file written before it became setuid: the kernel, which
+        // stopped asking about privileges after that first write, asks
+        // again once the mode has them.
+        let later = m.backing("ws", "later");
+        fs::write(&later, "x").unwrap();
+        fs::set_permissions(&later, fs::Permissions::from_mode(0o666)).unwrap();
+        let out = sh_as(NOBODY, &format!("echo a >> {mnt}/ws/later"));
+        assert!(out.success(), "{ctx}: {}", out.describe());
+        let out = sh_at(m.mountpoint(), "chmod 6777 ws/later", &[]);
+        assert!(out.success(), "{ctx}: {}", out.describe());
+        let out = sh_as(NOBODY, &format!("echo b >> {mnt}/ws/later"));
+        assert!(out.success(), "{ctx}: {}", out.describe());
+        assert_eq!(mode_of("later"), 0o0777, "{ctx}: later kept its bits");
+        assert_eq!(fs::read_to_string(&later).unwrap(), "xa\nb\n", "{ctx}");
         // chown clears them too, even by root (Linux since 2.2.13).
         let out = sh_at(m.mountpoint(), "chown 0:0 ws/chown", &[]);
         assert!(out.success(), "{ctx}: {}", out.describe());

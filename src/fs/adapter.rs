@@ -86,7 +86,8 @@ impl Filesystem for ZoneFs {
             | init::READDIRPLUS_AUTO
             | init::PARALLEL_DIROPS
             | init::AUTO_INVAL_DATA
-            | init::HANDLE_KILLPRIV;
+            | init::HANDLE_KILLPRIV
+            | init::HANDLE_KILLPRIV_V2;
         // FUSE_HANDLE_KILLPRIV: when a write or chown by a caller without
         // CAP_FSETID must clear setuid/setgid, the kernel sends a SETATTR
         // with nothing set instead of fetching the attributes (a GETATTR
@@ -94,10 +95,16 @@ impl Filesystem for ZoneFs {
         // own the file: that chmod failed, and the write with it). The
         // daemon clears the bits itself (`Core::setattr`); chown and
         // truncate on the backing file clear them as on the host.
-        // Not FUSE_HANDLE_KILLPRIV_V2: with it the kernel skips that
-        // SETATTR on writes and expects the daemon to see the write, which
-        // a passthrough write never reaches (measured: an unprivileged
-        // write kept the bits).
+        // FUSE_HANDLE_KILLPRIV_V2 as well: the kernel then stops asking
+        // for `security.capability` before every write(2) once a file's
+        // first write found nothing to clear (a GETXATTR round trip per
+        // write otherwise: 4 KiB writes paid one per block). It still
+        // sends that SETATTR for a file with setuid/setgid (a passthrough
+        // write too: the kernel clears privileges on the FUSE file before
+        // it writes the backing file; measured on 6.18, and after a chmod
+        // u+s of a file written before), and marks the WRITEs, truncates
+        // and opens whose caller lacks CAP_FSETID, which the daemon then
+        // clears too (`Core::write`, `Core::setattr`).
         if self.core.passthrough_wanted().is_ok() && offer.flags & init::PASSTHROUGH != 0 {
             flags |= init::PASSTHROUGH;
         } else {
@@ -108,15 +115,9 @@ impl Filesystem for ZoneFs {
             // use direct I/O, which must still allow shared mmap (Linux
             // 6.6): without that, no writeback cache. See
             // `Core::open_backing`.
-            // HANDLE_KILLPRIV_V2 with it: the kernel then stops asking for
-            // `security.capability` before every write(2) (a GETXATTR
-            // round trip each: 4 KiB writes paid one per block) and marks
-            // in each WRITE, truncate and open whether setuid/setgid must
-            // go, which the daemon does (`Core::write`); with passthrough
-            // the daemon never sees a write, hence only here.
             let both = init::WRITEBACK_CACHE | init::DIRECT_IO_ALLOW_MMAP;
             if offer.flags & both == both {
-                flags |= both | init::HANDLE_KILLPRIV_V2;
+                flags |= both;
             }
         }
         Wants {
