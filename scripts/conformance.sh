@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Conformance: pjdfstest and fsx against a mounted rw zone, against a
 # staged rw zone (its changes kept in a stage, the backing dir untouched),
-# and against a rw zone of a second mount with --no-passthrough, whose file
+# against a rw zone of a second mount with --no-passthrough, whose file
 # data goes through the daemon with the kernel's writeback cache (as for
-# every mount an ordinary user makes).
+# every mount an ordinary user makes), and against a rw zone of a third
+# mount served over FUSE over io_uring (where the kernel has it: the fuse
+# module's enable_uring is switched on for that mount's handshake and set
+# back at once).
 #
 #   bash scripts/conformance.sh [--quick]
 #
@@ -83,7 +86,8 @@ bounded() {
 
 # What this run makes, each unique to it; cleanup (below) removes what
 # exists of it, so the trap goes in before the first one is made.
-work="" shm="" linkdir="" link="" slink="" dlink="" mnt="" dmnt=""
+work="" shm="" linkdir="" link="" slink="" dlink="" ulink="" mnt="" dmnt="" umnt=""
+uring_param=/sys/module/fuse/parameters/enable_uring uring_was=""
 # The daemon serving $mnt: argv[0] is our zonemount binary and an argument
 # is exactly $mnt (the daemon this script started, no other).
 daemon_pids() {
@@ -107,7 +111,8 @@ cleanup() {
   if [ "$brk" = stop ]; then
     for p in $(daemon_pids); do kill -KILL "$p" 2>/dev/null || true; done
   fi
-  for m in "$mnt" "$dmnt"; do
+  if [ -n "$uring_was" ]; then echo "$uring_was" > "$uring_param"; fi
+  for m in "$mnt" "$dmnt" "$umnt"; do
     if mounted "$m"; then
       timeout 30 "$bin" unmount "$m" >/dev/null 2>&1 || true
       mounted "$m" && umount -l "$m" 2>/dev/null || true
@@ -116,9 +121,10 @@ cleanup() {
   if [ -n "$link" ] && [ -L "$link" ]; then rm -f "$link"; fi
   if [ -n "$slink" ] && [ -L "$slink" ]; then rm -f "$slink"; fi
   if [ -n "$dlink" ] && [ -L "$dlink" ]; then rm -f "$dlink"; fi
+  if [ -n "$ulink" ] && [ -L "$ulink" ]; then rm -f "$ulink"; fi
   if [ -n "$linkdir" ]; then rmdir "$linkdir" 2>/dev/null || true; fi
   # Never remove files through a mount that is still there.
-  if [ -n "$work" ] && ! mounted "$mnt" && ! mounted "$dmnt"; then rm -rf "$work"; fi
+  if [ -n "$work" ] && ! mounted "$mnt" && ! mounted "$dmnt" && ! mounted "$umnt"; then rm -rf "$work"; fi
   if [ -n "$shm" ]; then rm -rf "$shm"; fi
 }
 trap cleanup EXIT
@@ -128,6 +134,7 @@ work=$(mktemp -d /tmp/zmconf.XXXXXX)
 chmod 755 "$work"
 mnt="$work/mnt"
 dmnt="$work/mnt-daemon"
+umnt="$work/mnt-uring"
 shm=$(mktemp -d /dev/shm/zmconf.XXXXXX)   # fsx reference runs, ours alone
 # pjdfstest gets a short path to the zone (its unix-socket names must fit
 # in 108 bytes): a symlink in a directory of this run's own, /tmp/zmc.XXXX/z.
@@ -136,8 +143,9 @@ chmod 755 "$linkdir"   # pjdfstest switches to other users, who must pass it
 link="$linkdir/z"
 slink="$linkdir/s"
 dlink="$linkdir/d"
-mkdir -p "$mnt" "$dmnt" "$work/zone" "$work/szone" "$work/dzone"
-chmod 755 "$work/zone" "$work/szone" "$work/dzone"
+ulink="$linkdir/u"
+mkdir -p "$mnt" "$dmnt" "$umnt" "$work/zone" "$work/szone" "$work/dzone" "$work/uzone"
+chmod 755 "$work/zone" "$work/szone" "$work/dzone" "$work/uzone"
 cat > "$work/project.yaml" <<YAML
 sandbox:
   mode: direct
@@ -154,6 +162,18 @@ ln -s "$mnt/st" "$slink"
 "$bin" mount -q --allow-other --no-passthrough --zone "dp=$work/dzone:rw" "$dmnt"
 "$bin" status "$dmnt" | grep -q 'writeback cache' || { echo "conformance: $dmnt does not use the writeback cache" >&2; exit 1; }
 ln -s "$dmnt/dp" "$dlink"
+# FUSE over io_uring: a kernel without it (before 6.14) can't run it; that
+# is the kernel's limit, said and not counted.
+if [ -e "$uring_param" ]; then
+  uring_was=$(cat "$uring_param")
+  "$bin" mount -q --allow-other --io-uring --zone "ur=$work/uzone:rw" "$umnt"
+  echo "$uring_was" > "$uring_param"; uring_was=""
+  "$bin" status "$umnt" | grep -q '^transport: io_uring' || { echo "conformance: $umnt is not served over io_uring" >&2; exit 1; }
+  ln -s "$umnt/ur" "$ulink"
+else
+  umnt=""
+  echo "conformance: this kernel has no FUSE over io_uring ($uring_param): that mount is not made"
+fi
 
 case "$brk" in
   kill)
@@ -254,6 +274,7 @@ run_pjdfstest() {
 run_pjdfstest rw "$link"
 run_pjdfstest staged "$slink"
 run_pjdfstest daemon "$dlink"
+[ -z "$umnt" ] || run_pjdfstest uring "$ulink"
 
 # ---- fsx ----------------------------------------------------------------
 if [ $quick -eq 1 ]; then seeds="1"; n=20000; else seeds="1 2 3"; n=100000; fi
@@ -263,6 +284,7 @@ run_fsx() { # name profile ops seed [zone]
   local backing="$work/zone/$name" at="$mnt/$zone/$name"
   [ "$zone" = st ] && backing="$work/stage/st/upper/$name"
   [ "$zone" = dp ] && backing="$work/dzone/$name" at="$dmnt/dp/$name"
+  [ "$zone" = ur ] && backing="$work/uzone/$name" at="$umnt/ur/$name"
   local out="$work/fsx-$name.log"
   if ! bounded "fsx $name" "$LIMIT_FSX" fsx -N "$ops" -S "$seed" -f "scripts/conformance/$profile" "$at" >"$out" 2>&1; then
     echo "fsx $name (seed $seed) FAILED:"; tail -30 "$out"; return 1
@@ -303,6 +325,12 @@ else
   for part in 1 2 3 4 5; do
     run_fsx "daemon-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" dp || status=1
   done
+  if [ -n "$umnt" ]; then
+    run_fsx "uring-nommap-$s" fsx-nommap.toml "$n" "$s" ur || status=1
+    for part in 1 2 3 4 5; do
+      run_fsx "uring-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" ur || status=1
+    done
+  fi
   mkdir -p "$work/zone/nobody" && chown nobody "$work/zone/nobody"
   if bounded "fsx as nobody" "$LIMIT_FSX" setpriv --reuid=nobody --regid=nogroup --clear-groups -- \
       fsx -N $((n / 5)) -S 99 -f scripts/conformance/fsx-nommap.toml "$mnt/rw/nobody/f" >"$work/fsx-nobody.log" 2>&1; then
