@@ -231,7 +231,7 @@ fn passthrough(kernel: &str, admin: bool) -> Check {
         return check(
             NAME,
             State::Degraded,
-            format!("kernel {kernel} has no FUSE passthrough (Linux 6.9+): file data goes through the daemon, large reads and writes are slower"),
+            format!("kernel {kernel} has no FUSE passthrough (Linux 6.9+): file data goes through the daemon (writes gathered by the page cache, large reads slower)"),
         )
         .fix("a kernel of 6.9 or later");
     }
@@ -239,7 +239,7 @@ fn passthrough(kernel: &str, admin: bool) -> Check {
         return check(
             NAME,
             State::Degraded,
-            "passthrough needs CAP_SYS_ADMIN: file data goes through the daemon, large reads and writes are slower",
+            "passthrough needs CAP_SYS_ADMIN: file data goes through the daemon (writes gathered by the page cache, large reads slower)",
         )
         .fix("mount as root");
     }

@@ -410,7 +410,7 @@ impl Core {
     /// without costs (for `status`).
     pub fn without(&self) -> Vec<Without> {
         let mut out = Vec::new();
-        let slower = "file data goes through the daemon (large reads and writes are slower)";
+        let slower = "file data goes through the daemon (writes are gathered in the page cache; large reads are slower)";
         match self.io_mode() {
             IoMode::Daemon(DaemonWhy::Unprivileged) => out.push(Without {
                 feature: "passthrough",
