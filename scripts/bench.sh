@@ -22,9 +22,10 @@
 #            --no-io-uring, so they measure the /dev/fuse transport)
 #   zm-user  zonemount run by an ordinary user (ZONEMOUNT_BENCH_USER, default
 #            zmtest, created if missing), as users run it on a laptop: no
-#            passthrough, file data through the daemon with the kernel's
-#            writeback cache; its workloads run as that user too (/dev/fuse
-#            is made 0666 for the run and put back after)
+#            passthrough, file data through the daemon; its workloads run as
+#            that user too (/dev/fuse is made 0666 for the run and put back
+#            after)
+#   zm-user-wb  the same with --writeback-cache (the kernel gathers writes)
 # and, with the workload `commit`: a 10,000-file untar into the staged zone,
 # then `zonemount commit` timed against `cp -a` of the same tree.
 # Each workload runs REPS times; within a repetition the targets take turns
@@ -82,7 +83,7 @@ json=${json:-$repo/target/bench.json}
 ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls create unlink ask_pending fds commit"
 WORKLOADS=${only//,/ }
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
-ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring zm-user"
+ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring zm-user zm-user-wb"
 TARGETS="native"
 for t in ${targets_opt//,/ }; do
   case " $ALL_TARGETS " in *" $t "*) ;; *) echo "bench: unknown target $t (known: $ALL_TARGETS)" >&2; exit 2 ;; esac
@@ -114,6 +115,7 @@ mnt_f="$work/mnt-fds"
 mnt_s="$work/mnt-zm-staged"
 mnt_u="$work/mnt-zm-uring"
 mnt_p="$work/mnt-zm-user"
+mnt_w="$work/mnt-zm-user-wb"
 fuse_mode=""
 uring_param=/sys/module/fuse/parameters/enable_uring
 uring_was=""
@@ -125,7 +127,7 @@ cleanup() {
   if [ "${ops_ok:-0}" = 1 ]; then
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
-  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u" "$mnt_p"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
@@ -139,7 +141,7 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_u" "$mnt_p"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w"
 # The unprivileged target's user must reach the helper, the mountpoints
 # and the fixtures.
 chmod 755 "$work"
@@ -198,12 +200,13 @@ root_of() {
     zm-staged) echo "$mnt_s/w" ;;
     zm-uring) echo "$mnt_u/w" ;;
     zm-user) echo "$mnt_p/w" ;;
+    zm-user-wb) echo "$mnt_w/w" ;;
   esac
 }
 
 # The unprivileged target: its user, and how to run a command as that user.
 as_user=()
-if want zm-user; then
+if want zm-user || want zm-user-wb; then
   bench_user=${ZONEMOUNT_BENCH_USER:-zmtest}
   id -u "$bench_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$bench_user"
   bench_uid=$(id -u "$bench_user"); bench_gid=$(id -g "$bench_user")
@@ -214,7 +217,7 @@ if want zm-user; then
 fi
 # own DIR: a scratch dir of the unprivileged target is its user's (its
 # daemon works with that user's rights on the backing dir).
-own() { if [ "$1" = s-zm-user ]; then chown -R "$bench_uid:$bench_gid" "$data/$1"; fi; }
+own() { case "$1" in s-zm-user|s-zm-user-wb) chown -R "$bench_uid:$bench_gid" "$data/$1" ;; esac; }
 
 place() { # pin or unpin every daemon's threads
   local cpus=$1 p t n
@@ -256,15 +259,16 @@ sandbox:
   zones:
     - { name: w, path: $data, mode: rw, staged: true }
 YAML
-if want zm-user; then
+if want zm-user || want zm-user-wb; then
   cat > "$work/zm-user.yaml" <<YAML
 sandbox:
   mode: direct
   zones:
     - { name: w, path: $data, mode: rw }
 YAML
-  chown "$bench_uid:$bench_gid" "$mnt_p"
-  "${as_user[@]}" "$bin" mount -q --config "$work/zm-user.yaml" --threads "$threads" --no-io-uring "$mnt_p"
+  chown "$bench_uid:$bench_gid" "$mnt_p" "$mnt_w"
+  want zm-user && "${as_user[@]}" "$bin" mount -q --config "$work/zm-user.yaml" --threads "$threads" --no-io-uring "$mnt_p"
+  want zm-user-wb && "${as_user[@]}" "$bin" mount -q --config "$work/zm-user.yaml" --threads "$threads" --no-io-uring --writeback-cache "$mnt_w"
 fi
 want zm-staged && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
 echo "== targets: $TARGETS (mounts under $work)"
@@ -318,7 +322,7 @@ if [ $ops_ok = 1 ]; then
   old_buf=$(cut -d' ' -f1 < "$tr/buffer_size_kb")
   echo 65536 > "$tr/buffer_size_kb" 2>/dev/null || ops_ok=0
 fi
-conn_of() { case "$1" in native) echo "" ;; zm-user) "${as_user[@]}" stat -c %d "$(root_of "$1")" ;; *) stat -c %d "$(root_of "$1")" ;; esac; }
+conn_of() { case "$1" in native) echo "" ;; zm-user|zm-user-wb) "${as_user[@]}" stat -c %d "$(root_of "$1")" ;; *) stat -c %d "$(root_of "$1")" ;; esac; }
 ops_begin() {
   [ $ops_ok = 1 ] && [ -n "$1" ] || return 0
   echo "connection == $1" > "$ev/filter"; : > "$tr/trace"; echo 1 > "$ev/enable"
@@ -347,7 +351,7 @@ run_workload() { # placement workload
       [ "$rep" = 1 ] && [ "$placement" = pinned ] && conn=$(conn_of "$t")
       ops_begin "$conn"
       local as="$prefix"
-      [ "$t" = zm-user ] && as="${as_user[*]} $prefix"
+      case "$t" in zm-user|zm-user-wb) as="${as_user[*]} $prefix" ;; esac
       secs=$("w_$w" "$(root_of "$t")" "s-$t" "$as" | tail -1)
       ops_end "$conn" "$placement" "$w" "$t"
       # A staged run's changes are dropped (untimed), as after a task.
@@ -489,7 +493,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
@@ -526,7 +530,7 @@ for placement in dict.fromkeys(p for p, _ in order):
             results.append({"placement": p, "workload": w, "target": t, **s, "ratio_to_native": ratio})
             zm = res.get((p, w, "zm"))
             # Staged and unprivileged are also compared with the root daemon's plain zone.
-            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-user") and zm and statistics.median(zm) > 0 else ""
+            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-user", "zm-user-wb") and zm and statistics.median(zm) > 0 else ""
             cells.append(f"{s['median']:.3f}s ({s['min']:.2f}-{s['max']:.2f})" + ("" if t == "native" or ratio is None else f" **{ratio:.2f}x**{vs_zm}"))
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
 fds = None

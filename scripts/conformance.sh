@@ -158,8 +158,8 @@ YAML
 
 ln -s "$mnt/rw" "$link"
 ln -s "$mnt/st" "$slink"
-# The daemon data path: no passthrough, so the writeback cache.
-"$bin" mount -q --allow-other --no-passthrough --zone "dp=$work/dzone:rw" "$dmnt"
+# The daemon data path with the writeback cache (--writeback-cache).
+"$bin" mount -q --allow-other --no-passthrough --writeback-cache --zone "dp=$work/dzone:rw" "$dmnt"
 "$bin" status "$dmnt" | grep -q 'writeback cache' || { echo "conformance: $dmnt does not use the writeback cache" >&2; exit 1; }
 ln -s "$dmnt/dp" "$dlink"
 # FUSE over io_uring: a kernel without it (before 6.14) can't run it; that

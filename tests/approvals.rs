@@ -1410,6 +1410,7 @@ fn a_write_gathered_in_the_page_cache_asks_once() {
     }
     let m = setup()
         .arg("--no-passthrough")
+        .arg("--writeback-cache")
         .file("final", "old.md", "old\n")
         .mount();
     let s: Value = serde_json::from_str(&zm(&["status", "--json"], m.mountpoint()).stdout).unwrap();

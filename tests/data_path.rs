@@ -1,13 +1,16 @@
 //! File data by either path (DESIGN §7): kernel passthrough (root), or
-//! through the daemon with the kernel's writeback cache (an ordinary user,
-//! or `--no-passthrough`), where the kernel gathers writes in its page
-//! cache and sends them later in large blocks. Whatever the path, what a
-//! worker wrote is in the backing file once its `close` returns, and a
-//! zone's size limit refuses the write that would pass it, to the writer.
+//! through the daemon (an ordinary user, or `--no-passthrough`), with
+//! `--writeback-cache` the kernel gathering writes in its page cache and
+//! sending them later in large blocks. Whatever the path, what a worker
+//! wrote is in the backing file once its `close` returns, and a zone's
+//! size limit refuses the write that would pass it, to the writer.
+//! Without `--writeback-cache`, a change the host makes to a file shows
+//! through the mount (the writeback cache would hide it).
 //!
 //! The suite runs in every environment (`scripts/test-envs.sh`): as root
-//! each test runs with passthrough and with `--no-passthrough`; as an
-//! ordinary user the data goes through the daemon either way.
+//! each test runs with passthrough, with `--no-passthrough`, and with
+//! that and `--writeback-cache`; as an ordinary user the data goes through
+//! the daemon every time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -19,8 +22,21 @@ use common::*;
 use serde_json::Value;
 
 /// The mount options each test runs with: the default (passthrough where
-/// the daemon may use it) and `--no-passthrough`.
-const PATHS: [Option<&str>; 2] = [None, Some("--no-passthrough")];
+/// the daemon may use it), `--no-passthrough`, and that with the
+/// writeback cache.
+const PATHS: [&[&str]; 3] = [
+    &[],
+    &["--no-passthrough"],
+    &["--no-passthrough", "--writeback-cache"],
+];
+
+/// The fixture with `args` on its mount command line.
+fn with_args(mut s: Setup, args: &[&str]) -> Setup {
+    for a in args {
+        s = s.arg(a);
+    }
+    s
+}
 
 fn status(m: &TestMount) -> Value {
     let mnt = m.mountpoint().to_str().unwrap();
@@ -51,15 +67,13 @@ fn what_is_written_is_in_the_backing_file_at_close() {
     if !fuse_ok() {
         return;
     }
-    for extra in PATHS {
+    for args in PATHS {
         let src = noise(3 * 1024 * 1024 + 123);
-        let mut s = Setup::zones(Mode::Sandboxed, &[("ws", "mode: rw")])
+        let s = Setup::zones(Mode::Sandboxed, &[("ws", "mode: rw")])
             .file("ws", "trunc-me", vec![b't'; 10_000])
             .file("ws", "write-only", "abcdefgh")
             .file("ws", "mapped", vec![b'.'; 8192]);
-        if let Some(a) = extra {
-            s = s.arg(a);
-        }
+        let s = with_args(s, args);
         fs::write(s.root().join("src.bin"), &src).unwrap();
         fs::set_permissions(
             s.backing("ws", "write-only"),
@@ -67,13 +81,13 @@ fn what_is_written_is_in_the_backing_file_at_close() {
         )
         .unwrap();
         let m = s.mount();
-        let ctx = extra.unwrap_or("default");
+        let ctx = format!("{args:?}");
         let io = &status(&m)["io"];
         let daemon = io["mode"] == "daemon";
         assert_eq!(
             io["detail"].as_str().unwrap().contains("writeback cache"),
-            daemon,
-            "{ctx}: the writeback cache is used exactly when data goes through the daemon: {io}"
+            daemon && args.contains(&"--writeback-cache"),
+            "{ctx}: the writeback cache is used when asked for and data goes through the daemon: {io}"
         );
         let script = format!(
             "set -e
@@ -136,16 +150,13 @@ fn a_size_limit_refuses_the_write_that_would_pass_it() {
     if !fuse_ok() {
         return;
     }
-    for extra in PATHS {
-        let mut s = Setup::zones(
+    for args in PATHS {
+        let s = Setup::zones(
             Mode::Sandboxed,
             &[("ws", "mode: rw, max_file_bytes: 10000")],
         );
-        if let Some(a) = extra {
-            s = s.arg(a);
-        }
-        let m = s.mount();
-        let ctx = extra.unwrap_or("default");
+        let m = with_args(s, args).mount();
+        let ctx = format!("{args:?}");
         let out = m.sh_in(
             "",
             "dd if=/dev/zero of=ws/big bs=4k count=4 status=none",
@@ -181,5 +192,40 @@ fn a_size_limit_refuses_the_write_that_would_pass_it() {
             fs::metadata(m.backing("ws", "exact")).unwrap().len(),
             10_000
         );
+    }
+}
+
+/// Without `--writeback-cache`, a file the host appends to shows its new
+/// size and content through the mount once the attribute TTL has passed
+/// (0 here), even while a worker holds it open: the kernel takes the
+/// backing file's size again. (With the writeback cache it would keep its
+/// own, and the host's append would look cut off.)
+#[test]
+fn a_host_append_shows_through_by_default() {
+    if !fuse_ok() {
+        return;
+    }
+    for args in [&[][..], &["--no-passthrough"][..]] {
+        let s = Setup::zones(Mode::Direct, &[("ws", "mode: rw")])
+            .file("ws", "log", "hello\n")
+            .arg("--cache-ttl")
+            .arg("0");
+        let m = with_args(s, args).mount();
+        let ctx = format!("{args:?}");
+        let held = fs::File::open(m.path("ws/log")).unwrap();
+        assert_eq!(fs::read_to_string(m.path("ws/log")).unwrap(), "hello\n");
+        use std::io::Write;
+        fs::OpenOptions::new()
+            .append(true)
+            .open(m.backing("ws", "log"))
+            .unwrap()
+            .write_all(b"world\n")
+            .unwrap();
+        assert_eq!(
+            fs::read_to_string(m.path("ws/log")).unwrap(),
+            "hello\nworld\n",
+            "{ctx}: the host's append is not seen through the mount"
+        );
+        drop(held);
     }
 }

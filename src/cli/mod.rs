@@ -220,6 +220,15 @@ pub(crate) struct MountArgs {
     /// (Linux 6.9, CAP_SYS_ADMIN) could bypass it.
     #[arg(long)]
     pub(crate) no_passthrough: bool,
+    /// Where file data goes through the daemon (an ordinary user,
+    /// --no-passthrough): let the kernel gather writes in its page cache
+    /// and send them in 1 MiB blocks. Only for backing dirs the host
+    /// leaves alone while mounted: the kernel then keeps each cached
+    /// file's size and times itself, and a host-side change to them is not
+    /// seen through the mount until the file drops out of the kernel's
+    /// cache.
+    #[arg(long)]
+    pub(crate) writeback_cache: bool,
     /// Serve FUSE over io_uring (one ring per CPU): as root, first turn on
     /// the fuse module's enable_uring (it then stays on for every FUSE
     /// mount made after, until reboot). Without this flag io_uring is used

@@ -237,6 +237,7 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         ttl,
         threads: a.threads,
         passthrough: !a.no_passthrough,
+        writeback_cache: a.writeback_cache,
         io_uring: !a.no_io_uring,
         approval_timeout,
         no_approvals: a.no_approvals,

@@ -115,8 +115,11 @@ impl Filesystem for ZoneFs {
             // use direct I/O, which must still allow shared mmap (Linux
             // 6.6): without that, no writeback cache. See
             // `Core::open_backing`.
+            // Only when asked for (`--writeback-cache`): with it the
+            // kernel trusts its own size and times of a cached file over
+            // the backing file's, so host-side changes go unseen.
             let both = init::WRITEBACK_CACHE | init::DIRECT_IO_ALLOW_MMAP;
-            if offer.flags & both == both {
+            if self.core.writeback_wanted() && offer.flags & both == both {
                 flags |= both;
             }
         }

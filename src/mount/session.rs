@@ -66,6 +66,10 @@ pub struct Settings {
     pub threads: usize,
     /// Use kernel passthrough for file data where possible.
     pub passthrough: bool,
+    /// Where file data goes through the daemon, let the kernel gather
+    /// writes in its page cache (`--writeback-cache`; see
+    /// [`CoreOptions::writeback_cache`]).
+    pub writeback_cache: bool,
     /// Serve over FUSE-over-io_uring when the kernel offers it.
     pub io_uring: bool,
     /// How long a request may wait for a decision.
@@ -101,6 +105,7 @@ impl Default for Settings {
             ttl: DEFAULT_CACHE_TTL,
             threads: DEFAULT_THREADS,
             passthrough: true,
+            writeback_cache: false,
             io_uring: true,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             no_approvals: false,
@@ -355,6 +360,7 @@ fn filesystem(
         ttl: settings.ttl,
         ttl_ro: settings.ttl_ro(),
         passthrough: settings.passthrough,
+        writeback_cache: settings.writeback_cache,
         owner_uid: owner.uid,
         owner_gid: owner.gid,
         admission,

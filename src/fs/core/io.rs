@@ -125,6 +125,12 @@ impl Core {
         IoMode::from_code(self.io_mode.load(Ordering::Relaxed))
     }
 
+    /// Whether this mount should ask for the writeback cache (where file
+    /// data goes through the daemon): `--writeback-cache`.
+    pub fn writeback_wanted(&self) -> bool {
+        self.opts.writeback_cache
+    }
+
     /// Record whether the kernel gathers writes in its page cache
     /// (`FUSE_WRITEBACK_CACHE`, agreed at the handshake).
     pub fn set_writeback(&self, on: bool) {

@@ -178,6 +178,14 @@ pub struct CoreOptions {
     /// Use kernel passthrough for file data where the kernel and our
     /// privileges allow it.
     pub passthrough: bool,
+    /// Where file data goes through the daemon, let the kernel gather
+    /// writes in its page cache (FUSE's writeback cache). Off by default:
+    /// with it the kernel keeps a cached regular file's size and times
+    /// itself and never takes the backing file's again while it caches
+    /// the file, so a change the host makes to them is not seen (an
+    /// append by the host would look cut off, and a worker's append could
+    /// land over it).
+    pub writeback_cache: bool,
     pub owner_uid: u32,
     pub owner_gid: u32,
     /// Who may use the mount beyond what the kernel already filters.

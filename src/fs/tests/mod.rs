@@ -64,6 +64,7 @@ fn core_with(table: &ZoneTable, broker: Arc<dyn Broker>) -> Arc<Core> {
         ttl: Duration::from_secs(1),
         ttl_ro: Duration::from_secs(1),
         passthrough: false,
+        writeback_cache: false,
         owner_uid: 0,
         owner_gid: 0,
         admission: Default::default(),
