@@ -157,20 +157,13 @@ fn a_size_limit_refuses_the_write_that_would_pass_it() {
         );
         let m = with_args(s, args).mount();
         let ctx = format!("{args:?}");
-        let out = m.sh_in(
-            "",
-            "dd if=/dev/zero of=ws/big bs=4k count=4 status=none",
-            &[("LC_ALL", "C")],
-        );
-        assert!(
-            !out.success() && out.stderr.contains("File too large"),
-            "{ctx}: {}",
-            out.describe()
-        );
-        assert_eq!(
-            fs::metadata(m.backing("ws", "big")).unwrap().len(),
+        // The two 4 KiB writes under the limit land, the third does not.
+        refused_at(
+            &m,
+            &ctx,
+            "dd if=/dev/zero of=ws/big bs=4k count=4",
+            "big",
             8192,
-            "{ctx}: the two writes under the limit landed, the third did not"
         );
         let out = m.sh_in("", "head -c 10000 /dev/zero > ws/exact", &[]);
         assert!(out.success(), "{ctx}: {}", out.describe());
@@ -178,21 +171,25 @@ fn a_size_limit_refuses_the_write_that_would_pass_it() {
             fs::metadata(m.backing("ws", "exact")).unwrap().len(),
             10_000
         );
-        let out = m.sh_in(
-            "",
-            "printf x | dd of=ws/exact oflag=append conv=notrunc status=none",
-            &[("LC_ALL", "C")],
-        );
-        assert!(
-            !out.success() && out.stderr.contains("File too large"),
-            "{ctx}: {}",
-            out.describe()
-        );
-        assert_eq!(
-            fs::metadata(m.backing("ws", "exact")).unwrap().len(),
-            10_000
-        );
+        let append = "printf x | dd of=ws/exact oflag=append conv=notrunc";
+        refused_at(&m, &ctx, append, "exact", 10_000);
     }
+}
+
+/// `script` (a `dd`) fails with EFBIG, leaving `ws/name` at `size` bytes.
+#[track_caller]
+fn refused_at(m: &TestMount, ctx: &str, script: &str, name: &str, size: u64) {
+    let out = m.sh_in("", &format!("{script} status=none"), &[("LC_ALL", "C")]);
+    assert!(
+        !out.success() && out.stderr.contains("File too large"),
+        "{ctx}: {}",
+        out.describe()
+    );
+    assert_eq!(
+        fs::metadata(m.backing("ws", name)).unwrap().len(),
+        size,
+        "{ctx}: {name}"
+    );
 }
 
 /// Without `--writeback-cache`, a file the host appends to shows its new
