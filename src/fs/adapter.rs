@@ -108,16 +108,16 @@ impl Filesystem for ZoneFs {
         if self.core.passthrough_wanted().is_ok() && offer.flags & init::PASSTHROUGH != 0 {
             flags |= init::PASSTHROUGH;
         } else {
-            // File data through the daemon: the kernel gathers writes in
-            // its page cache and sends them in blocks of up to MAX_WRITE
-            // (4 KiB writes otherwise cost a round trip each). Handles
+            // File data through the daemon, and `--writeback-cache`: the
+            // kernel gathers writes in its page cache and sends them in
+            // blocks of up to MAX_WRITE (4 KiB writes otherwise cost a
+            // round trip each). Only when asked for: the kernel then
+            // trusts its own size and times of a cached file over the
+            // backing file's, so host-side changes go unseen. Handles
             // whose every write the daemon must see (a zone's size limit)
             // use direct I/O, which must still allow shared mmap (Linux
             // 6.6): without that, no writeback cache. See
             // `Core::open_backing`.
-            // Only when asked for (`--writeback-cache`): with it the
-            // kernel trusts its own size and times of a cached file over
-            // the backing file's, so host-side changes go unseen.
             let both = init::WRITEBACK_CACHE | init::DIRECT_IO_ALLOW_MMAP;
             if self.core.writeback_wanted() && offer.flags & both == both {
                 flags |= both;
