@@ -9,7 +9,8 @@
 //! - `{"v":1,"op":"status"}` → `{"v":1,"ok":true,"status":{...}}` ([`Status`])
 //! - `{"v":1,"op":"watch"}` → `{"v":1,"ok":true}`, then one line per event
 //!   for as long as the connection stays open: every request already
-//!   pending and each new one as `{"v":1,"event":"request","request":REQUEST}`,
+//!   pending and each new one as `{"v":1,"event":"request","request":REQUEST}`
+//!   (each request once),
 //!   and each end as `{"v":1,"event":"resolved","id":7,"outcome":"allow",...}`
 //!   ([`WatchEvent`]).
 //! - `{"v":1,"op":"deny_pending"}` → `{"v":1,"ok":true,"denied":N}` (what

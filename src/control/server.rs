@@ -256,16 +256,19 @@ async fn watch(
     lines: &mut tokio::io::Lines<AsyncBufReader<tokio::net::unix::OwnedReadHalf>>,
     w: &mut tokio::net::unix::OwnedWriteHalf,
 ) -> io::Result<()> {
-    // Subscribe before the snapshot: an event in between shows twice
-    // rather than never.
+    // Subscribe before the snapshot, so nothing in between is missed; a
+    // request that is both in the snapshot and in the stream is sent once.
     let mut rx = srv.events.subscribe();
     send(w, &ok_answer(&Done {})).await?;
+    let mut sent = std::collections::HashSet::new();
     for info in srv.approvals.pending() {
+        sent.insert(info.id);
         send(w, &event_json(&Event::Requested(info))).await?;
     }
     loop {
         tokio::select! {
             ev = rx.recv() => match ev {
+                Ok(Event::Requested(info)) if sent.remove(&info.id) => {}
                 Ok(ev) => send(w, &event_json(&ev)).await?,
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     send(w, &WatchEvent::Lagged { missed: n }.to_value()).await?;
@@ -291,6 +294,10 @@ mod tests {
     use crate::config::SandboxMode;
 
     fn server() -> Arc<Server> {
+        server_of(1000)
+    }
+
+    fn server_of(owner_uid: u32) -> Arc<Server> {
         let a = Approvals::new(
             Settings {
                 mountpoint: "/m".into(),
@@ -327,7 +334,7 @@ mod tests {
             degraded: None,
             stage_dir: None,
         };
-        Server::new(a, 1000, Box::new(status))
+        Server::new(a, owner_uid, Box::new(status))
     }
 
     const ROOT: Peer = Peer { uid: 0, pid: None };
@@ -367,5 +374,71 @@ mod tests {
         assert_eq!(st["status"]["mountpoint"], "/m");
         assert_eq!(st["status"]["pending"], json!([]));
         assert_eq!(st["status"]["counters"]["requests"], 0);
+    }
+
+    /// A request that is both pending when a watch starts and in the
+    /// event stream it subscribed to (the two overlap for an instant) is
+    /// sent once: a client that allows every request it sees must never
+    /// allow the same one twice.
+    #[tokio::test]
+    async fn a_watch_shows_each_request_once() {
+        use crate::approval::{AskRequest, Broker, Decision, Scope};
+        use crate::policy::{AskItem, Class};
+
+        let s = server_of(rustix::process::geteuid().as_raw());
+        let (tx, verdict) = std::sync::mpsc::channel();
+        s.approvals.ask(
+            AskRequest {
+                items: vec![AskItem {
+                    class: Class::Write,
+                    zone: "final".into(),
+                    path: PathBuf::from("a.md"),
+                }],
+                op: "create",
+                target: None,
+                pid: std::process::id(),
+                uid: 1000,
+            },
+            Box::new(move |v| {
+                let _ = tx.send(v);
+            }),
+        );
+        let pending = s.approvals.pending();
+        assert_eq!(pending.len(), 1);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        tokio::spawn(serve(listener, s.clone()));
+        let (r, mut w) = UnixStream::connect(&path)
+            .await
+            .expect("connect")
+            .into_split();
+        let mut lines = AsyncBufReader::new(r).lines();
+        w.write_all(b"{\"v\":1,\"op\":\"watch\"}\n")
+            .await
+            .expect("write");
+        let mut next = async || -> Value {
+            let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+                .await
+                .expect("a line within 5 s")
+                .expect("read")
+                .expect("not closed");
+            serde_json::from_str(&line).expect("JSON")
+        };
+        assert_eq!(next().await["ok"], true);
+        let first = next().await;
+        assert_eq!(first["event"], "request");
+        assert_eq!(first["request"]["id"], pending[0].id);
+        // The same request arriving through the stream, as it does when it
+        // was asked between the subscription and the snapshot.
+        let _ = s.events.send(Event::Requested(pending[0].clone()));
+        s.approvals
+            .decide(pending[0].id, Decision::Allow(Scope::Once), 0)
+            .expect("decide");
+        let second = next().await;
+        assert_eq!(second["event"], "resolved", "{second}");
+        assert_eq!(second["id"], pending[0].id);
+        assert!(verdict.recv_timeout(Duration::from_secs(5)).is_ok());
     }
 }
