@@ -60,6 +60,11 @@ pub const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long the watcher keeps retrying to remove a busy directory.
 pub const RMDIR_PATIENCE: Duration = Duration::from_secs(10);
 
+/// How many times, and how far apart, a mountpoint whose statfs fails
+/// with neither ENOTCONN nor a torn-down queue's error is asked again.
+const DEAD_MOUNT_TRIES: u32 = 40;
+const DEAD_MOUNT_RETRY: Duration = Duration::from_millis(50);
+
 /// The name the watcher gives itself (`/proc/PID/comm`, `ps -o comm`).
 pub const WATCHER_NAME: &str = "zm-watch";
 
@@ -477,9 +482,10 @@ fn clean_up(p: &Prepared, msgs: &Messages) {
     if let Some(mp) = &p.mountpoint {
         // statfs, not stat: the kernel answers a stat of the mount's root
         // from its attribute cache even once the daemon is gone, but
-        // always asks the daemon for statfs. ECONNABORTED: a request
-        // caught in the teardown of a dead daemon's io_uring queues.
-        if let Err(Errno::NOTCONN | Errno::CONNABORTED) = rustix::fs::statfs(mp.as_c_str()) {
+        // always asks the daemon for statfs. ECONNABORTED and ECANCELED:
+        // a request caught in the teardown of a dead daemon's io_uring
+        // queues (both seen here).
+        if mount_is_dead(mp) {
             match &p.fusermount {
                 Some((_, argv)) => run_and_wait(argv),
                 None => {
@@ -492,6 +498,20 @@ fn clean_up(p: &Prepared, msgs: &Messages) {
     for d in &p.dirs {
         rmdir_patiently(d);
     }
+}
+
+/// Whether a dead FUSE connection is on top of `mp`. Any other error
+/// (the connection still being torn down) is asked again, a bounded
+/// number of times; a success is a live mount: never ours to touch.
+fn mount_is_dead(mp: &CString) -> bool {
+    for _ in 0..DEAD_MOUNT_TRIES {
+        match rustix::fs::statfs(mp.as_c_str()) {
+            Err(Errno::NOTCONN | Errno::CONNABORTED | Errno::CANCELED) => return true,
+            Ok(_) => return false,
+            Err(_) => sleep(DEAD_MOUNT_RETRY),
+        }
+    }
+    false
 }
 
 /// SIGTERM the process, wait up to [`STOP_GRACE`], then SIGKILL it and
@@ -569,16 +589,19 @@ fn rmdir_patiently(dir: &CString) {
     let tries = RMDIR_PATIENCE.as_millis() / step.as_millis();
     for _ in 0..tries {
         match rustix::fs::rmdir(dir.as_c_str()) {
-            Err(Errno::BUSY | Errno::NOTCONN | Errno::INTR) => {
-                let ts = Timespec {
-                    tv_sec: 0,
-                    tv_nsec: i64::from(step.subsec_nanos()),
-                };
-                let _ = rustix::thread::nanosleep(&ts);
-            }
+            Err(Errno::BUSY | Errno::NOTCONN | Errno::INTR) => sleep(step),
             _ => return,
         }
     }
+}
+
+/// Sleep for `d` (under a second), with a system call only.
+fn sleep(d: Duration) {
+    let ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: i64::from(d.subsec_nanos()),
+    };
+    let _ = rustix::thread::nanosleep(&ts);
 }
 
 #[cfg(test)]

@@ -297,13 +297,14 @@ impl Session {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("fuse-{i}"))
-                    .spawn(move || serve(dev, fs, size))?,
+                    .spawn(move || serve(dev, fs, size, false))?,
             );
         }
         let result = serve(
             self.dev.clone(),
             self.fs.clone(),
             self.agreed.request_size(),
+            rings.is_some(),
         );
         for t in threads {
             let _ = t.join();
@@ -354,8 +355,22 @@ pub(crate) fn handle(
     }
 }
 
+/// How long the device thread of an io_uring session waits after a
+/// FORGET before it reads again: the kernel queues one FORGET per dropped
+/// inode and wakes the reader for each (every `unlink` is two wake-ups
+/// otherwise); waiting lets them pile up into one BATCH_FORGET. An
+/// INTERRUPT, the only other request there, waits at most this long.
+const FORGET_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// One device thread: read, dispatch, until the connection ends.
-fn serve(dev: Arc<Device>, fs: Arc<dyn Filesystem>, size: usize) -> io::Result<()> {
+/// `batch_forgets`: wait [`FORGET_LINGER`] after each FORGET (io_uring
+/// serves everything else).
+fn serve(
+    dev: Arc<Device>,
+    fs: Arc<dyn Filesystem>,
+    size: usize,
+    batch_forgets: bool,
+) -> io::Result<()> {
     let sink: Arc<dyn Sink> = Arc::new(DevSink(dev.clone()));
     let mut buf = vec![0u8; size];
     loop {
@@ -380,7 +395,11 @@ fn serve(dev: Arc<Device>, fs: Arc<dyn Filesystem>, size: usize) -> io::Result<(
             Reply::new(h.unique, 0, sink.clone(), true).ok();
             return Ok(());
         }
+        let opcode = h.opcode;
         handle(fs.as_ref(), &h, Args::joined(body), 0, &sink);
+        if batch_forgets && matches!(opcode, abi::op::FORGET | abi::op::BATCH_FORGET) {
+            std::thread::sleep(FORGET_LINGER);
+        }
     }
 }
 
