@@ -95,7 +95,15 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
         return Err(UnmountError::NotOurs(show(&path), entry.fstype));
     }
     let record = read_record(&path);
-    detach(&path, lazy)?;
+    if let Err(e) = detach(&path, lazy) {
+        // Gone meanwhile (its watcher took a dead daemon's mount down
+        // between the look and the detach): what was asked is done.
+        if find_mount(&path).is_none_or(|m| !m.is_zonemount()) {
+            forget(&path);
+            return Ok(Unmounted::NotMounted);
+        }
+        return Err(e);
+    }
     let Some(rec) = record else {
         return Ok(Unmounted::Done);
     };
