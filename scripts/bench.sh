@@ -127,6 +127,7 @@ cleanup() {
   if [ "${ops_ok:-0}" = 1 ]; then
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
+  [ -n "${tracefs_mounted:-}" ] && umount "$tr"
   for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
@@ -316,8 +317,13 @@ w_unlink() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; python3 "$
 # FUSE requests per opcode during one run (pinned, first repetition),
 # counted by the kernel's fuse_request_send tracepoint for that connection.
 tr=/sys/kernel/tracing
+# A fresh machine may not have tracefs mounted: mount it for the run (and
+# take it down after), or the counts are silently missing.
+tracefs_mounted=""
+if [ ! -d "$tr/events" ] && mount -t tracefs nodev "$tr" 2>/dev/null; then tracefs_mounted=1; fi
 ev=$tr/events/fuse/fuse_request_send
 ops_ok=0; [ -w "$ev/enable" ] && [ -w "$tr/buffer_size_kb" ] && ops_ok=1
+[ $ops_ok = 1 ] || echo "== no FUSE request counts: $ev is not writable (tracefs)"
 if [ $ops_ok = 1 ]; then
   old_buf=$(cut -d' ' -f1 < "$tr/buffer_size_kb")
   echo 65536 > "$tr/buffer_size_kb" 2>/dev/null || ops_ok=0
