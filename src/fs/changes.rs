@@ -7,7 +7,7 @@
 //! the report says it is incomplete.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use parking_lot::Mutex;
@@ -105,7 +105,10 @@ pub struct ChangeLog {
 
 #[derive(Debug, Default)]
 struct Log {
-    zones: BTreeMap<String, BTreeMap<PathBuf, Kind>>,
+    /// By zone; each zone's paths unordered (a hash costs less than the
+    /// path comparisons of an ordered map on every create and unlink),
+    /// sorted when a report is asked for.
+    zones: BTreeMap<String, HashMap<PathBuf, Kind>>,
     paths: usize,
     truncated: bool,
 }
@@ -123,7 +126,10 @@ impl ChangeLog {
                 paths,
                 truncated,
             } = &mut *log;
-            let zone = zones.entry(p.zone).or_default();
+            let zone = match zones.get_mut(&p.zone) {
+                Some(z) => z,
+                None => zones.entry(p.zone).or_default(),
+            };
             let prev = zone.get(&p.path).copied();
             let next = match (prev, p.kind) {
                 (None, k) => Some(k),
@@ -157,7 +163,7 @@ impl ChangeLog {
     /// and whether the log stopped recording (too many paths).
     pub fn changes(&self, zone: &str, filter: &[PathBuf]) -> (Vec<Change>, bool) {
         let log = self.inner.lock();
-        let list = log
+        let mut list: Vec<Change> = log
             .zones
             .get(zone)
             .into_iter()
@@ -168,6 +174,7 @@ impl ChangeLog {
                 kind: *k,
             })
             .collect();
+        list.sort_unstable_by(|a, b| a.path.cmp(&b.path));
         (list, log.truncated)
     }
 }

@@ -139,10 +139,21 @@ impl Sink for DevSink {
             error,
             unique,
         };
-        let mut parts = Vec::with_capacity(1 + body.len());
-        parts.push(IoSlice::new(h.as_bytes()));
-        parts.extend(body.iter().map(|b| IoSlice::new(b)));
-        if let Err(e) = self.0.write(&parts) {
+        let head = IoSlice::new(h.as_bytes());
+        // Every reply but a directory listing has at most two parts: no
+        // allocation on the way out.
+        let written = match body {
+            [] => self.0.write(&[head]),
+            [a] => self.0.write(&[head, IoSlice::new(a)]),
+            [a, b] => self.0.write(&[head, IoSlice::new(a), IoSlice::new(b)]),
+            _ => {
+                let mut parts = Vec::with_capacity(1 + body.len());
+                parts.push(head);
+                parts.extend(body.iter().map(|b| IoSlice::new(b)));
+                self.0.write(&parts)
+            }
+        };
+        if let Err(e) = written {
             // ENOENT: the request was interrupted and is gone.
             if e.raw_os_error() != Some(libc::ENOENT) {
                 tracing::debug!(unique, "cannot write a reply: {e}");
