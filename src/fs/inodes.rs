@@ -448,7 +448,12 @@ impl Inodes {
             if maps.by_key.get(&key) == Some(&ino) {
                 maps.by_key.remove(&key);
             }
-            maps.by_ino.remove(&ino);
+            // Dropped after the lock: the last reference closes the node's
+            // passthrough backing id (an ioctl), and every request's
+            // lookup of its node waits while the table is locked.
+            let gone = maps.by_ino.remove(&ino);
+            drop(maps);
+            drop(gone);
             return true;
         }
         false

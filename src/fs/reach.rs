@@ -191,6 +191,14 @@ impl Reach {
         &self.fd_cache[ino as usize % SHARDS]
     }
 
+    /// Cache `fd` for node `ino`; what that pushes out (the shard's least
+    /// recently used fd, or the node's previous one) is closed after the
+    /// shard's lock, which other requests may be waiting for.
+    fn keep(&self, ino: u64, fd: Arc<OwnedFd>) {
+        let out = self.shard(ino).lock().push(ino, fd);
+        drop(out);
+    }
+
     /// An fd (`O_PATH`) on a node's backing object.
     pub fn fd_of(&self, node: &Node) -> FsResult<Arc<OwnedFd>> {
         match &node.anchor {
@@ -209,7 +217,7 @@ impl Reach {
                     .flatten()
                     .ok_or(FsError::Os(libc::ESTALE))?;
                 let fd = Arc::new(self.with_fds(|| backing::open_by_handle(fs_fd.as_fd(), h))?);
-                self.shard(node.ino).lock().put(node.ino, fd.clone());
+                self.keep(node.ino, fd.clone());
                 Ok(fd)
             }
             Anchor::Named => match self.at_hand(node.ino) {
@@ -306,7 +314,7 @@ impl Reach {
                 return Err(stale());
             }
             let child = Arc::new(child);
-            self.shard(s.ino).lock().put(s.ino, child.clone());
+            self.keep(s.ino, child.clone());
             fd = child;
         }
         Ok(fd)
@@ -316,12 +324,11 @@ impl Reach {
     /// looked up: it is at hand again, so any pin goes).
     pub fn cache(&self, node: &Node, fd: Arc<OwnedFd>) {
         match node.anchor {
-            Anchor::Handle(_) => {
-                self.shard(node.ino).lock().put(node.ino, fd);
-            }
+            Anchor::Handle(_) => self.keep(node.ino, fd),
             Anchor::Named => {
-                self.shard(node.ino).lock().put(node.ino, fd);
-                self.pinned.lock().remove(&node.ino);
+                self.keep(node.ino, fd);
+                let unpinned = self.pinned.lock().remove(&node.ino);
+                drop(unpinned);
             }
             Anchor::None | Anchor::Held(_) => {}
         }
@@ -348,8 +355,11 @@ impl Reach {
 
     /// Drop node `ino`'s fds (forgotten, or gone on the host).
     pub fn evict(&self, ino: u64) {
-        self.shard(ino).lock().pop(&ino);
-        self.pinned.lock().remove(&ino);
+        let cached = self.shard(ino).lock().pop(&ino);
+        let pinned = self.pinned.lock().remove(&ino);
+        // Closed after the locks: the close of an unlinked file's last fd
+        // is where the backing filesystem frees it.
+        drop((cached, pinned));
     }
 
     /// fds kept now: (cached, pinned).
