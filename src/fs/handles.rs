@@ -109,7 +109,10 @@ impl Handles {
     }
 
     pub fn remove(&self, fh: u64) {
-        self.shard(fh).lock().remove(&fh);
+        // Closed after the shard's lock (the last close of a written file
+        // can be slow), as the inode table and the fd cache do.
+        let gone = self.shard(fh).lock().remove(&fh);
+        drop(gone);
     }
 
     pub fn len(&self) -> usize {
