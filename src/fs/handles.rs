@@ -109,10 +109,7 @@ impl Handles {
     }
 
     pub fn remove(&self, fh: u64) {
-        // Closed after the shard's lock (the last close of a written file
-        // can be slow), as the inode table and the fd cache do.
-        let gone = self.shard(fh).lock().remove(&fh);
-        drop(gone);
+        self.shard(fh).lock().remove(&fh);
     }
 
     pub fn len(&self) -> usize {
