@@ -237,6 +237,12 @@ pub fn stat(fd: BorrowedFd<'_>) -> Sys<Stat> {
     rfs::fstat(fd)
 }
 
+/// The attributes of `name` in `dir`, itself (a symlink is not followed).
+pub fn stat_at(dir: BorrowedFd<'_>, name: &OsStr) -> Sys<Stat> {
+    check_name(name)?;
+    rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+}
+
 /// Whether the object held by `fd` has no name left (a removed
 /// directory or an unlinked file).
 pub fn is_deleted(fd: BorrowedFd<'_>) -> bool {

@@ -403,20 +403,27 @@ impl Core {
     }
 
     /// The known node reopened by name that `name` in `dir` (of `zone`)
-    /// reaches, with an fd on it.
+    /// reaches, with an fd on it: the one it has at hand (the kernel's
+    /// lookup before the removal cached it; an object held open keeps its
+    /// inode number, so the number tells it), else one opened by name.
     fn named_entry(
         &self,
         zone: usize,
         dir: BorrowedFd<'_>,
         name: &OsStr,
     ) -> Option<(Arc<Node>, Arc<OwnedFd>)> {
-        let fd = self.reach.lookup(dir, name).ok()?;
-        let st = backing::stat(fd.as_fd()).ok()?;
+        let st = backing::stat_at(dir, name).ok()?;
         let node = self
             .inodes
             .known(zone, st.st_dev, st.st_ino)
-            .and_then(|i| self.inodes.get(i))?;
-        matches!(node.anchor, Anchor::Named).then(|| (node, Arc::new(fd)))
+            .and_then(|i| self.inodes.get(i))
+            .filter(|n| matches!(n.anchor, Anchor::Named))?;
+        if let Some(fd) = self.reach.cached(node.ino) {
+            return Some((node, fd));
+        }
+        let fd = self.reach.lookup(dir, name).ok()?;
+        let again = backing::stat(fd.as_fd()).ok()?;
+        ((again.st_dev, again.st_ino) == (st.st_dev, st.st_ino)).then(|| (node, Arc::new(fd)))
     }
 
     /// `name` in `dir` was removed (or renamed over) through the mount:
