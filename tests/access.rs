@@ -36,6 +36,20 @@ fn sh_as(uid: u32, script: &str) -> Out {
     )
 }
 
+/// `sh -c script` as `uid:uid` with the supplementary groups `groups`.
+fn sh_as_in(uid: u32, groups: &[u32], script: &str) -> Out {
+    let groups: Vec<String> = groups.iter().map(u32::to_string).collect();
+    sh_at(
+        Path::new("/"),
+        &format!(
+            "exec setpriv --reuid={uid} --regid={uid} --groups={} -- sh -c '{}'",
+            groups.join(","),
+            script.replace('\'', r"'\''")
+        ),
+        &[],
+    )
+}
+
 /// A project with a rw zone `ws` and a ro zone `data`, both backing dirs
 /// world-writable (so the host would let any caller create there: a
 /// refusal in `data` is the zone's, not the host's); the temp dir is made
@@ -193,6 +207,51 @@ fn workers_cannot_use_the_daemon_against_each_other() {
     assert!(out.success(), "{}", out.describe());
     let md = fs::metadata(m.backing("ws", "shared/g.txt")).unwrap();
     assert_eq!((md.uid(), md.gid()), (NOBODY, OTHER));
+}
+
+/// The backing check sees the caller's supplementary groups, each
+/// process its own: a worker in group G may give its file to G (the host
+/// kernel checks the membership again as the daemon acts as the worker),
+/// and the same uid's next process, outside G, may not.
+#[test]
+fn supplementary_groups_are_each_callers_own() {
+    if !ready() {
+        return;
+    }
+    const G: u32 = 4343;
+    let m = setup(Mode::Direct).arg("--allow-other").mount();
+    let mnt = m.mountpoint().display().to_string();
+    let f = m.backing("ws", "g.txt");
+    let out = sh_as_in(
+        OTHER,
+        &[G],
+        &format!("echo g > {mnt}/ws/g.txt && chgrp {G} {mnt}/ws/g.txt"),
+    );
+    assert!(
+        out.success(),
+        "chgrp to a supplementary group: {}",
+        out.describe()
+    );
+    assert_eq!(fs::metadata(&f).unwrap().gid(), G);
+    let out = sh_as_in(
+        OTHER,
+        &[OTHER],
+        &format!("chgrp {OTHER} {mnt}/ws/g.txt && chgrp {G} {mnt}/ws/g.txt"),
+    );
+    assert_sh_errno(&out, libc::EPERM, "chgrp to a group the process is not in");
+    assert_eq!(fs::metadata(&f).unwrap().gid(), OTHER);
+    // Group-writable only: the worker in G writes through the group bits.
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o660)).unwrap();
+    std::os::unix::fs::chown(&f, Some(0), Some(G)).unwrap();
+    let out = sh_as_in(OTHER, &[G], &format!("echo more >> {mnt}/ws/g.txt"));
+    assert!(
+        out.success(),
+        "write through the group bits: {}",
+        out.describe()
+    );
+    let out = sh_as_in(OTHER, &[OTHER], &format!("echo nope >> {mnt}/ws/g.txt"));
+    assert_sh_errno(&out, EACCES, "write without the group");
+    assert_eq!(fs::read_to_string(&f).unwrap(), "g\nmore\n");
 }
 
 /// Mounts are nosuid,nodev with default_permissions: a setuid-root binary

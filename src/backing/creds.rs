@@ -6,6 +6,11 @@
 //! `as_daemon` briefly takes the daemon's uid back for the one call that
 //! needs its capability (`open_by_handle_at`).
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, OnceLock};
+
+use parking_lot::Mutex;
+
 use super::Sys;
 
 /// Who is making a request, as the kernel tells it.
@@ -17,13 +22,11 @@ pub struct Caller {
     pub pid: u32,
 }
 
-/// The supplementary groups of a thread, from `/proc/PID/status`
-/// (empty when it is gone).
-fn groups_of(pid: u32) -> Vec<rustix::fs::Gid> {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
-    status
+/// The supplementary groups of a thread, from `/proc/PID/status` (None
+/// when it is gone).
+fn groups_of(pid: u32) -> Option<Vec<rustix::fs::Gid>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let groups = status
         .lines()
         .find_map(|l| l.strip_prefix("Groups:"))
         .map(|g| {
@@ -32,7 +35,56 @@ fn groups_of(pid: u32) -> Vec<rustix::fs::Gid> {
                 .map(rustix::fs::Gid::from_raw)
                 .collect()
         })
-        .unwrap_or_default()
+        .unwrap_or_default();
+    Some(groups)
+}
+
+/// How long a caller's supplementary groups, once read, are used for its
+/// requests. Reading `/proc/PID/status` is most of what switching to a
+/// caller costs (the kernel formats the whole status: about a sixth of the
+/// daemon's time for a non-root caller's creates); a thread's groups
+/// rarely change, and when they do the kernel's own check
+/// (`default_permissions`, with the caller's current groups) still comes
+/// first, so a stale set is never the only check for longer than this.
+const GROUPS_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Callers whose groups are kept at most (then the expired ones go, or all).
+const GROUPS_KEPT_MAX: usize = 1024;
+
+type GroupsKept = HashMap<(u32, u32, u32), (std::time::Instant, Arc<[rustix::fs::Gid]>)>;
+
+/// A caller's supplementary groups, read again once [`GROUPS_KEPT_FOR`]
+/// has passed, keyed by thread id, uid and gid (a thread that changes its
+/// uid or gid is read afresh at once).
+pub(super) fn groups_for(c: &Caller) -> Arc<[rustix::fs::Gid]> {
+    static KEPT: LazyLock<Mutex<GroupsKept>> = LazyLock::new(Mutex::default);
+    let key = (c.pid, c.uid, c.gid);
+    let now = std::time::Instant::now();
+    if let Some((at, groups)) = KEPT.lock().get(&key) {
+        if now.duration_since(*at) < GROUPS_KEPT_FOR {
+            return groups.clone();
+        }
+    }
+    let Some(groups) = groups_of(c.pid) else {
+        return Arc::from([]);
+    };
+    let groups: Arc<[rustix::fs::Gid]> = groups.into();
+    let mut kept = KEPT.lock();
+    if kept.len() >= GROUPS_KEPT_MAX {
+        kept.retain(|_, (at, _)| now.duration_since(*at) < GROUPS_KEPT_FOR);
+        if kept.len() >= GROUPS_KEPT_MAX {
+            kept.clear();
+        }
+    }
+    kept.insert(key, (now, groups.clone()));
+    groups
+}
+
+/// The daemon's own supplementary groups, restored after each caller's
+/// (read once: nothing in the daemon changes them).
+fn daemon_groups() -> &'static [rustix::fs::Gid] {
+    static GROUPS: OnceLock<Vec<rustix::fs::Gid>> = OnceLock::new();
+    GROUPS.get_or_init(|| rustix::process::getgroups().unwrap_or_default())
 }
 
 /// While alive, this thread's file-system credentials are the caller's:
@@ -44,8 +96,8 @@ fn groups_of(pid: u32) -> Vec<rustix::fs::Gid> {
 #[derive(Debug)]
 #[must_use]
 pub struct AsCaller {
-    /// The daemon's own supplementary groups, when switched.
-    saved: Option<Vec<rustix::fs::Gid>>,
+    /// Whether the thread switched (and so switches back on drop).
+    switched: bool,
 }
 
 thread_local! {
@@ -79,16 +131,16 @@ impl AsCaller {
     pub fn enter(c: &Caller) -> Sys<AsCaller> {
         // The process's euid, read once (a thread's own changes only while
         // an `AsCaller` is alive, and they never nest).
-        static DAEMON_IS_ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        static DAEMON_IS_ROOT: OnceLock<bool> = OnceLock::new();
         let daemon_is_root = *DAEMON_IS_ROOT.get_or_init(|| rustix::process::geteuid().is_root());
         if !daemon_is_root || c.uid == 0 {
-            return Ok(AsCaller { saved: None });
+            return Ok(AsCaller { switched: false });
         }
-        let saved = rustix::process::getgroups()?;
-        let groups = groups_of(c.pid);
+        daemon_groups();
+        let groups = groups_for(c);
         // Order matters: groups and gid while still root, then the uid.
         rustix::thread::set_thread_groups(&groups)?;
-        let undo = AsCaller { saved: Some(saved) };
+        let undo = AsCaller { switched: true };
         rustix::thread::set_thread_res_gid(None, Some(rustix::fs::Gid::from_raw(c.gid)), None)?;
         rustix::thread::set_thread_res_uid(None, Some(rustix::fs::Uid::from_raw(c.uid)), None)?;
         ACTING_AS.set(Some(c.uid));
@@ -98,15 +150,15 @@ impl AsCaller {
 
 impl Drop for AsCaller {
     fn drop(&mut self) {
-        let Some(saved) = self.saved.take() else {
+        if !std::mem::take(&mut self.switched) {
             return;
-        };
+        }
         ACTING_AS.set(None);
         let root_uid = rustix::fs::Uid::ROOT;
         let root_gid = rustix::fs::Gid::ROOT;
         let restored = rustix::thread::set_thread_res_uid(None, Some(root_uid), None)
             .and_then(|()| rustix::thread::set_thread_res_gid(None, Some(root_gid), None))
-            .and_then(|()| rustix::thread::set_thread_groups(&saved));
+            .and_then(|()| rustix::thread::set_thread_groups(daemon_groups()));
         if let Err(e) = restored {
             // A FUSE thread left with a worker's identity would act for the
             // next caller with the wrong rights: stopping is the only safe

@@ -109,3 +109,20 @@ fn chmod_and_utimes_reach_the_held_inode() {
     let lt = std::fs::symlink_metadata(dir.path().join("l")).expect("lstat");
     assert!(lt.file_type().is_symlink());
 }
+
+/// A caller's supplementary groups are its thread's, read once and then
+/// kept (the same set comes back); a thread that is gone has none.
+#[test]
+fn a_callers_groups_are_its_threads_and_kept() {
+    let me = Caller {
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
+        pid: rustix::thread::gettid().as_raw_nonzero().get() as u32,
+    };
+    let groups = creds::groups_for(&me);
+    assert_eq!(&*groups, &rustix::process::getgroups().unwrap()[..]);
+    assert!(std::sync::Arc::ptr_eq(&groups, &creds::groups_for(&me)));
+    // Above the kernel's largest pid_max (4,194,304): no such thread.
+    let gone = Caller { pid: 1 << 23, ..me };
+    assert!(creds::groups_for(&gone).is_empty());
+}
