@@ -26,6 +26,10 @@
 #            that user too (/dev/fuse is made 0666 for the run and put back
 #            after)
 #   zm-user-wb  the same with --writeback-cache (the kernel gathers writes)
+#   zm-caller   the root daemon (as zm, with --allow-other), its workloads
+#            run by that ordinary user: a supervisor's mount used by a
+#            worker that is not root (each change is made with the worker's
+#            uid, gid and groups)
 # and, with the workload `commit`: a 10,000-file untar into the staged zone,
 # then `zonemount commit` timed against `cp -a` of the same tree.
 # Each workload runs REPS times; within a repetition the targets take turns
@@ -83,7 +87,7 @@ json=${json:-$repo/target/bench.json}
 ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls create unlink ask_pending fds commit"
 WORKLOADS=${only//,/ }
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
-ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring zm-user zm-user-wb"
+ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring zm-user zm-user-wb zm-caller"
 TARGETS="native"
 for t in ${targets_opt//,/ }; do
   case " $ALL_TARGETS " in *" $t "*) ;; *) echo "bench: unknown target $t (known: $ALL_TARGETS)" >&2; exit 2 ;; esac
@@ -116,6 +120,7 @@ mnt_s="$work/mnt-zm-staged"
 mnt_u="$work/mnt-zm-uring"
 mnt_p="$work/mnt-zm-user"
 mnt_w="$work/mnt-zm-user-wb"
+mnt_c="$work/mnt-zm-caller"
 fuse_mode=""
 uring_param=/sys/module/fuse/parameters/enable_uring
 uring_was=""
@@ -128,7 +133,7 @@ cleanup() {
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
   [ -n "${tracefs_mounted:-}" ] && umount "$tr"
-  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
@@ -142,7 +147,7 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c"
 # The unprivileged target's user must reach the helper, the mountpoints
 # and the fixtures.
 chmod 755 "$work"
@@ -202,23 +207,26 @@ root_of() {
     zm-uring) echo "$mnt_u/w" ;;
     zm-user) echo "$mnt_p/w" ;;
     zm-user-wb) echo "$mnt_w/w" ;;
+    zm-caller) echo "$mnt_c/w" ;;
   esac
 }
 
 # The unprivileged target: its user, and how to run a command as that user.
 as_user=()
-if want zm-user || want zm-user-wb; then
+if want zm-user || want zm-user-wb || want zm-caller; then
   bench_user=${ZONEMOUNT_BENCH_USER:-zmtest}
   id -u "$bench_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$bench_user"
   bench_uid=$(id -u "$bench_user"); bench_gid=$(id -g "$bench_user")
   as_user=(setpriv --reuid="$bench_uid" --regid="$bench_gid" --init-groups
            env -u XDG_RUNTIME_DIR HOME="$(getent passwd "$bench_user" | cut -d: -f6)")
+fi
+if want zm-user || want zm-user-wb; then
   fuse_mode=$(stat -c %a /dev/fuse)
   chmod 0666 /dev/fuse
 fi
 # own DIR: a scratch dir of the unprivileged target is its user's (its
 # daemon works with that user's rights on the backing dir).
-own() { case "$1" in s-zm-user|s-zm-user-wb) chown -R "$bench_uid:$bench_gid" "$data/$1" ;; esac; }
+own() { case "$1" in s-zm-user|s-zm-user-wb|s-zm-caller) chown -R "$bench_uid:$bench_gid" "$data/$1" ;; esac; }
 
 place() { # pin or unpin every daemon's threads
   local cpus=$1 p t n
@@ -271,6 +279,7 @@ YAML
   want zm-user && "${as_user[@]}" "$bin" mount -q --config "$work/zm-user.yaml" --threads "$threads" --no-io-uring "$mnt_p"
   want zm-user-wb && "${as_user[@]}" "$bin" mount -q --config "$work/zm-user.yaml" --threads "$threads" --no-io-uring --writeback-cache "$mnt_w"
 fi
+want zm-caller && "$bin" mount -q --config "$work/zm.yaml" --threads "$threads" --no-io-uring --allow-other "$mnt_c"
 want zm-staged && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
 echo "== targets: $TARGETS (mounts under $work)"
 
@@ -357,7 +366,7 @@ run_workload() { # placement workload
       [ "$rep" = 1 ] && [ "$placement" = pinned ] && conn=$(conn_of "$t")
       ops_begin "$conn"
       local as="$prefix"
-      case "$t" in zm-user|zm-user-wb) as="${as_user[*]} $prefix" ;; esac
+      case "$t" in zm-user|zm-user-wb|zm-caller) as="${as_user[*]} $prefix" ;; esac
       secs=$("w_$w" "$(root_of "$t")" "s-$t" "$as" | tail -1)
       ops_end "$conn" "$placement" "$w" "$t"
       # A staged run's changes are dropped (untimed), as after a task.
@@ -499,7 +508,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
@@ -536,7 +545,7 @@ for placement in dict.fromkeys(p for p, _ in order):
             results.append({"placement": p, "workload": w, "target": t, **s, "ratio_to_native": ratio})
             zm = res.get((p, w, "zm"))
             # Staged and unprivileged are also compared with the root daemon's plain zone.
-            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-user", "zm-user-wb") and zm and statistics.median(zm) > 0 else ""
+            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-user", "zm-user-wb", "zm-caller") and zm and statistics.median(zm) > 0 else ""
             cells.append(f"{s['median']:.3f}s ({s['min']:.2f}-{s['max']:.2f})" + ("" if t == "native" or ratio is None else f" **{ratio:.2f}x**{vs_zm}"))
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
 fds = None
