@@ -280,7 +280,8 @@ YAML
   want zm-user-wb && "${as_user[@]}" "$bin" mount -q --config "$work/zm-user.yaml" --threads "$threads" --no-io-uring --writeback-cache "$mnt_w"
 fi
 want zm-caller && "$bin" mount -q --config "$work/zm.yaml" --threads "$threads" --no-io-uring --allow-other "$mnt_c"
-want zm-staged && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
+# The staged zone also serves the `commit` workload.
+{ want zm-staged || [[ " $WORKLOADS " == *" commit "* ]]; } && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
 echo "== targets: $TARGETS (mounts under $work)"
 
 # ---- fixtures (made natively, shared read-only) ----------------------------
