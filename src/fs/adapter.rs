@@ -286,9 +286,10 @@ impl Filesystem for ZoneFs {
                 });
             }
             Op::Read(r) => guarded("read", || {
-                let res = core.read(r.fh, r.offset, r.size);
-                failed("read", &res);
-                ReplyData(reply).respond(res)
+                core.read(r.fh, r.offset, r.size, |res| {
+                    failed("read", &res);
+                    ReplyData(reply).respond(res)
+                })
             }),
             Op::Write { arg, data } => guarded("write", || {
                 let kill = arg.write_flags & abi::WRITE_KILL_SUIDGID != 0;
