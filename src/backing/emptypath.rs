@@ -7,7 +7,11 @@
 //!
 //! Extended attributes stay on `/proc/self/fd`: the `*xattrat` calls of
 //! Linux 6.13 answer EBADF for an `O_PATH` fd with `AT_EMPTY_PATH`
-//! (measured on 6.18), and the daemon holds nodes as `O_PATH` fds.
+//! (measured on 6.18), and the daemon holds nodes as `O_PATH` fds. Called
+//! relative to a held fd on `/proc/self/fd` instead (name "N"), a
+//! `getxattrat` took 1.8 µs against `getxattr("/proc/self/fd/N")`'s 2.4 µs
+//! (C loop, 500,000 calls, 6.18): 0.6 µs of a GETXATTR's 15–18 µs round
+//! trip, not worth a raw syscall that libc does not yet bind on x86_64.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
