@@ -95,6 +95,10 @@ for t in ${targets_opt//,/ }; do
 done
 [ -n "$targets_opt" ] || TARGETS=$ALL_TARGETS
 want() { case " $TARGETS " in *" $1 "*) return 0 ;; esac; return 1; }
+# Room on the image for every target's seq_write file at once (they stay
+# for the read workloads; a staged target's lands in its stage) and the
+# fixtures: 8 targets filled 8 GB.
+[ $quick = 1 ] || IMG_GB=$(( 4 + 2 * $(wc -w <<< "$TARGETS") ))
 
 export PATH="$HOME/.cargo/bin:$PATH"
 # git status must not rewrite the shared fixture's index; the fixture is

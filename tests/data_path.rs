@@ -141,6 +141,69 @@ with open(\"ws/mapped\", \"r+b\") as f:
     }
 }
 
+/// What a worker reads is the backing file's bytes, whatever their size
+/// (through the daemon, replies of 32 KiB and more are spliced from the
+/// backing file, shorter ones copied), at the file's end, and at any
+/// offset where reads skip the page cache (a zone with a size limit opens
+/// files for writing with direct I/O under `--writeback-cache`).
+#[test]
+fn what_is_read_is_the_backing_files_bytes() {
+    if !fuse_ok() {
+        return;
+    }
+    let sizes = [
+        0,
+        1,
+        4095,
+        32 * 1024 - 1,
+        32 * 1024,
+        32 * 1024 + 1,
+        128 * 1024 + 7,
+        1024 * 1024 + 5,
+        3 * 1024 * 1024 + 123,
+    ];
+    for args in PATHS {
+        let ctx = format!("{args:?}");
+        let mut s = Setup::zones(
+            Mode::Sandboxed,
+            &[
+                ("ws", "mode: rw"),
+                ("lim", "mode: rw, max_file_bytes: 100000000"),
+            ],
+        );
+        for n in sizes {
+            s = s.file("ws", &format!("f{n}"), noise(n));
+        }
+        let big = noise(3 * 1024 * 1024 + 123);
+        let s = with_args(s.file("lim", "big", big.clone()), args);
+        let m = s.mount();
+        for n in sizes {
+            let got = fs::read(m.path(&format!("ws/f{n}"))).unwrap();
+            assert!(got == noise(n), "{ctx}: ws/f{n} read back differs");
+        }
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(m.path("lim/big"))
+            .unwrap();
+        for (at, len) in [
+            (0, 70_000),
+            (5_000, 70_000),
+            (4_096 * 3 + 1, 200_000),
+            (3 * 1024 * 1024, 4_096),
+        ] {
+            let mut buf = vec![0u8; len];
+            let n = f.read_at(&mut buf, at as u64).unwrap();
+            let want = &big[at..(at + len).min(big.len())];
+            assert!(
+                &buf[..n] == want,
+                "{ctx}: lim/big at {at}, {len} bytes: got {n} bytes, not the backing file's"
+            );
+        }
+    }
+}
+
 /// A zone's size limit still refuses, to the writer, the write that would
 /// pass it, with every byte up to it kept and nothing after: with the
 /// writeback cache the limited zone's files are written through (direct

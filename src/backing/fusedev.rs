@@ -11,6 +11,11 @@ use rustix::ioctl::opcode;
 use crate::fuse::abi::BackingMap;
 
 const MAGIC: u8 = 229;
+const PAGE: usize = 4096;
+/// The size asked for a splice pipe: what an unprivileged process may
+/// have (`/proc/sys/fs/pipe-max-size`'s default), room for a 1 MiB reply
+/// less a page.
+const SPLICE_PIPE_BYTES: usize = 1 << 20;
 const IOC_CLONE: rustix::ioctl::Opcode = opcode::read::<u32>(MAGIC, 0);
 const IOC_BACKING_OPEN: rustix::ioctl::Opcode = opcode::write::<BackingMap>(MAGIC, 1);
 const IOC_BACKING_CLOSE: rustix::ioctl::Opcode = opcode::write::<u32>(MAGIC, 2);
@@ -62,6 +67,37 @@ impl Device {
     /// Write one reply or notification, whole.
     pub fn write(&self, parts: &[IoSlice<'_>]) -> io::Result<usize> {
         Ok(rustix::io::writev(&self.0, parts)?)
+    }
+
+    /// Write a reply whose body is `len` bytes of `file` at `offset`: `head`
+    /// (its header, counting those bytes) and then the file's pages are
+    /// moved through a pipe of this thread's (`splice`) instead of being
+    /// copied into the daemon and out again. `Ok(false)`: nothing was
+    /// written (the pipe can't hold it, or the file gave fewer bytes, say
+    /// cut short meanwhile), the caller answers by copying; `Err`: the
+    /// reply was written and failed, as [`Device::write`] can.
+    pub fn write_spliced(
+        &self,
+        head: &[u8],
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<bool> {
+        SPLICE_PIPE.with_borrow_mut(|pipe| {
+            let Some(pipe) = pipe.get_or_insert_with(SplicePipe::new) else {
+                return Ok(false);
+            };
+            // A pipe slot per page the bytes touch, and one for the header.
+            let pages = (offset as usize % PAGE + len).div_ceil(PAGE) + 1;
+            if pages > pipe.slots {
+                return Ok(false);
+            }
+            let r = pipe.reply(&self.0, head, file, offset, len);
+            if !matches!(r, Ok(true)) {
+                pipe.drain();
+            }
+            r
+        })
     }
 
     /// Register `fd` as a passthrough backing file; the kernel's id for it.
@@ -121,5 +157,92 @@ mod tests {
         assert_eq!(IOC_CLONE as u64, 0x8004_e500);
         assert_eq!(IOC_BACKING_OPEN as u64, 0x4010_e501);
         assert_eq!(IOC_BACKING_CLOSE as u64, 0x4004_e502);
+    }
+}
+
+thread_local! {
+    /// This thread's splice pipe: made at its first spliced reply; None
+    /// when one can't be made (then replies are copied).
+    static SPLICE_PIPE: std::cell::RefCell<Option<Option<SplicePipe>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A non-blocking pipe that carries one reply at a time from a backing
+/// file to the device.
+struct SplicePipe {
+    r: OwnedFd,
+    w: OwnedFd,
+    /// Its capacity in page-sized slots.
+    slots: usize,
+}
+
+impl SplicePipe {
+    fn new() -> Option<SplicePipe> {
+        use rustix::pipe::{PipeFlags, fcntl_getpipe_size, fcntl_setpipe_size, pipe_with};
+        let (r, w) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
+            .inspect_err(|e| tracing::debug!("no splice pipe: {e}"))
+            .ok()?;
+        let bytes = fcntl_setpipe_size(&w, SPLICE_PIPE_BYTES)
+            .or_else(|_| fcntl_getpipe_size(&w))
+            .ok()?;
+        Some(SplicePipe {
+            r,
+            w,
+            slots: bytes / PAGE,
+        })
+    }
+
+    /// Put `head` and `len` bytes of `file` at `offset` in the pipe and
+    /// move them to `dev` as one write.
+    fn reply(
+        &self,
+        dev: &OwnedFd,
+        head: &[u8],
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<bool> {
+        use rustix::io::Errno;
+        use rustix::pipe::{SpliceFlags, splice};
+        match rustix::io::write(&self.w, head) {
+            Ok(n) if n == head.len() => {}
+            _ => return Ok(false),
+        }
+        let mut at = offset;
+        let mut moved = 0;
+        while moved < len {
+            match splice(
+                file,
+                Some(&mut at),
+                &self.w,
+                None,
+                len - moved,
+                SpliceFlags::MOVE,
+            ) {
+                Ok(0) => return Ok(false),
+                Ok(n) => moved += n,
+                Err(Errno::INTR) => {}
+                Err(_) => return Ok(false),
+            }
+        }
+        let whole = head.len() + len;
+        loop {
+            match splice(&self.r, None, dev, None, whole, SpliceFlags::MOVE) {
+                Ok(n) if n == whole => return Ok(true),
+                Ok(n) => {
+                    return Err(io::Error::other(format!(
+                        "a reply spliced {n} of {whole} bytes"
+                    )));
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Empty the pipe of whatever a reply that was not completed left.
+    fn drain(&self) {
+        let mut buf = [0u8; 16 * 1024];
+        while matches!(rustix::io::read(&self.r, &mut buf), Ok(n) if n > 0) {}
     }
 }

@@ -286,10 +286,13 @@ impl Filesystem for ZoneFs {
                 });
             }
             Op::Read(r) => guarded("read", || {
-                core.read(r.fh, r.offset, r.size, |res| {
-                    failed("read", &res);
-                    ReplyData(reply).respond(res)
-                })
+                let res = core.read_handle(r.fh);
+                failed("read", &res);
+                match res.as_ref().map(|h| h.fd()) {
+                    Ok(Ok(fd)) => reply.file_data(fd, r.offset, r.size),
+                    Ok(Err(e)) => reply.error(e.errno()),
+                    Err(e) => reply.error(e.errno()),
+                }
             }),
             Op::Write { arg, data } => guarded("write", || {
                 let kill = arg.write_flags & abi::WRITE_KILL_SUIDGID != 0;

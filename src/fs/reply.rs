@@ -74,7 +74,6 @@ respond!(ReplyEntry, Entry, |r, e| r.entry(e.ttl, &e.attr));
 respond!(ReplyAttr, Entry, |r, e| r.attr(e.ttl, &e.attr));
 respond!(ReplyEmpty, (), |r, _v| r.ok());
 respond!(ReplyData, Vec<u8>, |r, d| r.data(&d));
-respond!(ReplyData, &[u8], |r, d| r.data(d));
 respond!(ReplyWrite, u32, |r, n| r.written(n));
 respond!(ReplyLseek, i64, |r, off| r.offset(off));
 respond!(ReplyDir, DirHandle, |r, h| r.opened(h.0, DIR_OPEN, None));

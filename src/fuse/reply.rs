@@ -18,8 +18,40 @@ pub trait Sink: Send + Sync {
     /// Send the reply to request `unique` held in `slot`: `error` is 0
     /// or a negative errno; `body` the reply's bytes, in parts.
     fn send(&self, slot: u32, unique: u64, error: i32, body: &[&[u8]]);
+    /// Answer request `unique` with up to `size` bytes of `file` at
+    /// `offset` (fewer at its end), or with the errno reading them fails
+    /// with (passed on as it is, as every backing call's errno is).
+    fn send_file(&self, slot: u32, unique: u64, file: BorrowedFd<'_>, offset: u64, size: u32) {
+        send_file_copied(self, slot, unique, file, offset, size);
+    }
     /// The connection's device (for passthrough registrations).
     fn device(&self) -> &Arc<Device>;
+}
+
+/// [`Sink::send_file`] by reading the bytes into a buffer this thread
+/// keeps between requests (a READ of 128 KiB to 1 MiB would otherwise
+/// allocate and zero that much every time).
+pub fn send_file_copied<S: Sink + ?Sized>(
+    sink: &S,
+    slot: u32,
+    unique: u64,
+    file: BorrowedFd<'_>,
+    offset: u64,
+    size: u32,
+) {
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with_borrow_mut(|buf| {
+        let size = size as usize;
+        if buf.len() < size {
+            buf.resize(size, 0);
+        }
+        match crate::backing::pread(file, &mut buf[..size], offset) {
+            Ok(n) => sink.send(slot, unique, 0, &[&buf[..n]]),
+            Err(e) => sink.send(slot, unique, -e.raw_os_error(), &[]),
+        }
+    });
 }
 
 /// A passthrough registration: the kernel's id for a backing file, held
@@ -88,6 +120,13 @@ impl Reply {
 
     pub fn data(self, d: &[u8]) {
         self.send(0, &[d]);
+    }
+
+    /// Answer with up to `size` bytes of `file` at `offset` (a READ).
+    pub fn file_data(mut self, file: BorrowedFd<'_>, offset: u64, size: u32) {
+        self.sent = true;
+        self.sink
+            .send_file(self.slot, self.unique, file, offset, size);
     }
 
     pub fn entry(self, ttl: Duration, attr: &FileAttr) {

@@ -8,13 +8,14 @@
 //! device thread stays for what the kernel still sends there.
 
 use std::io::{self, IoSlice};
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{self, InHeader, OutHeader, init};
-use super::reply::{Reply, Sink};
+use super::reply::{Reply, Sink, send_file_copied};
 use super::request::{Args, Malformed, Op, Request, has_reply};
 use super::uring;
 use crate::backing::{Device, FuseRing};
@@ -161,9 +162,45 @@ impl Sink for DevSink {
         }
     }
 
+    /// File data of at least [`SPLICE_MIN`] bytes goes from the backing
+    /// file to the device through a pipe, not through the daemon's memory.
+    fn send_file(&self, slot: u32, unique: u64, file: BorrowedFd<'_>, offset: u64, size: u32) {
+        if let Some(len) = splice_len(file, offset, size) {
+            let h = OutHeader {
+                len: (std::mem::size_of::<OutHeader>() + len) as u32,
+                error: 0,
+                unique,
+            };
+            match self.0.write_spliced(h.as_bytes(), file, offset, len) {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    if e.raw_os_error() != Some(libc::ENOENT) {
+                        tracing::debug!(unique, "cannot splice a reply: {e}");
+                    }
+                    return;
+                }
+            }
+        }
+        send_file_copied(self, slot, unique, file, offset, size);
+    }
+
     fn device(&self) -> &Arc<Device> {
         &self.0
     }
+}
+
+/// Replies of file data shorter than this are copied: moving a few pages
+/// through a pipe costs more calls than copying them.
+const SPLICE_MIN: usize = 32 * 1024;
+
+/// How many bytes a READ of `size` at `offset` gets from `file` as it is
+/// now, when that is worth splicing.
+fn splice_len(file: BorrowedFd<'_>, offset: u64, size: u32) -> Option<usize> {
+    let st = crate::backing::stat(file).ok()?;
+    let left = (st.st_size as u64).saturating_sub(offset);
+    let len = left.min(u64::from(size)) as usize;
+    (len >= SPLICE_MIN).then_some(len)
 }
 
 impl Session {

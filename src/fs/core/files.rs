@@ -391,33 +391,10 @@ impl Core {
         Ok((fh, direct))
     }
 
-    /// Read up to `size` bytes at `offset` through handle `fh` and hand
-    /// them to `f` (which answers the kernel). The bytes stay in a buffer
-    /// this thread keeps between requests: a READ of 128 KiB to 1 MiB
-    /// would otherwise allocate and zero that much every time.
-    pub fn read<T>(
-        &self,
-        fh: u64,
-        offset: u64,
-        size: u32,
-        f: impl FnOnce(FsResult<&[u8]>) -> T,
-    ) -> T {
-        thread_local! {
-            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        BUF.with_borrow_mut(|buf| {
-            let size = size as usize;
-            let res = self.handles.file(fh).and_then(|(h, _)| {
-                if buf.len() < size {
-                    buf.resize(size, 0);
-                }
-                Ok(backing::pread(h.fd()?, &mut buf[..size], offset)?)
-            });
-            match res {
-                Ok(n) => f(Ok(&buf[..n])),
-                Err(e) => f(Err(e)),
-            }
-        })
+    /// The open file `fh` a READ reads from (the reply reads it: see
+    /// [`crate::fuse::Reply::file_data`]).
+    pub fn read_handle(&self, fh: u64) -> FsResult<Arc<Handle>> {
+        self.handles.file(fh).map(|(h, _)| h)
     }
 
     /// The size limit of zone `zone` for a file growing to `end` bytes.

@@ -27,10 +27,7 @@ pub(super) fn an_unlinked_open_file_stays_reachable_through_its_handle() {
     };
     let got = setattr(&f.core, attr.ino.0, set).unwrap().attr;
     assert_eq!((got.size, got.perm), (5, 0o600));
-    assert_eq!(
-        f.core.read(fh, 0, 100, |r| r.map(<[u8]>::to_vec)).unwrap(),
-        b"still"
-    );
+    assert_eq!(read(&f.core, fh, 0, 100).unwrap(), b"still");
     f.core.release(fh);
 }
 

@@ -197,6 +197,16 @@ fn refusal(e: FsError) -> Refusal {
 }
 
 /// `op` as root, answered.
+/// Up to `size` bytes at `offset` of open file `fh`, as a READ's reply
+/// reads them.
+fn read(c: &Core, fh: u64, offset: u64, size: usize) -> FsResult<Vec<u8>> {
+    let h = c.read_handle(fh)?;
+    let mut buf = vec![0u8; size];
+    let n = crate::backing::pread(h.fd()?, &mut buf, offset)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
 fn mkdir(c: &Arc<Core>, parent: u64, name: &str) -> FsResult<Entry> {
     answer(|r| c.mkdir(CTX, parent, OsStr::new(name), 0o755, r))
 }

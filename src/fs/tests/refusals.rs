@@ -43,10 +43,7 @@ pub(super) fn ro_zone_and_cross_zone() {
         Refusal::ReadOnly
     );
     let (fh, _) = open(&f.core, r, libc::O_RDONLY).unwrap();
-    assert_eq!(
-        f.core.read(fh, 0, 100, |r| r.map(<[u8]>::to_vec)).unwrap(),
-        b"read me"
-    );
+    assert_eq!(read(&f.core, fh, 0, 100).unwrap(), b"read me");
     f.core.release(fh);
     assert_eq!(
         refusal(link(&f.core, r, WORK, "l").unwrap_err()),

@@ -35,7 +35,7 @@ fn walk(core: &Core, names: &[&str]) -> FsResult<u64> {
 
 fn read_all(core: &Arc<Core>, ino: u64) -> FsResult<Vec<u8>> {
     let (fh, _) = open(core, ino, libc::O_RDONLY)?;
-    let r = core.read(fh, 0, 4096, |r| r.map(<[u8]>::to_vec));
+    let r = read(core, fh, 0, 4096);
     core.release(fh);
     r
 }
