@@ -209,10 +209,12 @@ fn workers_cannot_use_the_daemon_against_each_other() {
     assert_eq!((md.uid(), md.gid()), (NOBODY, OTHER));
 }
 
-/// The backing check sees the caller's supplementary groups, each
-/// process its own: a worker in group G may give its file to G (the host
-/// kernel checks the membership again as the daemon acts as the worker),
-/// and the same uid's next process, outside G, may not.
+/// The backing check sees the caller's supplementary groups: a worker in
+/// group G may give its file to G and write it through the group bits (the
+/// host kernel checks the membership again as the daemon acts as the
+/// worker: without the groups both fail). The same uid's next process,
+/// outside G, may do neither (the mount's own permission check refuses it
+/// first).
 #[test]
 fn supplementary_groups_are_each_callers_own() {
     if !ready() {

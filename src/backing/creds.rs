@@ -136,6 +136,8 @@ impl AsCaller {
         if !daemon_is_root || c.uid == 0 {
             return Ok(AsCaller { switched: false });
         }
+        // Never nested: the daemon's groups are read, once, as the daemon.
+        debug_assert!(ACTING_AS.get().is_none(), "AsCaller entered twice");
         daemon_groups();
         let groups = groups_for(c);
         // Order matters: groups and gid while still root, then the uid.

@@ -11,11 +11,10 @@ use rustix::ioctl::opcode;
 use crate::fuse::abi::BackingMap;
 
 const MAGIC: u8 = 229;
-const PAGE: usize = 4096;
-/// The size asked for a splice pipe: what an unprivileged process may
-/// have (`/proc/sys/fs/pipe-max-size`'s default), room for a 1 MiB reply
-/// less a page.
-const SPLICE_PIPE_BYTES: usize = 1 << 20;
+/// The sizes asked for a splice pipe, in turn: room for a 1 MiB reply
+/// (root may have it), then what an unprivileged process may have
+/// (`/proc/sys/fs/pipe-max-size`'s default: a 1 MiB reply less a page).
+const SPLICE_PIPE_BYTES: [usize; 2] = [2 << 20, 1 << 20];
 const IOC_CLONE: rustix::ioctl::Opcode = opcode::read::<u32>(MAGIC, 0);
 const IOC_BACKING_OPEN: rustix::ioctl::Opcode = opcode::write::<BackingMap>(MAGIC, 1);
 const IOC_BACKING_CLOSE: rustix::ioctl::Opcode = opcode::write::<u32>(MAGIC, 2);
@@ -70,11 +69,13 @@ impl Device {
     }
 
     /// Write a reply whose body is `len` bytes of `file` at `offset`: `head`
-    /// (its header, counting those bytes) and then the file's pages are
-    /// moved through a pipe of this thread's (`splice`) instead of being
-    /// copied into the daemon and out again. `Ok(false)`: nothing was
-    /// written (the pipe can't hold it, or the file gave fewer bytes, say
-    /// cut short meanwhile), the caller answers by copying; `Err`: the
+    /// (its header, counting those bytes) and then the file's pages go
+    /// through a pipe of this thread's (`splice`) instead of being copied
+    /// into the daemon and out again; the kernel copies them once, into
+    /// the mount's page cache (without `SPLICE_F_MOVE`, which would take
+    /// the pages out of the backing file's cache). `Ok(false)`: nothing
+    /// was written (the pipe can't hold it, or the file gave fewer bytes,
+    /// say cut short meanwhile), the caller answers by copying; `Err`: the
     /// reply was written and failed, as [`Device::write`] can.
     pub fn write_spliced(
         &self,
@@ -84,17 +85,21 @@ impl Device {
         len: usize,
     ) -> io::Result<bool> {
         SPLICE_PIPE.with_borrow_mut(|pipe| {
-            let Some(pipe) = pipe.get_or_insert_with(SplicePipe::new) else {
+            let Some(p) = pipe.get_or_insert_with(SplicePipe::new) else {
                 return Ok(false);
             };
             // A pipe slot per page the bytes touch, and one for the header.
-            let pages = (offset as usize % PAGE + len).div_ceil(PAGE) + 1;
-            if pages > pipe.slots {
+            let page = rustix::param::page_size();
+            let pages = (offset as usize % page + len).div_ceil(page) + 1;
+            if pages > p.slots {
                 return Ok(false);
             }
-            let r = pipe.reply(&self.0, head, file, offset, len);
-            if !matches!(r, Ok(true)) {
-                pipe.drain();
+            let r = p.reply(&self.0, head, file, offset, len);
+            // A pipe that can't be emptied is dropped (a new one is made
+            // for the next reply): nothing left in it may lead another
+            // reply.
+            if !matches!(r, Ok(true)) && !p.drain() {
+                *pipe = None;
             }
             r
         })
@@ -182,13 +187,14 @@ impl SplicePipe {
         let (r, w) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
             .inspect_err(|e| tracing::debug!("no splice pipe: {e}"))
             .ok()?;
-        let bytes = fcntl_setpipe_size(&w, SPLICE_PIPE_BYTES)
-            .or_else(|_| fcntl_getpipe_size(&w))
-            .ok()?;
+        let bytes = SPLICE_PIPE_BYTES
+            .iter()
+            .find_map(|b| fcntl_setpipe_size(&w, *b).ok())
+            .or_else(|| fcntl_getpipe_size(&w).ok())?;
         Some(SplicePipe {
             r,
             w,
-            slots: bytes / PAGE,
+            slots: bytes / rustix::param::page_size(),
         })
     }
 
@@ -217,7 +223,7 @@ impl SplicePipe {
                 &self.w,
                 None,
                 len - moved,
-                SpliceFlags::MOVE,
+                SpliceFlags::empty(),
             ) {
                 Ok(0) => return Ok(false),
                 Ok(n) => moved += n,
@@ -227,7 +233,7 @@ impl SplicePipe {
         }
         let whole = head.len() + len;
         loop {
-            match splice(&self.r, None, dev, None, whole, SpliceFlags::MOVE) {
+            match splice(&self.r, None, dev, None, whole, SpliceFlags::empty()) {
                 Ok(n) if n == whole => return Ok(true),
                 Ok(n) => {
                     return Err(io::Error::other(format!(
@@ -240,9 +246,17 @@ impl SplicePipe {
         }
     }
 
-    /// Empty the pipe of whatever a reply that was not completed left.
-    fn drain(&self) {
+    /// Empty the pipe of whatever a reply that was not completed left;
+    /// false when it could not be emptied.
+    fn drain(&self) -> bool {
         let mut buf = [0u8; 16 * 1024];
-        while matches!(rustix::io::read(&self.r, &mut buf), Ok(n) if n > 0) {}
+        loop {
+            match rustix::io::read(&self.r, &mut buf) {
+                Ok(n) if n > 0 => {}
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => return true,
+                _ => return false,
+            }
+        }
     }
 }

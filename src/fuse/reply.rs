@@ -49,7 +49,10 @@ pub fn send_file_copied<S: Sink + ?Sized>(
         }
         match crate::backing::pread(file, &mut buf[..size], offset) {
             Ok(n) => sink.send(slot, unique, 0, &[&buf[..n]]),
-            Err(e) => sink.send(slot, unique, -e.raw_os_error(), &[]),
+            Err(e) => {
+                tracing::debug!(unique, "read failed: {e}");
+                sink.send(slot, unique, -e.raw_os_error(), &[]);
+            }
         }
     });
 }

@@ -174,12 +174,11 @@ impl Sink for DevSink {
             match self.0.write_spliced(h.as_bytes(), file, offset, len) {
                 Ok(true) => return,
                 Ok(false) => {}
-                Err(e) => {
-                    if e.raw_os_error() != Some(libc::ENOENT) {
-                        tracing::debug!(unique, "cannot splice a reply: {e}");
-                    }
-                    return;
-                }
+                // The request was interrupted and is gone.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return,
+                // Answered by copying instead: a request never gets two
+                // answers (the kernel refuses a second one with ENOENT).
+                Err(e) => tracing::debug!(unique, "cannot splice a reply: {e}"),
             }
         }
         send_file_copied(self, slot, unique, file, offset, size);
@@ -197,6 +196,9 @@ const SPLICE_MIN: usize = 32 * 1024;
 /// How many bytes a READ of `size` at `offset` gets from `file` as it is
 /// now, when that is worth splicing.
 fn splice_len(file: BorrowedFd<'_>, offset: u64, size: u32) -> Option<usize> {
+    if (size as usize) < SPLICE_MIN {
+        return None;
+    }
     let st = crate::backing::stat(file).ok()?;
     let left = (st.st_size as u64).saturating_sub(offset);
     let len = left.min(u64::from(size)) as usize;
