@@ -11,8 +11,8 @@
 //! The only raw system interface of the crate, and the only module allowed
 //! `unsafe` (`#[allow(unsafe_code)]` in `lib.rs`, inherited by its
 //! submodules). It is written against `rustix`, whose wrappers are safe;
-//! the few `unsafe` blocks are kernel file handles (`handle`) and the
-//! watcher's fork (`watch`).
+//! the few `unsafe` blocks are kernel file handles (`handle`), the
+//! watcher's fork (`watch`) and a file's shared mapping (`maplog`).
 //!
 //! - this file: names, `/proc/self/fd` reopening, the fd-relative calls.
 //! - `creds`: switching to the caller's credentials ([`AsCaller`]).
@@ -24,6 +24,8 @@
 //! - `fusedev`: the FUSE device: requests, replies, its ioctls ([`Device`]).
 //! - `fusering`: one FUSE-over-io_uring queue and its shared buffers
 //!   ([`FuseRing`]).
+//! - `maplog`: an append-only file written through a shared mapping
+//!   ([`MappedLog`]; a stage's fingerprints).
 //! - `watch`: the process that cleans up after a dead daemon ([`Watcher`]).
 //! - [`overlay`]: the detached overlayfs of a staged zone (root, or a
 //!   user namespace).
@@ -34,6 +36,7 @@ mod fusedev;
 mod fusemount;
 mod fusering;
 mod handle;
+mod maplog;
 pub mod overlay;
 #[cfg(test)]
 mod tests;
@@ -44,6 +47,7 @@ pub use fusedev::Device;
 pub use fusemount::FuseMount;
 pub use fusering::{Event as RingEvent, FuseRing, Waker, io_uring_allowed, possible_cpus};
 pub use handle::{InodeHandle, handle_of, open_by_handle};
+pub use maplog::MappedLog;
 pub use watch::{Announce, Plan as WatchPlan, STOP_GRACE, WATCHER_NAME, Watcher};
 
 use std::ffi::{OsStr, OsString};

@@ -126,3 +126,51 @@ fn a_callers_groups_are_its_threads_and_kept() {
     let gone = Caller { pid: 1 << 23, ..me };
     assert!(creds::groups_for(&gone).is_empty());
 }
+
+#[test]
+fn a_mapped_log_keeps_whole_lines_through_a_crash_and_growth() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("log");
+    let mut log = MappedLog::open(&path, 0o600).unwrap();
+    assert!(log.contents().is_empty());
+    log.append(b"one\n").unwrap();
+    log.append(b"two\n").unwrap();
+    assert_eq!(log.contents(), b"one\ntwo\n");
+    // Mapped ahead: the file is longer than its content, zeros after it.
+    let on_disk = std::fs::read(&path).unwrap();
+    assert!(on_disk.len() > 8);
+    assert!(on_disk.starts_with(b"one\ntwo\n"));
+    assert!(on_disk[8..].iter().all(|b| *b == 0));
+    // Past the first step and more: every line is kept.
+    let mut want = b"one\ntwo\n".to_vec();
+    for i in 0..20_000 {
+        let line = format!("line {i:08}\n");
+        log.append(line.as_bytes()).unwrap();
+        want.extend_from_slice(line.as_bytes());
+    }
+    assert!(want.len() > 2 * (64 << 10));
+    assert_eq!(log.contents(), &want[..]);
+    // A crash: no Drop. The kernel has every line; the file ends in zeros.
+    std::mem::forget(log);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert!(on_disk.starts_with(&want));
+    // A line torn mid-copy is dropped and written over.
+    let mut torn = want.clone();
+    torn.extend_from_slice(b"half a li");
+    torn.resize(on_disk.len(), 0);
+    std::fs::write(&path, &torn).unwrap();
+    let mut log = MappedLog::open(&path, 0o600).unwrap();
+    assert_eq!(log.contents(), &want[..]);
+    log.append(b"last\n").unwrap();
+    want.extend_from_slice(b"last\n");
+    drop(log);
+    // Dropped: the file is its content, nothing after.
+    assert_eq!(std::fs::read(&path).unwrap(), want);
+    // A file without zeros (as an older version wrote it) is appended to.
+    std::fs::write(&path, b"old\n").unwrap();
+    let mut log = MappedLog::open(&path, 0o600).unwrap();
+    assert_eq!(log.contents(), b"old\n");
+    log.append(b"new\n").unwrap();
+    drop(log);
+    assert_eq!(std::fs::read(&path).unwrap(), b"old\nnew\n");
+}

@@ -364,3 +364,35 @@ fn fingerprints_keep_the_first_note_across_reopening() {
             .is_none()
     );
 }
+
+#[test]
+fn fingerprints_survive_a_daemon_crash() {
+    let d = tempfile::tempdir().unwrap();
+    let st = rustix::fs::stat(d.path()).unwrap();
+    let fp = Fingerprints::open(d.path()).unwrap();
+    for i in 0..3000 {
+        fp.note(
+            &PathBuf::from(format!("d/f{i}")),
+            Some(Fingerprint::of(&st)),
+        )
+        .unwrap();
+    }
+    fp.note(Path::new("new"), None).unwrap();
+    // No Drop, as when the daemon is killed: what was noted is in the
+    // kernel's pages of the file (with the mapping's zeros after it).
+    std::mem::forget(fp);
+    let again = Fingerprints::open(d.path()).unwrap();
+    for i in 0..3000 {
+        assert_eq!(
+            again.get(&PathBuf::from(format!("d/f{i}"))),
+            Some(Some(Fingerprint::of(&st)))
+        );
+    }
+    assert_eq!(again.get(Path::new("new")), Some(None));
+    // Noting on after the crash appends after the last whole line.
+    again.note(Path::new("after"), None).unwrap();
+    drop(again);
+    let third = Fingerprints::open(d.path()).unwrap();
+    assert_eq!(third.get(Path::new("after")), Some(None));
+    assert!(third.get(Path::new("d/f2999")).is_some());
+}
