@@ -43,16 +43,14 @@ impl ZoneStage {
     /// Before a change to `rel` through the mount: note what the backing
     /// dir has there, the first time.
     pub fn note(&self, rel: &Path) -> std::io::Result<()> {
-        if self.fingerprints.has(rel) {
-            return Ok(());
-        }
-        let st = if rel.as_os_str().is_empty() {
-            rustix::fs::fstat(&self.lower).ok()
-        } else {
-            rustix::fs::statat(&self.lower, rel, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()
-        };
-        self.fingerprints
-            .note(rel, st.as_ref().map(tree::Fingerprint::of))
+        self.fingerprints.note_first(rel, || {
+            let st = if rel.as_os_str().is_empty() {
+                rustix::fs::fstat(&self.lower)
+            } else {
+                rustix::fs::statat(&self.lower, rel, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            };
+            st.ok().as_ref().map(tree::Fingerprint::of)
+        })
     }
 
     /// Mount this zone's overlay; its root fd serves as the zone's dir.

@@ -396,3 +396,28 @@ fn fingerprints_survive_a_daemon_crash() {
     assert_eq!(third.get(Path::new("after")), Some(None));
     assert!(third.get(Path::new("d/f2999")).is_some());
 }
+
+#[test]
+fn fingerprints_of_any_text_name_read_back() {
+    let d = tempfile::tempdir().unwrap();
+    let st = rustix::fs::stat(d.path()).unwrap();
+    let names = [
+        "plain",
+        "a \"quoted\" name",
+        "back\\slash",
+        "new\nline",
+        "tab\tand ünïcödé ✓",
+        "d/e/f",
+    ];
+    let fp = Fingerprints::open(d.path()).unwrap();
+    for (i, n) in names.iter().enumerate() {
+        let was = (i % 2 == 0).then(|| Fingerprint::of(&st));
+        fp.note(Path::new(n), was).unwrap();
+    }
+    drop(fp);
+    let again = Fingerprints::open(d.path()).unwrap();
+    for (i, n) in names.iter().enumerate() {
+        let was = (i % 2 == 0).then(|| Fingerprint::of(&st));
+        assert_eq!(again.get(Path::new(n)), Some(was), "{n:?}");
+    }
+}
