@@ -92,6 +92,10 @@ pub struct Reach {
     /// the kernel still holds them (by node id); at most `pin_max`.
     pinned: Mutex<HashMap<u64, Arc<OwnedFd>>>,
     pin_max: usize,
+    /// The named node each of a few directories last answered a lookup
+    /// with: (directory, hash of the name, node), by directory.
+    last_lookup: Vec<Mutex<(u64, u64, u64)>>,
+    name_hasher: std::hash::RandomState,
     /// One fd per backing filesystem (by mount id), to open handles with;
     /// None for one whose handles can't be opened (an overlay without
     /// `nfs_export`: a staged zone's nodes are reopened by name).
@@ -172,6 +176,8 @@ impl Reach {
                 .collect(),
             pinned: Mutex::new(HashMap::new()),
             pin_max: size / 4,
+            last_lookup: (0..SHARDS).map(|_| Mutex::new((0, 0, 0))).collect(),
+            name_hasher: std::hash::RandomState::new(),
             fs_fds: Mutex::new(fs_fds),
             procfds,
         }
@@ -332,6 +338,22 @@ impl Reach {
             }
             Anchor::None | Anchor::Held(_) => {}
         }
+    }
+
+    /// `name` in directory `dir` was just looked up as named node `ino`.
+    pub fn looked_up(&self, dir: u64, name: &OsStr, ino: u64) {
+        let hash = std::hash::BuildHasher::hash_one(&self.name_hasher, name);
+        *self.last_lookup[dir as usize % SHARDS].lock() = (dir, hash, ino);
+    }
+
+    /// The named node `name` in `dir` was last looked up as, if no other
+    /// lookup in a directory of the same shard came since: the kernel
+    /// looks a name up right before it removes it, so a removal finds its
+    /// victim without a stat. A hint: the caller checks the node's place.
+    pub fn last_looked_up(&self, dir: u64, name: &OsStr) -> Option<u64> {
+        let hash = std::hash::BuildHasher::hash_one(&self.name_hasher, name);
+        let (d, h, ino) = *self.last_lookup[dir as usize % SHARDS].lock();
+        (d == dir && h == hash && ino != 0).then_some(ino)
     }
 
     /// Keep `fd` for a named node whose last known name was just removed

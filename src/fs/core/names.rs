@@ -134,6 +134,9 @@ impl Core {
             .inodes
             .remember(zone, parent, name, o.found, |i| self.reach.cached(i));
         self.reach.cache(&node, o.fd);
+        if matches!(node.anchor, Anchor::Named) {
+            self.reach.looked_up(parent.ino, name, node.ino);
+        }
         node
     }
 
@@ -382,7 +385,7 @@ impl Core {
                     // by: it is found first, to keep its fd.
                     let victim = match dir {
                         false if core.reach.reopens_by_name() => {
-                            core.named_entry(zone, fd.as_fd(), &name)
+                            core.named_entry(zone, &at, fd.as_fd(), &name)
                         }
                         _ => None,
                     };
@@ -402,17 +405,34 @@ impl Core {
         self.request(ctx, plan, respond);
     }
 
-    /// The known node reopened by name that `name` in `dir` (of `zone`)
-    /// reaches, with an fd on it: the one it has at hand (the kernel's
-    /// lookup before the removal cached it; an object held open keeps its
-    /// inode number, so the number tells it), else one opened by name.
+    /// The known node reopened by name that `name` in `dir` (of `zone`,
+    /// whose fd is `dir_fd`) reaches, with an fd on it: the one it has at
+    /// hand (the kernel's lookup before the removal cached it; an object
+    /// held open keeps its inode number, so the number tells it), else one
+    /// opened by name.
+    ///
+    /// The node the name was last looked up as, still placed there with
+    /// its fd at hand, is taken without a stat: keeping a node's own fd
+    /// for it is right even if the host replaced the name meanwhile (its
+    /// object lost the name either way).
     fn named_entry(
         &self,
         zone: usize,
-        dir: BorrowedFd<'_>,
+        dir: &Node,
+        dir_fd: BorrowedFd<'_>,
         name: &OsStr,
     ) -> Option<(Arc<Node>, Arc<OwnedFd>)> {
-        let st = backing::stat_at(dir, name).ok()?;
+        if let Some(node) = self
+            .reach
+            .last_looked_up(dir.ino, name)
+            .and_then(|i| self.inodes.get(i))
+            .filter(|n| matches!(n.anchor, Anchor::Named) && n.is_at(dir, name))
+        {
+            if let Some(fd) = self.reach.cached(node.ino) {
+                return Some((node, fd));
+            }
+        }
+        let st = backing::stat_at(dir_fd, name).ok()?;
         let node = self
             .inodes
             .known(zone, st.st_dev, st.st_ino)
@@ -421,7 +441,7 @@ impl Core {
         if let Some(fd) = self.reach.cached(node.ino) {
             return Some((node, fd));
         }
-        let fd = self.reach.lookup(dir, name).ok()?;
+        let fd = self.reach.lookup(dir_fd, name).ok()?;
         let again = backing::stat(fd.as_fd()).ok()?;
         ((again.st_dev, again.st_ino) == (st.st_dev, st.st_ino)).then(|| (node, Arc::new(fd)))
     }

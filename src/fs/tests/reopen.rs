@@ -303,6 +303,22 @@ fn a_removed_name_keeps_its_node_reachable_while_the_kernel_holds_it() {
     assert_eq!(read_all(&f.core, old).unwrap(), b"old");
     f.core.forget(old, 1);
     assert_eq!(f.core.fds_kept().1, 0);
+
+    // Another name looked up in the directory between the lookup and the
+    // removal (the removal can't take the last lookup's node): the node
+    // is found by its name's stat, and kept all the same.
+    let (attr, fh) = create(&f.core, WORK, "open2", libc::O_RDWR).unwrap();
+    f.core.write(fh, 0, b"kept too", false).unwrap();
+    std::fs::write(f.rw.join("other"), "").unwrap();
+    found(&f.core, WORK, "other").unwrap();
+    remove(&f.core, WORK, "open2", false).unwrap();
+    assert_eq!(f.core.fds_kept().1, 1, "pinned");
+    drop_cached(&f);
+    let got = f.core.getattr(&CTX, attr.ino.0, None).unwrap().attr;
+    assert_eq!((got.size, got.nlink), (8, 0));
+    f.core.release(fh);
+    f.core.forget(attr.ino.0, 1);
+    assert_eq!(f.core.fds_kept().1, 0);
 }
 
 #[test]
