@@ -191,13 +191,23 @@ impl Fingerprints {
 fn line(out: &mut Vec<u8>, rel: &Path, was: Option<Fingerprint>) -> io::Result<()> {
     out.extend_from_slice(b"{\"p\":");
     serde_json::to_writer(&mut *out, rel).map_err(io::Error::other)?;
-    match was {
-        None => out.extend_from_slice(b",\"s\":null}\n"),
-        Some(f) => writeln!(
-            out,
-            ",\"s\":{{\"dev\":{},\"ino\":{},\"size\":{},\"mtime\":[{},{}],\"ctime\":[{},{}],\"mode\":{}}}}}",
-            f.dev, f.ino, f.size, f.mtime.0, f.mtime.1, f.ctime.0, f.ctime.1, f.mode
-        )?,
-    }
+    let Some(f) = was else {
+        out.extend_from_slice(b",\"s\":null}\n");
+        return Ok(());
+    };
+    let mut n = itoa::Buffer::new();
+    let mut put = |key: &[u8], v: &str| {
+        out.extend_from_slice(key);
+        out.extend_from_slice(v.as_bytes());
+    };
+    put(b",\"s\":{\"dev\":", n.format(f.dev));
+    put(b",\"ino\":", n.format(f.ino));
+    put(b",\"size\":", n.format(f.size));
+    put(b",\"mtime\":[", n.format(f.mtime.0));
+    put(b",", n.format(f.mtime.1));
+    put(b"],\"ctime\":[", n.format(f.ctime.0));
+    put(b",", n.format(f.ctime.1));
+    put(b"],\"mode\":", n.format(f.mode));
+    out.extend_from_slice(b"}}\n");
     Ok(())
 }
