@@ -217,7 +217,11 @@ fn the_stage_outlives_an_unmount_and_a_killed_daemon() {
     assert!(out.success(), "remount: {}", out.describe());
     assert_eq!(fs::read_to_string(m.path("work/kept")).unwrap(), "kept\n");
     // SIGKILL: what was acknowledged (fsync'ed) is there after a remount.
-    let out = m.sh_in("work", "echo late > late && sync late", &[]);
+    // And what the stage noted: the host changes `gone` after the stage
+    // was made, then the worker deletes it (the stage notes what it saw).
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(m.backing("work", "gone"), "changed by the host\n").unwrap();
+    let out = m.sh_in("work", "echo late > late && sync late && rm gone", &[]);
     assert!(out.success(), "{}", out.describe());
     let pids = daemon_pids_for(m.mountpoint());
     assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
@@ -234,6 +238,18 @@ fn the_stage_outlives_an_unmount_and_a_killed_daemon() {
     assert_eq!(fs::read_to_string(m.path("work/late")).unwrap(), "late\n");
     assert_eq!(fs::metadata(m.path("work/synced")).unwrap().len(), 16384);
     assert!(!m.backing("work", "late").exists() && !m.backing("work", "kept").exists());
+    assert!(!m.path("work/gone").exists() && m.backing("work", "gone").exists());
+    // The note outlived the kill: the deletion is committed as the worker
+    // saw it. Lost, the host's change after the stage was made would be
+    // a conflict (exit 6).
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "commit after SIGKILL: {}", out.describe());
+    assert!(!m.backing("work", "gone").exists());
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "late")).unwrap(),
+        "late\n"
+    );
 }
 
 #[test]
