@@ -24,8 +24,9 @@
 //! - `fusedev`: the FUSE device: requests, replies, its ioctls ([`Device`]).
 //! - `fusering`: one FUSE-over-io_uring queue and its shared buffers
 //!   ([`FuseRing`]).
-//! - `maplog`: an append-only file written through a shared mapping
-//!   ([`MappedLog`]; a stage's fingerprints).
+//! - `maplog`: an append-only file of lines, written through a shared
+//!   mapping where the filesystem allows ([`AppendLog`]; a stage's
+//!   fingerprints).
 //! - `watch`: the process that cleans up after a dead daemon ([`Watcher`]).
 //! - [`overlay`]: the detached overlayfs of a staged zone (root, or a
 //!   user namespace).
@@ -47,7 +48,7 @@ pub use fusedev::Device;
 pub use fusemount::FuseMount;
 pub use fusering::{Event as RingEvent, FuseRing, Waker, io_uring_allowed, possible_cpus};
 pub use handle::{InodeHandle, handle_of, open_by_handle};
-pub use maplog::MappedLog;
+pub use maplog::AppendLog;
 pub use watch::{Announce, Plan as WatchPlan, STOP_GRACE, WATCHER_NAME, Watcher};
 
 use std::ffi::{OsStr, OsString};

@@ -375,6 +375,12 @@ impl Reach {
         pinned.insert(node.ino, fd);
     }
 
+    /// Whether node `ino` is kept by its pinned fd (its name was removed
+    /// through the mount).
+    pub fn is_pinned(&self, ino: u64) -> bool {
+        self.pinned.lock().contains_key(&ino)
+    }
+
     /// Drop node `ino`'s fds (forgotten, or gone on the host).
     pub fn evict(&self, ino: u64) {
         let cached = self.shard(ino).lock().pop(&ino);

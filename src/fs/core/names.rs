@@ -414,7 +414,9 @@ impl Core {
     /// The node the name was last looked up as, still placed there with
     /// its fd at hand, is taken without a stat: keeping a node's own fd
     /// for it is right even if the host replaced the name meanwhile (its
-    /// object lost the name either way).
+    /// object lost the name either way). Not a pinned one: it lost that
+    /// name through the mount already (renamed over), and the name's
+    /// object now is the one renamed onto it.
     fn named_entry(
         &self,
         zone: usize,
@@ -426,7 +428,11 @@ impl Core {
             .reach
             .last_looked_up(dir.ino, name)
             .and_then(|i| self.inodes.get(i))
-            .filter(|n| matches!(n.anchor, Anchor::Named) && n.is_at(dir, name))
+            .filter(|n| {
+                matches!(n.anchor, Anchor::Named)
+                    && n.is_at(dir, name)
+                    && !self.reach.is_pinned(n.ino)
+            })
         {
             if let Some(fd) = self.reach.cached(node.ino) {
                 return Some((node, fd));

@@ -319,6 +319,25 @@ fn a_removed_name_keeps_its_node_reachable_while_the_kernel_holds_it() {
     f.core.release(fh);
     f.core.forget(attr.ino.0, 1);
     assert_eq!(f.core.fds_kept().1, 0);
+
+    // Looked up, renamed over by an open file, then the name removed (no
+    // lookup in between, as with the kernel's cached entries): the file
+    // removed is the one renamed onto the name, and it is the one kept.
+    let (attr, fh) = create(&f.core, WORK, "mover", libc::O_RDWR).unwrap();
+    f.core.write(fh, 0, b"moved", false).unwrap();
+    std::fs::write(f.rw.join("target"), "target").unwrap();
+    let over = found(&f.core, WORK, "target").unwrap().ino.0;
+    rename(&f.core, WORK, "mover", WORK, "target").unwrap();
+    assert_eq!(f.core.fds_kept().1, 1, "the renamed-over file pinned");
+    remove(&f.core, WORK, "target", false).unwrap();
+    assert_eq!(f.core.fds_kept().1, 2, "the removed file pinned too");
+    drop_cached(&f);
+    let got = f.core.getattr(&CTX, attr.ino.0, None).unwrap().attr;
+    assert_eq!((got.size, got.nlink), (5, 0));
+    f.core.release(fh);
+    f.core.forget(attr.ino.0, 1);
+    f.core.forget(over, 1);
+    assert_eq!(f.core.fds_kept().1, 0);
 }
 
 #[test]

@@ -6,10 +6,10 @@
 //! last lines; a path without a fingerprint is then judged by the stage's
 //! creation time (see `apply`), which can only call more conflicts.
 //!
-//! The file is appended to through a shared mapping
-//! ([`MappedLog`](crate::backing::MappedLog)): a first change to a host
-//! file is on the request path of every deletion of one, and a `write`
-//! per line cost a tenth of a staged unlink.
+//! The file is appended to through a shared mapping where its filesystem
+//! allows ([`AppendLog`](crate::backing::AppendLog)): a first change to a
+//! host file is on the request path of every deletion of one, and a
+//! `write` per line cost a tenth of a staged unlink.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use rustix::fs::Stat;
 use serde::{Deserialize, Serialize};
 
-use crate::backing::MappedLog;
+use crate::backing::AppendLog;
 
 const FILE: &str = "fingerprints";
 const CREATED: &str = "created";
@@ -69,7 +69,7 @@ pub struct Fingerprints {
 struct Known {
     map: HashMap<PathBuf, Option<Fingerprint>>,
     /// Opened on the first note.
-    log: Option<MappedLog>,
+    log: Option<AppendLog>,
     line: Vec<u8>,
 }
 
@@ -81,7 +81,7 @@ impl Fingerprints {
         match std::fs::read(&path) {
             Ok(bytes) => {
                 // The log's unused tail is zeros (after a crash: see
-                // `MappedLog`); a torn last line is skipped.
+                // `AppendLog`); a torn last line is skipped.
                 let used = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
                 for line in bytes[..used].split(|b| *b == b'\n') {
                     if let Ok(l) = serde_json::from_slice::<Line>(line) {
@@ -118,23 +118,28 @@ impl Fingerprints {
         self.note_first(rel, || was)
     }
 
-    /// As `note`, asking `was` only when `rel` has no fingerprint yet (it
-    /// is asked with the fingerprints locked: a second change racing the
-    /// first waits for its note).
+    /// As `note`, asking `was` only when `rel` has no fingerprint yet. It
+    /// is asked without the lock, so that a slow backing filesystem holds
+    /// back no other note; two first changes racing to one path both ask,
+    /// and the first to write its line wins (a change through the mount
+    /// never alters the backing dir, so both see the same).
     pub fn note_first(
         &self,
         rel: &Path,
         was: impl FnOnce() -> Option<Fingerprint>,
     ) -> io::Result<()> {
+        if self.known.lock().map.contains_key(rel) {
+            return Ok(());
+        }
+        let was = was();
         let mut guard = self.known.lock();
         let k = &mut *guard;
         if k.map.contains_key(rel) {
             return Ok(());
         }
-        let was = was();
         let log = match &mut k.log {
             Some(log) => log,
-            None => k.log.insert(MappedLog::open(&self.path, 0o600)?),
+            None => k.log.insert(AppendLog::open(&self.path, 0o600)?),
         };
         k.line.clear();
         line(&mut k.line, rel, was)?;
