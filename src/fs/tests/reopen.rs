@@ -269,16 +269,12 @@ fn a_removed_name_keeps_its_node_reachable_while_the_kernel_holds_it() {
     let f = by_name();
     // Unlinked while open: reachable through the open handle, and by the
     // node itself (pinned), with no name left.
-    let (attr, fh) = create(&f.core, WORK, "open", libc::O_RDWR).unwrap();
-    f.core.write(fh, 0, b"kept", false).unwrap();
+    let (ino, fh) = open_with(&f, "open", b"kept");
     remove(&f.core, WORK, "open", false).unwrap();
     assert_eq!(f.core.fds_kept().1, 1, "pinned");
-    drop_cached(&f);
-    let got = f.core.getattr(&CTX, attr.ino.0, None).unwrap().attr;
-    assert_eq!((got.size, got.nlink), (4, 0));
-    f.core.release(fh);
+    reached_unnamed(&f, ino, fh, 4);
     // Forgotten (create counted one lookup): the pin goes.
-    f.core.forget(attr.ino.0, 1);
+    f.core.forget(ino, 1);
     assert_eq!(f.core.fds_kept().1, 0);
 
     // Its last known name unlinked while another name is left.
@@ -307,37 +303,47 @@ fn a_removed_name_keeps_its_node_reachable_while_the_kernel_holds_it() {
     // Another name looked up in the directory between the lookup and the
     // removal (the removal can't take the last lookup's node): the node
     // is found by its name's stat, and kept all the same.
-    let (attr, fh) = create(&f.core, WORK, "open2", libc::O_RDWR).unwrap();
-    f.core.write(fh, 0, b"kept too", false).unwrap();
+    let (ino, fh) = open_with(&f, "open2", b"kept too");
     std::fs::write(f.rw.join("other"), "").unwrap();
     found(&f.core, WORK, "other").unwrap();
     remove(&f.core, WORK, "open2", false).unwrap();
     assert_eq!(f.core.fds_kept().1, 1, "pinned");
-    drop_cached(&f);
-    let got = f.core.getattr(&CTX, attr.ino.0, None).unwrap().attr;
-    assert_eq!((got.size, got.nlink), (8, 0));
-    f.core.release(fh);
-    f.core.forget(attr.ino.0, 1);
+    reached_unnamed(&f, ino, fh, 8);
+    f.core.forget(ino, 1);
     assert_eq!(f.core.fds_kept().1, 0);
 
     // Looked up, renamed over by an open file, then the name removed (no
     // lookup in between, as with the kernel's cached entries): the file
     // removed is the one renamed onto the name, and it is the one kept.
-    let (attr, fh) = create(&f.core, WORK, "mover", libc::O_RDWR).unwrap();
-    f.core.write(fh, 0, b"moved", false).unwrap();
+    let (ino, fh) = open_with(&f, "mover", b"moved");
     std::fs::write(f.rw.join("target"), "target").unwrap();
     let over = found(&f.core, WORK, "target").unwrap().ino.0;
     rename(&f.core, WORK, "mover", WORK, "target").unwrap();
     assert_eq!(f.core.fds_kept().1, 1, "the renamed-over file pinned");
     remove(&f.core, WORK, "target", false).unwrap();
     assert_eq!(f.core.fds_kept().1, 2, "the removed file pinned too");
-    drop_cached(&f);
-    let got = f.core.getattr(&CTX, attr.ino.0, None).unwrap().attr;
-    assert_eq!((got.size, got.nlink), (5, 0));
-    f.core.release(fh);
-    f.core.forget(attr.ino.0, 1);
+    reached_unnamed(&f, ino, fh, 5);
+    f.core.forget(ino, 1);
     f.core.forget(over, 1);
     assert_eq!(f.core.fds_kept().1, 0);
+}
+
+/// A new file `name` in the zone dir holding `data`, open read-write:
+/// its node and handle.
+fn open_with(f: &Fixture, name: &str, data: &[u8]) -> (u64, u64) {
+    let (attr, fh) = create(&f.core, WORK, name, libc::O_RDWR).unwrap();
+    f.core.write(fh, 0, data, false).unwrap();
+    (attr.ino.0, fh)
+}
+
+/// Node `ino`, whose name is gone, is still reached (its fds dropped
+/// from the cache first): `size` bytes, no links; then its handle `fh`
+/// is closed.
+fn reached_unnamed(f: &Fixture, ino: u64, fh: u64, size: u64) {
+    drop_cached(f);
+    let got = f.core.getattr(&CTX, ino, None).unwrap().attr;
+    assert_eq!((got.size, got.nlink), (size, 0));
+    f.core.release(fh);
 }
 
 #[test]
