@@ -68,7 +68,7 @@ pub fn expect(op: &Op<'_>) {
         Op::Rename {
             from,
             to,
-            to_exists,
+            to_is_dir,
             exchange,
             ..
         } => {
@@ -79,7 +79,7 @@ pub fn expect(op: &Op<'_>) {
                 add(from, Kind::Deleted);
                 add(
                     to,
-                    if *to_exists {
+                    if to_is_dir.is_some() {
                         Kind::Modified
                     } else {
                         Kind::Added

@@ -15,7 +15,7 @@ pub fn decide(op: &Op<'_>) -> Decision {
     }
     match structural(op) {
         Err(r) => Decision::Refuse(r),
-        Ok(needs) => match by_approval(&needs) {
+        Ok(needs) => match by_approval(op, &needs) {
             // A device node is never made: refused once the rules before
             // the approval policy have spoken, before anyone is asked.
             Decision::Refuse(r) => Decision::Refuse(r),
@@ -61,7 +61,7 @@ fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
             from,
             to,
             is_dir,
-            to_exists,
+            to_is_dir,
             exchange,
         } => {
             let fz = zone_of(from, true)?;
@@ -69,26 +69,27 @@ fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
             if !from.same_zone(&to) {
                 return Err(Refusal::CrossZone);
             }
+            // Each name changes; each is judged with the real kind of
+            // every entry that is or will be there.
             writable(fz, from.path, is_dir)?;
             writable(fz, to.path, is_dir)?;
-            if is_dir && (fz.protects_below(from.path) || (exchange && fz.protects_below(to.path)))
-            {
-                return Err(Refusal::Protected);
+            if let Some(d) = to_is_dir {
+                writable(fz, to.path, d)?;
+                if exchange {
+                    writable(fz, from.path, d)?;
+                }
             }
-            let carries =
-                |p: &Path| fz.sensitive_below(p).is_some() || fz.hidden_below(p).is_some();
-            if is_dir && (carries(from.path) || (exchange && carries(to.path))) {
-                return Err(Refusal::SensitiveInside);
+            let mut needs = vec![(Write, to), (Delete, from)];
+            carried(fz, from, to, is_dir, &mut needs)?;
+            if let (true, Some(d)) = (exchange, to_is_dir) {
+                carried(fz, to, from, d, &mut needs)?;
             }
             suffix(fz, to.path, is_dir)?;
             if exchange {
-                suffix(fz, from.path, is_dir)?;
-            }
-            let mut needs = vec![(Write, to), (Delete, from)];
-            if exchange {
+                suffix(fz, from.path, to_is_dir.unwrap_or(is_dir))?;
                 needs.push((Write, from));
             }
-            if to_exists || exchange {
+            if to_is_dir.is_some() || exchange {
                 needs.push((Delete, to));
             }
             Ok(needs)
@@ -103,13 +104,49 @@ fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
             writable(tz, from.path, false)?;
             writable(tz, to.path, false)?;
             suffix(tz, to.path, false)?;
-            Ok(vec![(Write, to)])
+            let mut needs = vec![(Write, to)];
+            carried(tz, from, to, false, &mut needs)?;
+            Ok(needs)
         }
         Op::Look { .. } | Op::MayWrite { .. } | Op::Grow { .. } => {
             unasked(op)?;
             Ok(vec![])
         }
     }
+}
+
+/// What moving (or linking) the entry at `from`, of kind `is_dir`, to
+/// `to` would carry past the zone's path rules. A directory's place can
+/// decide what a pattern matches below it (`/docs/final`,
+/// `**/secrets/key`, `config/**`): moving one that such a `protect` or
+/// `hide` pattern may reach is refused, as is moving a directory to where
+/// a `protect` pattern would reach into what it brings. Something read
+/// only with approval (`ask_read`) that would be readable unasked at its
+/// new name asks to be read first ([`Class::Read`] on `from`, `Ask` at
+/// least). What is hidden or protected at `from` itself was refused
+/// before; what moves under a `hide` pattern only disappears.
+fn carried<'a>(
+    z: &ZoneRules,
+    from: Loc<'a>,
+    to: Loc<'a>,
+    is_dir: bool,
+    needs: &mut Vec<(Class, Loc<'a>)>,
+) -> Result<(), Refusal> {
+    if is_dir {
+        if z.protected_below(from.path).is_some() || z.protected_below(to.path).is_some() {
+            return Err(Refusal::Protected);
+        }
+        if z.sensitive_below(from.path).is_some() || z.hidden_below(from.path).is_some() {
+            return Err(Refusal::SensitiveInside);
+        }
+    }
+    let read_gated = |p: &Path| z.ask_read_of(p, is_dir).is_some();
+    let carries_read = (read_gated(from.path) && !read_gated(to.path))
+        || (is_dir && z.ask_read_below(from.path).is_some());
+    if carries_read {
+        needs.push((Class::Read, from));
+    }
+    Ok(())
 }
 
 fn new_name(at: Loc<'_>, is_dir: bool) -> Result<Vec<(Class, Loc<'_>)>, Refusal> {
@@ -178,11 +215,17 @@ fn too_big(z: &ZoneRules, size: u64) -> Result<(), Refusal> {
     }
 }
 
-fn by_approval(needs: &[(Class, Loc<'_>)]) -> Decision {
+fn by_approval(op: &Op<'_>, needs: &[(Class, Loc<'_>)]) -> Decision {
+    // A read a move or link needs (see `carried`) asks at least.
+    let moves = matches!(op, Op::Rename { .. } | Op::Link { .. });
     let mut asks = Vec::new();
     for (class, at) in needs {
         let Some(z) = at.zone else { continue };
-        match z.level_at(*class, at.path) {
+        let level = match class {
+            Class::Read if moves => z.level(Class::Read).max(Approval::Ask),
+            _ => z.level_at(*class, at.path),
+        };
+        match level {
             Approval::PreApproved => {}
             Approval::Blocked => return Decision::Refuse(Refusal::Blocked),
             Approval::Ask => asks.push(AskItem {

@@ -13,6 +13,8 @@
 
 mod decide;
 mod explain;
+#[cfg(test)]
+mod moves_tests;
 mod rules;
 #[cfg(test)]
 mod tests;
@@ -81,12 +83,15 @@ pub enum Op<'a> {
     Metadata { at: Loc<'a> },
     /// unlink, rmdir.
     Remove { at: Loc<'a> },
-    /// rename; `to_exists` when the destination name already exists.
+    /// rename (`exchange`: RENAME_EXCHANGE). `is_dir` is the kind of the
+    /// source, `to_is_dir` the kind of what is already at the destination
+    /// (None: nothing): a move is judged by what it moves *and* what it
+    /// displaces.
     Rename {
         from: Loc<'a>,
         to: Loc<'a>,
         is_dir: bool,
-        to_exists: bool,
+        to_is_dir: Option<bool>,
         exchange: bool,
     },
     /// A hard link of `from` at the new name `to`.

@@ -20,72 +20,142 @@ pub struct ZoneRules {
     pub suffixes: Option<Vec<String>>,
     pub max_file_bytes: Option<u64>,
     protect: Gitignore,
-    /// Anchored protect patterns (as written, and split into per-component
-    /// matchers): a directory rename that would carry one of them away is
-    /// refused.
-    anchored: Vec<(String, Vec<GlobMatcher>)>,
+    /// The protect patterns' shapes: a directory rename that would carry
+    /// something out of (or into) one of them is refused.
+    protect_shapes: Vec<Shape>,
     /// Sensitive roots inside the zone, relative to its root: hidden.
     hidden: Vec<PathBuf>,
     /// `hide` patterns: what they match is hidden as a sensitive root is.
     hide: Gitignore,
-    /// Anchored `hide` patterns, as for `protect`'s.
-    hide_anchored: Vec<(String, Vec<GlobMatcher>)>,
+    /// The `hide` patterns' shapes, as for `protect`'s.
+    hide_shapes: Vec<Shape>,
     /// `ask_read` patterns: opening a match for reading asks.
     ask_read: Gitignore,
+    /// Their shapes: moving a directory out from under one asks to read.
+    ask_read_shapes: Vec<Shape>,
     /// Changes go to a stage: `ask` writes and deletes proceed (the
     /// commit is the decision); `blocked` still refuses.
     pub staged: bool,
 }
 
-/// gitignore-style `patterns` compiled, and the anchored ones (a `/`
-/// inside) split into per-component matchers.
-type Anchored = Vec<(String, Vec<GlobMatcher>)>;
-
-fn patterns(list: &[String]) -> Result<(Gitignore, Anchored), ignore::Error> {
+/// gitignore-style `patterns` compiled, and each as a [`Shape`].
+fn patterns(list: &[String]) -> Result<(Gitignore, Vec<Shape>), ignore::Error> {
     let mut b = GitignoreBuilder::new("/");
-    let mut anchored = Vec::new();
     for pat in list {
         b.add_line(None, pat)?;
-        let body = pat.trim_end_matches('/');
-        if body.contains('/') {
-            let comps = body
-                .trim_start_matches('/')
-                .split('/')
-                .filter(|c| !c.is_empty())
-                .map(|c| Glob::new(c).map(|g| g.compile_matcher()))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| ignore::Error::Glob {
-                    glob: Some(pat.clone()),
-                    err: e.to_string(),
-                })?;
-            anchored.push((pat.clone(), comps));
-        }
     }
-    Ok((b.build()?, anchored))
+    Ok((
+        b.build()?,
+        list.iter().filter_map(|p| Shape::new(p)).collect(),
+    ))
 }
 
-/// The anchored pattern that names something strictly below `dir`.
-fn below<'a>(anchored: &'a Anchored, dir: &Path) -> Option<&'a str> {
-    let comps: Vec<_> = dir.components().map(|c| c.as_os_str()).collect();
-    anchored
-        .iter()
-        .find(|(_, pat)| {
-            pat.len() > comps.len()
-                && pat
-                    .iter()
-                    .zip(&comps)
-                    .all(|(m, c)| m.is_match(Path::new(c)))
+/// One pattern as components from the zone root (a pattern without `/`
+/// matches at any depth: a leading "any depth" part), to ask whether where
+/// a directory sits changes what the pattern matches below it.
+#[derive(Debug)]
+struct Shape {
+    /// As written.
+    pattern: String,
+    parts: Vec<Part>,
+}
+
+#[derive(Debug)]
+enum Part {
+    /// `**`: zero or more components.
+    AnyDepth,
+    /// One component (a glob that can't be compiled matches anything: the
+    /// question is only ever "could it", so that errs on the safe side).
+    One(Option<GlobMatcher>),
+}
+
+impl Shape {
+    /// gitignore's rules: `!` negates (a negation moved is as much a
+    /// change as a match), a trailing `/` means directories only, a `/`
+    /// elsewhere anchors the pattern at the root.
+    fn new(pattern: &str) -> Option<Shape> {
+        let body = pattern.trim_end_matches(' ');
+        let body = body.strip_prefix('!').unwrap_or(body);
+        if body.is_empty() || body.starts_with('#') {
+            return None;
+        }
+        let body = body.trim_end_matches('/');
+        let anchored = body.contains('/');
+        let mut parts = Vec::new();
+        if !anchored {
+            parts.push(Part::AnyDepth);
+        }
+        for c in body.split('/').filter(|c| !c.is_empty()) {
+            parts.push(match c {
+                "**" => Part::AnyDepth,
+                c => Part::One(Glob::new(c).ok().map(|g| g.compile_matcher())),
+            });
+        }
+        Some(Shape {
+            pattern: pattern.to_owned(),
+            parts,
         })
-        .map(|(orig, _)| orig.as_str())
+    }
+
+    /// `states` with every `**` also skipped (it may match nothing).
+    fn skip_any(&self, states: &mut [bool]) {
+        for i in 0..self.parts.len() {
+            if states[i] && matches!(self.parts[i], Part::AnyDepth) {
+                states[i + 1] = true;
+            }
+        }
+    }
+
+    /// Whether the pattern may match something strictly below `dir` that
+    /// it would not match below another directory: some way of matching
+    /// it has used `dir`'s own components and is not finished. Only a
+    /// leading "any depth" that took all of `dir` leaves the place out.
+    fn straddles(&self, dir: &Path) -> bool {
+        let n = self.parts.len();
+        let mut states = vec![false; n + 1];
+        states[0] = true;
+        self.skip_any(&mut states);
+        for c in dir.components() {
+            let c = Path::new(c.as_os_str());
+            let mut next = vec![false; n + 1];
+            for (i, part) in self.parts.iter().enumerate() {
+                if !states[i] {
+                    continue;
+                }
+                match part {
+                    Part::AnyDepth => next[i] = true,
+                    Part::One(None) => next[i + 1] = true,
+                    Part::One(Some(g)) if g.is_match(c) => next[i + 1] = true,
+                    Part::One(_) => {}
+                }
+            }
+            self.skip_any(&mut next);
+            states = next;
+        }
+        let mut placeless = vec![false; n + 1];
+        if matches!(self.parts.first(), Some(Part::AnyDepth)) {
+            placeless[0] = true;
+            self.skip_any(&mut placeless);
+        }
+        (0..n).any(|i| states[i] && !placeless[i])
+    }
+}
+
+/// The first of `shapes` that [straddles](Shape::straddles) `dir`.
+fn straddled<'a>(shapes: &'a [Shape], dir: &Path) -> Option<&'a str> {
+    shapes
+        .iter()
+        .find(|s| s.straddles(dir))
+        .map(|s| s.pattern.as_str())
 }
 
 impl ZoneRules {
     /// Compile a zone's policy. `protect` patterns are gitignore-style,
     /// relative to the zone root.
     pub fn compile(zone: &Zone) -> Result<Self, ignore::Error> {
-        let (protect, anchored) = patterns(&zone.policy.protect)?;
-        let (hide, hide_anchored) = patterns(&zone.policy.hide)?;
-        let (ask_read, _) = patterns(&zone.policy.ask_read)?;
+        let (protect, protect_shapes) = patterns(&zone.policy.protect)?;
+        let (hide, hide_shapes) = patterns(&zone.policy.hide)?;
+        let (ask_read, ask_read_shapes) = patterns(&zone.policy.ask_read)?;
         let hidden = zone.policy.hidden.clone();
         Ok(ZoneRules {
             name: zone.name.clone(),
@@ -94,11 +164,12 @@ impl ZoneRules {
             suffixes: zone.policy.suffixes.clone(),
             max_file_bytes: zone.policy.max_file_bytes,
             protect,
-            anchored,
+            protect_shapes,
             hidden,
             hide,
-            hide_anchored,
+            hide_shapes,
             ask_read,
+            ask_read_shapes,
             staged: zone.policy.staged,
         })
     }
@@ -126,10 +197,11 @@ impl ZoneRules {
         })
     }
 
-    /// The anchored `hide` pattern strictly below `dir`, if any: renaming
-    /// `dir` would carry what it hides to a name it doesn't.
+    /// The `hide` pattern that may match something below `dir` only
+    /// because of where `dir` is, if any: renaming `dir` would carry what
+    /// it hides to a name it doesn't.
     pub(super) fn hidden_below(&self, dir: &Path) -> Option<&str> {
-        below(&self.hide_anchored, dir)
+        straddled(&self.hide_shapes, dir)
     }
 
     /// The hidden sensitive root that `path` is or is inside.
@@ -182,15 +254,12 @@ impl ZoneRules {
         }
     }
 
-    /// Whether an anchored protect pattern names something strictly below
-    /// `dir`: renaming `dir` would move it out of protection.
-    pub(super) fn protects_below(&self, dir: &Path) -> bool {
-        self.protected_below(dir).is_some()
-    }
-
-    /// The anchored protect pattern strictly below `dir`, if any.
+    /// The protect pattern that may match something below `dir` only
+    /// because of where `dir` is, if any: renaming `dir` away would move
+    /// that out of protection, renaming a directory to `dir` would move
+    /// something into it.
     pub(super) fn protected_below(&self, dir: &Path) -> Option<&str> {
-        below(&self.anchored, dir)
+        straddled(&self.protect_shapes, dir)
     }
 
     /// Whether changes here are gated (write or delete is not
@@ -230,14 +299,26 @@ impl ZoneRules {
 
     /// The `ask_read` pattern (as written) that `path` matches, if any.
     pub(super) fn ask_read_by(&self, path: &Path) -> Option<&str> {
+        self.ask_read_of(path, false)
+    }
+
+    /// [`ask_read_by`](Self::ask_read_by) for an entry of a known kind (a
+    /// pattern for directories only covers a directory's files).
+    pub(super) fn ask_read_of(&self, path: &Path, is_dir: bool) -> Option<&str> {
         if path.as_os_str().is_empty() || self.ask_read.is_empty() {
             return None;
         }
         let abs = Path::new("/").join(path);
-        match self.ask_read.matched_path_or_any_parents(&abs, false) {
+        match self.ask_read.matched_path_or_any_parents(&abs, is_dir) {
             ignore::Match::Ignore(glob) => Some(glob.original()),
             _ => None,
         }
+    }
+
+    /// The `ask_read` pattern that may match something below `dir` only
+    /// because of where `dir` is, if any.
+    pub(super) fn ask_read_below(&self, dir: &Path) -> Option<&str> {
+        straddled(&self.ask_read_shapes, dir)
     }
 
     fn asks_to_read(&self, path: &Path) -> bool {

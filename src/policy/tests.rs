@@ -87,14 +87,14 @@ fn sensitive_roots_are_enoent_for_everything_first() {
                     from: at(&z, "x.md"),
                     to: f,
                     is_dir: false,
-                    to_exists: false,
+                    to_is_dir: None,
                     exchange: false,
                 },
                 Op::Rename {
                     from: f,
                     to: at(&z, "x.md"),
                     is_dir: true,
-                    to_exists: false,
+                    to_is_dir: None,
                     exchange: false,
                 },
                 Op::Link {
@@ -133,7 +133,7 @@ fn renaming_a_dir_that_holds_a_sensitive_root_is_refused() {
             from: Loc::in_zone(&z, Path::new(from)),
             to: Loc::in_zone(&z, Path::new(to)),
             is_dir,
-            to_exists: exchange,
+            to_is_dir: exchange.then_some(true),
             exchange,
         })
     };
@@ -156,7 +156,7 @@ fn renaming_a_dir_that_holds_a_sensitive_root_is_refused() {
             from: at(&z, ".config"),
             to: at(&z, "cfg"),
             is_dir: true,
-            to_exists: false,
+            to_is_dir: None,
             exchange: false,
         }),
         Refusal::ReadOnly
@@ -235,7 +235,7 @@ fn ro_zone_refuses_every_change_with_erofs() {
             from: f,
             to: at(&z, "g"),
             is_dir: false,
-            to_exists: false,
+            to_is_dir: None,
             exchange: false,
         },
         Op::Link {
@@ -324,7 +324,7 @@ fn rename_needs_write_and_delete() {
         from: at(&z, "a"),
         to: at(&z, "b"),
         is_dir: false,
-        to_exists: false,
+        to_is_dir: None,
         exchange: false,
     };
     assert_eq!(refused(op), Refusal::Blocked);
@@ -333,7 +333,7 @@ fn rename_needs_write_and_delete() {
         from: at(&z, "a"),
         to: at(&z, "b"),
         is_dir: false,
-        to_exists: true,
+        to_is_dir: Some(false),
         exchange: false,
     };
     match decide(&op) {
@@ -359,7 +359,7 @@ fn rename_needs_write_and_delete() {
         from: at(&z, "a"),
         to: at(&z, "b"),
         is_dir: false,
-        to_exists: false,
+        to_is_dir: None,
         exchange: false,
     };
     assert_eq!(refused(op), Refusal::Blocked);
@@ -372,7 +372,7 @@ fn cross_zone_rename_and_link_are_exdev_even_from_ro() {
         from: at(&a, "f"),
         to: at(&b, "f"),
         is_dir: false,
-        to_exists: false,
+        to_is_dir: None,
         exchange: false,
     };
     assert_eq!(refused(op), Refusal::CrossZone);
@@ -405,7 +405,7 @@ fn root_level_changes_are_eacces_and_beat_everything_else() {
         from: at(&a, ""),
         to: at(&r, "x"),
         is_dir: true,
-        to_exists: false,
+        to_is_dir: None,
         exchange: false,
     };
     assert_eq!(refused(op), Refusal::RootLevel);
@@ -413,7 +413,7 @@ fn root_level_changes_are_eacces_and_beat_everything_else() {
         from: at(&a, "x"),
         to: root_entry,
         is_dir: false,
-        to_exists: false,
+        to_is_dir: None,
         exchange: false,
     };
     assert_eq!(refused(op), Refusal::RootLevel);
@@ -454,7 +454,7 @@ fn suffixes_hide_names_and_refuse_new_ones() {
         from: at(&z, "a.md"),
         to: at(&z, "a.txt"),
         is_dir: false,
-        to_exists: false,
+        to_is_dir: None,
         exchange: false,
     };
     assert_eq!(refused(op), Refusal::Suffix);
@@ -529,7 +529,7 @@ fn protect_makes_subtrees_read_only() {
         from: at(&z, ".git/HEAD"),
         to: at(&z, "h"),
         is_dir: false,
-        to_exists: false,
+        to_is_dir: None,
         exchange: false,
     };
     assert_eq!(refused(op), Refusal::Protected);
@@ -537,7 +537,7 @@ fn protect_makes_subtrees_read_only() {
         from: at(&z, "h"),
         to: at(&z, ".git/HEAD"),
         is_dir: false,
-        to_exists: true,
+        to_is_dir: Some(false),
         exchange: false,
     };
     assert_eq!(refused(op), Refusal::Protected);
@@ -694,7 +694,7 @@ fn hide_patterns_hide_as_sensitive_roots_do() {
             from: at(&z, "config"),
             to: at(&z, "cfg"),
             is_dir: true,
-            to_exists: false,
+            to_is_dir: None,
             exchange: false
         }),
         Refusal::SensitiveInside

@@ -517,12 +517,16 @@ impl Core {
         let (p, np) = (self.node(parent)?, self.node(newparent)?);
         let (from, to) = (self.where_child(&p, name), self.where_child(&np, newname));
         let src = self.look(&p, name)?.ok_or_else(FsError::enoent)?;
-        let to_exists = to.zone.is_some() && self.look(&np, newname)?.is_some();
+        let is_dir = |st: &Stat| FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+        let to_is_dir = match to.zone {
+            Some(_) => self.look(&np, newname)?.map(|st| is_dir(&st)),
+            None => None,
+        };
         let op = Op::Rename {
             from: self.loc(&from),
             to: self.loc(&to),
-            is_dir: FileType::from_raw_mode(src.st_mode) == FileType::Directory,
-            to_exists,
+            is_dir: is_dir(&src),
+            to_is_dir,
             exchange: flags & libc::RENAME_EXCHANGE != 0,
         };
         Ok((self.gate(ctx, &op, Keep::Ledger)?, p, np))
