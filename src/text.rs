@@ -97,16 +97,18 @@ pub fn str(s: &str) -> String {
     escape(s.as_bytes())
 }
 
-/// [`escape`], except that the characters in `keep` (among tab and
-/// newline) stay as they are: for many lines of a worker's text, such as a
-/// diff, where a newline ends a line and a tab is content.
+/// [`escape`], except that the characters in `keep` (among tab, newline
+/// and backslash) stay as they are: for many lines of a worker's text,
+/// such as a diff, where a newline ends a line, a tab is content and a
+/// backslash common (keeping a backslash makes the text safe to show but
+/// no longer reversible: not for names).
 pub fn escape_keeping(bytes: &[u8], keep: &[char]) -> String {
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
             match c {
+                c if keep.contains(&c) && matches!(c, '\t' | '\n' | '\\') => out.push(c),
                 '\\' => out.push_str("\\\\"),
-                c if keep.contains(&c) && matches!(c, '\t' | '\n') => out.push(c),
                 '\t' => out.push_str("\\t"),
                 '\n' => out.push_str("\\n"),
                 '\r' => out.push_str("\\r"),
@@ -218,6 +220,44 @@ pub fn path_from_json(text: &str, b64: Option<&str>) -> std::path::PathBuf {
     OsStr::from_bytes(&from_json(text, b64)).into()
 }
 
+/// Serde's `serialize_with` for a path in a derived JSON form: its text
+/// (U+FFFD in place of bytes that are not UTF-8, where serde would fail);
+/// the form's owner adds the `_b64` sibling ([`insert_b64`]).
+pub fn serialize_lossy<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&p.to_string_lossy())
+}
+
+/// [`serialize_lossy`] of an optional path.
+pub fn serialize_lossy_opt<S: serde::Serializer>(
+    p: &Option<std::path::PathBuf>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => serialize_lossy(p, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// Add `<key>_b64` to the JSON object `v` when `p` is not UTF-8.
+pub fn insert_b64(v: &mut serde_json::Value, key: &str, p: &Path) {
+    if let (serde_json::Value::Object(m), (_, Some(b))) = (v, path_for_json(p)) {
+        m.insert(format!("{key}_b64"), serde_json::Value::String(b));
+    }
+}
+
+/// The exact bytes of the JSON object `v`'s field `key` (with its `_b64`
+/// sibling), for people; None when the field is absent.
+pub fn shown_field(v: &serde_json::Value, key: &str) -> Option<String> {
+    let text = v[key].as_str()?;
+    Some(shown(text, v[format!("{key}_b64")].as_str()))
+}
+
+/// The exact bytes of the JSON object `v`'s field `key` as a path.
+pub fn path_field(v: &serde_json::Value, key: &str) -> Option<std::path::PathBuf> {
+    let text = v[key].as_str()?;
+    Some(path_from_json(text, v[format!("{key}_b64")].as_str()))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -225,7 +265,13 @@ mod tests {
 
     #[test]
     fn printable_text_is_kept() {
-        for s in ["notes.md", "ü/日本語 file (1).txt", "a'b\"c", "emoji 😀", " "] {
+        for s in [
+            "notes.md",
+            "ü/日本語 file (1).txt",
+            "a'b\"c",
+            "emoji 😀",
+            " ",
+        ] {
             assert_eq!(str(s), s);
         }
     }
@@ -237,7 +283,10 @@ mod tests {
         assert_eq!(str("\0\x07\x7f"), "\\x00\\x07\\x7f");
         assert_eq!(str("\u{9b}2J"), "\\u{9b}2J");
         assert_eq!(str("evil\u{202e}hs.md"), "evil\\u{202e}hs.md");
-        assert_eq!(str("\u{2066}\u{200f}\u{feff}"), "\\u{2066}\\u{200f}\\u{feff}");
+        assert_eq!(
+            str("\u{2066}\u{200f}\u{feff}"),
+            "\\u{2066}\\u{200f}\\u{feff}"
+        );
         assert_eq!(str("tag\u{e0041}"), "tag\\u{e0041}");
         assert_eq!(escape(b"bad\xff\xc3"), "bad\\xff\\xc3");
         assert_eq!(str("a\\x1b"), "a\\\\x1b", "a literal backslash is escaped");
@@ -249,12 +298,26 @@ mod tests {
             escape_keeping(b"+a\tb\x1b[1A\r\n", &['\t', '\n']),
             "+a\tb\\x1b[1A\\r\n"
         );
-        assert_eq!(escape_keeping(b"\x1b", &['\x1b']), "\\x1b", "only tab and newline");
+        assert_eq!(
+            escape_keeping(b"\x1b", &['\x1b']),
+            "\\x1b",
+            "only tab, newline, \\"
+        );
+        assert_eq!(escape_keeping(b"\"\\n\"\x1b", &['\\']), "\"\\n\"\\x1b");
     }
 
     #[test]
     fn bad_escapes_are_refused() {
-        for s in ["\\", "\\q", "\\x1", "\\xzz", "\\u{", "\\u{110000}", "\\u{d800}", "\\u1"] {
+        for s in [
+            "\\",
+            "\\q",
+            "\\x1",
+            "\\xzz",
+            "\\u{",
+            "\\u{110000}",
+            "\\u{d800}",
+            "\\u1",
+        ] {
             assert!(unescape(s).is_err(), "{s}");
         }
     }
@@ -274,8 +337,24 @@ mod tests {
     /// UTF-8 lead and continuation bytes, backslashes and escape-like text.
     fn random_bytes(rng: &mut fastrand::Rng) -> Vec<u8> {
         const PIECES: &[&str] = &[
-            "\\", "\\x1b", "\\u{202e}", "x", "é", "日", "😀", "\u{202e}", "\u{2066}", "\u{200f}",
-            "\u{9b}", "\u{85}", "\u{feff}", "\u{e0041}", "\u{2028}", "{", "}", "u",
+            "\\",
+            "\\x1b",
+            "\\u{202e}",
+            "x",
+            "é",
+            "日",
+            "😀",
+            "\u{202e}",
+            "\u{2066}",
+            "\u{200f}",
+            "\u{9b}",
+            "\u{85}",
+            "\u{feff}",
+            "\u{e0041}",
+            "\u{2028}",
+            "{",
+            "}",
+            "u",
         ];
         let n = rng.usize(0..24);
         let mut out = Vec::new();
@@ -313,7 +392,9 @@ mod tests {
     #[test]
     fn property_every_char_is_safe_or_escaped() {
         for cp in 0..=0x10FFFFu32 {
-            let Some(c) = char::from_u32(cp) else { continue };
+            let Some(c) = char::from_u32(cp) else {
+                continue;
+            };
             let mut buf = [0; 4];
             let bytes = c.encode_utf8(&mut buf).as_bytes();
             let out = escape(bytes);

@@ -166,9 +166,9 @@ pub(crate) fn render_list(list: &[RequestInfo], now: SystemTime) -> String {
         .map(String::from),
     ];
     for r in list {
-        let path = match &r.target {
-            Some(t) => format!("{} -> {t}", r.path),
-            None => r.path.clone(),
+        let path = match r.shown_target() {
+            Some(t) => format!("{} -> {t}", r.shown_path()),
+            None => r.shown_path(),
         };
         rows.push([
             r.id.to_string(),
@@ -179,7 +179,7 @@ pub(crate) fn render_list(list: &[RequestInfo], now: SystemTime) -> String {
             path,
             r.pid.to_string(),
             r.uid.to_string(),
-            r.cmdline.clone(),
+            r.shown_cmdline(),
         ]);
     }
     columns(&rows)
@@ -204,13 +204,18 @@ pub(crate) fn render_event(ev: &Value) -> String {
     match serde_json::from_value::<WatchEvent>(ev.clone()) {
         Ok(WatchEvent::Request { request: r }) => {
             let target = r
-                .target
-                .as_deref()
+                .shown_target()
                 .map(|t| format!(" -> {t}"))
                 .unwrap_or_default();
             format!(
                 "request {}: {} {}{target} ({}) by pid {} uid {}: {}",
-                r.id, r.class, r.path, r.op, r.pid, r.uid, r.cmdline,
+                r.id,
+                r.class,
+                r.shown_path(),
+                r.op,
+                r.pid,
+                r.uid,
+                r.shown_cmdline(),
             )
         }
         Ok(WatchEvent::Resolved {
@@ -338,7 +343,7 @@ mod tests {
             cmdline: "sh -c echo hi > final/report.md".into(),
             time: "2025-01-01T00:00:00Z".into(),
             timeout_secs: 300,
-            items: vec![],
+            ..RequestInfo::default()
         }
     }
 

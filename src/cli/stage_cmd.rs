@@ -13,6 +13,7 @@ use super::Failure;
 use crate::control::protocol::Request;
 use crate::mount;
 use crate::stage::{self, dir::MANIFEST};
+use crate::text;
 
 /// Exit status of a `commit` that left conflicts (or busy zones) out.
 pub const EXIT_CONFLICT: u8 = 6;
@@ -229,12 +230,17 @@ fn letter(kind: &str) -> &'static str {
     }
 }
 
+/// A name of an answer's item for people: escaped ([`text::escape`]).
+fn name(c: &Value, key: &str) -> Option<String> {
+    text::shown_field(c, key)
+}
+
 /// One change for people: `M  /work/src/a.rs  (0644, 120 → 130 bytes)`.
 pub(crate) fn change_line(zone: &str, c: &Value) -> String {
-    let path = format!("/{zone}/{}", c["path"].as_str().unwrap_or("?"));
+    let path = format!("/{zone}/{}", name(c, "path").unwrap_or("?".into()));
     let kind = c["kind"].as_str().unwrap_or("?");
     let mut line = format!("{}  {path}", letter(kind));
-    if let Some(from) = c["from"].as_str() {
+    if let Some(from) = name(c, "from") {
         line = format!("{}  /{zone}/{from} -> {path}", letter(kind));
     }
     let mut facts = Vec::new();
@@ -270,7 +276,10 @@ pub(crate) fn render_changes(answer: &Value) -> String {
             out.push_str(&change_line(name, c));
             out.push('\n');
             if let Some(d) = c["diff"].as_str() {
-                out.push_str(d);
+                // The worker's file content: nothing in it may draw on
+                // the terminal either (backslashes are left as they are).
+                let d = text::escape_keeping(d.as_bytes(), &['\t', '\n', '\\']);
+                out.push_str(&d);
                 if !d.ends_with('\n') {
                     out.push('\n');
                 }
@@ -296,8 +305,8 @@ fn render_commit(answer: &Value) -> String {
             refused += 1;
             out.push_str(&format!(
                 "conflict  /{name}/{}: {}\n",
-                c["path"].as_str().unwrap_or("?"),
-                c["why"].as_str().unwrap_or("?")
+                self::name(c, "path").unwrap_or("?".into()),
+                text::str(c["why"].as_str().unwrap_or("?"))
             ));
         }
     }
@@ -323,7 +332,7 @@ fn render_discard(answer: &Value) -> String {
         for c in z["conflicts"].as_array().into_iter().flatten() {
             out.push_str(&format!(
                 "left alone /{name}: {}\n",
-                c["why"].as_str().unwrap_or("?")
+                text::str(c["why"].as_str().unwrap_or("?"))
             ));
         }
     }

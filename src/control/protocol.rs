@@ -340,6 +340,9 @@ pub struct RecentRefusalInfo {
     pub time: String,
     /// The path as the worker sees it.
     pub path: String,
+    /// `path`'s exact bytes (base64) when they are not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_b64: Option<String>,
     /// The errno's name, e.g. `EROFS`.
     pub errno: String,
     /// One line, as `check` would say it.

@@ -6,6 +6,7 @@
 //! [{"zone": NAME, "changes"|"applied"+"conflicts"|"discarded": [...]}]}`.
 
 use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use crate::control::protocol::Request;
 use crate::control::{Peer, StageFn};
 use crate::fs::core::Core;
 use crate::stage::{self, Stages, tree};
+use crate::text;
 
 /// What one zone's operation needs: its layers and its stage dir.
 struct ZoneWork {
@@ -89,12 +91,34 @@ fn fingerprints(w: &ZoneWork) -> Result<tree::Fingerprints, String> {
         .map_err(|e| format!("zone '{}': cannot read its stage's records: {e}", w.name))
 }
 
+/// A staged change as JSON, its names exact (`path_b64`, `from_b64`
+/// beside names that are not UTF-8).
+fn change_json(c: &tree::Change) -> Result<Value, String> {
+    let mut v = serde_json::to_value(c).map_err(|e| e.to_string())?;
+    text::insert_b64(&mut v, "path", &c.path);
+    if let Some(from) = &c.from {
+        text::insert_b64(&mut v, "from", from);
+    }
+    Ok(v)
+}
+
+/// A plain zone's changes as JSON, their names exact.
+fn plain_changes_json(list: &[crate::fs::changes::Change]) -> Result<Vec<Value>, String> {
+    list.iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(c).map_err(|e| e.to_string())?;
+            text::insert_b64(&mut v, "path", &c.path);
+            Ok(v)
+        })
+        .collect()
+}
+
 fn changes_of(w: &ZoneWork, filter: &[PathBuf], diff: bool) -> Result<Value, String> {
     let l = layers(w)?;
     let list = tree::changes(&l, filter).map_err(|e| format!("zone '{}': {e}", w.name))?;
     let mut items = Vec::with_capacity(list.len());
     for c in &list {
-        let mut v = serde_json::to_value(c).map_err(|e| e.to_string())?;
+        let mut v = change_json(c)?;
         if diff {
             let d = tree::diff(&l, c).map_err(|e| format!("zone '{}': {e}", w.name))?;
             if let Value::Object(m) = &mut v {
@@ -119,17 +143,31 @@ fn commit_of(
             w.name
         )
     })?;
-    let mut v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
-    if let Value::Object(m) = &mut v {
-        m.insert("zone".into(), Value::String(w.name.clone()));
-    }
-    Ok(v)
+    let applied = report
+        .applied
+        .iter()
+        .map(change_json)
+        .collect::<Result<Vec<_>, _>>()?;
+    let conflicts = report
+        .conflicts
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(c).map_err(|e| e.to_string())?;
+            text::insert_b64(&mut v, "path", &c.path);
+            Ok(v)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(json!({"zone": w.name, "applied": applied, "conflicts": conflicts}))
 }
 
 fn discard_of(w: &ZoneWork, fp: &tree::Fingerprints, filter: &[PathBuf]) -> Result<Value, String> {
     let l = layers(w)?;
     let dropped =
         tree::discard(&l, fp, filter).map_err(|e| format!("zone '{}': discard: {e}", w.name))?;
+    let dropped = dropped
+        .iter()
+        .map(change_json)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(json!({"zone": w.name, "discarded": dropped}))
 }
 
@@ -173,15 +211,19 @@ pub fn log_changes(core: &Arc<Core>, audit: &Audit) {
             continue;
         }
         let count = |k: &str| list.iter().filter(|c| c["kind"] == k).count();
-        let paths = list
+        let paths: Vec<Vec<u8>> = list
             .iter()
             .take(LEDGER_PATHS)
             .map(|c| {
-                format!(
-                    "{} /{zone}/{}",
-                    c["kind"].as_str().unwrap_or("?"),
-                    c["path"].as_str().unwrap_or("?")
-                )
+                let mut line =
+                    format!("{} /{zone}/", c["kind"].as_str().unwrap_or("?")).into_bytes();
+                line.extend(
+                    text::path_field(c, "path")
+                        .unwrap_or_default()
+                        .into_os_string()
+                        .into_vec(),
+                );
+                line
             })
             .collect();
         audit.log(
@@ -205,9 +247,9 @@ pub fn log_changes(core: &Arc<Core>, audit: &Audit) {
                         String::new()
                     }
                 )),
-                paths: Some(paths),
                 ..Default::default()
-            },
+            }
+            .paths(&paths),
         );
     }
 }
@@ -271,7 +313,7 @@ fn named(answer: &Value, key: &str) -> Vec<PathBuf> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|c| c["path"].as_str().map(PathBuf::from))
+        .filter_map(|c| text::path_field(c, "path"))
         .collect()
 }
 
@@ -319,6 +361,7 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
                         }
                     } else {
                         let (list, incomplete) = core.changelog().changes(name, filter);
+                        let list = plain_changes_json(&list)?;
                         let mut z = json!({"zone": name, "staged": false, "changes": list});
                         if incomplete {
                             z["incomplete"] = Value::Bool(true);
@@ -376,7 +419,14 @@ fn log(audit: Option<&Audit>, what: &str, answer: &Value, peer: Peer) {
     for z in answer["zones"].as_array().into_iter().flatten() {
         let zone = z["zone"].as_str().unwrap_or("?");
         for c in z[key].as_array().into_iter().flatten() {
-            paths.push(format!("/{zone}/{}", c["path"].as_str().unwrap_or("?")));
+            let mut p = format!("/{zone}/").into_bytes();
+            p.extend(
+                text::path_field(c, "path")
+                    .unwrap_or_default()
+                    .into_os_string()
+                    .into_vec(),
+            );
+            paths.push(p);
         }
         conflicts += z["conflicts"].as_array().map_or(0, Vec::len);
     }
@@ -389,10 +439,10 @@ fn log(audit: Option<&Audit>, what: &str, answer: &Value, peer: Peer) {
         &audit::Record {
             approver_uid: Some(peer.uid),
             pid: peer.pid,
-            paths: Some(paths),
             conflicts: (what == "commit").then_some(conflicts as u64),
             ..Default::default()
-        },
+        }
+        .paths(&paths),
     );
 }
 
