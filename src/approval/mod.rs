@@ -308,6 +308,9 @@ pub enum Resolution {
 
 /// What listeners hear.
 #[derive(Clone, Debug)]
+// A request (with its exact names) outweighs the other variants; events
+// are few and short-lived, and boxing it would change a public type.
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     /// A new request is waiting.
     Requested(RequestInfo),

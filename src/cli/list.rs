@@ -186,7 +186,9 @@ pub(crate) fn render(rows: &[MountStatus]) -> String {
             (None, _) => "live".into(),
         };
         table.push([
-            r.mountpoint.display().to_string(),
+            // Anyone who can mount names a mountpoint (a worker, too):
+            // escaped like every name a person reads.
+            crate::text::path(&r.mountpoint),
             r.pid.map_or_else(|| "?".into(), |p| p.to_string()),
             if r.zones.is_empty() && r.pid.is_none() {
                 "?".into()

@@ -349,7 +349,10 @@ pub fn run() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("zonemount: {}", f.msg);
+            // A failure may quote what a worker named (a path a commit
+            // could not apply): nothing in it draws on the terminal.
+            let msg = crate::text::escape_keeping(f.msg.as_bytes(), &['\t', '\n', '\\']);
+            eprintln!("zonemount: {msg}");
             ExitCode::from(f.code)
         }
     }

@@ -375,6 +375,9 @@ impl fmt::Display for Outcome {
 /// One line of a `watch` stream (with `"v": 1` beside `event`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "lowercase")]
+// A request (with its exact names) outweighs the other variants; events
+// are few and short-lived, and boxing it would change a public type.
+#[allow(clippy::large_enum_variant)]
 pub enum WatchEvent {
     /// A request is waiting (already, or new).
     Request { request: RequestInfo },
