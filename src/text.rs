@@ -128,6 +128,14 @@ pub fn escape_keeping(bytes: &[u8], keep: &[char]) -> String {
     out
 }
 
+/// One of our own messages that may quote a worker's name raw (an error
+/// from the backing store naming a path): [`escape_keeping`] tab, newline
+/// and backslash, so nothing in it draws on a terminal and names already
+/// escaped are not escaped twice.
+pub fn message(s: &str) -> String {
+    escape_keeping(s.as_bytes(), &['\t', '\n', '\\'])
+}
+
 /// Why a text is not something [`escape`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not an escaped name at byte {at}: {why}")]

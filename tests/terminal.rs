@@ -59,6 +59,22 @@ fn exact(v: &Value, key: &str) -> Vec<u8> {
     }
 }
 
+/// A JSON list's exact bytes: its `_b64` sibling list where it has one.
+fn exact_list(v: &Value, key: &str) -> Vec<Vec<u8>> {
+    let texts = v[key].as_array().expect(key);
+    let b64 = v[format!("{key}_b64")].as_array();
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match b64.and_then(|b| b[i].as_str()) {
+            Some(b) => base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .expect("base64"),
+            None => t.as_str().expect(key).as_bytes().to_vec(),
+        })
+        .collect()
+}
+
 fn with_evil(prefix: &str) -> Vec<u8> {
     let mut p = prefix.as_bytes().to_vec();
     p.extend_from_slice(EVIL);
@@ -188,6 +204,28 @@ fn a_request_and_its_caller_are_shown_escaped_and_kept_exact() {
     assert_eq!(exact(&asked[0], "path"), with_evil("/final/"));
     assert_eq!(exact(&asked[0], "cmdline"), cmdline);
 
+    // `check` of the name, as a supervisor would ask: escaped, and exact
+    // in JSON.
+    let named = m.mountpoint().join("final").join(OsStr::from_bytes(EVIL));
+    let out = run(
+        Command::new(BIN)
+            .args(["check", "--write"])
+            .arg(m.mountpoint())
+            .arg(&named),
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), Some(3), "would ask: {}", out.describe());
+    assert_clean("check", &out.stdout);
+    let out = run(
+        Command::new(BIN)
+            .args(["check", "--json", "--write"])
+            .arg(m.mountpoint())
+            .arg(&named),
+        Duration::from_secs(30),
+    );
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(exact(&v, "path"), with_evil("/final/"), "{v}");
+
     // Denied: the refusal `status` lists is escaped too, and exact in JSON.
     let id = r["id"].as_u64().unwrap().to_string();
     let out = run(
@@ -225,7 +263,13 @@ fn changes_and_commit_show_names_escaped_and_keep_them_exact() {
         &[("work", "mode: rw"), ("out", "mode: rw, staged: true")],
     );
     let stage: PathBuf = s.root().join("stage");
-    let m = s.arg("--stage-dir").arg(stage.to_str().unwrap()).mount();
+    let audit = s.root().join("audit.jsonl");
+    let m = s
+        .arg("--stage-dir")
+        .arg(stage.to_str().unwrap())
+        .arg("--audit-log")
+        .arg(audit.to_str().unwrap())
+        .mount();
     for zone in ["work", "out"] {
         let mut w = worker(&m, zone);
         let st = wait_child(&mut w, Duration::from_secs(20)).expect("the worker did not finish");
@@ -271,6 +315,16 @@ fn changes_and_commit_show_names_escaped_and_keep_them_exact() {
         has_exact(&m.backing("out", "")),
         "the host lacks the exact name"
     );
+    let commits: Vec<Value> = ledger(&m)
+        .into_iter()
+        .filter(|r| r["event"] == "commit")
+        .collect();
+    assert_eq!(
+        exact_list(&commits[0], "paths"),
+        [with_evil("/out/")],
+        "{}",
+        commits[0]
+    );
     let mut second = EVIL.to_vec();
     second.push(b'2');
     let mut w = worker_naming(&m, "out", &second);
@@ -284,4 +338,53 @@ fn changes_and_commit_show_names_escaped_and_keep_them_exact() {
         "{}",
         out.stdout
     );
+}
+
+#[test]
+fn run_review_and_a_stage_dir_show_names_escaped() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::new("").backing_dir("work", "b");
+    let root = s.root().to_path_buf();
+    fs::create_dir_all(root.join("b")).unwrap();
+    let zone = format!("work={}:staged", root.join("b").display());
+    let stage = root.join("stage");
+    let out = run(
+        Command::new(BIN)
+            .args(["run", "-q", "--zone", &zone, "--stage-dir"])
+            .arg(&stage)
+            .args(["--review", "--", "sh", "-c", "echo x > \"$1\"", "sh"])
+            .arg(OsStr::from_bytes(EVIL))
+            .current_dir(&root),
+        Duration::from_secs(60),
+    );
+    assert!(out.success(), "{}", out.describe());
+    // No terminal: the review prints the changes and keeps the stage.
+    assert_clean("run --review", &out.stderr);
+    assert!(
+        out.stderr.contains(&format!("A  /work/{EVIL_SHOWN}")),
+        "{}",
+        out.stderr
+    );
+    // The stage dir, no mount holding it: the same.
+    let out = run(
+        Command::new(BIN).arg("changes").arg(&stage),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_clean("changes STAGE", &out.stdout);
+    let out = run(
+        Command::new(BIN).args(["changes", "--json"]).arg(&stage),
+        Duration::from_secs(30),
+    );
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(exact(&v["zones"][0]["changes"][0], "path"), EVIL, "{v}");
+    let out = run(
+        Command::new(BIN).arg("commit").arg(&stage),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_clean("commit STAGE", &out.stdout);
+    assert!(has_exact(&root.join("b")), "the host lacks the exact name");
 }

@@ -351,8 +351,7 @@ pub fn run() -> ExitCode {
         Err(f) => {
             // A failure may quote what a worker named (a path a commit
             // could not apply): nothing in it draws on the terminal.
-            let msg = crate::text::escape_keeping(f.msg.as_bytes(), &['\t', '\n', '\\']);
-            eprintln!("zonemount: {msg}");
+            eprintln!("zonemount: {}", crate::text::message(&f.msg));
             ExitCode::from(f.code)
         }
     }

@@ -278,7 +278,7 @@ pub(crate) fn render_changes(answer: &Value) -> String {
             if let Some(d) = c["diff"].as_str() {
                 // The worker's file content: nothing in it may draw on
                 // the terminal either (backslashes are left as they are).
-                let d = text::escape_keeping(d.as_bytes(), &['\t', '\n', '\\']);
+                let d = text::message(d);
                 out.push_str(&d);
                 if !d.ends_with('\n') {
                     out.push('\n');

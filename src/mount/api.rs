@@ -12,7 +12,8 @@
 //! )?;
 //! let (mount, requests) = api::mount(&table, api::Options::new("/tmp/task-42"))?;
 //! for req in requests.iter() {
-//!     println!("{} wants to {} {}", req.info().cmdline, req.info().class, req.info().path);
+//!     // Names and command lines are the worker's: shown escaped, never raw.
+//!     println!("{} wants to {} {}", req.info().shown_cmdline(), req.info().class, req.info().shown_path());
 //!     if req.info().path.ends_with(".md") { req.allow(Scope::Once); } else { req.deny(); }
 //! }
 //! drop(mount); // denies whatever is still pending, then unmounts
