@@ -362,6 +362,48 @@ mod tests {
         assert_eq!(render_list(&[], now), "no pending requests\n");
     }
 
+    /// A request for `evil.sh` dressed up as `notes.md`: ESC sequences, a
+    /// CR, a right-to-left override and a byte that is not UTF-8, in the
+    /// path, the target and the command line.
+    fn evil() -> RequestInfo {
+        let (path, path_b64) = crate::text::for_json(b"/final/evil.sh\r\x1b[2K\xff");
+        let (cmdline, cmdline_b64) = crate::text::for_json(b"vim notes.md\x1b[1A\xfe");
+        RequestInfo {
+            path,
+            path_b64,
+            target: Some("/final/a\u{202e}hs.md".into()),
+            cmdline,
+            cmdline_b64,
+            ..req(9)
+        }
+    }
+
+    #[test]
+    fn what_the_worker_named_is_shown_escaped() {
+        let now = SystemTime::now();
+        let ev = crate::control::event_json(&crate::approval::Event::Requested(evil()));
+        let mut status: Status = serde_json::from_str(crate::control::protocol::STATUS_V1_SAMPLE)
+            .unwrap_or_else(|e| panic!("{e}"));
+        status.pending = vec![evil()];
+        for text in [
+            render_list(&[evil()], now),
+            render_event(&ev),
+            render_status(&status, now),
+        ] {
+            assert!(
+                !text
+                    .chars()
+                    .any(|c| (crate::text::unsafe_for_terminal(c) && c != '\n') || c == '\u{fffd}'),
+                "{text:?}"
+            );
+            assert!(
+                text.contains("/final/evil.sh\\r\\x1b[2K\\xff -> /final/a\\u{202e}hs.md"),
+                "{text}"
+            );
+            assert!(text.contains("vim notes.md\\x1b[1A\\xfe"), "{text}");
+        }
+    }
+
     #[test]
     fn events_read_as_sentences() {
         let ev = crate::control::event_json(&crate::approval::Event::Requested(req(3)));
