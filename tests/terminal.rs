@@ -290,6 +290,20 @@ fn changes_and_commit_show_names_escaped_and_keep_them_exact() {
             out.stdout
         );
     }
+    // A name that is not UTF-8 given as PATH reaches the daemon exact.
+    let out = run(
+        Command::new(BIN)
+            .arg("changes")
+            .arg(m.mountpoint())
+            .arg(m.mountpoint().join("work").join(OsStr::from_bytes(EVIL))),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        out.stdout,
+        format!("A  /work/{EVIL_SHOWN}\n"),
+        "changes PATH"
+    );
     let out = zm(&m, &["changes", "--diff"]);
     assert!(out.success(), "{}", out.describe());
     assert!(

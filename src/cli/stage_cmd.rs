@@ -113,7 +113,7 @@ fn ask(
     t: &Path,
     paths: &[PathBuf],
     needs_stage: bool,
-    request: impl FnOnce(Vec<String>) -> Request,
+    request: impl FnOnce(Vec<PathBuf>) -> Request,
 ) -> Result<Value, Failure> {
     match target(t) {
         Target::Mount(mp) => {
@@ -147,16 +147,15 @@ fn ask(
             let paths = paths
                 .iter()
                 .map(|p| {
-                    let s = p.to_string_lossy();
-                    let first = s.trim_start_matches('/').split('/').next().unwrap_or("");
-                    if p.is_absolute() && zones.contains(&first) {
-                        Ok(s.into_owned())
+                    let first = p.components().nth(1).and_then(|c| c.as_os_str().to_str());
+                    if p.is_absolute() && first.is_some_and(|f| zones.contains(&f)) {
+                        Ok(p.clone())
                     } else {
                         Err(Failure::new(
                             2,
                             format!(
                                 "{}: on a stage dir, give paths as a worker sees them: {}",
-                                p.display(),
+                                text::path(p),
                                 zones
                                     .iter()
                                     .map(|z| format!("/{z}/..."))
@@ -172,24 +171,18 @@ fn ask(
     }
 }
 
-/// `p` (in the mount, or `/zone/...`) as the worker sees it.
+/// `p` (in the mount, or `/zone/...`) as the worker sees it, exact.
 fn worker_form(
     mp: &Path,
     given: &Path,
     p: &Path,
     cwd: &Path,
     zones: &[&str],
-) -> Result<String, Failure> {
+) -> Result<PathBuf, Failure> {
     let comps = super::check::worker_path(mp, given, p, cwd, zones)?;
-    let mut s = String::new();
-    for c in &comps {
-        s.push('/');
-        s.push_str(&c.to_string_lossy());
-    }
-    if s.is_empty() {
-        s.push('/');
-    }
-    Ok(s)
+    Ok(std::iter::once(std::ffi::OsStr::new("/"))
+        .chain(comps.iter().map(|c| c.as_os_str()))
+        .collect())
 }
 
 fn show(json: bool, answer: &Value, render: fn(&Value) -> String) -> Result<(), Failure> {

@@ -120,7 +120,7 @@ impl Mount {
     /// `diff`: the control socket's `changes` answer (`{"zones": [...]}`).
     pub fn changes(&self, paths: &[String], diff: bool) -> Result<serde_json::Value, String> {
         self.stage(ControlRequest::Changes {
-            paths: paths.to_vec(),
+            paths: paths.iter().map(PathBuf::from).collect(),
             diff,
         })
     }
@@ -130,7 +130,7 @@ impl Mount {
     /// `applied` and `conflicts`.
     pub fn commit(&self, paths: &[String], force: bool) -> Result<serde_json::Value, String> {
         self.stage(ControlRequest::Commit {
-            paths: paths.to_vec(),
+            paths: paths.iter().map(PathBuf::from).collect(),
             force,
         })
     }
@@ -138,7 +138,7 @@ impl Mount {
     /// Drop the staged changes under `paths`.
     pub fn discard(&self, paths: &[String]) -> Result<serde_json::Value, String> {
         self.stage(ControlRequest::Discard {
-            paths: paths.to_vec(),
+            paths: paths.iter().map(PathBuf::from).collect(),
         })
     }
 

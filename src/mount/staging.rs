@@ -6,7 +6,8 @@
 //! [{"zone": NAME, "changes"|"applied"+"conflicts"|"discarded": [...]}]}`.
 
 use std::collections::BTreeMap;
-use std::os::unix::ffi::OsStringExt;
+use std::ffi::OsStr;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,10 +30,11 @@ struct ZoneWork {
     xattrs: Xattrs,
 }
 
-/// The paths of `req` (worker form, `/zone/rel`) by zone name, among the
-/// zones `staged` (those the request is about); a zone given alone (or no
-/// path at all: every zone) maps to an empty list, meaning "everything".
-fn by_zone(paths: &[String], staged: &[&str]) -> Result<BTreeMap<String, Vec<PathBuf>>, String> {
+/// The paths of `req` (worker form, `/zone/rel`, exact) by zone name,
+/// among the zones `staged` (those the request is about); a zone given
+/// alone (or no path at all: every zone) maps to an empty list, meaning
+/// "everything".
+fn by_zone(paths: &[PathBuf], staged: &[&str]) -> Result<BTreeMap<String, Vec<PathBuf>>, String> {
     let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     if paths.is_empty() {
         for z in staged {
@@ -41,30 +43,40 @@ fn by_zone(paths: &[String], staged: &[&str]) -> Result<BTreeMap<String, Vec<Pat
         return Ok(out);
     }
     for p in paths {
-        let rel = p.trim_start_matches('/');
-        let (zone, rest) = rel.split_once('/').unwrap_or((rel, ""));
+        let bytes = p.as_os_str().as_bytes();
+        let start = bytes.iter().position(|b| *b != b'/').unwrap_or(bytes.len());
+        let rel = &bytes[start..];
+        let (zone, rest) = match rel.iter().position(|b| *b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (rel, &[][..]),
+        };
+        let shown = text::path(p);
         if zone.is_empty() {
             for z in staged {
                 out.insert((*z).to_owned(), Vec::new());
             }
             continue;
         }
-        if !staged.contains(&zone) {
+        let Some(zone) = std::str::from_utf8(zone)
+            .ok()
+            .filter(|z| staged.contains(z))
+        else {
             return Err(format!(
-                "{p}: /{zone} is not one of the zones this applies to ({})",
+                "{shown}: /{} is not one of the zones this applies to ({})",
+                text::escape(zone),
                 staged
                     .iter()
                     .map(|z| format!("/{z}"))
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
-        }
-        let rest = Path::new(rest);
+        };
+        let rest = Path::new(OsStr::from_bytes(rest));
         if rest
             .components()
             .any(|c| !matches!(c, std::path::Component::Normal(_)))
         {
-            return Err(format!("{p}: give a plain path, without '..'"));
+            return Err(format!("{shown}: give a plain path, without '..'"));
         }
         let entry = out.entry(zone.to_owned()).or_default();
         if rest.as_os_str().is_empty() {
@@ -523,5 +535,9 @@ mod tests {
             "{e}"
         );
         assert!(by_zone(&["/work/../x".into()], &z).is_err());
+        // A name that is not UTF-8 reaches its zone exact.
+        let odd = PathBuf::from(std::ffi::OsString::from_vec(b"/work/a\xff".to_vec()));
+        let m = by_zone(&[odd], &z).unwrap();
+        assert_eq!(m["work"][0].as_os_str().as_bytes(), b"a\xff");
     }
 }
