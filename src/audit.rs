@@ -186,7 +186,10 @@ impl Audit {
             mount: &self.mount,
             rec,
         };
-        let mut text = serde_json::to_vec(&line).map_err(io::Error::other)?;
+        // Exact, and safe to `cat` (`text::json_line`).
+        let mut text = crate::text::json_line(&line)
+            .map_err(io::Error::other)?
+            .into_bytes();
         text.push(b'\n');
         let mut f = self.file.lock();
         f.write_all(&text)?;

@@ -24,6 +24,7 @@
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -228,6 +229,92 @@ pub fn path_from_json(text: &str, b64: Option<&str>) -> std::path::PathBuf {
     OsStr::from_bytes(&from_json(text, b64)).into()
 }
 
+/// JSON whose strings are exact and whose bytes are safe on a terminal:
+/// serde_json escapes C0 controls, this also escapes DEL, C1 controls and
+/// the [`invisible`] characters as `\uXXXX` (a JSON parser reads them
+/// back unchanged). For `--json` output and the ledger, which people do
+/// read with `cat`.
+struct Safe<F>(F);
+
+macro_rules! delegate {
+    ($($name:ident),*) => {$(
+        fn $name<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+            self.0.$name(w)
+        }
+    )*};
+}
+
+impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for Safe<F> {
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        let mut start = 0;
+        for (i, c) in fragment.char_indices() {
+            if unsafe_for_terminal(c) {
+                w.write_all(&fragment.as_bytes()[start..i])?;
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    write!(w, "\\u{u:04x}")?;
+                }
+                start = i + c.len_utf8();
+            }
+        }
+        w.write_all(&fragment.as_bytes()[start..])
+    }
+
+    fn begin_array_value<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+
+    delegate!(
+        begin_array,
+        end_array,
+        end_array_value,
+        begin_object,
+        end_object,
+        end_object_key,
+        begin_object_value,
+        end_object_value
+    );
+}
+
+fn safe_json<T: serde::Serialize + ?Sized, F: serde_json::ser::Formatter>(
+    v: &T,
+    f: F,
+) -> serde_json::Result<String> {
+    let mut out = Vec::new();
+    v.serialize(&mut serde_json::Serializer::with_formatter(
+        &mut out,
+        Safe(f),
+    ))?;
+    // Only whole UTF-8 strings and ASCII were written.
+    String::from_utf8(out).map_err(serde::ser::Error::custom)
+}
+
+/// `v` as one line of JSON, exact and safe on a terminal (see [`Safe`]).
+pub fn json_line<T: serde::Serialize + ?Sized>(v: &T) -> serde_json::Result<String> {
+    safe_json(v, serde_json::ser::CompactFormatter)
+}
+
+/// `v` as pretty JSON, exact and safe on a terminal.
+pub fn json_pretty<T: serde::Serialize + ?Sized>(v: &T) -> serde_json::Result<String> {
+    safe_json(v, serde_json::ser::PrettyFormatter::new())
+}
+
 /// Serde's `serialize_with` for a path in a derived JSON form: its text
 /// (U+FFFD in place of bytes that are not UTF-8, where serde would fail);
 /// the form's owner adds the `_b64` sibling ([`insert_b64`]).
@@ -339,6 +426,32 @@ mod tests {
         assert_eq!(from_json(&text, b64.as_deref()), b"a\xffb");
         assert_eq!(shown(&text, b64.as_deref()), "a\\xffb");
         assert_eq!(shown("a\u{202e}", None), "a\\u{202e}");
+    }
+
+    #[test]
+    fn json_is_exact_and_safe_on_a_terminal() {
+        let names = [
+            "a\x1b[2K\rb",
+            "del\x7f c1\u{9b} rlo\u{202e} tag\u{e0041} é 日 😀",
+            "plain",
+        ];
+        let v = serde_json::json!({"names": names, "k\u{2066}": 1});
+        for text in [json_line(&v).unwrap(), json_pretty(&v).unwrap()] {
+            assert!(
+                !text.chars().any(|c| unsafe_for_terminal(c) && c != '\n'),
+                "{text:?}"
+            );
+            let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, v, "{text}");
+        }
+        assert_eq!(
+            json_line(&"\u{202e}\u{e0041}\x7f").unwrap(),
+            "\"\\u202e\\udb40\\udc41\\u007f\""
+        );
+        assert_eq!(
+            json_pretty(&serde_json::json!({"a": [1]})).unwrap(),
+            serde_json::to_string_pretty(&serde_json::json!({"a": [1]})).unwrap()
+        );
     }
 
     /// Bytes biased towards what matters here: controls, bidi, stray

@@ -49,6 +49,19 @@ fn assert_clean(what: &str, text: &str) {
     );
 }
 
+/// JSON output read back, after checking that it too is safe on a
+/// terminal: the names in it are exact, but what could redraw a terminal
+/// is written as `\uXXXX`, never raw.
+#[track_caller]
+fn json_of<T: serde::de::DeserializeOwned>(what: &str, text: &str) -> T {
+    let raw = text.chars().find(|&c| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    });
+    assert!(raw.is_none(), "{what}: {raw:?} raw in {text:?}");
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: {e}: {text:?}"))
+}
+
 /// A JSON field's exact bytes: its `_b64` sibling when there is one.
 fn exact(v: &Value, key: &str) -> Vec<u8> {
     match v[format!("{key}_b64")].as_str() {
@@ -134,7 +147,7 @@ fn ledger(m: &TestMount) -> Vec<Value> {
     fs::read_to_string(m.root().join("audit.jsonl"))
         .unwrap_or_default()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| json_of("the ledger", l))
         .collect()
 }
 
@@ -166,7 +179,7 @@ fn a_request_and_its_caller_are_shown_escaped_and_kept_exact() {
     let mut list = Vec::new();
     let asked = wait_until(Duration::from_secs(10), || {
         let out = zm(&m, &["approvals", "list", "--json"]);
-        list = serde_json::from_str::<Vec<Value>>(&out.stdout).unwrap_or_default();
+        list = json_of("approvals list --json", &out.stdout);
         list.len() == 1
     });
     assert!(asked, "no request: {list:?}");
@@ -193,9 +206,9 @@ fn a_request_and_its_caller_are_shown_escaped_and_kept_exact() {
     cmdline.extend_from_slice(EVIL);
     assert_eq!(exact(r, "cmdline"), cmdline, "{r}");
     let line = watch(&m, true);
-    let ev: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    let ev: Value = json_of("approvals watch --json", line.lines().next().unwrap());
     assert_eq!(exact(&ev["request"], "path"), with_evil("/final/"), "{ev}");
-    let st: Value = serde_json::from_str(&zm(&m, &["status", "--json"]).stdout).unwrap();
+    let st: Value = json_of("status --json", &zm(&m, &["status", "--json"]).stdout);
     assert_eq!(exact(&st["pending"][0], "cmdline"), cmdline);
     let asked: Vec<Value> = ledger(&m)
         .into_iter()
@@ -223,7 +236,7 @@ fn a_request_and_its_caller_are_shown_escaped_and_kept_exact() {
             .arg(&named),
         Duration::from_secs(30),
     );
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let v: Value = json_of("--json", &out.stdout);
     assert_eq!(exact(&v, "path"), with_evil("/final/"), "{v}");
 
     // Denied: the refusal `status` lists is escaped too, and exact in JSON.
@@ -239,7 +252,7 @@ fn a_request_and_its_caller_are_shown_escaped_and_kept_exact() {
     wait_child(&mut w, Duration::from_secs(20)).expect("the worker did not finish");
     let out = zm(&m, &["status"]);
     assert_clean("status after the denial", &out.stdout);
-    let st: Value = serde_json::from_str(&zm(&m, &["status", "--json"]).stdout).unwrap();
+    let st: Value = json_of("status --json", &zm(&m, &["status", "--json"]).stdout);
     let last = st["recent_refusals"]
         .as_array()
         .unwrap()
@@ -313,7 +326,7 @@ fn changes_and_commit_show_names_escaped_and_keep_them_exact() {
     );
     let out = zm(&m, &["changes", "--json"]);
     assert!(out.success(), "changes --json: {}", out.describe());
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let v: Value = json_of("--json", &out.stdout);
     for z in v["zones"].as_array().unwrap() {
         let c = &z["changes"][0];
         assert_eq!(exact(c, "path"), EVIL, "{z}");
@@ -323,7 +336,7 @@ fn changes_and_commit_show_names_escaped_and_keep_them_exact() {
     // name, committed for people: escaped.
     let out = zm(&m, &["commit", "--json"]);
     assert!(out.success(), "commit --json: {}", out.describe());
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let v: Value = json_of("--json", &out.stdout);
     assert_eq!(exact(&v["zones"][0]["applied"][0], "path"), EVIL, "{v}");
     assert!(
         has_exact(&m.backing("out", "")),
@@ -392,7 +405,7 @@ fn run_review_and_a_stage_dir_show_names_escaped() {
         Command::new(BIN).args(["changes", "--json"]).arg(&stage),
         Duration::from_secs(30),
     );
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let v: Value = json_of("--json", &out.stdout);
     assert_eq!(exact(&v["zones"][0]["changes"][0], "path"), EVIL, "{v}");
     let out = run(
         Command::new(BIN).arg("commit").arg(&stage),

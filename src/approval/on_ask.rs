@@ -59,7 +59,7 @@ impl Listener for Hook {
         let Event::Requested(info) = ev else { return };
         let argv = self.argv.clone();
         let env = environment(info, &self.mountpoint);
-        let json = serde_json::to_string(info).unwrap_or_default();
+        let json = crate::text::json_line(info).unwrap_or_default();
         let id = info.id;
         let spawned = std::thread::Builder::new()
             .name("zm-on-ask".into())

@@ -139,10 +139,11 @@ pub(crate) fn run(cmd: &ApprovalsCmd) -> Result<(), Failure> {
     }
 }
 
-/// `v` as pretty JSON, keys in alphabetical order as on the wire.
+/// `v` as pretty JSON, keys in alphabetical order as on the wire, safe on
+/// a terminal and exact ([`crate::text::json_pretty`]).
 fn pretty<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v)
-        .and_then(|v| serde_json::to_string_pretty(&v))
+        .and_then(|v| crate::text::json_pretty(&v))
         .unwrap_or_default()
 }
 
@@ -190,7 +191,7 @@ fn watch(mountpoint: &Path, as_json: bool) -> Result<(), Failure> {
     c.watch().map_err(failure)?;
     while let Some(ev) = c.next_line().map_err(failure)? {
         let line = if as_json {
-            serde_json::to_string(&ev).unwrap_or_default()
+            crate::text::json_line(&ev).unwrap_or_default()
         } else {
             render_event(&ev)
         };

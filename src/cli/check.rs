@@ -102,7 +102,7 @@ pub(crate) fn check(a: &CheckArgs) -> Result<u8, Failure> {
     let comps = worker_path(&mp, &a.mountpoint, &a.path, &cwd, &names)?;
     let answer = answer(&mp, &zones, &comps, asked)?;
     if a.json {
-        let text = serde_json::to_string_pretty(&answer)
+        let text = crate::text::json_pretty(&answer)
             .map_err(|e| Failure::new(1, format!("cannot render JSON: {e}")))?;
         println!("{text}");
     } else {

@@ -214,7 +214,7 @@ pub(crate) fn render(rows: &[MountStatus]) -> String {
 pub(crate) fn list(json: bool) -> Result<(), Failure> {
     let rows = current();
     if json {
-        let text = serde_json::to_string_pretty(&rows)
+        let text = crate::text::json_pretty(&rows)
             .map_err(|e| Failure::new(1, format!("cannot render JSON: {e}")))?;
         println!("{text}");
     } else {

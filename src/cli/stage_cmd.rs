@@ -192,7 +192,7 @@ fn show(json: bool, answer: &Value, render: fn(&Value) -> String) -> Result<(), 
             m.remove("v");
             m.remove("ok");
         }
-        format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+        format!("{}\n", text::json_pretty(&v).unwrap_or_default())
     } else {
         render(answer)
     };
