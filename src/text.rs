@@ -94,7 +94,7 @@ pub fn path(p: &Path) -> String {
 }
 
 /// [`escape`] of text already in a `str`.
-pub fn str(s: &str) -> String {
+pub fn escape_str(s: &str) -> String {
     escape(s.as_bytes())
 }
 
@@ -367,24 +367,28 @@ mod tests {
             "emoji 😀",
             " ",
         ] {
-            assert_eq!(str(s), s);
+            assert_eq!(escape_str(s), s);
         }
     }
 
     #[test]
     fn what_draws_on_a_terminal_is_escaped() {
-        assert_eq!(str("a\x1b[2Kb"), "a\\x1b[2Kb");
-        assert_eq!(str("x\ry\nz\tw"), "x\\ry\\nz\\tw");
-        assert_eq!(str("\0\x07\x7f"), "\\x00\\x07\\x7f");
-        assert_eq!(str("\u{9b}2J"), "\\u{9b}2J");
-        assert_eq!(str("evil\u{202e}hs.md"), "evil\\u{202e}hs.md");
+        assert_eq!(escape_str("a\x1b[2Kb"), "a\\x1b[2Kb");
+        assert_eq!(escape_str("x\ry\nz\tw"), "x\\ry\\nz\\tw");
+        assert_eq!(escape_str("\0\x07\x7f"), "\\x00\\x07\\x7f");
+        assert_eq!(escape_str("\u{9b}2J"), "\\u{9b}2J");
+        assert_eq!(escape_str("evil\u{202e}hs.md"), "evil\\u{202e}hs.md");
         assert_eq!(
-            str("\u{2066}\u{200f}\u{feff}"),
+            escape_str("\u{2066}\u{200f}\u{feff}"),
             "\\u{2066}\\u{200f}\\u{feff}"
         );
-        assert_eq!(str("tag\u{e0041}"), "tag\\u{e0041}");
+        assert_eq!(escape_str("tag\u{e0041}"), "tag\\u{e0041}");
         assert_eq!(escape(b"bad\xff\xc3"), "bad\\xff\\xc3");
-        assert_eq!(str("a\\x1b"), "a\\\\x1b", "a literal backslash is escaped");
+        assert_eq!(
+            escape_str("a\\x1b"),
+            "a\\\\x1b",
+            "a literal backslash is escaped"
+        );
     }
 
     #[test]

@@ -234,7 +234,7 @@ pub(crate) fn render_event(ev: &Value) -> String {
                 s.push_str(&format!(" by uid {uid}"));
             }
             if let Some(why) = reason {
-                s.push_str(&format!(": {why}"));
+                s.push_str(&format!(": {}", crate::text::message(&why)));
             }
             s
         }
@@ -321,7 +321,14 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
     if !s.recent_refusals.is_empty() {
         out.push_str(&format!("last refusals ({}):\n", s.recent_refusals.len()));
         for r in s.recent_refusals.iter().rev().take(10) {
-            out.push_str(&format!("  {} {}: {}\n", r.time, r.errno, r.message));
+            // Explanations show names escaped; a daemon from before that
+            // still can't draw on the terminal (`text::message`).
+            out.push_str(&format!(
+                "  {} {}: {}\n",
+                r.time,
+                r.errno,
+                crate::text::message(&r.message)
+            ));
         }
     }
     out

@@ -299,7 +299,7 @@ fn render_commit(answer: &Value) -> String {
             out.push_str(&format!(
                 "conflict  /{name}/{}: {}\n",
                 self::name(c, "path").unwrap_or("?".into()),
-                text::str(c["why"].as_str().unwrap_or("?"))
+                text::message(c["why"].as_str().unwrap_or("?"))
             ));
         }
     }
@@ -325,7 +325,7 @@ fn render_discard(answer: &Value) -> String {
         for c in z["conflicts"].as_array().into_iter().flatten() {
             out.push_str(&format!(
                 "left alone /{name}: {}\n",
-                text::str(c["why"].as_str().unwrap_or("?"))
+                text::message(c["why"].as_str().unwrap_or("?"))
             ));
         }
     }
