@@ -148,7 +148,7 @@ pub struct UnescapeError {
 /// The bytes [`escape`] was given.
 pub fn unescape(s: &str) -> Result<Vec<u8>, UnescapeError> {
     let mut out = Vec::with_capacity(s.len());
-    let mut it = s.char_indices().peekable();
+    let mut it = s.char_indices();
     let err = |at, why| UnescapeError { at, why };
     while let Some((at, c)) = it.next() {
         if c != '\\' {
@@ -163,7 +163,7 @@ pub fn unescape(s: &str) -> Result<Vec<u8>, UnescapeError> {
             Some('r') => out.push(b'\r'),
             Some('x') => {
                 let hex: String = (0..2).filter_map(|_| it.next().map(|(_, c)| c)).collect();
-                let b = (hex.len() == 2)
+                let b = (hex.len() == 2 && hex.chars().all(|h| h.is_ascii_hexdigit()))
                     .then(|| u8::from_str_radix(&hex, 16).ok())
                     .flatten()
                     .ok_or(err(at, "\\x needs two hex digits"))?;
@@ -412,7 +412,9 @@ mod tests {
             "\\q",
             "\\x1",
             "\\xzz",
+            "\\x+1",
             "\\u{",
+            "\\u{}",
             "\\u{110000}",
             "\\u{d800}",
             "\\u1",
