@@ -71,6 +71,7 @@ def test_a_name_that_is_not_utf8_comes_exact(mounted: zonemount.Mount, project: 
     assert r.path_bytes == b"/final/a\x1b\xff.md"
     assert r.cmdline_bytes.startswith(b"sh -c ")
     assert r.target_bytes is None
+    assert r.items[0].path_bytes == b"/final/a\x1b\xff.md"
     # Shown to people as the binary shows it.
     shown = zonemount.escape(r.path_bytes)
     assert shown == "/final/a\\x1b\\xff.md"

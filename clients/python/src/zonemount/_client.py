@@ -39,6 +39,8 @@ class Item:
     cls: str
     zone: str
     path: str
+    #: ``path``'s exact bytes.
+    path_bytes: bytes = field(default=b"", repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,12 @@ class Request:
                 time=str(d.get("time", "")),
                 timeout_secs=float(d.get("timeout_secs", 0)),
                 items=tuple(
-                    Item(cls=str(i["class"]), zone=str(i["zone"]), path=str(i["path"]))
+                    Item(
+                        cls=str(i["class"]),
+                        zone=str(i["zone"]),
+                        path=str(i["path"]),
+                        path_bytes=exact(i, "path") or b"",
+                    )
                     for i in d.get("items", [])
                 ),
                 raw=d,
