@@ -155,21 +155,29 @@ fn commit_of(
             w.name
         )
     })?;
+    let mut v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+    // Each name exact: `path_b64` (and `from_b64`) beside one that is not UTF-8.
     let applied = report
         .applied
         .iter()
-        .map(change_json)
-        .collect::<Result<Vec<_>, _>>()?;
-    let conflicts = report
-        .conflicts
-        .iter()
-        .map(|c| {
-            let mut v = serde_json::to_value(c).map_err(|e| e.to_string())?;
-            text::insert_b64(&mut v, "path", &c.path);
-            Ok(v)
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok(json!({"zone": w.name, "applied": applied, "conflicts": conflicts}))
+        .map(|c| (c.path.as_path(), c.from.as_deref()));
+    let conflicts = report.conflicts.iter().map(|c| (c.path.as_path(), None));
+    for (key, names) in [
+        ("applied", applied.collect::<Vec<_>>()),
+        ("conflicts", conflicts.collect()),
+    ] {
+        let items = v[key].as_array_mut().into_iter().flatten();
+        for (item, (path, from)) in items.zip(names) {
+            text::insert_b64(item, "path", path);
+            if let Some(from) = from {
+                text::insert_b64(item, "from", from);
+            }
+        }
+    }
+    if let Value::Object(m) = &mut v {
+        m.insert("zone".into(), Value::String(w.name.clone()));
+    }
+    Ok(v)
 }
 
 fn discard_of(w: &ZoneWork, fp: &tree::Fingerprints, filter: &[PathBuf]) -> Result<Value, String> {
