@@ -238,7 +238,7 @@ pub(crate) fn render_event(ev: &Value) -> String {
             }
             s
         }
-        Ok(WatchEvent::Lagged { .. }) | Err(_) => ev.to_string(),
+        Ok(WatchEvent::Lagged { .. }) | Err(_) => crate::text::json_line(ev).unwrap_or_default(),
     }
 }
 
