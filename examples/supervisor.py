@@ -45,6 +45,17 @@ def wait_for_socket(path: str, proc: "subprocess.Popen[bytes]", limit: float = 3
         time.sleep(0.05)
 
 
+def shown(r: zonemount.Request) -> str:
+    """A request's path and command line for people: escaped (the worker
+    chose them; raw, they could redraw this terminal)."""
+    return f"{zonemount.escape(r.path_bytes)} ({zonemount.escape(r.cmdline_bytes)})"
+
+
+def field(rec: dict, key: str) -> str:
+    """A ledger record's name field, escaped."""
+    return zonemount.escape(zonemount.exact(rec, key) or b"")
+
+
 def decide(client: zonemount.Client, allow_under: str) -> None:
     """Allow requests whose every path is under `allow_under`; deny the rest."""
     try:
@@ -54,10 +65,10 @@ def decide(client: zonemount.Client, allow_under: str) -> None:
             r = ev.request
             if all(i.path.startswith(allow_under) for i in r.items):
                 client.allow(r.id, "once")
-                print(f"supervisor: allowed {r.cls} {r.path} ({r.cmdline})", file=sys.stderr)
+                print(f"supervisor: allowed {r.cls} {shown(r)}", file=sys.stderr)
             else:
                 client.deny(r.id)
-                print(f"supervisor: denied {r.cls} {r.path} ({r.cmdline})", file=sys.stderr)
+                print(f"supervisor: denied {r.cls} {shown(r)}", file=sys.stderr)
     except zonemount.ZonemountError:
         pass  # the mount went away: the task is over
 
@@ -70,14 +81,16 @@ def report(ledger: str) -> None:
             rec = json.loads(line)
             ev = rec.get("event")
             if ev == "decision":
-                print(f"  {rec['decision']:<5} {rec.get('class', '')} {rec.get('path', '')}")
+                print(f"  {rec['decision']:<5} {rec.get('class', '')} {field(rec, 'path')}")
             elif ev in ("mutation", "refusal", "timeout"):
-                print(f"  {ev:<5} {rec.get('op', '')} {rec.get('path', '')} {rec.get('errno', '')}".rstrip())
+                print(f"  {ev:<5} {rec.get('op', '')} {field(rec, 'path')} {rec.get('errno', '')}".rstrip())
             elif ev == "changes":
                 # At unmount: what the task changed in each rw zone.
                 print(f"  zone /{rec.get('zone', '')}: {rec.get('summary', '')}")
-                for path in rec.get("paths", []):
-                    print(f"    {path}")
+                exact = rec.get("paths_b64") or []
+                for i, path in enumerate(rec.get("paths", [])):
+                    b64 = exact[i] if i < len(exact) else None
+                    print(f"    {zonemount.escape(zonemount.exact({'p': path, 'p_b64': b64}, 'p') or b'')}")
 
 
 def main() -> int:

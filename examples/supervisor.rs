@@ -41,9 +41,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         };
         let i = req.info();
+        // What the worker named is shown escaped: raw, it could redraw
+        // this terminal.
         println!(
             "request {}: {} {} ({}) by pid {}: {}",
-            i.id, i.class, i.path, i.op, i.pid, i.cmdline
+            i.id,
+            i.class,
+            i.shown_path(),
+            i.op,
+            i.pid,
+            i.shown_cmdline()
         );
         if auto {
             let ok = i.class == "write" && i.path.ends_with(".md");

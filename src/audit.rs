@@ -52,14 +52,22 @@ pub struct Record {
     pub op: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// `path`'s exact bytes (base64) when they are not UTF-8 (`path` then
+    /// holds U+FFFD in their place); likewise `target_b64`, `cmdline_b64`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path_b64: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_b64: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cmdline: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmdline_b64: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -73,12 +81,45 @@ pub struct Record {
     /// A commit's or discard's paths, as a worker sees them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paths: Option<Vec<String>>,
+    /// When some of `paths` are not UTF-8: their exact bytes (base64), in
+    /// the same order, `null` for each path that is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paths_b64: Option<Vec<Option<String>>>,
     /// A commit's paths left staged (conflicts, busy zones).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub conflicts: Option<u64>,
     /// A change report in a line: `2 added, 1 modified, 0 deleted`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+}
+
+impl Record {
+    /// With `paths` (and `paths_b64` when one is not UTF-8) from exact bytes.
+    pub fn paths(mut self, list: &[Vec<u8>]) -> Self {
+        let (text, b64): (Vec<String>, Vec<Option<String>>) =
+            list.iter().map(|p| crate::text::for_json(p)).unzip();
+        self.paths_b64 = b64.iter().any(Option::is_some).then_some(b64);
+        self.paths = Some(text);
+        self
+    }
+
+    /// With `path` (and `path_b64`) from a path's exact bytes.
+    pub fn path(mut self, p: &Path) -> Self {
+        let (text, b64) = crate::text::path_for_json(p);
+        self.path = Some(text);
+        self.path_b64 = b64;
+        self
+    }
+
+    /// With `target` (and `target_b64`), when there is one.
+    pub fn target(mut self, p: Option<&Path>) -> Self {
+        if let Some(p) = p {
+            let (text, b64) = crate::text::path_for_json(p);
+            self.target = Some(text);
+            self.target_b64 = b64;
+        }
+        self
+    }
 }
 
 #[derive(Serialize)]
@@ -145,7 +186,10 @@ impl Audit {
             mount: &self.mount,
             rec,
         };
-        let mut text = serde_json::to_vec(&line).map_err(io::Error::other)?;
+        // Exact, and safe to `cat` (`text::json_line`).
+        let mut text = crate::text::json_line(&line)
+            .map_err(io::Error::other)?
+            .into_bytes();
         text.push(b'\n');
         let mut f = self.file.lock();
         f.write_all(&text)?;

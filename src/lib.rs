@@ -22,6 +22,7 @@
 //! - [`isolate`]: the bubblewrap command line for `run --isolate`.
 //! - [`stage`]: staged zones: the stage, its change report, commit and
 //!   discard.
+//! - [`text`]: what a worker names, escaped for people, exact in JSON.
 
 pub mod approval;
 pub mod audit;
@@ -37,3 +38,4 @@ pub mod isolate;
 pub mod mount;
 pub mod policy;
 pub mod stage;
+pub mod text;

@@ -30,6 +30,7 @@ use super::{
     Note, RequestInfo, Resolution, Scope, Settings, Verdict, class_name, virtual_path,
 };
 use crate::audit::{self, Audit, Kind};
+use crate::text;
 
 /// How often the watcher looks for timeouts, killed callers and gone
 /// listeners.
@@ -423,25 +424,36 @@ impl Approvals {
         let open_req = AskRequest { items, ..req };
         let (zone, class, path, target) = describe(&open_req);
         let timeout = self.inner.settings.timeout;
+        let (path, path_b64) = text::path_for_json(&path);
+        let (target, target_b64) = match target.as_deref().map(text::path_for_json) {
+            Some((t, b)) => (Some(t), b),
+            None => (None, None),
+        };
+        let (cmdline, cmdline_b64) = text::for_json(&caller.cmdline);
         let info = RequestInfo {
             id,
             zone,
             class,
             op: open_req.op.to_string(),
             path,
+            path_b64,
             target,
+            target_b64,
             pid: caller.pid,
             uid: open_req.uid,
-            cmdline: caller.cmdline.clone(),
+            cmdline,
+            cmdline_b64,
             time: audit::now_rfc3339(),
             timeout_secs: timeout.as_secs(),
             items: open_req
                 .items
                 .iter()
-                .map(|i| ItemInfo {
-                    class: class_name(i.class).into(),
-                    zone: i.zone.clone(),
-                    path: virtual_path(&i.zone, &i.path),
+                .map(|i| {
+                    ItemInfo::new(
+                        class_name(i.class),
+                        &i.zone,
+                        &virtual_path(&i.zone, &i.path),
+                    )
                 })
                 .collect(),
         };
@@ -454,7 +466,7 @@ impl Approvals {
             }
         }
         bump(&self.inner.counters.requests, 1);
-        tracing::info!(id, op = %info.op, path = %info.path, pid = info.pid, "approval requested");
+        tracing::info!(id, op = %info.op, path = %info.shown_path(), pid = info.pid, "approval requested");
         st.by_key.insert(key.clone(), id);
         st.pending.insert(
             id,
@@ -596,12 +608,12 @@ impl Broker for Approvals {
         let mut rec = audit::Record {
             zone: note.zone.clone(),
             op: Some(note.op.to_string()),
-            path: Some(note.path.clone()),
-            target: note.target.clone(),
             pid: Some(pid),
             uid: Some(note.uid),
             ..audit::Record::default()
-        };
+        }
+        .path(&note.path)
+        .target(note.target.as_deref());
         match note.refusal {
             Some(r) => {
                 rec.errno = Some(r.errno_name().into());

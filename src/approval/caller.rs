@@ -16,8 +16,9 @@ pub struct Caller {
     pub pid: u32,
     /// The thread that made the call.
     pub tid: u32,
-    /// `/proc/PID/cmdline`, arguments joined by spaces (empty if unknown).
-    pub cmdline: String,
+    /// `/proc/PID/cmdline`, arguments joined by spaces (empty if
+    /// unknown), exact: its bytes need not be UTF-8.
+    pub cmdline: Vec<u8>,
 }
 
 impl Caller {
@@ -84,13 +85,13 @@ pub fn kin(asker: u32, approver: u32) -> Option<String> {
     None
 }
 
-/// NUL-separated arguments as one line (lossy UTF-8).
-pub fn join_cmdline(raw: &[u8]) -> String {
+/// NUL-separated arguments as one line, joined by spaces, the bytes
+/// kept exact (shown escaped, carried exact in JSON: see `text`).
+pub fn join_cmdline(raw: &[u8]) -> Vec<u8> {
     raw.split(|b| *b == 0)
         .filter(|a| !a.is_empty())
-        .map(String::from_utf8_lossy)
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(&b' ')
 }
 
 fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
@@ -164,8 +165,9 @@ mod tests {
 
     #[test]
     fn cmdline_is_joined() {
-        assert_eq!(join_cmdline(b"sh\0-c\0echo hi\0"), "sh -c echo hi");
-        assert_eq!(join_cmdline(b""), "");
+        assert_eq!(join_cmdline(b"sh\0-c\0echo hi\0"), b"sh -c echo hi");
+        assert_eq!(join_cmdline(b""), b"");
+        assert_eq!(join_cmdline(b"vim\0\xff\x1b\0"), b"vim \xff\x1b", "exact");
     }
 
     #[test]

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 pub use broker::Approvals;
 
 use crate::policy::{AskItem, Class};
+use crate::text;
 
 /// What the filesystem asks the broker to decide.
 #[derive(Clone, Debug)]
@@ -41,7 +42,7 @@ pub struct AskRequest {
     /// The FUSE call, for information.
     pub op: &'static str,
     /// Rename or link target, for information.
-    pub target: Option<String>,
+    pub target: Option<PathBuf>,
     /// FUSE's pid: the calling *thread* id.
     pub pid: u32,
     pub uid: u32,
@@ -68,9 +69,9 @@ pub struct Note {
     pub pid: u32,
     pub uid: u32,
     pub zone: Option<String>,
-    /// The path as the worker sees it (`/zone/dir/name`).
-    pub path: String,
-    pub target: Option<String>,
+    /// The path as the worker sees it (`/zone/dir/name`), exact.
+    pub path: PathBuf,
+    pub target: Option<PathBuf>,
     /// `None`: allowed (a mutation); `Some`: refused.
     pub refusal: Option<crate::error::Refusal>,
     /// For a refusal: the explanation, as `check` would give it.
@@ -146,9 +147,9 @@ pub fn class_name(c: Class) -> &'static str {
     }
 }
 
-/// A path as the worker sees it: `/zone/rel`.
-pub fn virtual_path(zone: &str, rel: &Path) -> String {
-    crate::policy::worker_path(Some(zone), rel)
+/// A path as the worker sees it: `/zone/rel`, its exact bytes.
+pub fn virtual_path(zone: &str, rel: &Path) -> PathBuf {
+    crate::policy::worker_path_exact(Some(zone), rel)
 }
 
 /// One (class, path) a request needs approved.
@@ -157,10 +158,25 @@ pub struct ItemInfo {
     pub class: String,
     pub zone: String,
     pub path: String,
+    /// `path`'s exact bytes (base64) when they are not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_b64: Option<String>,
+}
+
+impl ItemInfo {
+    pub fn new(class: &str, zone: &str, path: &Path) -> Self {
+        let (path, path_b64) = text::path_for_json(path);
+        ItemInfo {
+            class: class.into(),
+            zone: zone.into(),
+            path,
+            path_b64,
+        }
+    }
 }
 
 /// A pending request as approvers see it (control socket, API, hook).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestInfo {
     pub id: u64,
     pub zone: String,
@@ -170,13 +186,21 @@ pub struct RequestInfo {
     pub op: String,
     /// The path as the worker sees it (the source of a rename).
     pub path: String,
+    /// `path`'s exact bytes (base64) when they are not UTF-8 (`path` then
+    /// holds U+FFFD in their place); likewise `target_b64`, `cmdline_b64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_b64: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_b64: Option<String>,
     /// The calling process (thread group) id.
     pub pid: u32,
     pub uid: u32,
     /// `/proc/PID/cmdline`, arguments joined by spaces.
     pub cmdline: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline_b64: Option<String>,
     /// When it was asked (RFC 3339, UTC).
     pub time: String,
     /// Seconds until it times out (at the time it was listed).
@@ -184,6 +208,34 @@ pub struct RequestInfo {
     pub timeout_secs: u64,
     /// Everything the operation needs approved.
     pub items: Vec<ItemInfo>,
+}
+
+impl RequestInfo {
+    /// The path for people: escaped ([`text::escape`]).
+    pub fn shown_path(&self) -> String {
+        text::shown(&self.path, self.path_b64.as_deref())
+    }
+
+    /// The target for people, escaped.
+    pub fn shown_target(&self) -> Option<String> {
+        let t = self.target.as_deref()?;
+        Some(text::shown(t, self.target_b64.as_deref()))
+    }
+
+    /// The command line for people, escaped.
+    pub fn shown_cmdline(&self) -> String {
+        text::shown(&self.cmdline, self.cmdline_b64.as_deref())
+    }
+
+    /// The exact bytes of the path.
+    pub fn path_bytes(&self) -> Vec<u8> {
+        text::from_json(&self.path, self.path_b64.as_deref())
+    }
+
+    /// The exact bytes of the command line.
+    pub fn cmdline_bytes(&self) -> Vec<u8> {
+        text::from_json(&self.cmdline, self.cmdline_b64.as_deref())
+    }
 }
 
 /// Where the kernel aborts a FUSE connection whose request outlives a
@@ -256,6 +308,9 @@ pub enum Resolution {
 
 /// What listeners hear.
 #[derive(Clone, Debug)]
+// A request (with its exact names) outweighs the other variants; events
+// are few and short-lived, and boxing it would change a public type.
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     /// A new request is waiting.
     Requested(RequestInfo),

@@ -6,7 +6,10 @@
 //! `ZONEMOUNT_TARGET`, `ZONEMOUNT_PID`, `ZONEMOUNT_UID`, `ZONEMOUNT_CMDLINE`,
 //! `ZONEMOUNT_TIME`, `ZONEMOUNT_MOUNT`) and as one JSON line on stdin. It
 //! runs on a thread of its own: it never blocks or decides the request, and
-//! its failure is only logged.
+//! its failure is only logged. What the worker named (path, target,
+//! command line) is escaped in the environment, as in every human view
+//! (a hook tends to show it: a notification, a chat message); the JSON
+//! line has it exact.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -33,15 +36,15 @@ pub fn environment(info: &RequestInfo, mountpoint: &std::path::Path) -> Vec<(Str
         ("ZONEMOUNT_ZONE", info.zone.clone()),
         ("ZONEMOUNT_CLASS", info.class.clone()),
         ("ZONEMOUNT_OP", info.op.clone()),
-        ("ZONEMOUNT_PATH", info.path.clone()),
+        ("ZONEMOUNT_PATH", info.shown_path()),
         ("ZONEMOUNT_PID", info.pid.to_string()),
         ("ZONEMOUNT_UID", info.uid.to_string()),
-        ("ZONEMOUNT_CMDLINE", info.cmdline.clone()),
+        ("ZONEMOUNT_CMDLINE", info.shown_cmdline()),
         ("ZONEMOUNT_TIME", info.time.clone()),
         ("ZONEMOUNT_MOUNT", mountpoint.display().to_string()),
     ];
-    if let Some(t) = &info.target {
-        env.push(("ZONEMOUNT_TARGET", t.clone()));
+    if let Some(t) = info.shown_target() {
+        env.push(("ZONEMOUNT_TARGET", t));
     }
     env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
@@ -56,7 +59,7 @@ impl Listener for Hook {
         let Event::Requested(info) = ev else { return };
         let argv = self.argv.clone();
         let env = environment(info, &self.mountpoint);
-        let json = serde_json::to_string(info).unwrap_or_default();
+        let json = crate::text::json_line(info).unwrap_or_default();
         let id = info.id;
         let spawned = std::thread::Builder::new()
             .name("zm-on-ask".into())
@@ -136,5 +139,25 @@ mod tests {
         );
         assert_eq!(parse("   "), None);
         assert_eq!(parse("echo 'unbalanced"), None);
+    }
+
+    #[test]
+    fn the_environment_has_names_escaped_and_the_json_has_them_exact() {
+        let (path, path_b64) = crate::text::for_json(b"/w/a\x1b[2K\xff");
+        let info = RequestInfo {
+            path,
+            path_b64,
+            target: Some("/w/b\u{202e}".into()),
+            cmdline: "vim\rnotes.md".into(),
+            ..RequestInfo::default()
+        };
+        let env = environment(&info, std::path::Path::new("/m"));
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("ZONEMOUNT_PATH"), Some("/w/a\\x1b[2K\\xff"));
+        assert_eq!(get("ZONEMOUNT_TARGET"), Some("/w/b\\u{202e}"));
+        assert_eq!(get("ZONEMOUNT_CMDLINE"), Some("vim\\rnotes.md"));
+        let json = serde_json::to_string(&info).unwrap_or_default();
+        let back: RequestInfo = serde_json::from_str(&json).unwrap_or_default();
+        assert_eq!(back.path_bytes(), b"/w/a\x1b[2K\xff");
     }
 }

@@ -40,19 +40,18 @@ pub fn key(k: u8) -> Key {
 /// How a request is shown.
 pub fn render(info: &RequestInfo) -> String {
     let target = info
-        .target
-        .as_ref()
+        .shown_target()
         .map(|t| format!(" -> {t}"))
         .unwrap_or_default();
     format!(
         "zonemount: request {id}: {class} {path}{target} ({op})\r\n  by pid {pid} uid {uid}: {cmd}\r\n  [o] allow once  [p] allow path  [z] allow zone  [d] deny  [s] skip > ",
         id = info.id,
         class = info.class,
-        path = info.path,
+        path = info.shown_path(),
         op = info.op,
         pid = info.pid,
         uid = info.uid,
-        cmd = info.cmdline,
+        cmd = info.shown_cmdline(),
     )
 }
 
@@ -229,7 +228,7 @@ mod tests {
             cmdline: "sh -c echo hi > final/report.md".into(),
             time: "2025-01-01T00:00:00.000Z".into(),
             timeout_secs: 300,
-            items: vec![],
+            ..RequestInfo::default()
         };
         let s = render(&info);
         assert!(
@@ -238,5 +237,31 @@ mod tests {
         );
         assert!(s.contains("pid 42 uid 1000: sh -c echo hi"), "{s}");
         assert!(s.contains("[z] allow zone"), "{s}");
+    }
+
+    #[test]
+    fn a_request_cannot_draw_on_the_terminal() {
+        let (path, path_b64) = crate::text::for_json(b"/w/evil.sh\r\x1b[2K\xff");
+        let info = RequestInfo {
+            id: 7,
+            class: "write".into(),
+            op: "create".into(),
+            path,
+            path_b64,
+            target: Some("/w/a\u{202e}hs.md".into()),
+            cmdline: "vim notes.md\x1b[1A\x1b[2K\u{2066}".into(),
+            ..RequestInfo::default()
+        };
+        let s = render(&info);
+        let raw = s.replace("\r\n", "");
+        assert!(
+            !raw.chars().any(crate::text::unsafe_for_terminal),
+            "raw control or bidi char in {s:?}"
+        );
+        assert!(
+            s.contains("/w/evil.sh\\r\\x1b[2K\\xff -> /w/a\\u{202e}hs.md"),
+            "{s}"
+        );
+        assert!(s.contains("vim notes.md\\x1b[1A\\x1b[2K\\u{2066}"), "{s}");
     }
 }

@@ -2,6 +2,8 @@
 //! request and its outcome.
 
 use super::{AskRequest, RequestInfo, Resolution, class_name, virtual_path};
+use std::path::PathBuf;
+
 use crate::audit::{self, Kind};
 
 pub(super) fn request_record(info: &RequestInfo) -> audit::Record {
@@ -11,10 +13,13 @@ pub(super) fn request_record(info: &RequestInfo) -> audit::Record {
         class: Some(info.class.clone()),
         op: Some(info.op.clone()),
         path: Some(info.path.clone()),
+        path_b64: info.path_b64.clone(),
         target: info.target.clone(),
+        target_b64: info.target_b64.clone(),
         pid: Some(info.pid),
         uid: Some(info.uid),
         cmdline: Some(info.cmdline.clone()),
+        cmdline_b64: info.cmdline_b64.clone(),
         ..audit::Record::default()
     }
 }
@@ -27,18 +32,19 @@ pub(super) fn ask_record(req: &AskRequest, caller: &super::caller::Caller) -> au
         zone: Some(zone),
         class: Some(class),
         op: Some(req.op.to_string()),
-        path: Some(path),
-        target,
         pid: Some(caller.pid),
         uid: Some(req.uid),
         ..audit::Record::default()
     }
+    .path(&path)
+    .target(target.as_deref())
 }
 
 /// The record of a request's end: its identity plus what ended it.
 pub(super) fn end_record(info: &RequestInfo, r: &Resolution) -> (Kind, audit::Record) {
     let mut rec = audit::Record {
         cmdline: None,
+        cmdline_b64: None,
         ..request_record(info)
     };
     let kind = match r {
@@ -76,8 +82,9 @@ pub(super) fn end_record(info: &RequestInfo, r: &Resolution) -> (Kind, audit::Re
 }
 
 /// Zone, class, path and target of a request, as shown to approvers: a
-/// rename shows its source as the path and its destination as the target.
-pub(super) fn describe(req: &AskRequest) -> (String, String, String, Option<String>) {
+/// rename shows its source as the path and its destination as the target
+/// (both exact).
+pub(super) fn describe(req: &AskRequest) -> (String, String, PathBuf, Option<PathBuf>) {
     let zone = req
         .items
         .first()

@@ -139,10 +139,11 @@ pub(crate) fn run(cmd: &ApprovalsCmd) -> Result<(), Failure> {
     }
 }
 
-/// `v` as pretty JSON, keys in alphabetical order as on the wire.
+/// `v` as pretty JSON, keys in alphabetical order as on the wire, safe on
+/// a terminal and exact ([`crate::text::json_pretty`]).
 fn pretty<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_value(v)
-        .and_then(|v| serde_json::to_string_pretty(&v))
+        .and_then(|v| crate::text::json_pretty(&v))
         .unwrap_or_default()
 }
 
@@ -166,9 +167,9 @@ pub(crate) fn render_list(list: &[RequestInfo], now: SystemTime) -> String {
         .map(String::from),
     ];
     for r in list {
-        let path = match &r.target {
-            Some(t) => format!("{} -> {t}", r.path),
-            None => r.path.clone(),
+        let path = match r.shown_target() {
+            Some(t) => format!("{} -> {t}", r.shown_path()),
+            None => r.shown_path(),
         };
         rows.push([
             r.id.to_string(),
@@ -179,7 +180,7 @@ pub(crate) fn render_list(list: &[RequestInfo], now: SystemTime) -> String {
             path,
             r.pid.to_string(),
             r.uid.to_string(),
-            r.cmdline.clone(),
+            r.shown_cmdline(),
         ]);
     }
     columns(&rows)
@@ -190,7 +191,7 @@ fn watch(mountpoint: &Path, as_json: bool) -> Result<(), Failure> {
     c.watch().map_err(failure)?;
     while let Some(ev) = c.next_line().map_err(failure)? {
         let line = if as_json {
-            serde_json::to_string(&ev).unwrap_or_default()
+            crate::text::json_line(&ev).unwrap_or_default()
         } else {
             render_event(&ev)
         };
@@ -204,13 +205,18 @@ pub(crate) fn render_event(ev: &Value) -> String {
     match serde_json::from_value::<WatchEvent>(ev.clone()) {
         Ok(WatchEvent::Request { request: r }) => {
             let target = r
-                .target
-                .as_deref()
+                .shown_target()
                 .map(|t| format!(" -> {t}"))
                 .unwrap_or_default();
             format!(
                 "request {}: {} {}{target} ({}) by pid {} uid {}: {}",
-                r.id, r.class, r.path, r.op, r.pid, r.uid, r.cmdline,
+                r.id,
+                r.class,
+                r.shown_path(),
+                r.op,
+                r.pid,
+                r.uid,
+                r.shown_cmdline(),
             )
         }
         Ok(WatchEvent::Resolved {
@@ -228,11 +234,11 @@ pub(crate) fn render_event(ev: &Value) -> String {
                 s.push_str(&format!(" by uid {uid}"));
             }
             if let Some(why) = reason {
-                s.push_str(&format!(": {why}"));
+                s.push_str(&format!(": {}", crate::text::message(&why)));
             }
             s
         }
-        Ok(WatchEvent::Lagged { .. }) | Err(_) => ev.to_string(),
+        Ok(WatchEvent::Lagged { .. }) | Err(_) => crate::text::json_line(ev).unwrap_or_default(),
     }
 }
 
@@ -315,7 +321,14 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
     if !s.recent_refusals.is_empty() {
         out.push_str(&format!("last refusals ({}):\n", s.recent_refusals.len()));
         for r in s.recent_refusals.iter().rev().take(10) {
-            out.push_str(&format!("  {} {}: {}\n", r.time, r.errno, r.message));
+            // Explanations show names escaped; a daemon from before that
+            // still can't draw on the terminal (`text::message`).
+            out.push_str(&format!(
+                "  {} {}: {}\n",
+                r.time,
+                r.errno,
+                crate::text::message(&r.message)
+            ));
         }
     }
     out
@@ -338,7 +351,7 @@ mod tests {
             cmdline: "sh -c echo hi > final/report.md".into(),
             time: "2025-01-01T00:00:00Z".into(),
             timeout_secs: 300,
-            items: vec![],
+            ..RequestInfo::default()
         }
     }
 
@@ -355,6 +368,48 @@ mod tests {
             "{s}"
         );
         assert_eq!(render_list(&[], now), "no pending requests\n");
+    }
+
+    /// A request for `evil.sh` dressed up as `notes.md`: ESC sequences, a
+    /// CR, a right-to-left override and a byte that is not UTF-8, in the
+    /// path, the target and the command line.
+    fn evil() -> RequestInfo {
+        let (path, path_b64) = crate::text::for_json(b"/final/evil.sh\r\x1b[2K\xff");
+        let (cmdline, cmdline_b64) = crate::text::for_json(b"vim notes.md\x1b[1A\xfe");
+        RequestInfo {
+            path,
+            path_b64,
+            target: Some("/final/a\u{202e}hs.md".into()),
+            cmdline,
+            cmdline_b64,
+            ..req(9)
+        }
+    }
+
+    #[test]
+    fn what_the_worker_named_is_shown_escaped() {
+        let now = SystemTime::now();
+        let ev = crate::control::event_json(&crate::approval::Event::Requested(evil()));
+        let mut status: Status = serde_json::from_str(crate::control::protocol::STATUS_V1_SAMPLE)
+            .unwrap_or_else(|e| panic!("{e}"));
+        status.pending = vec![evil()];
+        for text in [
+            render_list(&[evil()], now),
+            render_event(&ev),
+            render_status(&status, now),
+        ] {
+            assert!(
+                !text
+                    .chars()
+                    .any(|c| (crate::text::unsafe_for_terminal(c) && c != '\n') || c == '\u{fffd}'),
+                "{text:?}"
+            );
+            assert!(
+                text.contains("/final/evil.sh\\r\\x1b[2K\\xff -> /final/a\\u{202e}hs.md"),
+                "{text}"
+            );
+            assert!(text.contains("vim notes.md\\x1b[1A\\xfe"), "{text}");
+        }
     }
 
     #[test]

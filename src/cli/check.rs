@@ -52,6 +52,9 @@ pub(crate) struct CheckArgs {
 struct Answer {
     /// The path as a worker sees it from the mount's root.
     path: String,
+    /// `path`'s exact bytes (base64) when they are not UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    path_b64: Option<String>,
     /// `None` at the mount's root.
     zone: Option<String>,
     /// read | write | delete, as asked.
@@ -99,7 +102,7 @@ pub(crate) fn check(a: &CheckArgs) -> Result<u8, Failure> {
     let comps = worker_path(&mp, &a.mountpoint, &a.path, &cwd, &names)?;
     let answer = answer(&mp, &zones, &comps, asked)?;
     if a.json {
-        let text = serde_json::to_string_pretty(&answer)
+        let text = crate::text::json_pretty(&answer)
             .map_err(|e| Failure::new(1, format!("cannot render JSON: {e}")))?;
         println!("{text}");
     } else {
@@ -326,7 +329,7 @@ fn answer(
             if !stat_through(&dir)?.is_some_and(|m| m.is_dir()) {
                 a.message.push_str(&format!(
                     " Note: {} does not exist yet; create it first.",
-                    parent.display()
+                    crate::text::path(parent)
                 ));
             }
         }
@@ -365,8 +368,10 @@ fn decided(op: &Op<'_>, meta: Option<&Metadata>, zones: &[ZoneRules], asked: Ask
         Decision::Refuse(r) => ("refuse", Some(r.errno_name())),
     };
     let at = subject.at;
+    let (path, path_b64) = crate::text::path_for_json(&policy::exact(at));
     Answer {
-        path: policy::shown(at),
+        path,
+        path_b64,
         zone: at.zone.map(|z| z.name.clone()),
         operation: asked.name(),
         action: subject.action,
@@ -385,8 +390,10 @@ fn refused(
     errno: i32,
     e: Explanation,
 ) -> Answer {
+    let (path, path_b64) = crate::text::path_for_json(shown);
     Answer {
-        path: shown.display().to_string(),
+        path,
+        path_b64,
         zone: zone.map(|z| z.name.clone()),
         operation: asked.name(),
         action,

@@ -186,7 +186,9 @@ pub(crate) fn render(rows: &[MountStatus]) -> String {
             (None, _) => "live".into(),
         };
         table.push([
-            r.mountpoint.display().to_string(),
+            // Anyone who can mount names a mountpoint (a worker, too):
+            // escaped like every name a person reads.
+            crate::text::path(&r.mountpoint),
             r.pid.map_or_else(|| "?".into(), |p| p.to_string()),
             if r.zones.is_empty() && r.pid.is_none() {
                 "?".into()
@@ -212,7 +214,7 @@ pub(crate) fn render(rows: &[MountStatus]) -> String {
 pub(crate) fn list(json: bool) -> Result<(), Failure> {
     let rows = current();
     if json {
-        let text = serde_json::to_string_pretty(&rows)
+        let text = crate::text::json_pretty(&rows)
             .map_err(|e| Failure::new(1, format!("cannot render JSON: {e}")))?;
         println!("{text}");
     } else {

@@ -349,7 +349,9 @@ pub fn run() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("zonemount: {}", f.msg);
+            // A failure may quote what a worker named (a path a commit
+            // could not apply): nothing in it draws on the terminal.
+            eprintln!("zonemount: {}", crate::text::message(&f.msg));
             ExitCode::from(f.code)
         }
     }

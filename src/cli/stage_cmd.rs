@@ -13,6 +13,7 @@ use super::Failure;
 use crate::control::protocol::Request;
 use crate::mount;
 use crate::stage::{self, dir::MANIFEST};
+use crate::text;
 
 /// Exit status of a `commit` that left conflicts (or busy zones) out.
 pub const EXIT_CONFLICT: u8 = 6;
@@ -112,7 +113,7 @@ fn ask(
     t: &Path,
     paths: &[PathBuf],
     needs_stage: bool,
-    request: impl FnOnce(Vec<String>) -> Request,
+    request: impl FnOnce(Vec<PathBuf>) -> Request,
 ) -> Result<Value, Failure> {
     match target(t) {
         Target::Mount(mp) => {
@@ -146,16 +147,15 @@ fn ask(
             let paths = paths
                 .iter()
                 .map(|p| {
-                    let s = p.to_string_lossy();
-                    let first = s.trim_start_matches('/').split('/').next().unwrap_or("");
-                    if p.is_absolute() && zones.contains(&first) {
-                        Ok(s.into_owned())
+                    let first = p.components().nth(1).and_then(|c| c.as_os_str().to_str());
+                    if p.is_absolute() && first.is_some_and(|f| zones.contains(&f)) {
+                        Ok(p.clone())
                     } else {
                         Err(Failure::new(
                             2,
                             format!(
                                 "{}: on a stage dir, give paths as a worker sees them: {}",
-                                p.display(),
+                                text::path(p),
                                 zones
                                     .iter()
                                     .map(|z| format!("/{z}/..."))
@@ -171,24 +171,18 @@ fn ask(
     }
 }
 
-/// `p` (in the mount, or `/zone/...`) as the worker sees it.
+/// `p` (in the mount, or `/zone/...`) as the worker sees it, exact.
 fn worker_form(
     mp: &Path,
     given: &Path,
     p: &Path,
     cwd: &Path,
     zones: &[&str],
-) -> Result<String, Failure> {
+) -> Result<PathBuf, Failure> {
     let comps = super::check::worker_path(mp, given, p, cwd, zones)?;
-    let mut s = String::new();
-    for c in &comps {
-        s.push('/');
-        s.push_str(&c.to_string_lossy());
-    }
-    if s.is_empty() {
-        s.push('/');
-    }
-    Ok(s)
+    Ok(std::iter::once(std::ffi::OsStr::new("/"))
+        .chain(comps.iter().map(|c| c.as_os_str()))
+        .collect())
 }
 
 fn show(json: bool, answer: &Value, render: fn(&Value) -> String) -> Result<(), Failure> {
@@ -198,7 +192,7 @@ fn show(json: bool, answer: &Value, render: fn(&Value) -> String) -> Result<(), 
             m.remove("v");
             m.remove("ok");
         }
-        format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+        format!("{}\n", text::json_pretty(&v).unwrap_or_default())
     } else {
         render(answer)
     };
@@ -229,12 +223,17 @@ fn letter(kind: &str) -> &'static str {
     }
 }
 
+/// A name of an answer's item for people: escaped ([`text::escape`]).
+fn name(c: &Value, key: &str) -> Option<String> {
+    text::shown_field(c, key)
+}
+
 /// One change for people: `M  /work/src/a.rs  (0644, 120 → 130 bytes)`.
 pub(crate) fn change_line(zone: &str, c: &Value) -> String {
-    let path = format!("/{zone}/{}", c["path"].as_str().unwrap_or("?"));
+    let path = format!("/{zone}/{}", name(c, "path").unwrap_or("?".into()));
     let kind = c["kind"].as_str().unwrap_or("?");
     let mut line = format!("{}  {path}", letter(kind));
-    if let Some(from) = c["from"].as_str() {
+    if let Some(from) = name(c, "from") {
         line = format!("{}  /{zone}/{from} -> {path}", letter(kind));
     }
     let mut facts = Vec::new();
@@ -270,7 +269,10 @@ pub(crate) fn render_changes(answer: &Value) -> String {
             out.push_str(&change_line(name, c));
             out.push('\n');
             if let Some(d) = c["diff"].as_str() {
-                out.push_str(d);
+                // The worker's file content: nothing in it may draw on
+                // the terminal either (backslashes are left as they are).
+                let d = text::message(d);
+                out.push_str(&d);
                 if !d.ends_with('\n') {
                     out.push('\n');
                 }
@@ -296,8 +298,8 @@ fn render_commit(answer: &Value) -> String {
             refused += 1;
             out.push_str(&format!(
                 "conflict  /{name}/{}: {}\n",
-                c["path"].as_str().unwrap_or("?"),
-                c["why"].as_str().unwrap_or("?")
+                self::name(c, "path").unwrap_or("?".into()),
+                text::message(c["why"].as_str().unwrap_or("?"))
             ));
         }
     }
@@ -323,7 +325,7 @@ fn render_discard(answer: &Value) -> String {
         for c in z["conflicts"].as_array().into_iter().flatten() {
             out.push_str(&format!(
                 "left alone /{name}: {}\n",
-                c["why"].as_str().unwrap_or("?")
+                text::message(c["why"].as_str().unwrap_or("?"))
             ));
         }
     }

@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 
 use crate::approval::{Decision, Event, RequestInfo, Resolution, Scope};
 use crate::config::{Access, ApprovalPolicy, SandboxMode, Zone};
+use crate::text;
 
 /// Protocol version. A field added to an answer keeps it; a field
 /// renamed or removed, or a changed meaning, bumps it.
@@ -50,19 +51,21 @@ pub enum Request {
         decision: Decision,
     },
     /// What the staged zones hold (`paths` as a worker sees them,
-    /// `/zone/...`; empty: everything), with unified diffs when `diff`.
+    /// `/zone/...`, exact; empty: everything), with unified diffs when
+    /// `diff`. On the wire `paths` is a list of strings, with `paths_b64`
+    /// beside it when one is not UTF-8 (see [`crate::text`]).
     Changes {
-        paths: Vec<String>,
+        paths: Vec<PathBuf>,
         diff: bool,
     },
     /// Apply staged changes to the backing dirs.
     Commit {
-        paths: Vec<String>,
+        paths: Vec<PathBuf>,
         force: bool,
     },
     /// Drop staged changes.
     Discard {
-        paths: Vec<String>,
+        paths: Vec<PathBuf>,
     },
 }
 
@@ -85,12 +88,15 @@ impl Request {
                 decision: Decision::Deny,
             } => json!({"v": VERSION, "op": "decide", "id": id, "decision": "deny"}),
             Request::Changes { paths, diff } => {
-                json!({"v": VERSION, "op": "changes", "paths": paths, "diff": diff})
+                with_paths(json!({"v": VERSION, "op": "changes", "diff": diff}), &paths)
             }
-            Request::Commit { paths, force } => {
-                json!({"v": VERSION, "op": "commit", "paths": paths, "force": force})
+            Request::Commit { paths, force } => with_paths(
+                json!({"v": VERSION, "op": "commit", "force": force}),
+                &paths,
+            ),
+            Request::Discard { paths } => {
+                with_paths(json!({"v": VERSION, "op": "discard"}), &paths)
             }
-            Request::Discard { paths } => json!({"v": VERSION, "op": "discard", "paths": paths}),
         }
     }
 
@@ -131,19 +137,34 @@ impl Request {
     }
 }
 
-/// A request's `paths`: absent or a list of strings.
-fn paths(req: &Value) -> Result<Vec<String>, String> {
+/// `v` with `paths` (and `paths_b64` when one is not UTF-8).
+fn with_paths(mut v: Value, paths: &[PathBuf]) -> Value {
+    let (text, b64): (Vec<String>, Vec<Option<String>>) =
+        paths.iter().map(|p| text::path_for_json(p)).unzip();
+    v["paths"] = json!(text);
+    if b64.iter().any(Option::is_some) {
+        v["paths_b64"] = json!(b64);
+    }
+    v
+}
+
+/// A request's `paths`: absent or a list of strings, each exact with its
+/// entry in `paths_b64` when there is one.
+fn paths(req: &Value) -> Result<Vec<PathBuf>, String> {
+    let bad = || "\"paths\" must be a list of strings".to_owned();
+    let b64 = req["paths_b64"].as_array();
     match &req["paths"] {
         Value::Null => Ok(Vec::new()),
         Value::Array(items) => items
             .iter()
-            .map(|p| {
-                p.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| "\"paths\" must be a list of strings".to_owned())
+            .enumerate()
+            .map(|(i, p)| {
+                let t = p.as_str().ok_or_else(bad)?;
+                let exact = b64.and_then(|b| b.get(i)).and_then(Value::as_str);
+                Ok(text::path_from_json(t, exact))
             })
             .collect(),
-        _ => Err("\"paths\" must be a list of strings".into()),
+        _ => Err(bad()),
     }
 }
 
@@ -340,6 +361,9 @@ pub struct RecentRefusalInfo {
     pub time: String,
     /// The path as the worker sees it.
     pub path: String,
+    /// `path`'s exact bytes (base64) when they are not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_b64: Option<String>,
     /// The errno's name, e.g. `EROFS`.
     pub errno: String,
     /// One line, as `check` would say it.
@@ -372,6 +396,9 @@ impl fmt::Display for Outcome {
 /// One line of a `watch` stream (with `"v": 1` beside `event`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "lowercase")]
+// A request (with its exact names) outweighs the other variants; events
+// are few and short-lived, and boxing it would change a public type.
+#[allow(clippy::large_enum_variant)]
 pub enum WatchEvent {
     /// A request is waiting (already, or new).
     Request { request: RequestInfo },
@@ -444,6 +471,7 @@ pub(crate) const STATUS_V1_SAMPLE: &str = r#"{"approval_timeout_secs":120,"audit
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStringExt;
 
     #[test]
     fn a_v1_status_reads_back_to_the_same_bytes() {
@@ -481,6 +509,24 @@ mod tests {
     }
 
     #[test]
+    fn request_paths_are_exact_on_the_wire() {
+        let v = Request::Discard {
+            paths: vec![
+                "/w/ok".into(),
+                PathBuf::from(std::ffi::OsString::from_vec(b"/w/\xff".to_vec())),
+            ],
+        }
+        .to_value();
+        assert_eq!(v["paths"], json!(["/w/ok", "/w/\u{fffd}"]));
+        assert_eq!(v["paths_b64"], json!([null, "L3cv/w=="]));
+        let plain = Request::Discard {
+            paths: vec!["/w/a\x1b".into()],
+        }
+        .to_value();
+        assert!(plain.get("paths_b64").is_none(), "{plain}");
+    }
+
+    #[test]
     fn requests_read_back_as_written() {
         for r in [
             Request::List,
@@ -505,6 +551,13 @@ mod tests {
             },
             Request::Discard {
                 paths: vec!["/w/a".into(), "/w/b".into()],
+            },
+            Request::Commit {
+                paths: vec![
+                    "/w/ok".into(),
+                    PathBuf::from(std::ffi::OsString::from_vec(b"/w/a\x1b\xff".to_vec())),
+                ],
+                force: false,
             },
         ] {
             let v = r.clone().to_value();

@@ -25,6 +25,8 @@ pub use crate::stage::tree::Kind;
 /// One changed path of a zone (the same shape as a staged change).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Change {
+    /// In JSON, with `path_b64` beside it when it is not UTF-8.
+    #[serde(serialize_with = "crate::text::serialize_lossy")]
     pub path: PathBuf,
     pub kind: Kind,
 }

@@ -12,7 +12,8 @@
 //! )?;
 //! let (mount, requests) = api::mount(&table, api::Options::new("/tmp/task-42"))?;
 //! for req in requests.iter() {
-//!     println!("{} wants to {} {}", req.info().cmdline, req.info().class, req.info().path);
+//!     // Names and command lines are the worker's: shown escaped, never raw.
+//!     println!("{} wants to {} {}", req.info().shown_cmdline(), req.info().class, req.info().shown_path());
 //!     if req.info().path.ends_with(".md") { req.allow(Scope::Once); } else { req.deny(); }
 //! }
 //! drop(mount); // denies whatever is still pending, then unmounts
@@ -119,7 +120,7 @@ impl Mount {
     /// `diff`: the control socket's `changes` answer (`{"zones": [...]}`).
     pub fn changes(&self, paths: &[String], diff: bool) -> Result<serde_json::Value, String> {
         self.stage(ControlRequest::Changes {
-            paths: paths.to_vec(),
+            paths: paths.iter().map(PathBuf::from).collect(),
             diff,
         })
     }
@@ -129,7 +130,7 @@ impl Mount {
     /// `applied` and `conflicts`.
     pub fn commit(&self, paths: &[String], force: bool) -> Result<serde_json::Value, String> {
         self.stage(ControlRequest::Commit {
-            paths: paths.to_vec(),
+            paths: paths.iter().map(PathBuf::from).collect(),
             force,
         })
     }
@@ -137,7 +138,7 @@ impl Mount {
     /// Drop the staged changes under `paths`.
     pub fn discard(&self, paths: &[String]) -> Result<serde_json::Value, String> {
         self.stage(ControlRequest::Discard {
-            paths: paths.to_vec(),
+            paths: paths.iter().map(PathBuf::from).collect(),
         })
     }
 

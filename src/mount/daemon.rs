@@ -227,12 +227,16 @@ fn status_fn(
             recent_refusals: core
                 .recent_refusals()
                 .into_iter()
-                .map(|r| RecentRefusalInfo {
-                    time: humantime::format_rfc3339_seconds(r.at).to_string(),
-                    path: r.path,
-                    errno: r.errno.to_string(),
-                    reason: r.reason,
-                    message: r.message,
+                .map(|r| {
+                    let (path, path_b64) = crate::text::path_for_json(&r.path);
+                    RecentRefusalInfo {
+                        time: humantime::format_rfc3339_seconds(r.at).to_string(),
+                        path,
+                        path_b64,
+                        errno: r.errno.to_string(),
+                        reason: r.reason,
+                        message: r.message,
+                    }
                 })
                 .collect(),
             degraded: Some(

@@ -6,6 +6,8 @@
 //! [{"zone": NAME, "changes"|"applied"+"conflicts"|"discarded": [...]}]}`.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,6 +19,7 @@ use crate::control::protocol::Request;
 use crate::control::{Peer, StageFn};
 use crate::fs::core::Core;
 use crate::stage::{self, Stages, tree};
+use crate::text;
 
 /// What one zone's operation needs: its layers and its stage dir.
 struct ZoneWork {
@@ -27,10 +30,11 @@ struct ZoneWork {
     xattrs: Xattrs,
 }
 
-/// The paths of `req` (worker form, `/zone/rel`) by zone name, among the
-/// zones `staged` (those the request is about); a zone given alone (or no
-/// path at all: every zone) maps to an empty list, meaning "everything".
-fn by_zone(paths: &[String], staged: &[&str]) -> Result<BTreeMap<String, Vec<PathBuf>>, String> {
+/// The paths of `req` (worker form, `/zone/rel`, exact) by zone name,
+/// among the zones `staged` (those the request is about); a zone given
+/// alone (or no path at all: every zone) maps to an empty list, meaning
+/// "everything".
+fn by_zone(paths: &[PathBuf], staged: &[&str]) -> Result<BTreeMap<String, Vec<PathBuf>>, String> {
     let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     if paths.is_empty() {
         for z in staged {
@@ -39,30 +43,40 @@ fn by_zone(paths: &[String], staged: &[&str]) -> Result<BTreeMap<String, Vec<Pat
         return Ok(out);
     }
     for p in paths {
-        let rel = p.trim_start_matches('/');
-        let (zone, rest) = rel.split_once('/').unwrap_or((rel, ""));
+        let bytes = p.as_os_str().as_bytes();
+        let start = bytes.iter().position(|b| *b != b'/').unwrap_or(bytes.len());
+        let rel = &bytes[start..];
+        let (zone, rest) = match rel.iter().position(|b| *b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (rel, &[][..]),
+        };
+        let shown = text::path(p);
         if zone.is_empty() {
             for z in staged {
                 out.insert((*z).to_owned(), Vec::new());
             }
             continue;
         }
-        if !staged.contains(&zone) {
+        let Some(zone) = std::str::from_utf8(zone)
+            .ok()
+            .filter(|z| staged.contains(z))
+        else {
             return Err(format!(
-                "{p}: /{zone} is not one of the zones this applies to ({})",
+                "{shown}: /{} is not one of the zones this applies to ({})",
+                text::escape(zone),
                 staged
                     .iter()
                     .map(|z| format!("/{z}"))
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
-        }
-        let rest = Path::new(rest);
+        };
+        let rest = Path::new(OsStr::from_bytes(rest));
         if rest
             .components()
             .any(|c| !matches!(c, std::path::Component::Normal(_)))
         {
-            return Err(format!("{p}: give a plain path, without '..'"));
+            return Err(format!("{shown}: give a plain path, without '..'"));
         }
         let entry = out.entry(zone.to_owned()).or_default();
         if rest.as_os_str().is_empty() {
@@ -89,12 +103,34 @@ fn fingerprints(w: &ZoneWork) -> Result<tree::Fingerprints, String> {
         .map_err(|e| format!("zone '{}': cannot read its stage's records: {e}", w.name))
 }
 
+/// A staged change as JSON, its names exact (`path_b64`, `from_b64`
+/// beside names that are not UTF-8).
+fn change_json(c: &tree::Change) -> Result<Value, String> {
+    let mut v = serde_json::to_value(c).map_err(|e| e.to_string())?;
+    text::insert_b64(&mut v, "path", &c.path);
+    if let Some(from) = &c.from {
+        text::insert_b64(&mut v, "from", from);
+    }
+    Ok(v)
+}
+
+/// A plain zone's changes as JSON, their names exact.
+fn plain_changes_json(list: &[crate::fs::changes::Change]) -> Result<Vec<Value>, String> {
+    list.iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(c).map_err(|e| e.to_string())?;
+            text::insert_b64(&mut v, "path", &c.path);
+            Ok(v)
+        })
+        .collect()
+}
+
 fn changes_of(w: &ZoneWork, filter: &[PathBuf], diff: bool) -> Result<Value, String> {
     let l = layers(w)?;
     let list = tree::changes(&l, filter).map_err(|e| format!("zone '{}': {e}", w.name))?;
     let mut items = Vec::with_capacity(list.len());
     for c in &list {
-        let mut v = serde_json::to_value(c).map_err(|e| e.to_string())?;
+        let mut v = change_json(c)?;
         if diff {
             let d = tree::diff(&l, c).map_err(|e| format!("zone '{}': {e}", w.name))?;
             if let Value::Object(m) = &mut v {
@@ -120,6 +156,24 @@ fn commit_of(
         )
     })?;
     let mut v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+    // Each name exact: `path_b64` (and `from_b64`) beside one that is not UTF-8.
+    let applied = report
+        .applied
+        .iter()
+        .map(|c| (c.path.as_path(), c.from.as_deref()));
+    let conflicts = report.conflicts.iter().map(|c| (c.path.as_path(), None));
+    for (key, names) in [
+        ("applied", applied.collect::<Vec<_>>()),
+        ("conflicts", conflicts.collect()),
+    ] {
+        let items = v[key].as_array_mut().into_iter().flatten();
+        for (item, (path, from)) in items.zip(names) {
+            text::insert_b64(item, "path", path);
+            if let Some(from) = from {
+                text::insert_b64(item, "from", from);
+            }
+        }
+    }
     if let Value::Object(m) = &mut v {
         m.insert("zone".into(), Value::String(w.name.clone()));
     }
@@ -130,6 +184,10 @@ fn discard_of(w: &ZoneWork, fp: &tree::Fingerprints, filter: &[PathBuf]) -> Resu
     let l = layers(w)?;
     let dropped =
         tree::discard(&l, fp, filter).map_err(|e| format!("zone '{}': discard: {e}", w.name))?;
+    let dropped = dropped
+        .iter()
+        .map(change_json)
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(json!({"zone": w.name, "discarded": dropped}))
 }
 
@@ -173,15 +231,19 @@ pub fn log_changes(core: &Arc<Core>, audit: &Audit) {
             continue;
         }
         let count = |k: &str| list.iter().filter(|c| c["kind"] == k).count();
-        let paths = list
+        let paths: Vec<Vec<u8>> = list
             .iter()
             .take(LEDGER_PATHS)
             .map(|c| {
-                format!(
-                    "{} /{zone}/{}",
-                    c["kind"].as_str().unwrap_or("?"),
-                    c["path"].as_str().unwrap_or("?")
-                )
+                let mut line =
+                    format!("{} /{zone}/", c["kind"].as_str().unwrap_or("?")).into_bytes();
+                line.extend(
+                    text::path_field(c, "path")
+                        .unwrap_or_default()
+                        .into_os_string()
+                        .into_vec(),
+                );
+                line
             })
             .collect();
         audit.log(
@@ -205,9 +267,9 @@ pub fn log_changes(core: &Arc<Core>, audit: &Audit) {
                         String::new()
                     }
                 )),
-                paths: Some(paths),
                 ..Default::default()
-            },
+            }
+            .paths(&paths),
         );
     }
 }
@@ -271,7 +333,7 @@ fn named(answer: &Value, key: &str) -> Vec<PathBuf> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|c| c["path"].as_str().map(PathBuf::from))
+        .filter_map(|c| text::path_field(c, "path"))
         .collect()
 }
 
@@ -319,6 +381,7 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
                         }
                     } else {
                         let (list, incomplete) = core.changelog().changes(name, filter);
+                        let list = plain_changes_json(&list)?;
                         let mut z = json!({"zone": name, "staged": false, "changes": list});
                         if incomplete {
                             z["incomplete"] = Value::Bool(true);
@@ -376,7 +439,14 @@ fn log(audit: Option<&Audit>, what: &str, answer: &Value, peer: Peer) {
     for z in answer["zones"].as_array().into_iter().flatten() {
         let zone = z["zone"].as_str().unwrap_or("?");
         for c in z[key].as_array().into_iter().flatten() {
-            paths.push(format!("/{zone}/{}", c["path"].as_str().unwrap_or("?")));
+            let mut p = format!("/{zone}/").into_bytes();
+            p.extend(
+                text::path_field(c, "path")
+                    .unwrap_or_default()
+                    .into_os_string()
+                    .into_vec(),
+            );
+            paths.push(p);
         }
         conflicts += z["conflicts"].as_array().map_or(0, Vec::len);
     }
@@ -389,10 +459,10 @@ fn log(audit: Option<&Audit>, what: &str, answer: &Value, peer: Peer) {
         &audit::Record {
             approver_uid: Some(peer.uid),
             pid: peer.pid,
-            paths: Some(paths),
             conflicts: (what == "commit").then_some(conflicts as u64),
             ..Default::default()
-        },
+        }
+        .paths(&paths),
     );
 }
 
@@ -473,5 +543,9 @@ mod tests {
             "{e}"
         );
         assert!(by_zone(&["/work/../x".into()], &z).is_err());
+        // A name that is not UTF-8 reaches its zone exact.
+        let odd = PathBuf::from(std::ffi::OsString::from_vec(b"/work/a\xff".to_vec()));
+        let m = by_zone(&[odd], &z).unwrap();
+        assert_eq!(m["work"][0].as_os_str().as_bytes(), b"a\xff");
     }
 }

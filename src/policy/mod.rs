@@ -20,7 +20,9 @@ mod rules;
 mod tests;
 
 pub use decide::decide;
-pub use explain::{Action, Explanation, Subject, explain, explain_decision, for_worker, shown};
+pub use explain::{
+    Action, Explanation, Subject, exact, explain, explain_decision, for_worker, shown,
+};
 pub use rules::ZoneRules;
 
 use std::path::{Path, PathBuf};
@@ -140,18 +142,25 @@ impl<'a> Op<'a> {
 }
 
 /// A path as the worker sees it: `/zone/rel`, `/zone` for the zone dir,
-/// `/name` for an entry of the mount root (`zone` None). The one formatter
-/// of such paths: explanations, requests, the ledger and `status` use it.
-pub fn worker_path(zone: Option<&str>, rel: &Path) -> String {
-    let mut s = String::from("/");
+/// `/name` for an entry of the mount root (`zone` None), its exact bytes.
+/// The one formatter of such paths: requests, the ledger and `status`
+/// carry it; explanations show it escaped ([`worker_path`]).
+pub fn worker_path_exact(zone: Option<&str>, rel: &Path) -> PathBuf {
+    let mut s = std::ffi::OsString::from("/");
     if let Some(z) = zone {
-        s.push_str(z);
+        s.push(z);
         if !rel.as_os_str().is_empty() {
-            s.push('/');
+            s.push("/");
         }
     }
-    s.push_str(&rel.to_string_lossy());
-    s
+    s.push(rel.as_os_str());
+    s.into()
+}
+
+/// [`worker_path_exact`] for people: escaped ([`crate::text::escape`]), so
+/// a name the worker chose can't draw on a terminal or hide in a message.
+pub fn worker_path(zone: Option<&str>, rel: &Path) -> String {
+    crate::text::path(&worker_path_exact(zone, rel))
 }
 
 /// One approval that an operation needs.

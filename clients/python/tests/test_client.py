@@ -63,6 +63,25 @@ def test_deny_refuses_the_syscall(mounted: zonemount.Mount, project: Path) -> No
     assert not (project / "final/secret.md").exists()
 
 
+def test_a_name_that_is_not_utf8_comes_exact(mounted: zonemount.Mount, project: Path) -> None:
+    c = mounted.client
+    w = worker("echo hi > \"final/$(printf 'a\\033\\377.md')\"", mounted.mountpoint)
+    r = wait_for("a pending request", c.requests)[0]
+    assert r.path == "/final/a\x1b\ufffd.md"
+    assert r.path_bytes == b"/final/a\x1b\xff.md"
+    assert r.cmdline_bytes.startswith(b"sh -c ")
+    assert r.target_bytes is None
+    assert r.items[0].path_bytes == b"/final/a\x1b\xff.md"
+    # Shown to people as the binary shows it.
+    shown = zonemount.escape(r.path_bytes)
+    assert shown == "/final/a\\x1b\\xff.md"
+    assert shown in zonemount.run_cli(["approvals", "list", str(mounted.mountpoint)])
+    assert zonemount.escape(os.fsdecode(b"\xe2\x80\xae\\")) == "\\u{202e}\\\\"
+    c.allow(r.id)
+    assert w.wait(timeout=20) == 0
+    assert os.listdir(os.fsencode(project / "final")) == [b"a\x1b\xff.md"]
+
+
 def test_errors_carry_the_daemons_message(mounted: zonemount.Mount, project: Path) -> None:
     with pytest.raises(zonemount.ZonemountError, match="no pending request 424242"):
         mounted.client.allow(424242)

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::super::approvals::connect;
 use super::super::stage_cmd::{self, EXIT_CONFLICT};
 use crate::control::protocol::Request;
+use crate::text;
 
 /// What `run` asked for.
 #[derive(Debug, Clone, Copy, Default)]
@@ -58,7 +59,8 @@ pub(super) fn decide(mountpoint: &Path, wanted: Wanted, success: bool) -> (After
         Ok(v) => v,
         Err(e) => {
             eprintln!(
-                "zonemount: run: cannot list the staged changes: {e}; the stage is kept in {}",
+                "zonemount: run: cannot list the staged changes: {}; the stage is kept in {}",
+                text::message(&e.to_string()),
                 dir.display()
             );
             return (After::Kept(dir), None);
@@ -96,7 +98,10 @@ pub(super) fn decide(mountpoint: &Path, wanted: Wanted, success: bool) -> (After
                         (After::Done(dir), None)
                     }
                     Err(e) => {
-                        eprintln!("zonemount: run: discard failed: {e}");
+                        eprintln!(
+                            "zonemount: run: discard failed: {}",
+                            text::message(&e.to_string())
+                        );
                         (After::Kept(dir), None)
                     }
                 };
@@ -130,7 +135,10 @@ fn commit(client: &mut crate::control::Client, dir: PathBuf) -> (After, Option<u
             }
         }
         Err(e) => {
-            eprintln!("zonemount: run: commit failed: {e}");
+            eprintln!(
+                "zonemount: run: commit failed: {}",
+                text::message(&e.to_string())
+            );
             (After::Kept(dir), Some(1))
         }
     }

@@ -20,8 +20,9 @@ pub const RECENT_REFUSALS: usize = 32;
 pub struct RecentRefusal {
     pub at: SystemTime,
     pub action: Action,
-    /// The path as the worker sees it (a rename's source).
-    pub path: String,
+    /// The path as the worker sees it (a rename's source), exact.
+    #[serde(serialize_with = "crate::text::serialize_lossy")]
+    pub path: std::path::PathBuf,
     #[serde(skip)]
     pub refusal: Refusal,
     /// The errno's name, e.g. `EROFS`.
@@ -215,7 +216,7 @@ impl Core {
         recent.push_back(RecentRefusal {
             at: SystemTime::now(),
             action: s.action,
-            path: policy::shown(s.at),
+            path: policy::exact(s.at),
             refusal: r,
             errno: r.errno_name(),
             reason: e.reason,
@@ -269,8 +270,8 @@ fn note(ctx: &Ctx, at: Loc<'_>, to: Option<Loc<'_>>) -> Note {
         pid: ctx.pid,
         uid: ctx.uid,
         zone: at.zone.or(to.and_then(|t| t.zone)).map(|z| z.name.clone()),
-        path: policy::shown(at),
-        target: to.map(policy::shown),
+        path: policy::exact(at),
+        target: to.map(policy::exact),
         refusal: None,
         message: None,
     }

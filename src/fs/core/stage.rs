@@ -40,7 +40,7 @@ impl Core {
             staged = true;
             if let Some(stage) = stages.by_name(&z.name) {
                 if let Err(e) = stage.note(at.path) {
-                    tracing::warn!(zone = %z.name, path = %at.path.display(), "cannot note a staged change's backing file: {e}");
+                    tracing::warn!(zone = %z.name, path = %crate::text::path(at.path), "cannot note a staged change's backing file: {e}");
                 }
             }
         }

@@ -65,7 +65,7 @@ pub(super) fn refusals_are_kept_explained_and_bounded() {
     let recent = c.recent_refusals();
     assert_eq!(recent.len(), 1);
     let r = &recent[0];
-    assert_eq!(r.path, "/data/new.txt");
+    assert_eq!(r.path, Path::new("/data/new.txt"));
     assert_eq!(r.errno, "EROFS");
     assert_eq!(r.reason, "/data is read-only");
     assert_eq!(
@@ -80,7 +80,7 @@ pub(super) fn refusals_are_kept_explained_and_bounded() {
     let last = recent.last().unwrap();
     assert_eq!(
         last.path,
-        format!("/n{}", crate::fs::core::RECENT_REFUSALS + 4)
+        std::path::PathBuf::from(format!("/n{}", crate::fs::core::RECENT_REFUSALS + 4))
     );
     assert_eq!(last.errno, "EACCES");
 }
@@ -110,7 +110,7 @@ pub(super) fn asks_go_to_the_broker_and_its_verdict_is_final() {
     assert_eq!(refusal(e), Refusal::Denied);
     assert!(dir.join("a/b").exists(), "nothing done on a denial");
     let last = c.recent_refusals().pop().unwrap();
-    assert_eq!(last.path, "/work/a/b");
+    assert_eq!(last.path, Path::new("/work/a/b"));
     assert!(
         last.message
             .starts_with("Cannot delete '/work/a/b': approval was asked for and denied"),

@@ -163,9 +163,15 @@ impl Explanation {
     }
 }
 
-/// The path a worker sees: `/zone/rel`, `/name` at the root.
+/// The path a worker sees: `/zone/rel`, `/name` at the root, escaped for
+/// people ([`crate::text::escape`]): explanations hold no raw name.
 pub fn shown(at: Loc<'_>) -> String {
     super::worker_path(at.zone.map(|z| z.name.as_str()), at.path)
+}
+
+/// The path a worker sees, its exact bytes (for the ledger and JSON).
+pub fn exact(at: Loc<'_>) -> std::path::PathBuf {
+    super::worker_path_exact(at.zone.map(|z| z.name.as_str()), at.path)
 }
 
 fn zone_dir(z: &ZoneRules) -> String {
@@ -350,7 +356,7 @@ fn hidden(s: &Subject<'_>, z: &ZoneRules) -> (String, String) {
     let name =
         s.at.path
             .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            .map_or_else(String::new, |n| crate::text::path(Path::new(n)));
     let list = z.suffixes.as_deref().unwrap_or_default();
     (
         format!(

@@ -457,3 +457,36 @@ fn a_staged_zone_says_the_commit_decides() {
     let d = super::super::decide(&op);
     assert!(matches!(d, Decision::Refuse(Refusal::Blocked)), "{d:?}");
 }
+
+/// A worker's name holds ESC, CR, a bidi override and a byte that is not
+/// UTF-8: every explanation (check, status, the ledger) and the line of
+/// the refusal log the worker reads show it escaped, never raw.
+#[test]
+fn names_in_explanations_are_escaped() {
+    use std::os::unix::ffi::OsStrExt;
+    let t = table();
+    let name = std::ffi::OsStr::from_bytes(b"a\x1b[2K\r\xe2\x80\xae\xffb.txt");
+    let op = Op::NewName {
+        at: Loc::in_zone(&t[0], Path::new(name)),
+        is_dir: false,
+    };
+    let m = refusal_message(&t, op, Refusal::ReadOnly);
+    assert!(
+        m.starts_with("Cannot create '/data/a\\x1b[2K\\r\\u{202e}\\xffb.txt': "),
+        "{m}"
+    );
+    let line =
+        for_worker(&Subject::of(&op), Refusal::ReadOnly, &t, Path::new("/m")).unwrap_or_default();
+    assert!(
+        line.contains("/m/data/a\\x1b[2K\\r\\u{202e}\\xffb.txt"),
+        "{line}"
+    );
+    for text in [&m, &line] {
+        assert!(
+            !text
+                .chars()
+                .any(|c| crate::text::unsafe_for_terminal(c) || c == '\u{fffd}'),
+            "{text:?}"
+        );
+    }
+}

@@ -35,6 +35,7 @@ const JOURNAL: &str = "commit.journal";
 /// A path left out of a commit, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Conflict {
+    #[serde(serialize_with = "crate::text::serialize_lossy")]
     pub path: PathBuf,
     pub why: String,
 }

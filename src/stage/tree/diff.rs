@@ -45,7 +45,9 @@ fn text_of(root: &Root, rel: &Path) -> io::Result<Text> {
 /// `c` for people: a unified diff of a text file, else one line saying
 /// what changed.
 pub fn diff(l: &Layers, c: &Change) -> io::Result<String> {
-    let p = c.path.display().to_string();
+    // Names escaped as in every human view (`text`): bytes that are not
+    // UTF-8 stay distinguishable, and nothing in a name draws on a terminal.
+    let p = crate::text::path(&c.path);
     let mut out = String::new();
     if let (Some(a), Some(b)) = (c.old_mode, c.mode) {
         if a != b {
@@ -56,7 +58,7 @@ pub fn diff(l: &Layers, c: &Change) -> io::Result<String> {
         let t = |r: &Root| {
             r.readlink(&c.path)
                 .ok()
-                .map(|t| t.to_string_lossy().into_owned())
+                .map(|t| crate::text::path(Path::new(&t)))
         };
         out.push_str(&format!(
             "symlink {p}: {} -> {}\n",
@@ -77,7 +79,10 @@ pub fn diff(l: &Layers, c: &Change) -> io::Result<String> {
         Kind::Deleted => Text::Missing,
         _ => text_of(&l.upper, &c.path)?,
     };
-    let a = old_path.map_or_else(|| "/dev/null".to_owned(), |p| format!("a/{}", p.display()));
+    let a = old_path.map_or_else(
+        || "/dev/null".to_owned(),
+        |p| format!("a/{}", crate::text::path(p)),
+    );
     let b = match c.kind {
         Kind::Deleted => "/dev/null".to_owned(),
         _ => format!("b/{p}"),

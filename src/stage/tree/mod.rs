@@ -68,11 +68,16 @@ pub enum Kind {
 /// One changed path of a zone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Change {
-    /// Relative to the zone dir.
+    /// Relative to the zone dir. In JSON, with `path_b64` beside it when
+    /// it is not UTF-8 (`mount::staging` adds it; likewise `from_b64`).
+    #[serde(serialize_with = "crate::text::serialize_lossy")]
     pub path: PathBuf,
     pub kind: Kind,
     /// A rename's source.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::text::serialize_lossy_opt"
+    )]
     pub from: Option<PathBuf>,
     /// `file`, `dir`, `symlink` or `special` (after the change; before it
     /// for a deletion).

@@ -20,7 +20,9 @@ from ._client import (
     Scope,
     ZoneChanges,
     ZoneCommit,
+    exact,
 )
+from ._escape import escape
 from ._errors import CommandError, NotMountedError, ProtocolError, ZonemountError
 from ._mount import Mount, binary, mount, run_cli
 from ._registry import control_socket, find_record, runtime_dir
@@ -43,6 +45,8 @@ __all__ = [
     "ZonemountError",
     "binary",
     "control_socket",
+    "escape",
+    "exact",
     "find_record",
     "mount",
     "run_cli",

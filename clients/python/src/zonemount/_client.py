@@ -9,6 +9,7 @@ until the connection closes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import socket
@@ -38,6 +39,8 @@ class Item:
     cls: str
     zone: str
     path: str
+    #: ``path``'s exact bytes.
+    path_bytes: bytes = field(default=b"", repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,26 @@ class Request:
     items: tuple[Item, ...]
     raw: dict[str, Any] = field(repr=False, compare=False)
 
+    # A worker chooses names and command lines: the text fields hold U+FFFD
+    # where their bytes are not UTF-8; these give the exact bytes. Show
+    # them to a person escaped, never raw (they may hold ESC, CR or bidi
+    # controls).
+
+    @property
+    def path_bytes(self) -> bytes:
+        """The path's exact bytes."""
+        return exact(self.raw, "path") or b""
+
+    @property
+    def target_bytes(self) -> Optional[bytes]:
+        """The target's exact bytes (None without a target)."""
+        return exact(self.raw, "target")
+
+    @property
+    def cmdline_bytes(self) -> bytes:
+        """The command line's exact bytes (its arguments joined by spaces)."""
+        return exact(self.raw, "cmdline") or b""
+
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Request":
         try:
@@ -80,7 +103,12 @@ class Request:
                 time=str(d.get("time", "")),
                 timeout_secs=float(d.get("timeout_secs", 0)),
                 items=tuple(
-                    Item(cls=str(i["class"]), zone=str(i["zone"]), path=str(i["path"]))
+                    Item(
+                        cls=str(i["class"]),
+                        zone=str(i["zone"]),
+                        path=str(i["path"]),
+                        path_bytes=exact(i, "path") or b"",
+                    )
                     for i in d.get("items", [])
                 ),
                 raw=d,
@@ -147,6 +175,10 @@ class Change:
     old_mode: Optional[int] = None
     #: A unified diff, when asked for (staged zones).
     diff: Optional[str] = None
+    #: ``path``'s and ``from_path``'s exact bytes (the text fields hold
+    #: U+FFFD where a name's bytes are not UTF-8).
+    path_bytes: bytes = field(default=b"", repr=False, compare=False)
+    from_bytes: Optional[bytes] = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Change":
@@ -160,6 +192,8 @@ class Change:
             old_size=_opt_int(d.get("old_size")),
             old_mode=_opt_int(d.get("old_mode")),
             diff=_opt_str(d.get("diff")),
+            path_bytes=exact(d, "path") or b"",
+            from_bytes=exact(d, "from"),
         )
 
 
@@ -180,6 +214,8 @@ class Conflict:
 
     path: str
     why: str
+    #: ``path``'s exact bytes.
+    path_bytes: bytes = field(default=b"", repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -190,6 +226,17 @@ class ZoneCommit:
     zone: str
     applied: list[Change]
     conflicts: list[Conflict]
+
+
+def exact(d: dict[str, Any], key: str) -> Optional[bytes]:
+    """The exact bytes of field ``key`` of a protocol object: its
+    ``<key>_b64`` sibling (present when the bytes are not UTF-8), else the
+    text's UTF-8; None when the field is absent."""
+    b64 = d.get(f"{key}_b64")
+    if isinstance(b64, str):
+        return base64.b64decode(b64)
+    v = d.get(key)
+    return None if v is None else str(v).encode()
 
 
 def _opt_int(v: Any) -> Optional[int]:
@@ -364,7 +411,11 @@ class Client:
                 zone=str(z.get("zone", "")),
                 applied=[Change.from_json(c) for c in z.get("applied", [])],
                 conflicts=[
-                    Conflict(path=str(c.get("path", "")), why=str(c.get("why", "")))
+                    Conflict(
+                        path=str(c.get("path", "")),
+                        why=str(c.get("why", "")),
+                        path_bytes=exact(c, "path") or b"",
+                    )
                     for c in z.get("conflicts", [])
                 ],
             )
