@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::OpenOptions;
 use std::io::{self, Write};
+use std::iter;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -26,6 +27,7 @@ use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, Stat, Timespec, T
 use rustix::io::Errno;
 use serde::Serialize;
 
+use super::conflict::{Check, host_changed};
 use super::fingerprints::{Fingerprint, Fingerprints};
 use super::fsops::{self, split};
 use super::{Change, Kind, Layers, changes};
@@ -47,30 +49,6 @@ pub struct CommitReport {
 
 fn io_err(e: Errno, what: &str, p: &Path) -> io::Error {
     fsops::err(e, what, p)
-}
-
-/// Why the backing object at `rel` is not what the worker started from;
-/// None when it is.
-fn host_changed(l: &Layers, fp: &Fingerprints, rel: &Path) -> io::Result<Option<String>> {
-    let now = l
-        .lower
-        .stat(rel)
-        .map_err(|e| io_err(e, "stat", &l.lower.path.join(rel)))?;
-    let same = |a: &Fingerprint, b: &Fingerprint| {
-        (a.dev, a.ino, a.size, a.mtime, a.ctime, a.mode)
-            == (b.dev, b.ino, b.size, b.mtime, b.ctime, b.mode)
-    };
-    Ok(match (fp.get(rel), now) {
-        (Some(None), Some(_)) => Some("the host created it after the worker's change".into()),
-        (Some(Some(_)), None) => Some("the host deleted it after the worker changed it".into()),
-        (Some(Some(was)), Some(st)) if !same(&was, &Fingerprint::of(&st)) => {
-            Some("the host changed it after the worker did".into())
-        }
-        (None, Some(st)) if (st.st_ctime, st.st_ctime_nsec as i64) > fp.created_at() => Some(
-            "the host changed it after the stage was made (its state before is not known)".into(),
-        ),
-        _ => None,
-    })
 }
 
 fn journal_paths(dir: &Path) -> HashSet<PathBuf> {
@@ -112,24 +90,19 @@ pub fn commit(
     let all = changes(l, filter)?;
     let mut report = CommitReport::default();
     let mut todo = Vec::new();
+    let mut check = Check::new(l, fp);
     for c in all {
-        let mut why = None;
-        if !force {
-            for p in std::iter::once(&c.path).chain(c.from.as_ref()) {
-                if resuming.contains(p) {
-                    continue;
-                }
-                if let Some(w) = host_changed(l, fp, p)? {
-                    why = Some(w);
-                    break;
-                }
-            }
-        }
+        let why = if force {
+            None
+        } else {
+            check.change(&c, |p| resuming.contains(p))?
+        };
         match why {
             Some(why) => report.conflicts.push(Conflict { path: c.path, why }),
             None => todo.push(c),
         }
     }
+    let parents_noted = renote(l, fp, &todo)?;
     let mut journal: Vec<&Path> = todo.iter().map(|c| c.path.as_path()).collect();
     journal.extend(todo.iter().filter_map(|c| c.from.as_deref()));
     journal.extend(resuming.iter().map(PathBuf::as_path));
@@ -178,12 +151,46 @@ pub fn commit(
     }
     let keep: HashSet<PathBuf> = report.conflicts.iter().map(|c| c.path.clone()).collect();
     sweep(l, filter, &keep)?;
-    let mut forget: Vec<PathBuf> = todo.iter().map(|c| c.path.clone()).collect();
-    forget.extend(todo.iter().filter_map(|c| c.from.clone()));
-    fp.forget(&forget)?;
+    // What was applied is no change any more (a deleted tree with all
+    // under it); a parent that keeps a note is noted as the commit left
+    // it, so that a dir the commit made is its own at the next one.
+    let (gone, stay): (Vec<&Change>, Vec<&Change>) =
+        todo.iter().partition(|c| c.kind == Kind::Deleted);
+    let exact: Vec<PathBuf> = stay.iter().map(|c| c.path.clone()).collect();
+    let mut trees: Vec<PathBuf> = gone.iter().map(|c| c.path.clone()).collect();
+    trees.extend(todo.iter().filter_map(|c| c.from.clone()));
+    let mut set = Vec::with_capacity(parents_noted.len());
+    for p in parents_noted {
+        let now = l.lower.stat(&p).ok().flatten();
+        set.push((p, now.as_ref().map(Fingerprint::of)));
+    }
+    fp.settle(&exact, &trees, &set)?;
     let _ = std::fs::remove_file(journal_dir.join(JOURNAL));
     report.applied = todo;
     Ok(report)
+}
+
+/// The parents of what `todo` applies that have a note the host has not
+/// made stale: the commit may make them (a dir the worker made) or
+/// replace them (a file the worker replaced with a dir).
+fn renote(l: &Layers, fp: &Fingerprints, todo: &[Change]) -> io::Result<Vec<PathBuf>> {
+    let applied: HashSet<&Path> = todo.iter().map(|c| c.path.as_path()).collect();
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for p in todo
+        .iter()
+        .flat_map(|c| iter::once(&c.path).chain(c.from.as_ref()))
+    {
+        for a in p.ancestors().skip(1) {
+            if a.as_os_str().is_empty() || applied.contains(a) || !seen.insert(a) {
+                continue;
+            }
+            if fp.get(a).is_some() && host_changed(l, fp, a)?.is_none() {
+                out.push(a.to_path_buf());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Drop the stage's changes under `filter` (empty: all); returns them.
