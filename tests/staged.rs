@@ -748,12 +748,18 @@ fn a_host_file_where_the_stage_has_a_new_dir_is_a_conflict_and_stays() {
     );
     assert_eq!(conflicts, ["nd", "nd/i"]);
     assert_eq!(applied, ["other"]);
-    assert_eq!(fs::read_to_string(m.backing("work", "nd")).unwrap(), "host\n");
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "nd")).unwrap(),
+        "host\n"
+    );
     // Still staged; --force replaces the host's file.
     let mnt = m.mountpoint().to_string_lossy().into_owned();
     let out = m.zonemount(&["commit", "--force", &mnt]);
     assert!(out.success(), "{}", out.describe());
-    assert_eq!(fs::read_to_string(m.backing("work", "nd/i")).unwrap(), "i\n");
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "nd/i")).unwrap(),
+        "i\n"
+    );
 }
 
 #[test]
@@ -793,7 +799,10 @@ fn a_host_dir_turned_into_a_file_where_the_stage_changed_inside_is_a_conflict() 
     );
     assert_eq!(conflicts, ["d", "d/new", "d/sub", "d/sub/z"]);
     assert_eq!(applied, ["other"]);
-    assert_eq!(fs::read_to_string(m.backing("work", "d")).unwrap(), "host\n");
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "d")).unwrap(),
+        "host\n"
+    );
 }
 
 #[test]
@@ -869,6 +878,9 @@ fn a_partial_commit_inside_a_new_dir_the_host_made_a_file_is_a_conflict() {
     );
     assert_eq!(conflicts, ["nd/i"]);
     assert!(applied.is_empty(), "{applied:?}");
-    assert_eq!(fs::read_to_string(m.backing("work", "nd")).unwrap(), "host\n");
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "nd")).unwrap(),
+        "host\n"
+    );
     assert!(!m.backing("work", "other").exists(), "not in the filter");
 }

@@ -636,6 +636,82 @@ fn a_host_dir_where_the_stage_has_a_new_dir_keeps_the_host_dir_as_it_is() {
     assert_eq!(host_entries(&s, &["nd"]), before);
 }
 
+#[test]
+fn a_host_child_in_a_dir_the_stage_made_anew_is_a_conflict_and_stays() {
+    let Some(s) = stage() else { return };
+    // rm -r d; mkdir d: the stage's d is opaque, the backing d's entries
+    // are deleted changes.
+    s.note("d/sub/z");
+    s.note("d/sub");
+    s.rm_tree("d");
+    rustix::fs::mkdirat(&s.view, "d", Mode::from_raw_mode(0o755)).unwrap();
+    s.write("d/new", "n\n", false);
+    tick();
+    fs::write(s.lower.join("d/sub/host"), "host's\n").unwrap();
+    fs::write(s.lower.join("d/host"), "host's\n").unwrap();
+    let before = host_entries(&s, &["d/sub", "d/host"]);
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["d/host", "d/sub"], "{r:#?}");
+    assert_eq!(kinds(&r.applied), [("d/new".into(), Kind::Added)]);
+    assert_eq!(host_entries(&s, &["d/sub", "d/host"]), before);
+}
+
+#[test]
+fn a_host_change_under_a_dir_the_stage_replaced_by_a_file_is_a_conflict() {
+    let Some(s) = stage() else { return };
+    s.rm_tree("d");
+    s.write("d", "now a file\n", false);
+    tick();
+    fs::write(s.lower.join("d/sub/host"), "host's\n").unwrap();
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["d"], "{r:#?}");
+    assert!(r.conflicts[0].why.contains("d/sub inside it"), "{r:#?}");
+    assert_eq!(
+        fs::read_to_string(s.lower.join("d/sub/host")).unwrap(),
+        "host's\n"
+    );
+}
+
+#[test]
+fn a_host_edit_of_a_file_the_stage_replaced_by_a_dir_is_a_conflict() {
+    let Some(s) = stage() else { return };
+    s.unlink("f");
+    s.note("f");
+    rustix::fs::mkdirat(&s.view, "f", Mode::from_raw_mode(0o755)).unwrap();
+    s.write("f/x", "x\n", false);
+    tick();
+    fs::write(s.lower.join("f"), "host's\n").unwrap();
+    let l = s.layers();
+    // The new file alone too: its parent would replace the host's file.
+    let r = commit(&l, &s.fp(), &s.zone, &[PathBuf::from("f/x")], false).unwrap();
+    assert_eq!(conflicted(&r), ["f/x"], "{r:#?}");
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["f", "f/x"], "{r:#?}");
+    assert_eq!(fs::read_to_string(s.lower.join("f")).unwrap(), "host's\n");
+    // Unchanged by the host, the same replacement applies.
+    let r = commit(&l, &s.fp(), &s.zone, &[], true).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert_eq!(fs::read_to_string(s.lower.join("f/x")).unwrap(), "x\n");
+}
+
+#[test]
+fn a_file_the_stage_replaced_by_a_dir_is_replaced_when_the_host_left_it() {
+    let Some(s) = stage() else { return };
+    s.unlink("f");
+    s.note("f");
+    rustix::fs::mkdirat(&s.view, "f", Mode::from_raw_mode(0o755)).unwrap();
+    s.write("f/x", "x\n", false);
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[PathBuf::from("f/x")], false).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert_eq!(fs::read_to_string(s.lower.join("f/x")).unwrap(), "x\n");
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert!(changes(&l, &[]).unwrap().is_empty());
+}
+
 /// A partial commit inside a new dir makes that dir on the host: the
 /// next commit takes it for the commit's own, not the host's.
 #[test]
@@ -671,7 +747,9 @@ mod property {
 
     /// The paths both sides act on (the stage's backing tree holds f,
     /// gone, d/sub/z; d/y and n/... are not there).
-    const PATHS: [&str; 9] = ["f", "gone", "d", "d/sub", "d/sub/z", "d/y", "n", "n/m", "n/m/k"];
+    const PATHS: [&str; 9] = [
+        "f", "gone", "d", "d/sub", "d/sub/z", "d/y", "n", "n/m", "n/m/k",
+    ];
 
     #[derive(Debug, Clone)]
     enum Worker {
@@ -764,7 +842,9 @@ mod property {
             return;
         };
         if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
-            if let Ok(d) = rustix::fs::openat(v, rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()) {
+            if let Ok(d) =
+                rustix::fs::openat(v, rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+            {
                 let names: Vec<PathBuf> = rustix::fs::Dir::read_from(&d)
                     .unwrap()
                     .filter_map(Result::ok)
@@ -825,7 +905,12 @@ mod property {
                     stack.push(p.clone());
                     format!("dir {} {:o}", md.ino(), md.mode())
                 } else {
-                    format!("file {} {:o} {:?}", md.ino(), md.mode(), fs::read(&full).unwrap())
+                    format!(
+                        "file {} {:o} {:?}",
+                        md.ino(),
+                        md.mode(),
+                        fs::read(&full).unwrap()
+                    )
                 };
                 out.insert(p, what);
             }
