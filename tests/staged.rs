@@ -883,4 +883,19 @@ fn a_partial_commit_inside_a_new_dir_the_host_made_a_file_is_a_conflict() {
         "host\n"
     );
     assert!(!m.backing("work", "other").exists(), "not in the filter");
+    // People are told where the host's change is.
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = m.zonemount(&["commit", &mnt, "/work/nd/i"]);
+    assert_eq!(out.code(), Some(6), "{}", out.describe());
+    assert!(
+        out.stdout.contains(
+            "conflict  /work/nd/i: the host made a file where the worker made a dir above it (/work/nd)\n"
+        ),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "nd")).unwrap(),
+        "host\n"
+    );
 }

@@ -294,8 +294,12 @@ fn render_commit(answer: &Value) -> String {
         }
         for c in z["conflicts"].as_array().into_iter().flatten() {
             refused += 1;
+            let at = c["at"]
+                .as_str()
+                .map(|at| format!(" (/{name}/{at})"))
+                .unwrap_or_default();
             out.push_str(&format!(
-                "conflict  /{name}/{}: {}\n",
+                "conflict  /{name}/{}: {}{at}\n",
                 c["path"].as_str().unwrap_or("?"),
                 c["why"].as_str().unwrap_or("?")
             ));

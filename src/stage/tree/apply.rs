@@ -39,6 +39,10 @@ const JOURNAL: &str = "commit.journal";
 pub struct Conflict {
     pub path: PathBuf,
     pub why: String,
+    /// Where the host's change is, when not at `path` itself: a dir
+    /// above it, or an entry inside a dir it would remove.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -92,13 +96,13 @@ pub fn commit(
     let mut todo = Vec::new();
     let mut check = Check::new(l, fp);
     for c in all {
-        let why = if force {
+        let conflict = if force {
             None
         } else {
             check.change(&c, |p| resuming.contains(p))?
         };
-        match why {
-            Some(why) => report.conflicts.push(Conflict { path: c.path, why }),
+        match conflict {
+            Some(conflict) => report.conflicts.push(conflict),
             None => todo.push(c),
         }
     }

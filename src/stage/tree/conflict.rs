@@ -22,6 +22,7 @@ use std::{io, iter};
 
 use rustix::fs::{FileType, Stat};
 
+use super::apply::Conflict;
 use super::fingerprints::{Fingerprint, Fingerprints};
 use super::fsops;
 use super::{Change, Kind, Layers, is_dir, type_name};
@@ -34,8 +35,8 @@ enum Parent {
     /// Nothing of the host's can be below it (the worker made it, or
     /// replaced a file there): the paths below are the stage's own.
     Own,
-    /// A host change: every path below is in conflict.
-    Changed(String),
+    /// A host change (why, where): every path below is in conflict.
+    Changed(String, PathBuf),
 }
 
 /// Conflict checks of one commit (parents' verdicts kept: many changes
@@ -55,24 +56,32 @@ impl<'a> Check<'a> {
         }
     }
 
-    /// Why `c` can't be applied without removing or overwriting a host
-    /// change; None when it can. `skip`: paths an interrupted commit was
-    /// applying (its own writes, not the host's).
+    /// The conflict that keeps `c` from being applied without removing
+    /// or overwriting a host change; None when there is none. `skip`:
+    /// paths an interrupted commit was applying (its own writes, not the
+    /// host's).
     pub(super) fn change(
         &mut self,
         c: &Change,
         skip: impl Fn(&Path) -> bool,
-    ) -> io::Result<Option<String>> {
+    ) -> io::Result<Option<Conflict>> {
+        let found = |why: String, at: &Path| {
+            Some(Conflict {
+                path: c.path.clone(),
+                why,
+                at: (at != c.path).then(|| at.to_path_buf()),
+            })
+        };
         for p in iter::once(&c.path).chain(c.from.as_ref()) {
             if skip(p) {
                 continue;
             }
             let parents = self.parents_of(p)?;
-            if let Parent::Changed(why) = parents {
-                return Ok(Some(why));
+            if let Parent::Changed(why, at) = parents {
+                return Ok(found(why, &at));
             }
             if let Some(why) = host_changed(self.l, self.fp, p)? {
-                return Ok(Some(why));
+                return Ok(found(why, p));
             }
             // A dir the stage holds because the worker changed something
             // inside it (the worker's own dirs are noted when made): gone
@@ -83,16 +92,17 @@ impl<'a> Check<'a> {
                 && self.fp.get(p).is_none()
                 && stat(self.l, p)?.is_none()
             {
-                return Ok(Some(
+                return Ok(found(
                     "the host removed this dir after the worker changed something in it".into(),
+                    p,
                 ));
             }
             // Applying it removes a backing directory there: a deletion,
             // a rename's source, anything but a directory put in place.
             let removes = c.kind == Kind::Deleted || c.file_type != "dir" || p != &c.path;
             if removes {
-                if let Some(why) = self.inside(p)? {
-                    return Ok(Some(why));
+                if let Some((why, at)) = self.inside(p)? {
+                    return Ok(found(format!("inside it: {why}"), &at));
                 }
             }
         }
@@ -127,23 +137,23 @@ impl<'a> Check<'a> {
     /// Parent `a` of a staged path (its own parents already passed).
     fn parent(&self, a: &Path) -> io::Result<Parent> {
         let now = stat(self.l, a)?;
-        let shown = a.display();
+        let changed = |why: String| Parent::Changed(why, a.to_path_buf());
         Ok(match (self.fp.get(a), now) {
             // The worker made it; the host made nothing there since.
             (Some(None), None) => Parent::Own,
-            (Some(None), Some(st)) => Parent::Changed(format!(
-                "the host made {shown} (a {}) where the worker made a dir holding it",
+            (Some(None), Some(st)) => changed(format!(
+                "the host made a {} where the worker made a dir above it",
                 type_name(&st)
             )),
-            (Some(Some(_)), None) => Parent::Changed(format!(
-                "the host removed {shown}, a parent dir of it, after the worker's change"
-            )),
+            (Some(Some(_)), None) => {
+                changed("the host removed a dir above it after the worker's change".into())
+            }
             (Some(Some(was)), Some(st)) if was_dir(&was) => {
                 if is_dir(&st) && (was.dev, was.ino) == (st.st_dev, st.st_ino) {
                     Parent::Dir
                 } else {
-                    Parent::Changed(format!(
-                        "the host replaced {shown}, a parent dir of it, with {}",
+                    changed(format!(
+                        "the host replaced a dir above it with {}",
                         another(&st)
                     ))
                 }
@@ -154,28 +164,29 @@ impl<'a> Check<'a> {
                 if was == Fingerprint::of(&st) {
                     Parent::Own
                 } else {
-                    Parent::Changed(format!(
-                        "the host changed {shown} after the worker replaced it with a dir"
+                    changed(format!(
+                        "the host changed a {} above it that the worker replaced with a dir",
+                        type_name(&st)
                     ))
                 }
             }
             // Not noted: the worker didn't change it, so the stage was
             // made over a directory there.
             (None, Some(st)) if is_dir(&st) => Parent::Dir,
-            (None, Some(st)) if after_stage(self.fp, &st) => Parent::Changed(format!(
-                "the host made {shown}, a parent of it, {}",
+            (None, Some(st)) if after_stage(self.fp, &st) => changed(format!(
+                "the host replaced a dir above it with {}",
                 another(&st)
             )),
             (None, Some(_)) => Parent::Own,
-            (None, None) => Parent::Changed(format!(
-                "the host removed {shown}, a parent dir of it (or the stage's note of it was lost)"
-            )),
+            (None, None) => changed(
+                "the host removed a dir above it (or the stage's note of it was lost)".into(),
+            ),
         })
     }
 
     /// The first host change under backing directory `rel` (nothing when
-    /// it is no directory).
-    fn inside(&self, rel: &Path) -> io::Result<Option<String>> {
+    /// it is no directory): why, and where.
+    fn inside(&self, rel: &Path) -> io::Result<Option<(String, PathBuf)>> {
         match stat(self.l, rel)? {
             Some(st) if is_dir(&st) => {}
             _ => return Ok(None),
@@ -188,10 +199,10 @@ impl<'a> Check<'a> {
         for n in names {
             let p = rel.join(n);
             if let Some(why) = host_changed(self.l, self.fp, &p)? {
-                return Ok(Some(format!("{} inside it: {why}", p.display())));
+                return Ok(Some((why, p)));
             }
-            if let Some(why) = self.inside(&p)? {
-                return Ok(Some(why));
+            if let Some(found) = self.inside(&p)? {
+                return Ok(Some(found));
             }
         }
         Ok(None)

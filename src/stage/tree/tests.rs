@@ -473,6 +473,12 @@ fn a_host_file_where_the_stage_has_a_new_dir_is_a_conflict_and_stays() {
     let l = s.layers();
     let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
     assert_eq!(conflicted(&r), ["nd", "nd/inner"], "{r:#?}");
+    let inner = r.conflicts.iter().find(|c| c.path == Path::new("nd/inner"));
+    assert_eq!(
+        inner.and_then(|c| c.at.as_deref()),
+        Some(Path::new("nd")),
+        "{r:#?}"
+    );
     assert_eq!(kinds(&r.applied), [("other".into(), Kind::Added)]);
     assert_eq!(host_entries(&s, &["nd"]), before);
     assert_eq!(fs::read_to_string(s.lower.join("nd")).unwrap(), "host's\n");
@@ -667,7 +673,8 @@ fn a_host_change_under_a_dir_the_stage_replaced_by_a_file_is_a_conflict() {
     let l = s.layers();
     let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
     assert_eq!(conflicted(&r), ["d"], "{r:#?}");
-    assert!(r.conflicts[0].why.contains("d/sub inside it"), "{r:#?}");
+    assert!(r.conflicts[0].why.starts_with("inside it: "), "{r:#?}");
+    assert_eq!(r.conflicts[0].at.as_deref(), Some(Path::new("d/sub")));
     assert_eq!(
         fs::read_to_string(s.lower.join("d/sub/host")).unwrap(),
         "host's\n"

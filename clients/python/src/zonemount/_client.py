@@ -176,10 +176,13 @@ class ZoneChanges:
 
 @dataclass(frozen=True)
 class Conflict:
-    """A path a commit left in the stage, and why."""
+    """A path a commit left in the stage, and why; ``at``: where the
+    host's change is when not at ``path`` itself (a dir above it, or an
+    entry inside a dir it would remove)."""
 
     path: str
     why: str
+    at: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -364,7 +367,11 @@ class Client:
                 zone=str(z.get("zone", "")),
                 applied=[Change.from_json(c) for c in z.get("applied", [])],
                 conflicts=[
-                    Conflict(path=str(c.get("path", "")), why=str(c.get("why", "")))
+                    Conflict(
+                        path=str(c.get("path", "")),
+                        why=str(c.get("why", "")),
+                        at=str(c["at"]) if "at" in c else None,
+                    )
                     for c in z.get("conflicts", [])
                 ],
             )
