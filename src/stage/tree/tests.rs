@@ -777,6 +777,7 @@ mod property {
         Symlink(usize),
         /// Whatever is there replaced by a file.
         File(usize),
+        Chmod(usize),
     }
 
     fn worker_op() -> impl Strategy<Value = Worker> {
@@ -798,7 +799,8 @@ mod property {
             p.clone().prop_map(Host::Mkdir),
             p.clone().prop_map(Host::Remove),
             p.clone().prop_map(Host::Symlink),
-            p.prop_map(Host::File),
+            p.clone().prop_map(Host::File),
+            p.prop_map(Host::Chmod),
         ]
     }
 
@@ -893,6 +895,7 @@ mod property {
                 clear(&at(p));
                 fs::write(at(p), format!("h{i}\n"))
             }
+            Host::Chmod(p) => fs::set_permissions(at(p), fs::Permissions::from_mode(0o711)),
         };
     }
 
@@ -930,9 +933,12 @@ mod property {
 
         #[test]
         fn a_commit_without_force_never_touches_what_the_host_changed(
-            work in prop::collection::vec(worker_op(), 1..6),
+            work in prop::collection::vec(worker_op(), 1..8),
             hosts in prop::collection::vec(host_op(), 0..3),
+            only in prop::collection::vec(0..PATHS.len(), 0..2),
         ) {
+            // A partial commit (`commit PATH...`) when `only` names some.
+            let filter: Vec<PathBuf> = only.iter().map(|i| PathBuf::from(PATHS[*i])).collect();
             let Some(s) = stage() else { return Ok(()) };
             for (i, op) in work.iter().enumerate() {
                 act(&s, op, i);
@@ -947,7 +953,7 @@ mod property {
             }
             let hosted = snapshot(&s.lower);
             let l = s.layers();
-            let r = commit(&l, &s.fp(), &s.zone, &[], false);
+            let r = commit(&l, &s.fp(), &s.zone, &filter, false);
             prop_assert!(r.is_ok(), "commit: {r:?}");
             let r = r.unwrap();
             let after = snapshot(&s.lower);
@@ -964,7 +970,16 @@ mod property {
             }
             if hosts.is_empty() {
                 prop_assert!(r.conflicts.is_empty(), "{:#?}", r);
-                prop_assert_eq!(listing(&s.lower), view);
+                if filter.is_empty() {
+                    prop_assert_eq!(listing(&s.lower), view);
+                } else {
+                    // The rest commits after it without a conflict.
+                    let r = commit(&l, &s.fp(), &s.zone, &[], false);
+                    prop_assert!(r.is_ok(), "commit: {r:?}");
+                    let r = r.unwrap();
+                    prop_assert!(r.conflicts.is_empty(), "{:#?}", r);
+                    prop_assert_eq!(listing(&s.lower), view);
+                }
             }
             // --force then applies the rest: nothing staged is left.
             let r = commit(&l, &s.fp(), &s.zone, &[], true);
