@@ -165,8 +165,12 @@ pub fn commit(
     trees.extend(todo.iter().filter_map(|c| c.from.clone()));
     let mut set = Vec::with_capacity(parents_noted.len());
     for p in parents_noted {
-        let now = l.lower.stat(&p).ok().flatten();
-        set.push((p, now.as_ref().map(Fingerprint::of)));
+        if trees.iter().any(|t| p.starts_with(t)) {
+            continue;
+        }
+        if let Ok(Some(now)) = l.lower.stat(&p) {
+            set.push((p, Some(Fingerprint::of(&now))));
+        }
     }
     fp.settle(&exact, &trees, &set)?;
     let _ = std::fs::remove_file(journal_dir.join(JOURNAL));
