@@ -899,3 +899,26 @@ fn a_partial_commit_inside_a_new_dir_the_host_made_a_file_is_a_conflict() {
         "host\n"
     );
 }
+
+#[test]
+fn a_backing_dir_the_host_replaced_is_a_conflict_for_every_change() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let backing = m.backing("work", "");
+    let old = backing.with_file_name("b.old");
+    let (conflicts, applied) = conflicted_commit(
+        &m,
+        "echo w > f",
+        |b| {
+            fs::rename(b, &old).unwrap();
+            fs::create_dir(b).unwrap();
+        },
+        &[],
+    );
+    assert_eq!(conflicts, ["f", "other"]);
+    assert!(applied.is_empty(), "{applied:?}");
+    assert_eq!(fs::read_dir(&backing).unwrap().count(), 0);
+    assert_eq!(fs::read_to_string(old.join("f")).unwrap(), "old\n");
+}

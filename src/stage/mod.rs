@@ -136,6 +136,16 @@ impl Stages {
                 rustix::fs::Mode::empty(),
             )
             .map_err(|e| io(e.into()))?;
+            // The dir the stage is made over: a commit into another one
+            // (the host moved a new dir to the backing path) conflicts.
+            fingerprints
+                .note_first(Path::new(""), || {
+                    rustix::fs::fstat(&lower)
+                        .ok()
+                        .as_ref()
+                        .map(tree::Fingerprint::of)
+                })
+                .map_err(io)?;
             zones.push(Some(ZoneStage {
                 name: z.name.clone(),
                 backing: z.backing.clone(),

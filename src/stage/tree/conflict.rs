@@ -45,6 +45,9 @@ pub(super) struct Check<'a> {
     l: &'a Layers,
     fp: &'a Fingerprints,
     parents: HashMap<PathBuf, Parent>,
+    /// Whether the backing dir is another than the stage was made over
+    /// (why), once asked.
+    root: Option<Option<String>>,
 }
 
 impl<'a> Check<'a> {
@@ -53,6 +56,7 @@ impl<'a> Check<'a> {
             l,
             fp,
             parents: HashMap::new(),
+            root: None,
         }
     }
 
@@ -72,6 +76,9 @@ impl<'a> Check<'a> {
                 at: (at != c.path).then(|| at.to_path_buf()),
             })
         };
+        if let Some(why) = self.root()? {
+            return Ok(found(why, &c.path));
+        }
         for p in iter::once(&c.path).chain(c.from.as_ref()) {
             if skip(p) {
                 continue;
@@ -107,6 +114,28 @@ impl<'a> Check<'a> {
             }
         }
         Ok(None)
+    }
+
+    /// Why the backing dir is not the one the stage was made over (the
+    /// daemon notes it when it mounts the stage); None when it is, or
+    /// when nothing was noted.
+    fn root(&mut self) -> io::Result<Option<String>> {
+        if let Some(known) = &self.root {
+            return Ok(known.clone());
+        }
+        let why = match self.fp.get(Path::new("")) {
+            Some(Some(was)) => {
+                let now = rustix::fs::fstat(self.l.lower.fd())
+                    .map_err(|e| fsops::err(e, "stat", &self.l.lower.path))?;
+                ((was.dev, was.ino) != (now.st_dev, now.st_ino)).then(|| {
+                    "the host put another dir at the zone's backing path after the stage was made"
+                        .to_string()
+                })
+            }
+            _ => None,
+        };
+        self.root = Some(why.clone());
+        Ok(why)
     }
 
     /// What `rel`'s parents say, top down: the first host change, or

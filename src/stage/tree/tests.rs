@@ -719,6 +719,27 @@ fn a_file_the_stage_replaced_by_a_dir_is_replaced_when_the_host_left_it() {
     assert!(changes(&l, &[]).unwrap().is_empty());
 }
 
+#[test]
+fn a_backing_dir_the_host_replaced_is_a_conflict_for_every_change() {
+    let Some(s) = stage() else { return };
+    // As the daemon does when it mounts the stage.
+    s.note("");
+    s.write("f", "worker\n", false);
+    s.write("new", "n\n", false);
+    s.unlink("gone");
+    tick();
+    let old = s.lower.with_file_name("lower.old");
+    fs::rename(&s.lower, &old).unwrap();
+    fs::create_dir(&s.lower).unwrap();
+    fs::write(s.lower.join("gone"), "host's\n").unwrap();
+    let (before, before_old) = (listing(&s.lower), listing(&old));
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["f", "gone", "new"], "{r:#?}");
+    assert!(r.conflicts[0].why.contains("another dir"), "{r:#?}");
+    assert_eq!((listing(&s.lower), listing(&old)), (before, before_old));
+}
+
 /// A partial commit inside a new dir makes that dir on the host: the
 /// next commit takes it for the commit's own, not the host's.
 #[test]
