@@ -66,6 +66,14 @@ fn journal_paths(dir: &Path) -> HashSet<PathBuf> {
         .unwrap_or_default()
 }
 
+/// The paths a commit applying `todo` names in its journal.
+fn journaled<'a>(todo: &'a [Change], resuming: &'a HashSet<PathBuf>) -> Vec<&'a Path> {
+    let mut journal: Vec<&Path> = todo.iter().map(|c| c.path.as_path()).collect();
+    journal.extend(todo.iter().filter_map(|c| c.from.as_deref()));
+    journal.extend(resuming.iter().map(PathBuf::as_path));
+    journal
+}
+
 fn write_journal(dir: &Path, paths: &[&Path]) -> io::Result<()> {
     let mut f = OpenOptions::new()
         .write(true)
@@ -90,6 +98,19 @@ pub fn commit(
     filter: &[PathBuf],
     force: bool,
 ) -> io::Result<CommitReport> {
+    commit_with(l, fp, journal_dir, filter, force, &mut || {})
+}
+
+/// [`commit`], calling `between` after the checks, before anything is
+/// applied (tests: a host change made while a commit runs).
+pub(super) fn commit_with(
+    l: &Layers,
+    fp: &Fingerprints,
+    journal_dir: &Path,
+    filter: &[PathBuf],
+    force: bool,
+    between: &mut dyn FnMut(),
+) -> io::Result<CommitReport> {
     let resuming = journal_paths(journal_dir);
     let all = changes(l, filter)?;
     let mut report = CommitReport::default();
@@ -106,11 +127,23 @@ pub fn commit(
             None => todo.push(c),
         }
     }
+    let guard = (!force).then(|| check.guard());
     let parents_noted = renote(l, fp, &todo)?;
-    let mut journal: Vec<&Path> = todo.iter().map(|c| c.path.as_path()).collect();
-    journal.extend(todo.iter().filter_map(|c| c.from.as_deref()));
-    journal.extend(resuming.iter().map(PathBuf::as_path));
-    write_journal(journal_dir, &journal)?;
+    write_journal(journal_dir, &journaled(&todo, &resuming))?;
+    between();
+    // Each step looks again at what it would remove or overwrite (a host
+    // change made since the checks is a conflict too).
+    let mut late = Vec::new();
+    let mut is_late = |c: &Change| -> io::Result<bool> {
+        let Some(g) = &guard else { return Ok(false) };
+        Ok(match g.late(l, c, |p| resuming.contains(p))? {
+            Some(conflict) => {
+                late.push(conflict);
+                true
+            }
+            None => false,
+        })
+    };
     let root = rustix::process::geteuid().is_root();
     let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
     // Directories first (parents before children), then everything else
@@ -120,9 +153,15 @@ pub fn commit(
         .iter()
         .partition(|c| c.file_type == "dir" && c.kind != Kind::Deleted);
     for c in &dirs {
+        if is_late(c)? {
+            continue;
+        }
         ensure_dir(l, &c.path)?;
     }
     for c in rest.iter().filter(|c| c.kind != Kind::Deleted) {
+        if is_late(c)? {
+            continue;
+        }
         put(l, &c.path, root, &mut links)?;
         if let Some(from) = &c.from {
             delete(l, from)?;
@@ -135,12 +174,31 @@ pub fn commit(
         .collect();
     deletions.sort_by(|a, b| b.path.cmp(&a.path));
     for c in deletions {
+        if is_late(c)? {
+            continue;
+        }
         delete(l, &c.path)?;
     }
     let mut dirs = dirs;
     dirs.sort_by(|a, b| b.path.cmp(&a.path));
     for c in &dirs {
+        if late.iter().any(|x| x.path == c.path) {
+            continue;
+        }
+        if let Some(g) = &guard {
+            if let Some(conflict) = g.late_attrs(l, c)? {
+                late.push(conflict);
+                continue;
+            }
+        }
         dir_attrs(l, &c.path, root)?;
+    }
+    let late_paths: HashSet<PathBuf> = late.iter().map(|c| c.path.clone()).collect();
+    if !late.is_empty() {
+        // Left in the stage as conflicts: a re-run checks them again.
+        todo.retain(|c| !late_paths.contains(&c.path));
+        report.conflicts.append(&mut late);
+        write_journal(journal_dir, &journaled(&todo, &resuming))?;
     }
     // Durable before the stage lets go of anything (one sync of the
     // backing filesystem, not one per file): a crash before this point
@@ -168,8 +226,13 @@ pub fn commit(
         if trees.iter().any(|t| p.starts_with(t)) {
             continue;
         }
-        if let Ok(Some(now)) = l.lower.stat(&p) {
-            set.push((p, Some(Fingerprint::of(&now))));
+        // Only as a dir (what the commit makes): anything else there is
+        // the host's, and keeps the note that says so.
+        match l.lower.stat(&p) {
+            Ok(Some(now)) if FileType::from_raw_mode(now.st_mode) == FileType::Directory => {
+                set.push((p, Some(Fingerprint::of(&now))));
+            }
+            _ => {}
         }
     }
     fp.settle(&exact, &trees, &set)?;

@@ -48,6 +48,8 @@ pub(super) struct Check<'a> {
     /// Whether the backing dir is another than the stage was made over
     /// (why), once asked.
     root: Option<Option<String>>,
+    /// Each backing path looked at, as it was.
+    seen: HashMap<PathBuf, Option<Fingerprint>>,
 }
 
 impl<'a> Check<'a> {
@@ -57,7 +59,27 @@ impl<'a> Check<'a> {
             fp,
             parents: HashMap::new(),
             root: None,
+            seen: HashMap::new(),
         }
+    }
+
+    /// What the checks saw, to guard the commit's steps with.
+    pub(super) fn guard(self) -> Guard {
+        Guard { seen: self.seen }
+    }
+
+    /// `rel` in the backing dir, kept as seen.
+    fn look(&mut self, rel: &Path) -> io::Result<Option<Stat>> {
+        let st = stat(self.l, rel)?;
+        self.seen
+            .insert(rel.to_path_buf(), st.as_ref().map(Fingerprint::of));
+        Ok(st)
+    }
+
+    /// [`host_changed`], kept as seen.
+    fn host_changed(&mut self, rel: &Path) -> io::Result<Option<String>> {
+        let now = self.look(rel)?;
+        Ok(judge(self.fp, rel, now.as_ref()))
     }
 
     /// The conflict that keeps `c` from being applied without removing
@@ -87,7 +109,7 @@ impl<'a> Check<'a> {
             if let Parent::Changed(why, at) = parents {
                 return Ok(found(why, &at));
             }
-            if let Some(why) = host_changed(self.l, self.fp, p)? {
+            if let Some(why) = self.host_changed(p)? {
                 return Ok(found(why, p));
             }
             // A dir the stage holds because the worker changed something
@@ -164,8 +186,8 @@ impl<'a> Check<'a> {
     }
 
     /// Parent `a` of a staged path (its own parents already passed).
-    fn parent(&self, a: &Path) -> io::Result<Parent> {
-        let now = stat(self.l, a)?;
+    fn parent(&mut self, a: &Path) -> io::Result<Parent> {
+        let now = self.look(a)?;
         let changed = |why: String| Parent::Changed(why, a.to_path_buf());
         Ok(match (self.fp.get(a), now) {
             // The worker made it; the host made nothing there since.
@@ -215,8 +237,8 @@ impl<'a> Check<'a> {
 
     /// The first host change under backing directory `rel` (nothing when
     /// it is no directory): why, and where.
-    fn inside(&self, rel: &Path) -> io::Result<Option<(String, PathBuf)>> {
-        match stat(self.l, rel)? {
+    fn inside(&mut self, rel: &Path) -> io::Result<Option<(String, PathBuf)>> {
+        match self.look(rel)? {
             Some(st) if is_dir(&st) => {}
             _ => return Ok(None),
         }
@@ -227,7 +249,7 @@ impl<'a> Check<'a> {
             .map_err(|e| fsops::err(e, "list", &self.l.lower.path.join(rel)))?;
         for n in names {
             let p = rel.join(n);
-            if let Some(why) = host_changed(self.l, self.fp, &p)? {
+            if let Some(why) = self.host_changed(&p)? {
                 return Ok(Some((why, p)));
             }
             if let Some(found) = self.inside(&p)? {
@@ -268,20 +290,145 @@ pub(super) fn host_changed(
     fp: &Fingerprints,
     rel: &Path,
 ) -> io::Result<Option<String>> {
-    let now = stat(l, rel)?;
-    let same = |a: &Fingerprint, b: &Fingerprint| {
-        (a.dev, a.ino, a.size, a.mtime, a.ctime, a.mode)
-            == (b.dev, b.ino, b.size, b.mtime, b.ctime, b.mode)
-    };
-    Ok(match (fp.get(rel), now) {
+    Ok(judge(fp, rel, stat(l, rel)?.as_ref()))
+}
+
+/// [`host_changed`] of `rel`, found `now` in the backing dir.
+fn judge(fp: &Fingerprints, rel: &Path, now: Option<&Stat>) -> Option<String> {
+    match (fp.get(rel), now) {
         (Some(None), Some(_)) => Some("the host created it after the worker's change".into()),
         (Some(Some(_)), None) => Some("the host deleted it after the worker changed it".into()),
-        (Some(Some(was)), Some(st)) if !same(&was, &Fingerprint::of(&st)) => {
+        (Some(Some(was)), Some(st)) if was != Fingerprint::of(st) => {
             Some("the host changed it after the worker did".into())
         }
-        (None, Some(st)) if after_stage(fp, &st) => Some(
+        (None, Some(st)) if after_stage(fp, st) => Some(
             "the host changed it after the stage was made (its state before is not known)".into(),
         ),
         _ => None,
-    })
+    }
+}
+
+/// What the conflict checks saw of each backing path they looked at.
+/// Just before a change is applied, what applying it would remove or
+/// overwrite must still be that: a host change made after the checks,
+/// while the commit runs, is a conflict too (the window is one step, not
+/// the whole commit).
+pub(super) struct Guard {
+    seen: HashMap<PathBuf, Option<Fingerprint>>,
+}
+
+impl Guard {
+    /// The conflict a host change made since the checks gives `c`; None
+    /// when applying it now removes and overwrites nothing else than the
+    /// checks saw (`skip`: as for [`Check::change`]).
+    pub(super) fn late(
+        &self,
+        l: &Layers,
+        c: &Change,
+        skip: impl Fn(&Path) -> bool,
+    ) -> io::Result<Option<Conflict>> {
+        let found = |at: &Path| {
+            Some(Conflict {
+                path: c.path.clone(),
+                why: "the host changed it while the commit ran".into(),
+                at: (at != c.path).then(|| at.to_path_buf()),
+            })
+        };
+        for p in iter::once(&c.path).chain(c.from.as_ref()) {
+            if skip(p) {
+                continue;
+            }
+            // A parent the commit would replace with a dir, or make again.
+            for a in p.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+                if a.as_os_str().is_empty() {
+                    continue;
+                }
+                match stat(l, a)? {
+                    None if self.existed(a) => return Ok(found(a)),
+                    None => break,
+                    Some(st) if !is_dir(&st) && !self.was(a, &st) => return Ok(found(a)),
+                    Some(_) => {}
+                }
+            }
+            let removes = c.kind == Kind::Deleted || c.file_type != "dir" || p != &c.path;
+            match stat(l, p)? {
+                // Gone: made again only where the checks saw nothing.
+                None if p != &c.path || c.kind == Kind::Deleted => {}
+                None if self.existed(p) => return Ok(found(p)),
+                None => {}
+                Some(st) if is_dir(&st) && !removes => {}
+                Some(st) if !self.was(p, &st) => return Ok(found(p)),
+                Some(st) if is_dir(&st) => {
+                    if let Some(at) = self.inside_changed(l, p)? {
+                        return Ok(found(&at));
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// The conflict a host change to directory `c`'s mode since the
+    /// checks gives it, before the commit sets the stage's (a dir the
+    /// commit made, or one whose entries it changed, is no conflict).
+    pub(super) fn late_attrs(&self, l: &Layers, c: &Change) -> io::Result<Option<Conflict>> {
+        let (Some(st), Some(Some(f))) = (stat(l, &c.path)?, self.seen.get(&c.path)) else {
+            return Ok(None);
+        };
+        if !was_dir(f) {
+            // The commit replaced a file there with the dir.
+            return Ok(None);
+        }
+        Ok(
+            (!is_dir(&st) || (f.dev, f.ino, f.mode) != (st.st_dev, st.st_ino, st.st_mode)).then(
+                || Conflict {
+                    path: c.path.clone(),
+                    why: "the host changed it while the commit ran".into(),
+                    at: None,
+                },
+            ),
+        )
+    }
+
+    /// Whether the checks saw something at `rel`.
+    fn existed(&self, rel: &Path) -> bool {
+        matches!(self.seen.get(rel), Some(Some(_)))
+    }
+
+    /// Whether `st` is what the checks saw at `rel` (a dir: the same one,
+    /// same mode, its times left out: the commit's own steps move them;
+    /// a file's ctime left out: so do the commit's renames of its links).
+    fn was(&self, rel: &Path, st: &Stat) -> bool {
+        let Some(Some(f)) = self.seen.get(rel) else {
+            return false;
+        };
+        let now = Fingerprint::of(st);
+        if is_dir(st) {
+            return was_dir(f) && (f.dev, f.ino, f.mode) == (now.dev, now.ino, now.mode);
+        }
+        (f.dev, f.ino, f.size, f.mtime, f.mode) == (now.dev, now.ino, now.size, now.mtime, now.mode)
+    }
+
+    /// The first entry under backing dir `rel` that the checks did not see
+    /// as it is now.
+    fn inside_changed(&self, l: &Layers, rel: &Path) -> io::Result<Option<PathBuf>> {
+        let names = l
+            .lower
+            .names(rel)
+            .map_err(|e| fsops::err(e, "list", &l.lower.path.join(rel)))?;
+        for n in names {
+            let p = rel.join(n);
+            let Some(st) = stat(l, &p)? else { continue };
+            if !self.was(&p, &st) {
+                return Ok(Some(p));
+            }
+            if is_dir(&st) {
+                if let Some(at) = self.inside_changed(l, &p)? {
+                    return Ok(Some(at));
+                }
+            }
+        }
+        Ok(None)
+    }
 }

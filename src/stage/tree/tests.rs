@@ -740,6 +740,64 @@ fn a_backing_dir_the_host_replaced_is_a_conflict_for_every_change() {
     assert_eq!((listing(&s.lower), listing(&old)), (before, before_old));
 }
 
+/// A host change made while the commit runs (after its checks, before
+/// its steps): each step looks again at what it would remove or
+/// overwrite.
+#[test]
+fn a_host_change_made_while_the_commit_runs_is_a_conflict_and_stays() {
+    let Some(s) = stage() else { return };
+    new_dir_and_other(&s);
+    s.write("f", "worker\n", false);
+    s.rm_tree("d");
+    s.write("gone", "worker\n", false);
+    let l = s.layers();
+    let lower = s.lower.clone();
+    let mut host = || {
+        tick();
+        fs::write(lower.join("nd"), "host's\n").unwrap();
+        fs::write(lower.join("f"), "host's\n").unwrap();
+        fs::write(lower.join("d/sub/host"), "host's\n").unwrap();
+        fs::rename(lower.join("gone"), lower.join("gone.old")).unwrap();
+        fs::create_dir(lower.join("gone")).unwrap();
+    };
+    let r = super::apply::commit_with(&l, &s.fp(), &s.zone, &[], false, &mut host).unwrap();
+    assert_eq!(
+        conflicted(&r),
+        ["d", "f", "gone", "nd", "nd/inner"],
+        "{r:#?}"
+    );
+    assert!(
+        r.conflicts
+            .iter()
+            .all(|c| c.why.contains("while the commit ran")),
+        "{r:#?}"
+    );
+    assert_eq!(kinds(&r.applied), [("other".into(), Kind::Added)]);
+    for f in ["nd", "f", "d/sub/host"] {
+        assert_eq!(
+            fs::read_to_string(s.lower.join(f)).unwrap(),
+            "host's\n",
+            "{f}"
+        );
+    }
+    assert!(s.lower.join("d/sub/z").exists() && s.lower.join("gone").is_dir());
+    // Still staged: the next commit finds them by the notes; --force
+    // applies them.
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(
+        conflicted(&r),
+        ["d", "f", "gone", "nd", "nd/inner"],
+        "{r:#?}"
+    );
+    let r = commit(&l, &s.fp(), &s.zone, &[], true).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert_eq!(
+        fs::read_to_string(s.lower.join("nd/inner")).unwrap(),
+        "in\n"
+    );
+    assert!(!s.lower.join("d").exists());
+}
+
 /// A partial commit inside a new dir makes that dir on the host: the
 /// next commit takes it for the commit's own, not the host's.
 #[test]
@@ -950,13 +1008,14 @@ mod property {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
 
         #[test]
         fn a_commit_without_force_never_touches_what_the_host_changed(
             work in prop::collection::vec(worker_op(), 1..8),
             hosts in prop::collection::vec(host_op(), 0..3),
             only in prop::collection::vec(0..PATHS.len(), 0..2),
+            during in any::<bool>(),
         ) {
             // A partial commit (`commit PATH...`) when `only` names some.
             let filter: Vec<PathBuf> = only.iter().map(|i| PathBuf::from(PATHS[*i])).collect();
@@ -966,16 +1025,27 @@ mod property {
             }
             let view = view_listing(&s);
             let before = snapshot(&s.lower);
-            if !hosts.is_empty() {
-                tick();
-            }
-            for (i, op) in hosts.iter().enumerate() {
-                host(&s, op, i);
-            }
-            let hosted = snapshot(&s.lower);
+            // The host acts before the commit, or (`during`) while it
+            // runs: after its checks, before its first step.
+            let mut hosted = None;
+            let mut host_acts = || {
+                if !hosts.is_empty() {
+                    tick();
+                }
+                for (i, op) in hosts.iter().enumerate() {
+                    host(&s, op, i);
+                }
+                hosted = Some(snapshot(&s.lower));
+            };
             let l = s.layers();
-            let r = commit(&l, &s.fp(), &s.zone, &filter, false);
+            let r = if during {
+                super::super::apply::commit_with(&l, &s.fp(), &s.zone, &filter, false, &mut host_acts)
+            } else {
+                host_acts();
+                commit(&l, &s.fp(), &s.zone, &filter, false)
+            };
             prop_assert!(r.is_ok(), "commit: {r:?}");
+            let hosted = hosted.unwrap();
             let r = r.unwrap();
             let after = snapshot(&s.lower);
             let mut touched: Vec<&PathBuf> = before.keys().chain(hosted.keys()).collect();
