@@ -1,9 +1,10 @@
 //! Commit (the stage applied to the backing dir) and discard (the stage
 //! dropped).
 //!
-//! A commit checks every change for a conflict first (the backing object
-//! is not what it was when the worker first changed it), then applies the
-//! rest in an order that never leaves a torn file: directories made,
+//! A commit checks every change for a conflict first (a host change on
+//! its path, a parent, or under a dir it removes: see `conflict`), then
+//! applies the rest, each step looking again at what it would remove or
+//! overwrite, in an order that never leaves a torn file: directories made,
 //! each file and symlink written to a temp name beside its target and
 //! renamed over it (mode, owner when root, times and user xattrs set
 //! before the rename), then deletions deepest first, then directories'

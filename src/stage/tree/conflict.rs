@@ -10,7 +10,12 @@
 //!   where the worker made it;
 //! - everything under it, where applying it removes a backing directory
 //!   (a deletion, a file or symlink in place of a directory, a rename's
-//!   source): each entry there must be what the worker last saw.
+//!   source): each entry there must be what the worker last saw;
+//! - the backing dir itself: the one the stage was made over.
+//!
+//! [`Check`] judges each change before anything is applied; [`Guard`],
+//! what it saw, lets each step of the commit look again just before it
+//! acts (a host change made while the commit runs).
 //!
 //! A path without a fingerprint (the daemon noted nothing, as after a
 //! machine crash) is judged by the stage's creation time: more conflicts,
