@@ -37,8 +37,9 @@ pub(crate) struct CommitArgs {
     /// One JSON object: what was applied, and each conflict.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Apply a path even where the host changed its backing file since
-    /// the worker first changed it (the host's change is overwritten).
+    /// Apply conflicts too: the host's change is overwritten, and what
+    /// the host made in the way (a file where the stage has a dir, files
+    /// in a dir the worker deleted) is removed.
     #[arg(long)]
     pub(crate) force: bool,
     /// A mount's directory, or a stage dir no mount is using.
