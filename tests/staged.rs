@@ -922,3 +922,29 @@ fn a_backing_dir_the_host_replaced_is_a_conflict_for_every_change() {
     assert_eq!(fs::read_dir(&backing).unwrap().count(), 0);
     assert_eq!(fs::read_to_string(old.join("f")).unwrap(), "old\n");
 }
+
+/// A stage that holds no change is made over whatever dir is at the
+/// backing path when it is mounted again (a project cloned afresh).
+#[test]
+fn an_empty_stage_mounted_over_a_new_backing_dir_commits_into_it() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = staged("{ write: ask }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(&m, "work", "echo w > f");
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(m.unmount().success());
+    let backing = m.backing("work", "");
+    fs::rename(&backing, backing.with_file_name("b.old")).unwrap();
+    fs::create_dir(&backing).unwrap();
+    let out = mount_again(&m, m.mountpoint());
+    assert!(out.success(), "remount: {}", out.describe());
+    let out = worker(&m, "work", "echo n > g");
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(fs::read_to_string(m.backing("work", "g")).unwrap(), "n\n");
+}

@@ -155,7 +155,8 @@ impl Fingerprints {
     }
 
     /// Drop the fingerprints of `paths` and everything under them (after
-    /// a commit or discard), rewriting the file atomically.
+    /// a commit or discard; the backing dir's own stays), rewriting the
+    /// file atomically.
     pub fn forget(&self, paths: &[PathBuf]) -> io::Result<()> {
         self.settle(&[], paths, &[])
     }
@@ -172,10 +173,13 @@ impl Fingerprints {
     ) -> io::Result<()> {
         let mut k = self.known.lock();
         let before = k.map.len();
-        let all = trees.iter().any(|p| p.as_os_str().is_empty());
         let exact: HashSet<&PathBuf> = exact.iter().collect();
-        k.map
-            .retain(|p, _| !all && !exact.contains(p) && !trees.iter().any(|f| p.starts_with(f)));
+        // The backing dir's own note (the dir the stage is made over)
+        // outlives what is under it.
+        k.map.retain(|p, _| {
+            p.as_os_str().is_empty()
+                || (!exact.contains(p) && !trees.iter().any(|f| p.starts_with(f)))
+        });
         let mut changed = k.map.len() != before;
         for (p, s) in set {
             changed |= k.map.insert(p.clone(), *s) != Some(*s);

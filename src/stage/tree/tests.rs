@@ -738,6 +738,10 @@ fn a_backing_dir_the_host_replaced_is_a_conflict_for_every_change() {
     assert_eq!(conflicted(&r), ["f", "gone", "new"], "{r:#?}");
     assert!(r.conflicts[0].why.contains("another dir"), "{r:#?}");
     assert_eq!((listing(&s.lower), listing(&old)), (before, before_old));
+    // Dropping every change keeps the note of the dir the stage is made
+    // over (the mount goes on over it).
+    discard(&l, &s.fp(), &[]).unwrap();
+    assert!(s.fp().get(Path::new("")).is_some_and(|f| f.is_some()));
 }
 
 /// A host change made while the commit runs (after its checks, before
