@@ -689,3 +689,262 @@ fn the_rust_api_reviews_commits_and_discards() {
     mount.unmount().unwrap();
     assert!(!is_mounted(&mnt));
 }
+
+// Commit never deletes what the host made: a host change on a path a
+// staged change needs (the path, a parent, a child) is a conflict, left
+// as the host made it without --force; the rest is applied.
+
+/// The worker's `script` (it also writes `other`, which nothing
+/// conflicts with), then the host's change, then `commit --json` of
+/// `paths` (all when empty): exit 6, the host's tree as it made it (the
+/// worker's `other` aside, when committed); returns the conflicts' and
+/// the applied changes' paths, sorted.
+fn conflicted_commit(
+    m: &TestMount,
+    script: &str,
+    host: impl FnOnce(&Path),
+    paths: &[&str],
+) -> (Vec<String>, Vec<String>) {
+    let out = worker(m, "work", &format!("set -e; echo o > other; {script}"));
+    assert!(out.success(), "{}", out.describe());
+    // The host's change gets other times than the stage's notes.
+    std::thread::sleep(Duration::from_millis(20));
+    let backing = m.backing("work", "");
+    host(&backing);
+    let before = tree_listing(&backing, true);
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let mut args = vec!["commit", "--json", &mnt];
+    args.extend(paths);
+    let out = m.zonemount(&args);
+    assert_eq!(out.code(), Some(6), "conflicts exit 6: {}", out.describe());
+    let mut after = tree_listing(&backing, true);
+    after.retain(|l| !l.starts_with("other: "));
+    assert_eq!(after, before, "the host's tree as it made it");
+    let v = json_of(&out);
+    let of = |key: &str| {
+        let mut p: Vec<String> = v["zones"][0][key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| c["path"].as_str().unwrap_or("?").to_string())
+            .collect();
+        p.sort();
+        p
+    };
+    (of("conflicts"), of("applied"))
+}
+
+#[test]
+fn a_host_file_where_the_stage_has_a_new_dir_is_a_conflict_and_stays() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let (conflicts, applied) = conflicted_commit(
+        &m,
+        "mkdir nd && echo i > nd/i",
+        |b| fs::write(b.join("nd"), "host\n").unwrap(),
+        &[],
+    );
+    assert_eq!(conflicts, ["nd", "nd/i"]);
+    assert_eq!(applied, ["other"]);
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "nd")).unwrap(),
+        "host\n"
+    );
+    // Still staged; --force replaces the host's file.
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = m.zonemount(&["commit", "--force", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "nd/i")).unwrap(),
+        "i\n"
+    );
+}
+
+#[test]
+fn a_host_symlink_where_the_stage_has_a_new_dir_is_a_conflict_and_stays() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let (conflicts, applied) = conflicted_commit(
+        &m,
+        "mkdir nd && echo i > nd/i",
+        |b| std::os::unix::fs::symlink("d", b.join("nd")).unwrap(),
+        &[],
+    );
+    assert_eq!(conflicts, ["nd", "nd/i"]);
+    assert_eq!(applied, ["other"]);
+    assert_eq!(
+        fs::read_link(m.backing("work", "nd")).unwrap(),
+        Path::new("d")
+    );
+}
+
+#[test]
+fn a_host_dir_turned_into_a_file_where_the_stage_changed_inside_is_a_conflict() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let (conflicts, applied) = conflicted_commit(
+        &m,
+        "echo w > d/sub/z && echo n > d/new",
+        |b| {
+            fs::remove_dir_all(b.join("d")).unwrap();
+            fs::write(b.join("d"), "host\n").unwrap();
+        },
+        &[],
+    );
+    assert_eq!(conflicts, ["d", "d/new", "d/sub", "d/sub/z"]);
+    assert_eq!(applied, ["other"]);
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "d")).unwrap(),
+        "host\n"
+    );
+}
+
+#[test]
+fn a_host_dir_where_the_stage_has_a_new_file_is_a_conflict_and_stays() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let (conflicts, applied) = conflicted_commit(
+        &m,
+        "echo n > new",
+        |b| {
+            fs::create_dir(b.join("new")).unwrap();
+            fs::write(b.join("new/x"), "host\n").unwrap();
+        },
+        &[],
+    );
+    assert_eq!(conflicts, ["new"]);
+    assert_eq!(applied, ["other"]);
+}
+
+#[test]
+fn a_host_child_in_a_dir_the_stage_deleted_is_a_conflict_and_stays() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask, delete: ask }").mount();
+    let (conflicts, applied) = conflicted_commit(
+        &m,
+        "rm -r d",
+        |b| fs::write(b.join("d/sub/host"), "host\n").unwrap(),
+        &[],
+    );
+    assert_eq!(conflicts, ["d"]);
+    assert_eq!(applied, ["other"]);
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "d/sub/host")).unwrap(),
+        "host\n"
+    );
+}
+
+#[test]
+fn a_parent_the_host_replaced_by_a_symlink_is_a_conflict_and_stays() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let (conflicts, applied) = conflicted_commit(
+        &m,
+        "echo n > d/sub/new",
+        |b| {
+            fs::rename(b.join("d"), b.join("moved")).unwrap();
+            std::os::unix::fs::symlink("moved", b.join("d")).unwrap();
+        },
+        &[],
+    );
+    assert_eq!(conflicts, ["d", "d/sub", "d/sub/new"]);
+    assert_eq!(applied, ["other"]);
+    assert!(!m.backing("work", "moved/sub/new").exists());
+}
+
+#[test]
+fn a_partial_commit_inside_a_new_dir_the_host_made_a_file_is_a_conflict() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let (conflicts, applied) = conflicted_commit(
+        &m,
+        "mkdir nd && echo i > nd/i",
+        |b| fs::write(b.join("nd"), "host\n").unwrap(),
+        &["/work/nd/i"],
+    );
+    assert_eq!(conflicts, ["nd/i"]);
+    assert!(applied.is_empty(), "{applied:?}");
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "nd")).unwrap(),
+        "host\n"
+    );
+    assert!(!m.backing("work", "other").exists(), "not in the filter");
+    // People are told where the host's change is.
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = m.zonemount(&["commit", &mnt, "/work/nd/i"]);
+    assert_eq!(out.code(), Some(6), "{}", out.describe());
+    assert!(
+        out.stdout.contains(
+            "conflict  /work/nd/i: the host made a file where the worker made a dir above it (/work/nd)\n"
+        ),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "nd")).unwrap(),
+        "host\n"
+    );
+}
+
+#[test]
+fn a_backing_dir_the_host_replaced_is_a_conflict_for_every_change() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask }").mount();
+    let backing = m.backing("work", "");
+    let old = backing.with_file_name("b.old");
+    let (conflicts, applied) = conflicted_commit(
+        &m,
+        "echo w > f",
+        |b| {
+            fs::rename(b, &old).unwrap();
+            fs::create_dir(b).unwrap();
+        },
+        &[],
+    );
+    assert_eq!(conflicts, ["f", "other"]);
+    assert!(applied.is_empty(), "{applied:?}");
+    assert_eq!(fs::read_dir(&backing).unwrap().count(), 0);
+    assert_eq!(fs::read_to_string(old.join("f")).unwrap(), "old\n");
+}
+
+/// A stage that holds no change is made over whatever dir is at the
+/// backing path when it is mounted again (a project cloned afresh).
+#[test]
+fn an_empty_stage_mounted_over_a_new_backing_dir_commits_into_it() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = staged("{ write: ask }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(&m, "work", "echo w > f");
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(m.unmount().success());
+    let backing = m.backing("work", "");
+    fs::rename(&backing, backing.with_file_name("b.old")).unwrap();
+    fs::create_dir(&backing).unwrap();
+    let out = mount_again(&m, m.mountpoint());
+    assert!(out.success(), "remount: {}", out.describe());
+    let out = worker(&m, "work", "echo n > g");
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(fs::read_to_string(m.backing("work", "g")).unwrap(), "n\n");
+}

@@ -96,8 +96,9 @@ enum Cmd {
     #[command(after_help = help::CHANGES)]
     Changes(stage_cmd::ChangesArgs),
     /// Apply staged changes to the backing dirs, each file atomically; a
-    /// path the host changed meanwhile is a conflict (exit 6) unless
-    /// --force.
+    /// change where the host changed something meanwhile (its path, a dir
+    /// above it, anything inside a dir it removes) is a conflict (exit 6)
+    /// unless --force.
     #[command(after_help = help::COMMIT)]
     Commit(stage_cmd::CommitArgs),
     /// Drop staged changes: the mount shows the backing dirs' files again.

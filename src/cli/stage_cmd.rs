@@ -38,8 +38,9 @@ pub(crate) struct CommitArgs {
     /// One JSON object: what was applied, and each conflict.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Apply a path even where the host changed its backing file since
-    /// the worker first changed it (the host's change is overwritten).
+    /// Apply conflicts too: the host's change is overwritten, and what
+    /// the host made in the way (a file where the stage has a dir, files
+    /// in a dir the worker deleted) is removed.
     #[arg(long)]
     pub(crate) force: bool,
     /// A mount's directory, or a stage dir no mount is using.
@@ -296,8 +297,11 @@ fn render_commit(answer: &Value) -> String {
         }
         for c in z["conflicts"].as_array().into_iter().flatten() {
             refused += 1;
+            let at = self::name(c, "at")
+                .map(|at| format!(" (/{name}/{at})"))
+                .unwrap_or_default();
             out.push_str(&format!(
-                "conflict  /{name}/{}: {}\n",
+                "conflict  /{name}/{}: {}{at}\n",
                 self::name(c, "path").unwrap_or("?".into()),
                 text::message(c["why"].as_str().unwrap_or("?"))
             ));

@@ -156,21 +156,25 @@ fn commit_of(
         )
     })?;
     let mut v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
-    // Each name exact: `path_b64` (and `from_b64`) beside one that is not UTF-8.
+    // Each name exact: `path_b64` (and `from_b64`, `at_b64`) beside one
+    // that is not UTF-8.
     let applied = report
         .applied
         .iter()
-        .map(|c| (c.path.as_path(), c.from.as_deref()));
-    let conflicts = report.conflicts.iter().map(|c| (c.path.as_path(), None));
+        .map(|c| (c.path.as_path(), c.from.as_deref().map(|f| ("from", f))));
+    let conflicts = report
+        .conflicts
+        .iter()
+        .map(|c| (c.path.as_path(), c.at.as_deref().map(|a| ("at", a))));
     for (key, names) in [
         ("applied", applied.collect::<Vec<_>>()),
         ("conflicts", conflicts.collect()),
     ] {
         let items = v[key].as_array_mut().into_iter().flatten();
-        for (item, (path, from)) in items.zip(names) {
+        for (item, (path, other)) in items.zip(names) {
             text::insert_b64(item, "path", path);
-            if let Some(from) = from {
-                text::insert_b64(item, "from", from);
+            if let Some((k, p)) = other {
+                text::insert_b64(item, k, p);
             }
         }
     }

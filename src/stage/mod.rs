@@ -136,6 +136,21 @@ impl Stages {
                 rustix::fs::Mode::empty(),
             )
             .map_err(|e| io(e.into()))?;
+            // The dir the stage is made over: a commit into another one
+            // (the host moved a new dir to the backing path) conflicts.
+            // A stage holding no change is made over this one from now.
+            let now = rustix::fs::fstat(&lower)
+                .ok()
+                .as_ref()
+                .map(tree::Fingerprint::of);
+            let empty =
+                std::fs::read_dir(zdir.join("upper")).map_or(true, |mut d| d.next().is_none());
+            if empty && now.is_some() {
+                fingerprints.settle(&[], &[], &[(PathBuf::new(), now)])
+            } else {
+                fingerprints.note_first(Path::new(""), || now)
+            }
+            .map_err(io)?;
             zones.push(Some(ZoneStage {
                 name: z.name.clone(),
                 backing: z.backing.clone(),

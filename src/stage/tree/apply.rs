@@ -1,9 +1,10 @@
 //! Commit (the stage applied to the backing dir) and discard (the stage
 //! dropped).
 //!
-//! A commit checks every change for a conflict first (the backing object
-//! is not what it was when the worker first changed it), then applies the
-//! rest in an order that never leaves a torn file: directories made,
+//! A commit checks every change for a conflict first (a host change on
+//! its path, a parent, or under a dir it removes: see `conflict`), then
+//! applies the rest, each step looking again at what it would remove or
+//! overwrite, in an order that never leaves a torn file: directories made,
 //! each file and symlink written to a temp name beside its target and
 //! renamed over it (mode, owner when root, times and user xattrs set
 //! before the rename), then deletions deepest first, then directories'
@@ -17,6 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::OpenOptions;
 use std::io::{self, Write};
+use std::iter;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -26,6 +28,7 @@ use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, Stat, Timespec, T
 use rustix::io::Errno;
 use serde::Serialize;
 
+use super::conflict::{Check, host_changed};
 use super::fingerprints::{Fingerprint, Fingerprints};
 use super::fsops::{self, split};
 use super::{Change, Kind, Layers, changes};
@@ -38,6 +41,13 @@ pub struct Conflict {
     #[serde(serialize_with = "crate::text::serialize_lossy")]
     pub path: PathBuf,
     pub why: String,
+    /// Where the host's change is, when not at `path` itself: a dir
+    /// above it, or an entry inside a dir it would remove.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::text::serialize_lossy_opt"
+    )]
+    pub at: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -50,30 +60,6 @@ fn io_err(e: Errno, what: &str, p: &Path) -> io::Error {
     fsops::err(e, what, p)
 }
 
-/// Why the backing object at `rel` is not what the worker started from;
-/// None when it is.
-fn host_changed(l: &Layers, fp: &Fingerprints, rel: &Path) -> io::Result<Option<String>> {
-    let now = l
-        .lower
-        .stat(rel)
-        .map_err(|e| io_err(e, "stat", &l.lower.path.join(rel)))?;
-    let same = |a: &Fingerprint, b: &Fingerprint| {
-        (a.dev, a.ino, a.size, a.mtime, a.ctime, a.mode)
-            == (b.dev, b.ino, b.size, b.mtime, b.ctime, b.mode)
-    };
-    Ok(match (fp.get(rel), now) {
-        (Some(None), Some(_)) => Some("the host created it after the worker's change".into()),
-        (Some(Some(_)), None) => Some("the host deleted it after the worker changed it".into()),
-        (Some(Some(was)), Some(st)) if !same(&was, &Fingerprint::of(&st)) => {
-            Some("the host changed it after the worker did".into())
-        }
-        (None, Some(st)) if (st.st_ctime, st.st_ctime_nsec as i64) > fp.created_at() => Some(
-            "the host changed it after the stage was made (its state before is not known)".into(),
-        ),
-        _ => None,
-    })
-}
-
 fn journal_paths(dir: &Path) -> HashSet<PathBuf> {
     std::fs::read(dir.join(JOURNAL))
         .map(|b| {
@@ -83,6 +69,14 @@ fn journal_paths(dir: &Path) -> HashSet<PathBuf> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The paths a commit applying `todo` names in its journal.
+fn journaled<'a>(todo: &'a [Change], resuming: &'a HashSet<PathBuf>) -> Vec<&'a Path> {
+    let mut journal: Vec<&Path> = todo.iter().map(|c| c.path.as_path()).collect();
+    journal.extend(todo.iter().filter_map(|c| c.from.as_deref()));
+    journal.extend(resuming.iter().map(PathBuf::as_path));
+    journal
 }
 
 fn write_journal(dir: &Path, paths: &[&Path]) -> io::Result<()> {
@@ -109,32 +103,52 @@ pub fn commit(
     filter: &[PathBuf],
     force: bool,
 ) -> io::Result<CommitReport> {
+    commit_with(l, fp, journal_dir, filter, force, &mut || {})
+}
+
+/// [`commit`], calling `between` after the checks, before anything is
+/// applied (tests: a host change made while a commit runs).
+pub(super) fn commit_with(
+    l: &Layers,
+    fp: &Fingerprints,
+    journal_dir: &Path,
+    filter: &[PathBuf],
+    force: bool,
+    between: &mut dyn FnMut(),
+) -> io::Result<CommitReport> {
     let resuming = journal_paths(journal_dir);
     let all = changes(l, filter)?;
     let mut report = CommitReport::default();
     let mut todo = Vec::new();
+    let mut check = Check::new(l, fp);
     for c in all {
-        let mut why = None;
-        if !force {
-            for p in std::iter::once(&c.path).chain(c.from.as_ref()) {
-                if resuming.contains(p) {
-                    continue;
-                }
-                if let Some(w) = host_changed(l, fp, p)? {
-                    why = Some(w);
-                    break;
-                }
-            }
-        }
-        match why {
-            Some(why) => report.conflicts.push(Conflict { path: c.path, why }),
+        let conflict = if force {
+            None
+        } else {
+            check.change(&c, |p| resuming.contains(p))?
+        };
+        match conflict {
+            Some(conflict) => report.conflicts.push(conflict),
             None => todo.push(c),
         }
     }
-    let mut journal: Vec<&Path> = todo.iter().map(|c| c.path.as_path()).collect();
-    journal.extend(todo.iter().filter_map(|c| c.from.as_deref()));
-    journal.extend(resuming.iter().map(PathBuf::as_path));
-    write_journal(journal_dir, &journal)?;
+    let guard = (!force).then(|| check.guard());
+    let parents_noted = renote(l, fp, &todo)?;
+    write_journal(journal_dir, &journaled(&todo, &resuming))?;
+    between();
+    // Each step looks again at what it would remove or overwrite (a host
+    // change made since the checks is a conflict too).
+    let mut late = Vec::new();
+    let mut is_late = |c: &Change| -> io::Result<bool> {
+        let Some(g) = &guard else { return Ok(false) };
+        Ok(match g.late(l, c, |p| resuming.contains(p))? {
+            Some(conflict) => {
+                late.push(conflict);
+                true
+            }
+            None => false,
+        })
+    };
     let root = rustix::process::geteuid().is_root();
     let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
     // Directories first (parents before children), then everything else
@@ -144,9 +158,15 @@ pub fn commit(
         .iter()
         .partition(|c| c.file_type == "dir" && c.kind != Kind::Deleted);
     for c in &dirs {
+        if is_late(c)? {
+            continue;
+        }
         ensure_dir(l, &c.path)?;
     }
     for c in rest.iter().filter(|c| c.kind != Kind::Deleted) {
+        if is_late(c)? {
+            continue;
+        }
         put(l, &c.path, root, &mut links)?;
         if let Some(from) = &c.from {
             delete(l, from)?;
@@ -159,12 +179,31 @@ pub fn commit(
         .collect();
     deletions.sort_by(|a, b| b.path.cmp(&a.path));
     for c in deletions {
+        if is_late(c)? {
+            continue;
+        }
         delete(l, &c.path)?;
     }
     let mut dirs = dirs;
     dirs.sort_by(|a, b| b.path.cmp(&a.path));
     for c in &dirs {
+        if late.iter().any(|x| x.path == c.path) {
+            continue;
+        }
+        if let Some(g) = &guard {
+            if let Some(conflict) = g.late_attrs(l, c)? {
+                late.push(conflict);
+                continue;
+            }
+        }
         dir_attrs(l, &c.path, root)?;
+    }
+    let late_paths: HashSet<PathBuf> = late.iter().map(|c| c.path.clone()).collect();
+    if !late.is_empty() {
+        // Left in the stage as conflicts: a re-run checks them again.
+        todo.retain(|c| !late_paths.contains(&c.path));
+        report.conflicts.append(&mut late);
+        write_journal(journal_dir, &journaled(&todo, &resuming))?;
     }
     // Durable before the stage lets go of anything (one sync of the
     // backing filesystem, not one per file): a crash before this point
@@ -179,12 +218,55 @@ pub fn commit(
     }
     let keep: HashSet<PathBuf> = report.conflicts.iter().map(|c| c.path.clone()).collect();
     sweep(l, filter, &keep)?;
-    let mut forget: Vec<PathBuf> = todo.iter().map(|c| c.path.clone()).collect();
-    forget.extend(todo.iter().filter_map(|c| c.from.clone()));
-    fp.forget(&forget)?;
+    // What was applied is no change any more (a deleted tree with all
+    // under it); a parent that keeps a note is noted as the commit left
+    // it, so that a dir the commit made is its own at the next one.
+    let (gone, stay): (Vec<&Change>, Vec<&Change>) =
+        todo.iter().partition(|c| c.kind == Kind::Deleted);
+    let exact: Vec<PathBuf> = stay.iter().map(|c| c.path.clone()).collect();
+    let mut trees: Vec<PathBuf> = gone.iter().map(|c| c.path.clone()).collect();
+    trees.extend(todo.iter().filter_map(|c| c.from.clone()));
+    let mut set = Vec::with_capacity(parents_noted.len());
+    for p in parents_noted {
+        if trees.iter().any(|t| p.starts_with(t)) {
+            continue;
+        }
+        // Only as a dir (what the commit makes): anything else there is
+        // the host's, and keeps the note that says so.
+        match l.lower.stat(&p) {
+            Ok(Some(now)) if FileType::from_raw_mode(now.st_mode) == FileType::Directory => {
+                set.push((p, Some(Fingerprint::of(&now))));
+            }
+            _ => {}
+        }
+    }
+    fp.settle(&exact, &trees, &set)?;
     let _ = std::fs::remove_file(journal_dir.join(JOURNAL));
     report.applied = todo;
     Ok(report)
+}
+
+/// The parents of what `todo` applies that have a note the host has not
+/// made stale: the commit may make them (a dir the worker made) or
+/// replace them (a file the worker replaced with a dir).
+fn renote(l: &Layers, fp: &Fingerprints, todo: &[Change]) -> io::Result<Vec<PathBuf>> {
+    let applied: HashSet<&Path> = todo.iter().map(|c| c.path.as_path()).collect();
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for p in todo
+        .iter()
+        .flat_map(|c| iter::once(&c.path).chain(c.from.as_ref()))
+    {
+        for a in p.ancestors().skip(1) {
+            if a.as_os_str().is_empty() || applied.contains(a) || !seen.insert(a) {
+                continue;
+            }
+            if fp.get(a).is_some() && host_changed(l, fp, a)?.is_none() {
+                out.push(a.to_path_buf());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Drop the stage's changes under `filter` (empty: all); returns them.

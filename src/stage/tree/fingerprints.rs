@@ -155,14 +155,36 @@ impl Fingerprints {
     }
 
     /// Drop the fingerprints of `paths` and everything under them (after
-    /// a commit or discard), rewriting the file atomically.
+    /// a commit or discard; the backing dir's own stays), rewriting the
+    /// file atomically.
     pub fn forget(&self, paths: &[PathBuf]) -> io::Result<()> {
+        self.settle(&[], paths, &[])
+    }
+
+    /// After a commit: drop the fingerprints of `exact` (those paths
+    /// only) and of `trees` (with everything under them), and set those
+    /// of `set` (a path the commit left as the worker's); the file is
+    /// rewritten atomically, once.
+    pub fn settle(
+        &self,
+        exact: &[PathBuf],
+        trees: &[PathBuf],
+        set: &[(PathBuf, Option<Fingerprint>)],
+    ) -> io::Result<()> {
         let mut k = self.known.lock();
         let before = k.map.len();
-        let all = paths.iter().any(|p| p.as_os_str().is_empty());
-        k.map
-            .retain(|p, _| !all && !paths.iter().any(|f| p.starts_with(f)));
-        if k.map.len() == before {
+        let exact: HashSet<&PathBuf> = exact.iter().collect();
+        // The backing dir's own note (the dir the stage is made over)
+        // outlives what is under it.
+        k.map.retain(|p, _| {
+            p.as_os_str().is_empty()
+                || (!exact.contains(p) && !trees.iter().any(|f| p.starts_with(f)))
+        });
+        let mut changed = k.map.len() != before;
+        for (p, s) in set {
+            changed |= k.map.insert(p.clone(), *s) != Some(*s);
+        }
+        if !changed {
             return Ok(());
         }
         let tmp = self.path.with_extension("tmp");

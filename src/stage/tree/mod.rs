@@ -9,6 +9,8 @@
 //! - `fsops`: fd-relative, symlink-free operations under one root.
 //! - `diff`: unified diffs of text files.
 //! - `fingerprints`: what each backing file was when first changed.
+//! - `conflict`: whether a change can be applied without touching a
+//!   host change (on its path, a parent, or under it).
 //! - `apply`: commit and discard.
 //!
 //! Directory times are not part of a change (any change inside a
@@ -16,6 +18,7 @@
 //! user xattrs differ.
 
 mod apply;
+mod conflict;
 mod diff;
 mod fingerprints;
 mod fsops;

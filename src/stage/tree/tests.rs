@@ -421,3 +421,665 @@ fn fingerprints_of_any_text_name_read_back() {
         assert_eq!(again.get(Path::new(n)), Some(was), "{n:?}");
     }
 }
+
+// Commit never deletes what the host made: a host change on the path a
+// staged change needs, a parent of it, or a child of it, is a conflict,
+// left untouched without `force`.
+
+/// The listing of the backing dir, and what stays of it after a commit
+/// without force that must leave it as it is (what `paths` name).
+fn host_entries(s: &Stage, paths: &[&str]) -> Vec<String> {
+    let all = listing(&s.lower);
+    all.into_iter()
+        .filter(|e| {
+            paths.iter().any(|p| {
+                e == p || e.starts_with(&format!("{p} ")) || e.starts_with(&format!("{p}/"))
+            })
+        })
+        .collect()
+}
+
+fn conflicted(r: &CommitReport) -> Vec<String> {
+    let mut v: Vec<String> = r
+        .conflicts
+        .iter()
+        .map(|c| c.path.display().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Let the host's changes get other times than the notes (the kernel's
+/// clock moves in ticks of a few ms).
+fn tick() {
+    std::thread::sleep(std::time::Duration::from_millis(20));
+}
+
+/// A worker's new dir with a file in it, and an unrelated new file.
+fn new_dir_and_other(s: &Stage) {
+    s.note("nd");
+    rustix::fs::mkdirat(&s.view, "nd", Mode::from_raw_mode(0o755)).unwrap();
+    s.write("nd/inner", "in\n", false);
+    s.write("other", "o\n", false);
+}
+
+#[test]
+fn a_host_file_where_the_stage_has_a_new_dir_is_a_conflict_and_stays() {
+    let Some(s) = stage() else { return };
+    new_dir_and_other(&s);
+    tick();
+    fs::write(s.lower.join("nd"), "host's\n").unwrap();
+    let before = host_entries(&s, &["nd"]);
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["nd", "nd/inner"], "{r:#?}");
+    let inner = r.conflicts.iter().find(|c| c.path == Path::new("nd/inner"));
+    assert_eq!(
+        inner.and_then(|c| c.at.as_deref()),
+        Some(Path::new("nd")),
+        "{r:#?}"
+    );
+    assert_eq!(kinds(&r.applied), [("other".into(), Kind::Added)]);
+    assert_eq!(host_entries(&s, &["nd"]), before);
+    assert_eq!(fs::read_to_string(s.lower.join("nd")).unwrap(), "host's\n");
+    // Still staged, and --force applies them (the host's file replaced).
+    let r = commit(&l, &s.fp(), &s.zone, &[], true).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert_eq!(
+        fs::read_to_string(s.lower.join("nd/inner")).unwrap(),
+        "in\n"
+    );
+}
+
+#[test]
+fn a_host_symlink_where_the_stage_has_a_new_dir_is_a_conflict_and_stays() {
+    let Some(s) = stage() else { return };
+    new_dir_and_other(&s);
+    tick();
+    std::os::unix::fs::symlink("d", s.lower.join("nd")).unwrap();
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["nd", "nd/inner"], "{r:#?}");
+    assert_eq!(kinds(&r.applied), [("other".into(), Kind::Added)]);
+    assert_eq!(fs::read_link(s.lower.join("nd")).unwrap(), Path::new("d"));
+    assert!(!s.lower.join("d/inner").exists(), "never through the link");
+}
+
+#[test]
+fn a_partial_commit_inside_a_new_dir_the_host_made_a_file_is_a_conflict() {
+    let Some(s) = stage() else { return };
+    new_dir_and_other(&s);
+    tick();
+    fs::write(s.lower.join("nd"), "host's\n").unwrap();
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[PathBuf::from("nd/inner")], false).unwrap();
+    assert_eq!(conflicted(&r), ["nd/inner"], "{r:#?}");
+    assert!(r.applied.is_empty(), "{r:#?}");
+    assert_eq!(fs::read_to_string(s.lower.join("nd")).unwrap(), "host's\n");
+}
+
+#[test]
+fn a_host_dir_turned_into_a_file_where_the_stage_changed_inside_is_a_conflict() {
+    let Some(s) = stage() else { return };
+    s.write("d/sub/z", "worker\n", false);
+    s.write("d/new", "n\n", false);
+    s.write("other", "o\n", false);
+    tick();
+    fs::remove_dir_all(s.lower.join("d")).unwrap();
+    fs::write(s.lower.join("d"), "host's\n").unwrap();
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    // d (a file now, where the stage has a dir) and d/sub are changes of
+    // the report too.
+    assert_eq!(conflicted(&r), ["d", "d/new", "d/sub", "d/sub/z"], "{r:#?}");
+    assert_eq!(kinds(&r.applied), [("other".into(), Kind::Added)]);
+    assert_eq!(fs::read_to_string(s.lower.join("d")).unwrap(), "host's\n");
+    // A partial commit of the new file alone: the same.
+    let r = commit(&l, &s.fp(), &s.zone, &[PathBuf::from("d/new")], false).unwrap();
+    assert_eq!(conflicted(&r), ["d/new"], "{r:#?}");
+    assert_eq!(fs::read_to_string(s.lower.join("d")).unwrap(), "host's\n");
+}
+
+#[test]
+fn a_host_dir_where_the_stage_has_a_new_file_is_a_conflict_and_stays() {
+    let Some(s) = stage() else { return };
+    s.write("new", "worker\n", false);
+    s.write("other", "o\n", false);
+    tick();
+    fs::create_dir(s.lower.join("new")).unwrap();
+    fs::write(s.lower.join("new/x"), "host's\n").unwrap();
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["new"], "{r:#?}");
+    assert_eq!(kinds(&r.applied), [("other".into(), Kind::Added)]);
+    assert_eq!(
+        fs::read_to_string(s.lower.join("new/x")).unwrap(),
+        "host's\n"
+    );
+}
+
+#[test]
+fn a_host_child_in_a_dir_the_stage_deleted_is_a_conflict_and_stays() {
+    let Some(s) = stage() else { return };
+    s.rm_tree("d");
+    s.write("other", "o\n", false);
+    tick();
+    // Two levels down: the deleted dir's own times don't move.
+    fs::write(s.lower.join("d/sub/host"), "host's\n").unwrap();
+    let before = host_entries(&s, &["d"]);
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["d"], "{r:#?}");
+    assert_eq!(kinds(&r.applied), [("other".into(), Kind::Added)]);
+    assert_eq!(host_entries(&s, &["d"]), before);
+    let r = commit(&l, &s.fp(), &s.zone, &[], true).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert!(!s.lower.join("d").exists());
+}
+
+#[test]
+fn a_host_edit_inside_a_dir_the_stage_deleted_is_a_conflict() {
+    let Some(s) = stage() else { return };
+    s.rm_tree("d");
+    tick();
+    fs::write(s.lower.join("d/sub/z"), "host's\n").unwrap();
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["d"], "{r:#?}");
+    assert_eq!(
+        fs::read_to_string(s.lower.join("d/sub/z")).unwrap(),
+        "host's\n"
+    );
+}
+
+#[test]
+fn a_parent_the_host_replaced_by_a_symlink_is_a_conflict_and_stays() {
+    let Some(s) = stage() else { return };
+    s.write("d/sub/new", "n\n", false);
+    s.write("d/sub/z", "worker\n", false);
+    s.write("other", "o\n", false);
+    tick();
+    fs::rename(s.lower.join("d"), s.lower.join("moved-d")).unwrap();
+    std::os::unix::fs::symlink("moved-d", s.lower.join("d")).unwrap();
+    let before = host_entries(&s, &["d", "moved-d"]);
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(
+        conflicted(&r),
+        ["d", "d/sub", "d/sub/new", "d/sub/z"],
+        "{r:#?}"
+    );
+    assert_eq!(kinds(&r.applied), [("other".into(), Kind::Added)]);
+    assert_eq!(host_entries(&s, &["d", "moved-d"]), before);
+    let r = commit(&l, &s.fp(), &s.zone, &[PathBuf::from("d/sub/new")], false).unwrap();
+    assert_eq!(conflicted(&r), ["d/sub/new"], "{r:#?}");
+    assert_eq!(host_entries(&s, &["d", "moved-d"]), before);
+}
+
+#[test]
+fn a_parent_the_host_deleted_is_not_made_again() {
+    let Some(s) = stage() else { return };
+    s.write("d/sub/new", "n\n", false);
+    tick();
+    fs::remove_dir_all(s.lower.join("d")).unwrap();
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["d", "d/sub", "d/sub/new"], "{r:#?}");
+    assert!(!s.lower.join("d").exists());
+}
+
+#[test]
+fn a_host_dir_where_the_stage_has_a_new_dir_keeps_the_host_dir_as_it_is() {
+    let Some(s) = stage() else { return };
+    new_dir_and_other(&s);
+    tick();
+    fs::create_dir(s.lower.join("nd")).unwrap();
+    fs::write(s.lower.join("nd/host"), "host's\n").unwrap();
+    let before = host_entries(&s, &["nd"]);
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["nd/inner"], "{r:#?}");
+    assert_eq!(host_entries(&s, &["nd"]), before);
+}
+
+#[test]
+fn a_host_child_in_a_dir_the_stage_made_anew_is_a_conflict_and_stays() {
+    let Some(s) = stage() else { return };
+    // rm -r d; mkdir d: the stage's d is opaque, the backing d's entries
+    // are deleted changes.
+    s.note("d/sub/z");
+    s.note("d/sub");
+    s.rm_tree("d");
+    rustix::fs::mkdirat(&s.view, "d", Mode::from_raw_mode(0o755)).unwrap();
+    s.write("d/new", "n\n", false);
+    tick();
+    fs::write(s.lower.join("d/sub/host"), "host's\n").unwrap();
+    fs::write(s.lower.join("d/host"), "host's\n").unwrap();
+    let before = host_entries(&s, &["d/sub", "d/host"]);
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["d/host", "d/sub"], "{r:#?}");
+    assert_eq!(kinds(&r.applied), [("d/new".into(), Kind::Added)]);
+    assert_eq!(host_entries(&s, &["d/sub", "d/host"]), before);
+}
+
+#[test]
+fn a_host_change_under_a_dir_the_stage_replaced_by_a_file_is_a_conflict() {
+    let Some(s) = stage() else { return };
+    s.rm_tree("d");
+    s.write("d", "now a file\n", false);
+    tick();
+    fs::write(s.lower.join("d/sub/host"), "host's\n").unwrap();
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["d"], "{r:#?}");
+    assert!(r.conflicts[0].why.starts_with("inside it: "), "{r:#?}");
+    assert_eq!(r.conflicts[0].at.as_deref(), Some(Path::new("d/sub")));
+    assert_eq!(
+        fs::read_to_string(s.lower.join("d/sub/host")).unwrap(),
+        "host's\n"
+    );
+}
+
+#[test]
+fn a_host_edit_of_a_file_the_stage_replaced_by_a_dir_is_a_conflict() {
+    let Some(s) = stage() else { return };
+    s.unlink("f");
+    s.note("f");
+    rustix::fs::mkdirat(&s.view, "f", Mode::from_raw_mode(0o755)).unwrap();
+    s.write("f/x", "x\n", false);
+    tick();
+    fs::write(s.lower.join("f"), "host's\n").unwrap();
+    let l = s.layers();
+    // The new file alone too: its parent would replace the host's file.
+    let r = commit(&l, &s.fp(), &s.zone, &[PathBuf::from("f/x")], false).unwrap();
+    assert_eq!(conflicted(&r), ["f/x"], "{r:#?}");
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["f", "f/x"], "{r:#?}");
+    assert_eq!(fs::read_to_string(s.lower.join("f")).unwrap(), "host's\n");
+    // Unchanged by the host, the same replacement applies.
+    let r = commit(&l, &s.fp(), &s.zone, &[], true).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert_eq!(fs::read_to_string(s.lower.join("f/x")).unwrap(), "x\n");
+}
+
+#[test]
+fn a_file_the_stage_replaced_by_a_dir_is_replaced_when_the_host_left_it() {
+    let Some(s) = stage() else { return };
+    s.unlink("f");
+    s.note("f");
+    rustix::fs::mkdirat(&s.view, "f", Mode::from_raw_mode(0o755)).unwrap();
+    s.write("f/x", "x\n", false);
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[PathBuf::from("f/x")], false).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert_eq!(fs::read_to_string(s.lower.join("f/x")).unwrap(), "x\n");
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert!(changes(&l, &[]).unwrap().is_empty());
+}
+
+#[test]
+fn a_backing_dir_the_host_replaced_is_a_conflict_for_every_change() {
+    let Some(s) = stage() else { return };
+    // As the daemon does when it mounts the stage.
+    s.note("");
+    s.write("f", "worker\n", false);
+    s.write("new", "n\n", false);
+    s.unlink("gone");
+    tick();
+    let old = s.lower.with_file_name("lower.old");
+    fs::rename(&s.lower, &old).unwrap();
+    fs::create_dir(&s.lower).unwrap();
+    fs::write(s.lower.join("gone"), "host's\n").unwrap();
+    let (before, before_old) = (listing(&s.lower), listing(&old));
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(conflicted(&r), ["f", "gone", "new"], "{r:#?}");
+    assert!(r.conflicts[0].why.contains("another dir"), "{r:#?}");
+    assert_eq!((listing(&s.lower), listing(&old)), (before, before_old));
+    // Dropping every change keeps the note of the dir the stage is made
+    // over (the mount goes on over it).
+    discard(&l, &s.fp(), &[]).unwrap();
+    assert!(s.fp().get(Path::new("")).is_some_and(|f| f.is_some()));
+}
+
+/// A host change made while the commit runs (after its checks, before
+/// its steps): each step looks again at what it would remove or
+/// overwrite.
+#[test]
+fn a_host_change_made_while_the_commit_runs_is_a_conflict_and_stays() {
+    let Some(s) = stage() else { return };
+    new_dir_and_other(&s);
+    s.write("f", "worker\n", false);
+    s.rm_tree("d");
+    s.write("gone", "worker\n", false);
+    let l = s.layers();
+    let lower = s.lower.clone();
+    let mut host = || {
+        tick();
+        fs::write(lower.join("nd"), "host's\n").unwrap();
+        fs::write(lower.join("f"), "host's\n").unwrap();
+        fs::write(lower.join("d/sub/host"), "host's\n").unwrap();
+        fs::rename(lower.join("gone"), lower.join("gone.old")).unwrap();
+        fs::create_dir(lower.join("gone")).unwrap();
+    };
+    let r = super::apply::commit_with(&l, &s.fp(), &s.zone, &[], false, &mut host).unwrap();
+    assert_eq!(
+        conflicted(&r),
+        ["d", "f", "gone", "nd", "nd/inner"],
+        "{r:#?}"
+    );
+    assert!(
+        r.conflicts
+            .iter()
+            .all(|c| c.why.contains("while the commit ran")),
+        "{r:#?}"
+    );
+    assert_eq!(kinds(&r.applied), [("other".into(), Kind::Added)]);
+    for f in ["nd", "f", "d/sub/host"] {
+        assert_eq!(
+            fs::read_to_string(s.lower.join(f)).unwrap(),
+            "host's\n",
+            "{f}"
+        );
+    }
+    assert!(s.lower.join("d/sub/z").exists() && s.lower.join("gone").is_dir());
+    // Still staged: the next commit finds them by the notes; --force
+    // applies them.
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert_eq!(
+        conflicted(&r),
+        ["d", "f", "gone", "nd", "nd/inner"],
+        "{r:#?}"
+    );
+    let r = commit(&l, &s.fp(), &s.zone, &[], true).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert_eq!(
+        fs::read_to_string(s.lower.join("nd/inner")).unwrap(),
+        "in\n"
+    );
+    assert!(!s.lower.join("d").exists());
+}
+
+/// A partial commit inside a new dir makes that dir on the host: the
+/// next commit takes it for the commit's own, not the host's.
+#[test]
+fn a_dir_a_partial_commit_made_is_no_conflict_afterwards() {
+    let Some(s) = stage() else { return };
+    new_dir_and_other(&s);
+    s.write("nd/second", "2\n", false);
+    rustix::fs::chmodat(&s.view, "nd", Mode::from_raw_mode(0o700), AtFlags::empty()).unwrap();
+    let l = s.layers();
+    let r = commit(&l, &s.fp(), &s.zone, &[PathBuf::from("nd/inner")], false).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    let r = commit(&l, &s.fp(), &s.zone, &[], false).unwrap();
+    assert!(r.conflicts.is_empty(), "{r:#?}");
+    assert_eq!(
+        fs::read_to_string(s.lower.join("nd/second")).unwrap(),
+        "2\n"
+    );
+    assert!(changes(&l, &[]).unwrap().is_empty());
+}
+
+// The property: whatever the worker staged and whatever the host did
+// after, a commit without force leaves every backing path the host
+// changed (made, altered, removed) exactly as the host left it; with no
+// host change it applies everything.
+
+mod property {
+    use std::collections::BTreeMap;
+    use std::os::unix::ffi::OsStrExt;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The paths both sides act on (the stage's backing tree holds f,
+    /// gone, d/sub/z; d/y and n/... are not there).
+    const PATHS: [&str; 9] = [
+        "f", "gone", "d", "d/sub", "d/sub/z", "d/y", "n", "n/m", "n/m/k",
+    ];
+
+    #[derive(Debug, Clone)]
+    enum Worker {
+        Write(usize),
+        Mkdir(usize),
+        Remove(usize),
+        Symlink(usize),
+        Rename(usize, usize),
+        Chmod(usize),
+    }
+
+    #[derive(Debug, Clone)]
+    enum Host {
+        Write(usize),
+        Mkdir(usize),
+        Remove(usize),
+        /// Whatever is there replaced by a symlink to `d`.
+        Symlink(usize),
+        /// Whatever is there replaced by a file.
+        File(usize),
+        Chmod(usize),
+    }
+
+    fn worker_op() -> impl Strategy<Value = Worker> {
+        let p = 0..PATHS.len();
+        prop_oneof![
+            p.clone().prop_map(Worker::Write),
+            p.clone().prop_map(Worker::Mkdir),
+            p.clone().prop_map(Worker::Remove),
+            p.clone().prop_map(Worker::Symlink),
+            (p.clone(), p.clone()).prop_map(|(a, b)| Worker::Rename(a, b)),
+            p.prop_map(Worker::Chmod),
+        ]
+    }
+
+    fn host_op() -> impl Strategy<Value = Host> {
+        let p = 0..PATHS.len();
+        prop_oneof![
+            p.clone().prop_map(Host::Write),
+            p.clone().prop_map(Host::Mkdir),
+            p.clone().prop_map(Host::Remove),
+            p.clone().prop_map(Host::Symlink),
+            p.clone().prop_map(Host::File),
+            p.prop_map(Host::Chmod),
+        ]
+    }
+
+    /// A worker's change through the overlay, noted first as the daemon
+    /// notes (each path an operation names, a tree removed entry by
+    /// entry); a failing one is left out, as a worker's would be.
+    fn act(s: &Stage, op: &Worker, i: usize) {
+        let v = &s.view;
+        let _ = match *op {
+            Worker::Write(p) => {
+                s.note(PATHS[p]);
+                rustix::fs::openat(
+                    v,
+                    PATHS[p],
+                    OFlags::CREATE | OFlags::WRONLY | OFlags::TRUNC | OFlags::NOFOLLOW,
+                    Mode::from_raw_mode(0o644),
+                )
+                .and_then(|fd| rustix::io::write(&fd, format!("w{i}\n").as_bytes()).map(drop))
+            }
+            Worker::Mkdir(p) => {
+                s.note(PATHS[p]);
+                rustix::fs::mkdirat(v, PATHS[p], Mode::from_raw_mode(0o755))
+            }
+            Worker::Remove(p) => {
+                remove(s, Path::new(PATHS[p]));
+                Ok(())
+            }
+            Worker::Symlink(p) => {
+                s.note(PATHS[p]);
+                rustix::fs::symlinkat("f", v, PATHS[p])
+            }
+            Worker::Rename(a, b) => {
+                s.note(PATHS[a]);
+                s.note(PATHS[b]);
+                rustix::fs::renameat(v, PATHS[a], v, PATHS[b])
+            }
+            Worker::Chmod(p) => {
+                s.note(PATHS[p]);
+                rustix::fs::chmodat(v, PATHS[p], Mode::from_raw_mode(0o700), AtFlags::empty())
+            }
+        };
+    }
+
+    /// `rm -r` through the overlay: each entry noted, then removed.
+    fn remove(s: &Stage, rel: &Path) {
+        let v = &s.view;
+        let Ok(st) = rustix::fs::statat(v, rel, AtFlags::SYMLINK_NOFOLLOW) else {
+            return;
+        };
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+            if let Ok(d) =
+                rustix::fs::openat(v, rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+            {
+                let names: Vec<PathBuf> = rustix::fs::Dir::read_from(&d)
+                    .unwrap()
+                    .filter_map(Result::ok)
+                    .map(|e| PathBuf::from(std::ffi::OsStr::from_bytes(e.file_name().to_bytes())))
+                    .filter(|n| n != Path::new(".") && n != Path::new(".."))
+                    .collect();
+                for n in names {
+                    remove(s, &rel.join(n));
+                }
+            }
+            s.note(rel.to_str().unwrap());
+            let _ = rustix::fs::unlinkat(v, rel, AtFlags::REMOVEDIR);
+        } else {
+            s.note(rel.to_str().unwrap());
+            let _ = rustix::fs::unlinkat(v, rel, AtFlags::empty());
+        }
+    }
+
+    /// A host change in the backing dir (a failing one left out).
+    fn host(s: &Stage, op: &Host, i: usize) {
+        let at = |p: usize| s.lower.join(PATHS[p]);
+        let clear = |p: &Path| {
+            let _ = fs::remove_file(p).or_else(|_| fs::remove_dir_all(p));
+        };
+        let _ = match *op {
+            Host::Write(p) => fs::write(at(p), format!("h{i}\n")),
+            Host::Mkdir(p) => {
+                fs::create_dir(at(p)).and_then(|()| fs::write(at(p).join("h"), "h\n"))
+            }
+            Host::Remove(p) => {
+                clear(&at(p));
+                Ok(())
+            }
+            Host::Symlink(p) => {
+                clear(&at(p));
+                std::os::unix::fs::symlink("d", at(p))
+            }
+            Host::File(p) => {
+                clear(&at(p));
+                fs::write(at(p), format!("h{i}\n"))
+            }
+            Host::Chmod(p) => fs::set_permissions(at(p), fs::Permissions::from_mode(0o711)),
+        };
+    }
+
+    /// Each backing path: what it is (its inode, and content, target or
+    /// mode), never followed through a symlink.
+    fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![PathBuf::new()];
+        while let Some(rel) = stack.pop() {
+            for e in fs::read_dir(root.join(&rel)).unwrap() {
+                let p = rel.join(e.unwrap().file_name());
+                let full = root.join(&p);
+                let md = fs::symlink_metadata(&full).unwrap();
+                let what = if md.file_type().is_symlink() {
+                    format!("link {} -> {:?}", md.ino(), fs::read_link(&full).unwrap())
+                } else if md.is_dir() {
+                    stack.push(p.clone());
+                    format!("dir {} {:o}", md.ino(), md.mode())
+                } else {
+                    format!(
+                        "file {} {:o} {:?}",
+                        md.ino(),
+                        md.mode(),
+                        fs::read(&full).unwrap()
+                    )
+                };
+                out.insert(p, what);
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_commit_without_force_never_touches_what_the_host_changed(
+            work in prop::collection::vec(worker_op(), 1..8),
+            hosts in prop::collection::vec(host_op(), 0..3),
+            only in prop::collection::vec(0..PATHS.len(), 0..2),
+            during in any::<bool>(),
+        ) {
+            // A partial commit (`commit PATH...`) when `only` names some.
+            let filter: Vec<PathBuf> = only.iter().map(|i| PathBuf::from(PATHS[*i])).collect();
+            let Some(s) = stage() else { return Ok(()) };
+            for (i, op) in work.iter().enumerate() {
+                act(&s, op, i);
+            }
+            let view = view_listing(&s);
+            let before = snapshot(&s.lower);
+            // The host acts before the commit, or (`during`) while it
+            // runs: after its checks, before its first step.
+            let mut hosted = None;
+            let mut host_acts = || {
+                if !hosts.is_empty() {
+                    tick();
+                }
+                for (i, op) in hosts.iter().enumerate() {
+                    host(&s, op, i);
+                }
+                hosted = Some(snapshot(&s.lower));
+            };
+            let l = s.layers();
+            let r = if during {
+                super::super::apply::commit_with(&l, &s.fp(), &s.zone, &filter, false, &mut host_acts)
+            } else {
+                host_acts();
+                commit(&l, &s.fp(), &s.zone, &filter, false)
+            };
+            prop_assert!(r.is_ok(), "commit: {r:?}");
+            let hosted = hosted.unwrap();
+            let r = r.unwrap();
+            let after = snapshot(&s.lower);
+            let mut touched: Vec<&PathBuf> = before.keys().chain(hosted.keys()).collect();
+            touched.sort();
+            touched.dedup();
+            for p in touched {
+                if before.get(p) != hosted.get(p) {
+                    prop_assert_eq!(
+                        after.get(p), hosted.get(p),
+                        "{} changed by the host, then by the commit: {:#?}", p.display(), r
+                    );
+                }
+            }
+            if hosts.is_empty() {
+                prop_assert!(r.conflicts.is_empty(), "{:#?}", r);
+                if filter.is_empty() {
+                    prop_assert_eq!(listing(&s.lower), view);
+                } else {
+                    // The rest commits after it without a conflict.
+                    let r = commit(&l, &s.fp(), &s.zone, &[], false);
+                    prop_assert!(r.is_ok(), "commit: {r:?}");
+                    let r = r.unwrap();
+                    prop_assert!(r.conflicts.is_empty(), "{:#?}", r);
+                    prop_assert_eq!(listing(&s.lower), view);
+                }
+            }
+            // --force then applies the rest: nothing staged is left.
+            let r = commit(&l, &s.fp(), &s.zone, &[], true);
+            prop_assert!(r.is_ok(), "forced commit: {r:?}");
+            prop_assert!(changes(&l, &[]).unwrap().is_empty());
+        }
+    }
+}

@@ -210,10 +210,13 @@ class ZoneChanges:
 
 @dataclass(frozen=True)
 class Conflict:
-    """A path a commit left in the stage, and why."""
+    """A path a commit left in the stage, and why; ``at``: where the
+    host's change is when not at ``path`` itself (a dir above it, or an
+    entry inside a dir it would remove)."""
 
     path: str
     why: str
+    at: Optional[str] = None
     #: ``path``'s exact bytes.
     path_bytes: bytes = field(default=b"", repr=False, compare=False)
 
@@ -414,6 +417,7 @@ class Client:
                     Conflict(
                         path=str(c.get("path", "")),
                         why=str(c.get("why", "")),
+                        at=str(c["at"]) if "at" in c else None,
                         path_bytes=exact(c, "path") or b"",
                     )
                     for c in z.get("conflicts", [])
