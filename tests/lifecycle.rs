@@ -350,6 +350,11 @@ fn error_bad_config_names_file_and_line() {
             "sandbox:\n  mode: sandboxed\n  zones:\n    ws:\n      mode: rw\n      approval: { write: maybe }\n",
             6,
         ),
+        (
+            "two sandbox sections (the second must not be dropped)",
+            "sandbox:\n  zones:\n    ws: { mode: ro }\nmodel: x\nsandbox:\n  zones:\n    ws: { mode: rw }\n",
+            5,
+        ),
     ];
     for (ctx, yaml, line) in cases {
         let (out, m) = Setup::new(yaml).try_mount();
