@@ -353,3 +353,53 @@ fn writes_and_chown_clear_setuid_and_setgid() {
         );
     }
 }
+
+/// `trusted.*` xattrs are listed only to a caller with CAP_SYS_ADMIN, as
+/// the host lists them: the daemon (root) sees them, an ordinary uid or
+/// root without the capability must not through the mount.
+#[test]
+fn trusted_xattrs_are_listed_only_to_cap_sys_admin() {
+    if !(ready() && tool_ok("python3")) {
+        return;
+    }
+    let m = setup(Mode::Direct).arg("--allow-other").mount();
+    let f = m.backing("ws", "root-owned.txt");
+    for name in ["trusted.secret", "user.pre"] {
+        rustix::fs::setxattr(&f, name, b"v", rustix::fs::XattrFlags::empty())
+            .unwrap_or_else(|e| panic!("host setxattr {name}: {e}"));
+    }
+    let path = m.path("ws/root-owned.txt").display().to_string();
+    // Names as listed, and a size query's answer, one line each.
+    let list = format!(
+        "python3 -c \"import os,sys; p=sys.argv[1]; print(sorted(os.listxattr(p))); \
+         print(os.getxattr(p, 'user.pre'))\" {path}"
+    );
+    let names = |out: &Out, who: &str| {
+        assert!(out.success(), "listxattr as {who}: {}", out.describe());
+        out.stdout.lines().next().unwrap_or_default().to_owned()
+    };
+    let out = sh_at(Path::new("/"), &list, &[]);
+    assert_eq!(
+        names(&out, "root"),
+        "['trusted.secret', 'user.pre']",
+        "root with CAP_SYS_ADMIN lists them, as on the host"
+    );
+    let out = sh_as(OTHER, &list);
+    assert_eq!(names(&out, "uid 4242"), "['user.pre']");
+    let out = sh_at(
+        Path::new("/"),
+        &format!("exec setpriv --inh-caps=-sys_admin --bounding-set=-sys_admin -- {list}"),
+        &[],
+    );
+    assert_eq!(names(&out, "root without CAP_SYS_ADMIN"), "['user.pre']");
+    // The size a size query answers is the filtered list's (`listxattr`
+    // with a buffer of exactly that size must fit).
+    let exact = format!(
+        "python3 -c \"import ctypes,sys; c=ctypes.CDLL(None, use_errno=True); p=sys.argv[1].encode(); \
+         n=c.listxattr(p, None, 0); b=ctypes.create_string_buffer(n); \
+         print(n, c.listxattr(p, b, n), ctypes.get_errno())\" {path}"
+    );
+    let out = sh_as(OTHER, &exact);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout.trim(), "9 9 0", "user.pre\\0 is 9 bytes");
+}

@@ -43,7 +43,7 @@ pub mod overlay;
 mod tests;
 mod watch;
 
-pub use creds::{AsCaller, Caller};
+pub use creds::{AsCaller, Caller, caller_has_sys_admin};
 pub use fusedev::Device;
 pub use fusemount::FuseMount;
 pub use fusering::{Event as RingEvent, FuseRing, Waker, io_uring_allowed, possible_cpus};
