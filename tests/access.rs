@@ -386,6 +386,17 @@ fn trusted_xattrs_are_listed_only_to_cap_sys_admin() {
     );
     let out = sh_as(OTHER, &list);
     assert_eq!(names(&out, "uid 4242"), "['user.pre']");
+    // Reading one by name is the kernel's refusal (ENODATA) before us.
+    let get = format!(
+        "python3 -c \"import os,sys\ntry: os.getxattr(sys.argv[1], 'trusted.secret'); print('read')\nexcept OSError as e: print(e.errno)\" {path}"
+    );
+    let out = sh_as(OTHER, &get);
+    assert_eq!(
+        out.stdout.trim(),
+        libc::ENODATA.to_string(),
+        "{}",
+        out.describe()
+    );
     let out = sh_at(
         Path::new("/"),
         &format!("exec setpriv --inh-caps=-sys_admin --bounding-set=-sys_admin -- {list}"),
