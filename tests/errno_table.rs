@@ -173,6 +173,7 @@ both_modes!(
     rename_of_created_in_nodel,
     root_level_changes,
     root_level_beats_ro,
+    zone_dir_metadata,
     precedence,
 );
 
