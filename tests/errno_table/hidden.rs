@@ -43,7 +43,7 @@ impl Hidden {
     fn dir(&self) -> PathBuf {
         self.p(self.dir)
     }
-    fn new(&self) -> PathBuf {
+    fn unmade(&self) -> PathBuf {
         self.p(self.new)
     }
 }
@@ -103,17 +103,17 @@ pub const HIDDEN_ROWS: &[(&str, HiddenAct)] = &[
     ("opendir",                         |h| fs::read_dir(h.dir()).map(drop)),
     ("readlink",                        |h| fs::read_link(h.file()).map(drop)),
     ("access(W_OK)",                    |h| errno(rustix::fs::access(h.file(), rustix::fs::Access::WRITE_OK))),
-    ("create at a hidden name",         |h| fs::write(h.new(), "x")),
+    ("create at a hidden name",         |h| fs::write(h.unmade(), "x")),
     ("create O_EXCL over a hidden file", |h| OpenOptions::new().write(true).create_new(true).open(h.file()).map(drop)),
-    ("mkdir at a hidden name",          |h| fs::create_dir(h.new())),
+    ("mkdir at a hidden name",          |h| fs::create_dir(h.unmade())),
     ("mkdir over a hidden dir",         |h| fs::create_dir(h.dir())),
     ("create in a hidden dir",          |h| fs::write(h.dir().join("x"), "x")),
-    ("symlink at a hidden name",        |h| symlink("f.txt", h.new())),
-    ("mkfifo at a hidden name",         |h| errno(rustix::fs::mknodat(CWD, &h.new(), FileType::Fifo, FileMode::from(0o644), 0))),
-    ("link to a hidden name",           |h| fs::hard_link(h.p("f.txt"), h.new())),
+    ("symlink at a hidden name",        |h| symlink("f.txt", h.unmade())),
+    ("mkfifo at a hidden name",         |h| errno(rustix::fs::mknodat(CWD, h.unmade(), FileType::Fifo, FileMode::from(0o644), 0))),
+    ("link to a hidden name",           |h| fs::hard_link(h.p("f.txt"), h.unmade())),
     ("link of a hidden file",           |h| fs::hard_link(h.file(), h.p("l.txt"))),
     ("rename onto a hidden file",       |h| fs::rename(h.p("f.txt"), h.file())),
-    ("rename to a hidden name",         |h| fs::rename(h.p("f.txt"), h.new())),
+    ("rename to a hidden name",         |h| fs::rename(h.p("f.txt"), h.unmade())),
     ("rename into a hidden dir",        |h| fs::rename(h.p("f.txt"), h.dir().join("f.txt"))),
     ("rename of a hidden file",         |h| fs::rename(h.file(), h.p("out.txt"))),
     ("rename of a hidden dir",          |h| fs::rename(h.dir(), h.p("outdir"))),
@@ -121,11 +121,11 @@ pub const HIDDEN_ROWS: &[(&str, HiddenAct)] = &[
     ("rmdir",                           |h| fs::remove_dir(h.dir())),
     ("chmod",                           |h| fs::set_permissions(h.file(), std::os::unix::fs::PermissionsExt::from_mode(0o600))),
     ("chown",                           |h| std::os::unix::fs::chown(h.file(), Some(0), Some(0))),
-    ("utimensat",                       |h| errno(rustix::fs::utimensat(CWD, &h.file(), &at_epoch(1_000_000_000), AtFlags::empty()))),
-    ("getxattr",                        |h| errno(rustix::fs::getxattr(&h.file(), "user.pre", &mut [0u8; 16][..]))),
-    ("listxattr",                       |h| errno(rustix::fs::listxattr(&h.file(), &mut [0u8; 64][..]))),
-    ("setxattr",                        |h| errno(rustix::fs::setxattr(&h.file(), "user.x", b"v", XattrFlags::empty()))),
-    ("removexattr",                     |h| errno(rustix::fs::removexattr(&h.file(), "user.pre"))),
+    ("utimensat",                       |h| errno(rustix::fs::utimensat(CWD, h.file(), &at_epoch(1_000_000_000), AtFlags::empty()))),
+    ("getxattr",                        |h| errno(rustix::fs::getxattr(h.file(), "user.pre", &mut [0u8; 16][..]))),
+    ("listxattr",                       |h| errno(rustix::fs::listxattr(h.file(), &mut [0u8; 64][..]))),
+    ("setxattr",                        |h| errno(rustix::fs::setxattr(h.file(), "user.x", b"v", XattrFlags::empty()))),
+    ("removexattr",                     |h| errno(rustix::fs::removexattr(h.file(), "user.pre"))),
 ];
 
 /// The control zone of row `i`: plain rw, the same names, nothing hidden.
@@ -272,7 +272,7 @@ pub const READ_ASK_ROWS: &[(&str, ReadAct, [Option<i32>; 5])] = &[
     ("stat, matched",            |z| fs::metadata(z.join("f.txt")).map(drop),                    [None, None,         None,        None,         None]),
     ("listing a matched dir",    |z| names(&z.join("dir")).map(drop),                            [None, None,         None,        None,         None]),
     ("readlink",                 |z| fs::read_link(z.join("link")).map(drop),                    [None, None,         None,        None,         None]),
-    ("getxattr, matched",        |z| errno(rustix::fs::getxattr(&z.join("f.txt"), "user.pre", &mut [0u8; 16][..])), [None, None, None, None, None]),
+    ("getxattr, matched",        |z| errno(rustix::fs::getxattr(z.join("f.txt"), "user.pre", &mut [0u8; 16][..])), [None, None, None, None, None]),
 ];
 
 /// Every read-ask row in every zone of [`READING`]: the errno wanted, and
