@@ -1,15 +1,16 @@
 //! Directories: opendir, readdir (plain and plus), releasedir, fsyncdir,
 //! and statfs. A listing leaves out every name the policy hides.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
 
-use crate::fuse::FileType as FuseType;
+use crate::fuse::{FileAttr, FileType as FuseType};
 use parking_lot::Mutex;
 
 use super::{Core, Ctx, Entry, Statfs};
 use crate::backing::{self, FileType};
 use crate::error::{FsError, FsResult};
-use crate::fs::attr::fuse_kind;
+use crate::fs::attr::{fuse_kind, to_attr};
 use crate::fs::handles::{DirItem, Handle};
 use crate::fs::inodes::{Node, ROOT};
 use crate::policy::{Loc, Op};
@@ -62,26 +63,89 @@ impl Core {
         Ok(entries)
     }
 
+    /// Every entry of the directory `dir_path` of `zone` (whose fd is
+    /// `fd`), with its kind and whether the worker may see it.
+    fn seen_entries(
+        &self,
+        zone: usize,
+        dir_path: &Path,
+        fd: BorrowedFd<'_>,
+    ) -> FsResult<Vec<(backing::DirEntry, FileType, bool)>> {
+        let list = backing::read_dir(self.reach.open_dir(fd)?)?;
+        Ok(list
+            .into_iter()
+            .map(|e| {
+                let mut kind = e.kind;
+                if kind == FileType::Unknown {
+                    kind = self
+                        .reach
+                        .lookup(fd, &e.name)
+                        .and_then(|f| backing::stat(f.as_fd()))
+                        .map(|st| FileType::from_raw_mode(st.st_mode))
+                        .unwrap_or(FileType::Unknown);
+                }
+                let path = dir_path.join(&e.name);
+                let at = Loc::in_zone(&self.zones[zone], &path);
+                let is_dir = Some(kind == FileType::Directory);
+                let seen = Self::question(&Op::Look { at, is_dir }).is_ok();
+                (e, kind, seen)
+            })
+            .collect())
+    }
+
+    /// The attributes the worker sees of the directory `dir_path` of `zone`
+    /// (fd `fd`, backing `st`): its link count leaves out the subdirectories
+    /// it can't see (`hide`, sensitive roots), which would otherwise give
+    /// them away (2 + subdirectories, as `find` relies on). Only listed when
+    /// the zone hides paths and the directory has subdirectories at all.
+    pub(super) fn dir_attr(
+        &self,
+        ino: u64,
+        zone: usize,
+        dir_path: impl FnOnce() -> PathBuf,
+        fd: BorrowedFd<'_>,
+        st: &backing::Stat,
+    ) -> FileAttr {
+        let mut attr = to_attr(ino, st);
+        if attr.kind != FuseType::Directory || attr.nlink <= 2 || !self.zones[zone].hides_paths() {
+            return attr;
+        }
+        // Unlisted (a race, a vanished dir): the host's count, as before.
+        if let Ok(entries) = self.seen_entries(zone, &dir_path(), fd) {
+            let hidden = entries
+                .iter()
+                .filter(|(_, kind, seen)| *kind == FileType::Directory && !seen)
+                .count() as u32;
+            attr.nlink = attr.nlink.saturating_sub(hidden).max(2);
+        }
+        attr
+    }
+
+    /// Whether the directory `name` in `parent` (of `zone`, fd `parent_fd`)
+    /// holds entries and the worker can see none of them: an rmdir that the host
+    /// refuses (ENOTEMPTY) is then refused for what it holds, as a rename
+    /// of it would be, without saying it isn't empty.
+    pub(super) fn only_unseen_in(
+        &self,
+        zone: usize,
+        parent: &Node,
+        parent_fd: BorrowedFd<'_>,
+        name: &std::ffi::OsStr,
+    ) -> bool {
+        let Ok(fd) = self.reach.lookup(parent_fd, name) else {
+            return false;
+        };
+        let path = parent.zone_path().join(name);
+        self.seen_entries(zone, &path, fd.as_fd())
+            .is_ok_and(|e| !e.is_empty() && e.iter().all(|(_, _, seen)| !seen))
+    }
+
     /// The visible entries of `node`, a directory of `zone`.
     fn list_zone_dir(&self, zone: usize, node: &Node, out: &mut Vec<DirItem>) -> FsResult<()> {
         let held = self.reach.fd_of(node)?;
-        let fd = held.as_fd();
-        let list = backing::read_dir(self.reach.open_dir(fd)?)?;
         let dir_path = node.zone_path();
-        for e in list {
-            let mut kind = e.kind;
-            if kind == FileType::Unknown {
-                kind = self
-                    .reach
-                    .lookup(fd, &e.name)
-                    .and_then(|f| backing::stat(f.as_fd()))
-                    .map(|st| FileType::from_raw_mode(st.st_mode))
-                    .unwrap_or(FileType::Unknown);
-            }
-            let path = dir_path.join(&e.name);
-            let at = Loc::in_zone(&self.zones[zone], &path);
-            let is_dir = Some(kind == FileType::Directory);
-            if Self::question(&Op::Look { at, is_dir }).is_err() {
+        for (e, kind, seen) in self.seen_entries(zone, &dir_path, held.as_fd())? {
+            if !seen {
                 continue;
             }
             // d_ino is a hint (the node id comes with lookup).

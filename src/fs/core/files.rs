@@ -89,7 +89,13 @@ impl Core {
             return Ok(root_attr(self.started, self.zones.len(), uid, gid));
         }
         let fd = self.handle_or_node_fd(fh, node)?;
-        Ok(to_attr(node.ino, &backing::stat(fd.as_fd())?))
+        let st = backing::stat(fd.as_fd())?;
+        Ok(match node.zone {
+            Some(zone) if node.is_dir => {
+                self.dir_attr(node.ino, zone, || node.zone_path(), fd.as_fd(), &st)
+            }
+            _ => to_attr(node.ino, &st),
+        })
     }
 
     /// The fd of file handle `fh` if it is one, else the node's own.
