@@ -286,6 +286,25 @@ fn a_dir_of_hidden_entries_looks_empty(mode: Mode) {
         );
         assert!(m.backing(z, "vault/secrets/deep").is_dir(), "{z}");
         assert!(m.backing(z, "vault/.env").is_file(), "{z}");
+        // Kept as every refusal is, and said as a removal.
+        if z != "rosec" {
+            let mp = m.mountpoint().to_str().unwrap().to_owned();
+            let out = m.zonemount(&["status", "--json", &mp]);
+            let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+            let kept = v["recent_refusals"].as_array().unwrap().iter().any(|r| {
+                r["path"] == format!("/{z}/vault")
+                    && r["errno"] == "EACCES"
+                    && r["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("entries this mount doesn't show")
+            });
+            assert!(
+                kept,
+                "{z}: the rmdir refusal isn't kept: {}",
+                v["recent_refusals"]
+            );
+        }
         // What the worker can see there: the host's answer, as always.
         let want = if z == "rosec" {
             libc::EROFS

@@ -7,13 +7,15 @@ use std::path::{Path, PathBuf};
 use crate::fuse::{FileAttr, FileType as FuseType};
 use parking_lot::Mutex;
 
+use super::gate::Keep;
 use super::{Core, Ctx, Entry, Statfs};
 use crate::backing::{self, FileType};
+use crate::error::Refusal;
 use crate::error::{FsError, FsResult};
 use crate::fs::attr::{fuse_kind, to_attr};
 use crate::fs::handles::{DirItem, Handle};
 use crate::fs::inodes::{Node, ROOT};
-use crate::policy::{Loc, Op};
+use crate::policy::{Action, Loc, Op, Subject};
 
 impl Core {
     /// Opening a directory deleted and replaced on the host is ESTALE (see
@@ -138,6 +140,25 @@ impl Core {
         let path = parent.zone_path().join(name);
         self.seen_entries(zone, &path, fd.as_fd())
             .is_ok_and(|e| !e.is_empty() && e.iter().all(|(_, _, seen)| !seen))
+    }
+
+    /// The refusal of an rmdir of `name` in `parent` (of `zone`) that
+    /// holds only what the worker can't see, kept as every refusal is.
+    pub(super) fn refused_rmdir(
+        &self,
+        ctx: &Ctx,
+        zone: usize,
+        parent: &Node,
+        name: &std::ffi::OsStr,
+    ) -> FsError {
+        let path = parent.zone_path().join(name);
+        let at = Loc::in_zone(&self.zones[zone], &path);
+        self.refuse(
+            ctx,
+            &Subject::new(Action::Delete, at),
+            Refusal::SensitiveInside,
+            Keep::Ledger,
+        )
     }
 
     /// The visible entries of `node`, a directory of `zone`.

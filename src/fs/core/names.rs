@@ -397,7 +397,7 @@ impl Core {
                     if r == Err(rustix::io::Errno::NOTEMPTY)
                         && core.only_unseen_in(zone, &at, fd.as_fd(), &name)
                     {
-                        return Err(FsError::Refused(Refusal::SensitiveInside));
+                        return Err(core.refused_rmdir(&ctx, zone, &at, &name));
                     }
                     core.reach.in_dir(&at, fd.as_fd(), r)?;
                     if let Some((node, fd)) = victim {
