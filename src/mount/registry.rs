@@ -265,8 +265,15 @@ fn read_record_here(path: &Path) -> Option<Record> {
 /// The record of `mountpoint` in this user's registry, else in root's: a
 /// user may look at a mount root made for them.
 pub fn find_record(mountpoint: &Path) -> Option<Record> {
-    read_record(mountpoint)
-        .or_else(|| read_record_here(&record_path_in(Path::new(ROOT_RUNTIME_DIR), mountpoint)))
+    read_record(mountpoint).or_else(|| {
+        // Root's, only as root keeps it: a directory of root's that nobody
+        // else may write (a user's check of it is root's own).
+        let root = Path::new(ROOT_RUNTIME_DIR);
+        let fit = |d: &Path| std::fs::symlink_metadata(d).is_ok_and(|m| unfit(&m, 0).is_none());
+        (fit(root) && fit(&root.join("mounts")))
+            .then(|| read_record_here(&record_path_in(root, mountpoint)))
+            .flatten()
+    })
 }
 
 /// The record of `mountpoint` in this user's registry.
