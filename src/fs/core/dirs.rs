@@ -17,6 +17,58 @@ use crate::fs::handles::{DirItem, Handle};
 use crate::fs::inodes::{Node, ROOT};
 use crate::policy::{Action, Loc, Op, Subject};
 
+/// A directory as `stat` saw it: which one, and the state of its entries.
+/// A directory whose entries change gets a new mtime, ctime and (for a
+/// subdirectory made or removed) link count, so a count kept under this key
+/// is never applied to entries it wasn't counted from.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Seen {
+    dev: u64,
+    ino: u64,
+    nlink: u64,
+    mtime: (i64, u64),
+    ctime: (i64, u64),
+}
+
+impl Seen {
+    fn of(st: &backing::Stat) -> Seen {
+        Seen {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            nlink: st.st_nlink,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+}
+
+/// How many hidden subdirectories directories held when last listed, so a
+/// directory's link count costs one listing per change of it, not one per
+/// `stat` (a `readdirplus` of its parent looks each subdirectory up).
+/// Bounded: emptied when full.
+#[derive(Default)]
+pub(super) struct HiddenSubdirs(Mutex<std::collections::HashMap<(u64, u64), (Seen, u32)>>);
+
+impl HiddenSubdirs {
+    const MAX: usize = 4096;
+
+    /// The count kept for this directory in exactly this state.
+    fn get(&self, key: &Seen) -> Option<u32> {
+        match self.0.lock().get(&(key.dev, key.ino)) {
+            Some((seen, n)) if seen == key => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn put(&self, key: Seen, hidden: u32) {
+        let mut kept = self.0.lock();
+        if kept.len() >= Self::MAX {
+            kept.clear();
+        }
+        kept.insert((key.dev, key.ino), (key, hidden));
+    }
+}
+
 impl Core {
     /// Opening a directory deleted and replaced on the host is ESTALE (see
     /// `getattr`).
@@ -112,14 +164,23 @@ impl Core {
         if attr.kind != FuseType::Directory || attr.nlink <= 2 || !self.zones[zone].hides_paths() {
             return attr;
         }
-        // Unlisted (a race, a vanished dir): the host's count, as before.
-        if let Ok(entries) = self.seen_entries(zone, &dir_path(), fd) {
-            let hidden = entries
-                .iter()
-                .filter(|(_, kind, seen)| *kind == FileType::Directory && !seen)
-                .count() as u32;
-            attr.nlink = attr.nlink.saturating_sub(hidden).max(2);
-        }
+        let key = Seen::of(st);
+        let hidden = match self.hidden_subdirs.get(&key) {
+            Some(n) => n,
+            None => {
+                // Unlisted (a race, a vanished dir): the host's count.
+                let Ok(entries) = self.seen_entries(zone, &dir_path(), fd) else {
+                    return attr;
+                };
+                let n = entries
+                    .iter()
+                    .filter(|(_, kind, seen)| *kind == FileType::Directory && !seen)
+                    .count() as u32;
+                self.hidden_subdirs.put(key, n);
+                n
+            }
+        };
+        attr.nlink = attr.nlink.saturating_sub(hidden).max(2);
         attr
     }
 
@@ -276,5 +337,39 @@ impl Core {
             namelen: v.f_namemax as u32,
             frsize: v.f_frsize as u32,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{HiddenSubdirs, Seen};
+
+    fn seen(ino: u64, nlink: u64, mtime: i64) -> Seen {
+        Seen {
+            dev: 1,
+            ino,
+            nlink,
+            mtime: (mtime, 0),
+            ctime: (mtime, 0),
+        }
+    }
+
+    #[test]
+    fn a_count_is_kept_for_one_state_of_one_directory() {
+        let kept = HiddenSubdirs::default();
+        kept.put(seen(7, 4, 100), 2);
+        assert_eq!(kept.get(&seen(7, 4, 100)), Some(2));
+        // A subdirectory made or removed, or any change of its entries.
+        assert_eq!(kept.get(&seen(7, 5, 100)), None);
+        assert_eq!(kept.get(&seen(7, 4, 101)), None);
+        assert_eq!(kept.get(&seen(8, 4, 100)), None);
+        kept.put(seen(7, 5, 101), 1);
+        assert_eq!(kept.get(&seen(7, 5, 101)), Some(1));
+        assert_eq!(kept.get(&seen(7, 4, 100)), None, "the older state is gone");
+        // Bounded.
+        for ino in 0..(HiddenSubdirs::MAX as u64 + 10) {
+            kept.put(seen(1000 + ino, 3, 1), 1);
+        }
+        assert!(kept.0.lock().len() <= HiddenSubdirs::MAX);
     }
 }
