@@ -522,8 +522,22 @@ fn a_fallback_runtime_dir_not_the_users_own_is_refused() {
     fs::create_dir(&dir).unwrap();
     std::os::unix::fs::chown(&dir, Some(victim), Some(victim)).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
-    refused(&zm("list"), "has mode 0777, not 0700", "the user's, 0777");
+    refused(
+        &zm("list"),
+        "has mode 0777: others may write",
+        "the user's, 0777",
+    );
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
     let out = zm("list");
     assert!(out.success(), "the user's own, 0700: {}", out.describe());
+    // The user's own as an older zonemount made it (0755, others may only
+    // read): made private, and used.
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = zm("list");
+    assert!(out.success(), "the user's own, 0755: {}", out.describe());
+    assert_eq!(
+        fs::symlink_metadata(&dir).unwrap().mode() & 0o7777,
+        0o700,
+        "a 0755 runtime dir of the user's is made 0700"
+    );
 }

@@ -90,10 +90,11 @@ pub fn runtime_dir() -> PathBuf {
 
 /// Why `dir`, as `lstat` describes it, can't hold this user's records and
 /// sockets; None when it can. It must be a directory (not a symlink to
-/// one), owned by `me`, and writable by nobody else; a user's is private
-/// (0700): its records name the sockets the CLI trusts with decisions,
-/// and anyone who can write there can swap them. Root's may be read by
-/// all (0755: a user may look at a mount root made for them).
+/// one), owned by `me`, and writable by nobody else: its records name the
+/// sockets the CLI trusts with decisions, and anyone who can write there
+/// can swap them. Root's may be read by all (0755: a user may look at a
+/// mount root made for them); a user's is kept private (0700, see
+/// [`check_dir`]).
 fn unfit(meta: &std::fs::Metadata, me: u32) -> Option<String> {
     let kind = if meta.file_type().is_symlink() {
         Kind::Symlink
@@ -116,11 +117,6 @@ enum Kind {
 /// [`unfit`] on the facts.
 fn unfit_as(kind: Kind, uid: u32, mode: u32, me: u32) -> Option<String> {
     let mode = mode & 0o7777;
-    let (wanted, others) = if me == 0 {
-        (0o755, 0o022)
-    } else {
-        (0o700, 0o077)
-    };
     match kind {
         Kind::Symlink => return Some("is a symbolic link".to_owned()),
         Kind::Other => return Some("is not a directory".to_owned()),
@@ -128,15 +124,25 @@ fn unfit_as(kind: Kind, uid: u32, mode: u32, me: u32) -> Option<String> {
     }
     if uid != me {
         Some(format!("belongs to uid {uid}, not to this user (uid {me})"))
-    } else if mode & others != 0 {
-        Some(format!("has mode {mode:04o}, not {wanted:04o}"))
+    } else if mode & 0o022 != 0 {
+        Some(format!("has mode {mode:04o}: others may write in it"))
     } else {
         None
     }
 }
 
+/// Whether a fit directory of a user's (see [`unfit`]) still lets others
+/// read or enter it: one made by an older zonemount (0755), which is then
+/// made 0700. Nobody else could write in it, so nothing in it is anyone
+/// else's.
+fn to_tighten(mode: u32, me: u32) -> bool {
+    me != 0 && mode & 0o077 != 0
+}
+
 /// `dir` checked with `lstat` (so a symlink is seen, never followed):
-/// Ok when it is fit, or missing (nothing there to trust).
+/// Ok when it is fit, or missing (nothing there to trust). A user's own
+/// that others may only read is made 0700 through an fd opened with
+/// `O_NOFOLLOW` and checked to be the same directory.
 fn check_dir(dir: &Path) -> io::Result<()> {
     let me = rustix::process::geteuid().as_raw();
     let meta = match std::fs::symlink_metadata(dir) {
@@ -144,21 +150,33 @@ fn check_dir(dir: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    match unfit(&meta, me) {
-        None => Ok(()),
-        Some(why) => Err(io::Error::new(
+    let refuse = |why: String| {
+        io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "the runtime directory {} {why}: zonemount won't keep or read mount records and control sockets there (another user may have made it); remove it{}, or set XDG_RUNTIME_DIR to a directory of your own",
+                "the runtime directory {} {why}: zonemount won't keep or read mount records and control sockets there (another user may have made it); remove it, or set XDG_RUNTIME_DIR to a directory of your own",
                 dir.display(),
-                if me == 0 {
-                    ""
-                } else {
-                    " (or chmod 700 it if it is yours)"
-                }
             ),
-        )),
+        )
+    };
+    if let Some(why) = unfit(&meta, me) {
+        return Err(refuse(why));
     }
+    if to_tighten(meta.mode(), me) {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| refuse(format!("can't be opened to make it private ({e})")))?;
+        let st = rustix::fs::fstat(&fd)?;
+        if (st.st_dev, st.st_ino, st.st_uid) != (meta.dev(), meta.ino(), me) {
+            return Err(refuse("changed while it was checked".to_owned()));
+        }
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
+    }
+    Ok(())
 }
 
 /// The runtime directory and its `mounts/`, each checked (see [`unfit`]);
@@ -446,12 +464,18 @@ mod tests {
     #[test]
     fn a_runtime_dir_is_a_private_dir_of_ones_own() {
         let fit = |kind, uid, mode, me| unfit_as(kind, uid, mode, me).is_none();
-        // A user's: a directory of theirs, 0700.
+        // A user's: a directory of theirs nobody else may write; one that
+        // others may read (an older zonemount's 0755) is made 0700.
         assert!(fit(Kind::Dir, 1000, 0o040700, 1000));
         assert!(fit(Kind::Dir, 1000, 0o500, 1000));
+        assert!(!to_tighten(0o040700, 1000));
+        for mode in [0o755, 0o750, 0o701] {
+            assert!(fit(Kind::Dir, 1000, mode, 1000), "{mode:o}");
+            assert!(to_tighten(mode, 1000), "{mode:o}");
+        }
         assert!(!fit(Kind::Dir, 1001, 0o700, 1000), "another user's");
         assert!(!fit(Kind::Dir, 0, 0o700, 1000), "root's");
-        for mode in [0o755, 0o750, 0o770, 0o777, 0o1777, 0o701] {
+        for mode in [0o770, 0o777, 0o1777, 0o702, 0o720] {
             assert!(!fit(Kind::Dir, 1000, mode, 1000), "{mode:o}");
         }
         assert!(!fit(Kind::Symlink, 1000, 0o777, 1000));
@@ -459,6 +483,7 @@ mod tests {
         // Root's may be read by everyone, written by root alone.
         assert!(fit(Kind::Dir, 0, 0o755, 0));
         assert!(fit(Kind::Dir, 0, 0o700, 0));
+        assert!(!to_tighten(0o755, 0), "root's stays readable");
         assert!(!fit(Kind::Dir, 0, 0o775, 0));
         assert!(!fit(Kind::Dir, 0, 0o1777, 0));
         assert!(!fit(Kind::Dir, 1000, 0o755, 0));
