@@ -353,3 +353,191 @@ fn writes_and_chown_clear_setuid_and_setgid() {
         );
     }
 }
+
+/// `trusted.*` xattrs are listed only to a caller with CAP_SYS_ADMIN, as
+/// the host lists them: the daemon (root) sees them, an ordinary uid or
+/// root without the capability must not through the mount.
+#[test]
+fn trusted_xattrs_are_listed_only_to_cap_sys_admin() {
+    if !(ready() && tool_ok("python3")) {
+        return;
+    }
+    let m = setup(Mode::Direct).arg("--allow-other").mount();
+    let f = m.backing("ws", "root-owned.txt");
+    for name in ["trusted.secret", "user.pre"] {
+        rustix::fs::setxattr(&f, name, b"v", rustix::fs::XattrFlags::empty())
+            .unwrap_or_else(|e| panic!("host setxattr {name}: {e}"));
+    }
+    let path = m.path("ws/root-owned.txt").display().to_string();
+    // Names as listed, and a size query's answer, one line each.
+    let list = format!(
+        "python3 -c \"import os,sys; p=sys.argv[1]; print(sorted(os.listxattr(p))); \
+         print(os.getxattr(p, 'user.pre'))\" {path}"
+    );
+    let names = |out: &Out, who: &str| {
+        assert!(out.success(), "listxattr as {who}: {}", out.describe());
+        out.stdout.lines().next().unwrap_or_default().to_owned()
+    };
+    let out = sh_at(Path::new("/"), &list, &[]);
+    assert_eq!(
+        names(&out, "root"),
+        "['trusted.secret', 'user.pre']",
+        "root with CAP_SYS_ADMIN lists them, as on the host"
+    );
+    let out = sh_as(OTHER, &list);
+    assert_eq!(names(&out, "uid 4242"), "['user.pre']");
+    // Reading one by name is the kernel's refusal (ENODATA) before us.
+    let get = format!(
+        "python3 -c \"import os,sys\ntry: os.getxattr(sys.argv[1], 'trusted.secret'); print('read')\nexcept OSError as e: print(e.errno)\" {path}"
+    );
+    let out = sh_as(OTHER, &get);
+    assert_eq!(
+        out.stdout.trim(),
+        libc::ENODATA.to_string(),
+        "{}",
+        out.describe()
+    );
+    let out = sh_at(
+        Path::new("/"),
+        &format!("exec setpriv --inh-caps=-sys_admin --bounding-set=-sys_admin -- {list}"),
+        &[],
+    );
+    assert_eq!(names(&out, "root without CAP_SYS_ADMIN"), "['user.pre']");
+    // The size a size query answers is the filtered list's (`listxattr`
+    // with a buffer of exactly that size must fit).
+    let exact = format!(
+        "python3 -c \"import ctypes,sys; c=ctypes.CDLL(None, use_errno=True); p=sys.argv[1].encode(); \
+         n=c.listxattr(p, None, 0); b=ctypes.create_string_buffer(n); \
+         print(n, c.listxattr(p, b, n), ctypes.get_errno())\" {path}"
+    );
+    let out = sh_as(OTHER, &exact);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout.trim(), "9 9 0", "user.pre\\0 is 9 bytes");
+}
+
+/// An ordinary user without `XDG_RUNTIME_DIR` (and no `/run/user/UID`)
+/// keeps records and sockets in `/tmp/zonemount-UID`. One another user
+/// made first, a symlink, or one others may write is refused by every
+/// command that uses the registry, with the reason and the fix; nothing in
+/// it is read (a record planted there would point the CLI at its maker's
+/// socket). A private dir of the user's own, or none yet, is fine.
+#[test]
+fn a_fallback_runtime_dir_not_the_users_own_is_refused() {
+    if !ready() {
+        return;
+    }
+    let victim = 61_000 + std::process::id() % 1000;
+    let attacker = victim + 1000;
+    assert!(
+        !Path::new(&format!("/run/user/{victim}")).exists(),
+        "uid {victim} has a /run/user dir: pick another"
+    );
+    let dir = std::path::PathBuf::from(format!("/tmp/zonemount-{victim}"));
+    struct Gone<'a>(&'a Path);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            let _ = fs::remove_file(self.0);
+            let _ = fs::remove_dir_all(self.0);
+        }
+    }
+    let _gone = Gone(&dir);
+    let _ = fs::remove_file(&dir);
+    let _ = fs::remove_dir_all(&dir);
+    let zm = |args: &str| {
+        sh_as(
+            victim,
+            &format!("exec env -u XDG_RUNTIME_DIR HOME=/ {BIN} {args}"),
+        )
+    };
+    let refused = |out: &Out, why: &str, ctx: &str| {
+        assert_eq!(out.code(), Some(1), "{ctx}: {}", out.describe());
+        assert!(
+            out.stderr.contains(&dir.display().to_string()) && out.stderr.contains(why),
+            "{ctx}: wanted the dir and `{why}`: {}",
+            out.describe()
+        );
+        assert!(!out.stdout.contains("planted"), "{ctx}: {}", out.describe());
+    };
+
+    // None yet: fine, and reading makes nothing.
+    let out = zm("list");
+    assert!(out.success(), "no runtime dir yet: {}", out.describe());
+    assert!(!dir.exists(), "list made {}", dir.display());
+
+    // Made first by another user, open to all, with a record planted.
+    fs::create_dir_all(dir.join("mounts")).unwrap();
+    let planted =
+        r#"{"mountpoint":"/planted/by/attacker","pid":1,"config":null,"workers":[],"started":1}"#;
+    fs::write(dir.join("mounts/0000000000000000.json"), planted).unwrap();
+    for p in [
+        dir.join("mounts/0000000000000000.json"),
+        dir.join("mounts"),
+        dir.clone(),
+    ] {
+        std::os::unix::fs::chown(&p, Some(attacker), Some(attacker)).unwrap();
+    }
+    for p in [dir.join("mounts"), dir.clone()] {
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let owner = format!("belongs to uid {attacker}");
+    refused(&zm("list"), &owner, "list in another user's dir");
+    refused(
+        &zm("list --json"),
+        &owner,
+        "list --json in another user's dir",
+    );
+    refused(&zm("unmount --stale"), &owner, "unmount --stale");
+    refused(
+        &zm("status /planted/by/attacker"),
+        &owner,
+        "status of the planted mount",
+    );
+    refused(
+        &zm("approvals list /planted/by/attacker"),
+        &owner,
+        "approvals of the planted mount",
+    );
+    let mnt = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(mnt.path(), Some(victim), Some(victim)).unwrap();
+    fs::set_permissions(mnt.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let out = zm(&format!("mount --zone ws=/tmp:ro {}", mnt.path().display()));
+    refused(&out, &owner, "mount with another user's runtime dir");
+    assert!(!is_mounted(mnt.path()), "mounted anyway");
+    assert_eq!(
+        fs::read_dir(&dir).unwrap().count(),
+        1,
+        "something was made in another user's dir"
+    );
+
+    // A symlink to a private dir of the user's: refused, not followed.
+    fs::remove_dir_all(&dir).unwrap();
+    let real = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(real.path(), Some(victim), Some(victim)).unwrap();
+    fs::set_permissions(real.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(real.path(), &dir).unwrap();
+    refused(&zm("list"), "is a symbolic link", "a symlink");
+    fs::remove_file(&dir).unwrap();
+
+    // The user's own, but others may write it: refused; 0700: fine.
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(victim), Some(victim)).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    refused(
+        &zm("list"),
+        "has mode 0777: others may write",
+        "the user's, 0777",
+    );
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+    let out = zm("list");
+    assert!(out.success(), "the user's own, 0700: {}", out.describe());
+    // The user's own as an older zonemount made it (0755, others may only
+    // read): made private, and used.
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = zm("list");
+    assert!(out.success(), "the user's own, 0755: {}", out.describe());
+    assert_eq!(
+        fs::symlink_metadata(&dir).unwrap().mode() & 0o7777,
+        0o700,
+        "a 0755 runtime dir of the user's is made 0700"
+    );
+}

@@ -42,7 +42,9 @@
 //!
 //! Rows that aren't "one operation in every zone" (between zones: EXDEV and
 //! `mv`; the mount's root: EACCES; which rule answers first) are tests of
-//! their own in `errno_table/specials.rs`. Rows for `suffixes`, `protect`
+//! their own in `errno_table/specials.rs`. Hidden paths (`hide`, sensitive
+//! roots: ENOENT for everything) and read approval (`read: ask`,
+//! `ask_read`) are tables of their own in `errno_table/hidden.rs`. Rows for `suffixes`, `protect`
 //! and `max_file_bytes` are in `zone_limits.rs`. `ask` is expected to answer
 //! EACCES at once: the harness passes `--no-approvals` when the binary
 //! knows it, and until approvals land `ask` behaves as denied anyway.
@@ -51,6 +53,8 @@
 #[path = "errno_table/actions.rs"]
 mod actions;
 mod common;
+#[path = "errno_table/hidden.rs"]
+mod hidden;
 #[path = "errno_table/specials.rs"]
 mod specials;
 #[path = "errno_table/store.rs"]
@@ -66,6 +70,7 @@ use Class::{Delete, Device, Read, Rename, Write};
 use actions::{self as a, open};
 use common::Need::{Root, Tool};
 use common::*;
+use hidden::{hidden_paths, read_ask};
 use libc::{EACCES, ENOENT, EPERM, EROFS};
 use specials::*;
 use store::Data::{Blob, Padded};
@@ -173,7 +178,10 @@ both_modes!(
     rename_of_created_in_nodel,
     root_level_changes,
     root_level_beats_ro,
+    zone_dir_metadata,
     precedence,
+    hidden_paths,
+    read_ask,
 );
 
 // ----- what a row is made of

@@ -45,7 +45,11 @@ fn fixture(mode: Mode, worker: Option<&str>) -> Option<TestMount> {
     Some(s.mount())
 }
 
-both_modes!(hidden_paths_act_as_absent, a_worker_adds_patterns);
+both_modes!(
+    hidden_paths_act_as_absent,
+    a_worker_adds_patterns,
+    a_dir_of_hidden_entries_looks_empty,
+);
 
 fn hidden_paths_act_as_absent(mode: Mode) {
     let Some(m) = fixture(mode, None) else {
@@ -220,4 +224,93 @@ fn a_worker_adds_patterns(mode: Mode) {
         "{}",
         out.describe()
     );
+}
+
+/// A directory holding only hidden entries gives nothing away: its link
+/// count leaves out the hidden subdirectories (2 + the ones listed, as
+/// for any directory), and removing it is refused with EACCES, as a
+/// rename of a dir that holds hidden paths is, not ENOTEMPTY (which `ls`
+/// would contradict). Its hidden content stays. A dir with visible
+/// entries still says ENOTEMPTY; the zone dir's count leaves out its
+/// hidden `secrets/` too.
+fn a_dir_of_hidden_entries_looks_empty(mode: Mode) {
+    use std::os::unix::fs::MetadataExt;
+    let Some(m) = fixture(mode, None) else {
+        return;
+    };
+    for z in ["sec", "rosec", "stsec"] {
+        fs::create_dir_all(m.backing(z, "vault/secrets/deep")).unwrap();
+        fs::create_dir_all(m.backing(z, "vault/keys.pem")).unwrap();
+        fs::write(m.backing(z, "vault/.env"), "TOKEN=3\n").unwrap();
+        fs::create_dir_all(m.backing(z, "vault2/shown")).unwrap();
+        fs::create_dir_all(m.backing(z, "vault2/secrets")).unwrap();
+    }
+    for z in ["sec", "rosec", "stsec"] {
+        let p = |rel: &str| m.path(&format!("{z}/{rel}"));
+        assert!(names(&p("vault")).unwrap().is_empty(), "{z}/vault listed");
+        assert_eq!(fs::metadata(m.backing(z, "vault")).unwrap().nlink(), 4);
+        assert_eq!(
+            fs::metadata(p("vault")).unwrap().nlink(),
+            2,
+            "{z}/vault: link count of an empty-looking dir"
+        );
+        assert_eq!(
+            fs::metadata(p("vault2")).unwrap().nlink(),
+            3,
+            "{z}/vault2: one subdir shown"
+        );
+        // The zone dir: config, sub, tls, vault, vault2 shown; secrets not.
+        // (A staged zone's is a merged overlay dir: overlayfs says 1, which
+        // counts nothing.)
+        assert_eq!(
+            fs::metadata(p("")).unwrap().nlink(),
+            if z == "stsec" { 1 } else { 2 + 5 },
+            "{z}: the zone dir's link count"
+        );
+        // readdirplus and lookup agree with stat.
+        let out = m.sh_in(z, "ls -ld vault | cut -d' ' -f2", &[]);
+        assert_eq!(
+            out.stdout.trim(),
+            "2",
+            "{z}: ls -ld vault: {}",
+            out.describe()
+        );
+        let want = if z == "rosec" { libc::EROFS } else { EACCES };
+        assert_errno(fs::remove_dir(p("vault")), want);
+        let out = m.sh_in(z, "rm -r vault", &[]);
+        assert!(!out.success(), "{z}: rm -r vault: {}", out.describe());
+        assert!(
+            !out.stderr.contains("not empty"),
+            "{z}: rm -r vault: {}",
+            out.describe()
+        );
+        assert!(m.backing(z, "vault/secrets/deep").is_dir(), "{z}");
+        assert!(m.backing(z, "vault/.env").is_file(), "{z}");
+        // Kept as every refusal is, and said as a removal.
+        if z != "rosec" {
+            let mp = m.mountpoint().to_str().unwrap().to_owned();
+            let out = m.zonemount(&["status", "--json", &mp]);
+            let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+            let kept = v["recent_refusals"].as_array().unwrap().iter().any(|r| {
+                r["path"] == format!("/{z}/vault")
+                    && r["errno"] == "EACCES"
+                    && r["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("entries this mount doesn't show")
+            });
+            assert!(
+                kept,
+                "{z}: the rmdir refusal isn't kept: {}",
+                v["recent_refusals"]
+            );
+        }
+        // What the worker can see there: the host's answer, as always.
+        let want = if z == "rosec" {
+            libc::EROFS
+        } else {
+            libc::ENOTEMPTY
+        };
+        assert_errno(fs::remove_dir(p("vault2")), want);
+    }
 }

@@ -350,6 +350,11 @@ fn error_bad_config_names_file_and_line() {
             "sandbox:\n  mode: sandboxed\n  zones:\n    ws:\n      mode: rw\n      approval: { write: maybe }\n",
             6,
         ),
+        (
+            "two sandbox sections (the second must not be dropped)",
+            "sandbox:\n  zones:\n    ws: { mode: ro }\nmodel: x\nsandbox:\n  zones:\n    ws: { mode: rw }\n",
+            5,
+        ),
     ];
     for (ctx, yaml, line) in cases {
         let (out, m) = Setup::new(yaml).try_mount();
@@ -479,10 +484,11 @@ fn killed_daemon_leaves_no_mount() {
     // attributes cached, and a stat of the dead mount still succeeds.
     fs::metadata(m.mountpoint()).expect("stat the mount's root");
     assert!(fs::read_dir(m.mountpoint()).expect("list the root").count() > 0);
-    assert_eq!(
-        watcher_pids_for(m.mountpoint()).len(),
-        1,
-        "one watcher per mount"
+    assert!(
+        wait_until(MOUNT_TIMEOUT, || watcher_pids_for(m.mountpoint()).len()
+            == 2),
+        "a watcher and its guard per mount: {:?}",
+        watcher_pids_for(m.mountpoint())
     );
     let _ = run(
         Command::new("kill").arg("-KILL").arg(pid.to_string()),
@@ -503,6 +509,75 @@ fn killed_daemon_leaves_no_mount() {
         sock.display(),
         sock.exists(),
         zonemount::mount::find_record(m.mountpoint()).map(|r| r.pid),
+        watcher_pids_for(m.mountpoint())
+    );
+}
+
+/// The daemon and its watcher SIGKILLed by one `kill`: the watcher's
+/// guard takes its place, unmounts the dead mount and removes the socket
+/// and the record; then nothing of the mount is left running.
+#[test]
+fn killed_daemon_and_watcher_together_leave_no_mount() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = simple(Mode::Sandboxed).mount();
+    let (pid, sock) = record_and_socket(m.mountpoint());
+    fs::metadata(m.mountpoint()).expect("stat the mount's root");
+    // The guard is the watcher's fork, made as it starts: let it be there
+    // (what counts is the outcome below).
+    let _ = wait_until(Duration::from_secs(5), || {
+        watcher_pids_for(m.mountpoint()).len() == 2
+    });
+    let watcher: Vec<u32> = watcher_pids_for(m.mountpoint())
+        .into_iter()
+        .filter(|&w| comm(w) == WATCHER_COMM)
+        .collect();
+    assert_eq!(watcher.len(), 1, "one watcher: {watcher:?}");
+    let out = run(
+        Command::new("kill")
+            .arg("-KILL")
+            .arg(pid.to_string())
+            .arg(watcher[0].to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "daemon and watcher SIGKILLed together left {} mounted",
+        m.mnt.display()
+    );
+    assert!(
+        wait_until(MOUNT_TIMEOUT, || !sock.exists()
+            && zonemount::mount::find_record(m.mountpoint()).is_none()
+            && watcher_pids_for(m.mountpoint()).is_empty()
+            && daemon_pids_for(m.mountpoint()).is_empty()),
+        "left behind: socket {} {}, record {:?}, watchers {:?}",
+        sock.display(),
+        sock.exists(),
+        zonemount::mount::find_record(m.mountpoint()).map(|r| r.pid),
+        watcher_pids_for(m.mountpoint())
+    );
+}
+
+/// A clean unmount leaves no watcher and no guard running.
+#[test]
+fn a_clean_unmount_stops_the_watcher_and_its_guard() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = simple(Mode::Sandboxed).mount();
+    assert!(wait_until(MOUNT_TIMEOUT, || watcher_pids_for(
+        m.mountpoint()
+    )
+    .len()
+        == 2));
+    let out = m.unmount();
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        wait_until(MOUNT_TIMEOUT, || watcher_pids_for(m.mountpoint())
+            .is_empty()),
+        "left running: {:?}",
         watcher_pids_for(m.mountpoint())
     );
 }

@@ -10,7 +10,7 @@ mod common;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 
 use common::*;
 use libc::{EACCES, EFBIG, ENOENT, EPERM, EROFS, EXDEV};
@@ -658,6 +658,20 @@ fn limit_fallocate(mode: Mode) {
     let out = m.sh_in(z, "fallocate -o 5 -l 100 exact.md", &[]);
     assert_sh_errno(&out, EFBIG, "fallocate -o 5 -l 100");
     assert_backing(&m, z, "exact.md", "0123456789", "fallocate refused");
+    // KEEP_SIZE keeps the size but allocates the blocks: growth all the
+    // same, refused, nothing allocated.
+    let blocks = |name: &str| fs::metadata(m.backing(z, name)).unwrap().blocks();
+    let before = blocks("exact.md");
+    let out = m.sh_in(z, "fallocate -n -o 5 -l 1048576 exact.md", &[]);
+    assert_sh_errno(&out, EFBIG, "fallocate --keep-size past the limit");
+    assert_backing(&m, z, "exact.md", "0123456789", "fallocate -n refused");
+    assert_eq!(blocks("exact.md"), before, "fallocate -n allocated blocks");
+    let out = m.sh_in(z, "fallocate -n -o 2 -l 8 exact.md", &[]);
+    assert!(out.success(), "fallocate -n within: {}", out.describe());
+    // A hole punched past the limit only gives blocks back.
+    let out = m.sh_in(z, "fallocate -p -o 8 -l 100 exact.md", &[]);
+    assert!(out.success(), "punch hole: {}", out.describe());
+    assert_backing(&m, z, "exact.md", "01234567\0\0", "hole punched");
 }
 
 fn limit_copy_into(mode: Mode) {

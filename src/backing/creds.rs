@@ -80,6 +80,29 @@ pub(super) fn groups_for(c: &Caller) -> Arc<[rustix::fs::Gid]> {
     groups
 }
 
+/// Whether the calling thread holds CAP_SYS_ADMIN in the daemon's user
+/// namespace: what the kernel asks (`capable()`) before it shows a
+/// `trusted.*` xattr. A thread that is gone, unnamed (pid 0: outside the
+/// daemon's pid namespace), in another user namespace or unreadable counts
+/// as without it.
+pub fn caller_has_sys_admin(c: &Caller) -> bool {
+    let Some(pid) = rustix::process::Pid::from_raw(c.pid as i32) else {
+        return false;
+    };
+    let effective = rustix::thread::capabilities(Some(pid)).is_ok_and(|caps| {
+        caps.effective
+            .contains(rustix::thread::CapabilitySet::SYS_ADMIN)
+    });
+    let user_ns = |p: &str| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+    };
+    effective && {
+        let theirs = user_ns(&format!("/proc/{}/ns/user", c.pid));
+        theirs.is_some() && theirs == user_ns("/proc/thread-self/ns/user")
+    }
+}
+
 /// The daemon's own supplementary groups, restored after each caller's
 /// (read once: nothing in the daemon changes them).
 fn daemon_groups() -> &'static [rustix::fs::Gid] {

@@ -43,13 +43,13 @@ pub mod overlay;
 mod tests;
 mod watch;
 
-pub use creds::{AsCaller, Caller};
+pub use creds::{AsCaller, Caller, caller_has_sys_admin};
 pub use fusedev::Device;
 pub use fusemount::FuseMount;
 pub use fusering::{Event as RingEvent, FuseRing, Waker, io_uring_allowed, possible_cpus};
 pub use handle::{InodeHandle, handle_of, open_by_handle};
 pub use maplog::AppendLog;
-pub use watch::{Announce, Plan as WatchPlan, STOP_GRACE, WATCHER_NAME, Watcher};
+pub use watch::{Announce, GUARD_NAME, Plan as WatchPlan, STOP_GRACE, WATCHER_NAME, Watcher};
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};

@@ -36,6 +36,11 @@
 //! 5. removes the (empty) [`Plan::dirs`], retrying for a bounded while
 //!    when busy.
 //!
+//! The watcher forks a guard (`zm-guard`) of its own, which does the same
+//! work if the watcher is killed before it is done (see [`spawn_guard`]):
+//! a SIGKILL of the daemon and its watcher together still leaves no mount.
+//! Only the three killed at once do.
+//!
 //! After the fork the child is single-threaded in a copy of a possibly
 //! multithreaded process: it makes system calls only (rustix on the raw
 //! Linux syscall ABI, or libc's async-signal-safe functions), on C strings,
@@ -333,14 +338,65 @@ fn watch(p: &Prepared) -> ! {
     default_signals();
     let _ = rustix::thread::set_name(c"zm-watch");
 
+    let guard = spawn_guard(p);
     let mut msgs = Messages::default();
     wait_for_parent(p, &mut msgs);
     // Whatever the parent said before it went.
     msgs.drain(p.rx.as_fd());
-    if msgs.clean {
-        exit(0);
+    if !msgs.clean {
+        clean_up(p, &msgs);
     }
-    clean_up(p, &msgs);
+    // Done, either way: the guard has nothing left to stand in for. Our
+    // own unreaped child, so the pid is still its.
+    if let Some(g) = guard {
+        let _ = rustix::process::kill_process(g, Signal::KILL);
+    }
+    exit(0)
+}
+
+/// The name the guard gives itself (`/proc/PID/comm`).
+pub const GUARD_NAME: &str = "zm-guard";
+
+/// Fork the guard: a second watcher, in a session of its own, that waits
+/// for this one to go. The watcher SIGKILLs it once its work is done, so a
+/// guard that sees the watcher gone knows it was killed (with the daemon,
+/// say, by one `kill -9` of both) and does the watcher's work in its place:
+/// it waits for the watched process as the watcher did, and cleans up
+/// unless told all is clean. What the watcher had already read of the pipe
+/// (a process group or process to stop, which `run` announces) is lost
+/// with it. None when the fork fails: one watcher then, as before.
+fn spawn_guard(p: &Prepared) -> Option<Pid> {
+    let watcher = rustix::process::getpid();
+    // SAFETY: this process (the watcher) is a single-threaded fork child;
+    // the new child runs only `guard` (system calls on prepared data, then
+    // `_exit`), like the watcher itself.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        0 => guard(p, watcher),
+        n if n > 0 => Some(pid_of(n)),
+        _ => None,
+    }
+}
+
+fn guard(p: &Prepared, watcher: Pid) -> ! {
+    let _ = rustix::process::setsid();
+    let _ = rustix::thread::set_name(c"zm-guard");
+    // Without pidfds there is no waiting for the watcher: no guard.
+    let Ok(w) = rustix::process::pidfd_open(watcher, PidfdFlags::empty()) else {
+        exit(0)
+    };
+    // Still the watcher's child: it was alive when the pidfd was made, so
+    // the pidfd is its (not a reused pid's).
+    if rustix::process::getppid() == Some(watcher) {
+        let mut fds = [PollFd::new(&w, PollFlags::IN)];
+        poll_ok(&mut fds);
+    }
+    let mut msgs = Messages::default();
+    wait_for_parent(p, &mut msgs);
+    msgs.drain(p.rx.as_fd());
+    if !msgs.clean {
+        clean_up(p, &msgs);
+    }
     exit(0)
 }
 

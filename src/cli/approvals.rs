@@ -77,6 +77,7 @@ fn failure(e: ClientError) -> Failure {
 pub(crate) fn connect(mountpoint: &Path) -> Result<Client, Failure> {
     let mp = mount::absolute(mountpoint);
     let shown = mp.display();
+    mount::check_runtime_dir().map_err(|e| Failure::new(1, e.to_string()))?;
     let Some(rec) = mount::find_record(&mp) else {
         return Err(Failure::new(
             1,

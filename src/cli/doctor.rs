@@ -109,11 +109,13 @@ fn examine() -> Report {
         file_handles(root),
         isolate(),
         staged(),
-        dir_check(
-            "runtime dir",
-            &mount::runtime_dir(),
-            "mount records and control sockets",
-        ),
+        match mount::check_runtime_dir() {
+            Ok(dir) => dir_check("runtime dir", &dir, "mount records and control sockets"),
+            Err(e) => check("runtime dir", State::Missing, e.to_string()).fix(format!(
+                "remove {}, or set XDG_RUNTIME_DIR to a directory of your own",
+                mount::runtime_dir().display()
+            )),
+        },
         dir_check(
             "state dir",
             &mount::state_dir(),

@@ -307,6 +307,10 @@ pub fn run() -> ExitCode {
     let _ = ARGV.set(argv.clone());
     let cli = Cli::parse_from(run::presplit(argv));
     init_logging();
+    if let Err(f) = registry_checked(&cli.cmd) {
+        eprintln!("zonemount: {}", f.msg);
+        return ExitCode::from(f.code);
+    }
     let result = match cli.cmd {
         Cmd::Mount(a) if a.foreground => mount_cmd::foreground(&a),
         Cmd::Mount(a) => mount_cmd::detach(&a),
@@ -355,6 +359,22 @@ pub fn run() -> ExitCode {
             eprintln!("zonemount: {}", crate::text::message(&f.msg));
             ExitCode::from(f.code)
         }
+    }
+}
+
+/// Commands that keep or read mount records (and connect to the sockets
+/// they name) refuse a runtime directory that isn't this user's own:
+/// another user who made `/tmp/zonemount-UID` first could swap records and
+/// sockets there and answer the CLI. (`status`, `approvals` and the stage
+/// commands check as they connect to a mount.)
+fn registry_checked(cmd: &Cmd) -> Result<(), Failure> {
+    match cmd {
+        Cmd::Mount(_) | Cmd::Unmount { .. } | Cmd::Run(_) | Cmd::List { .. } | Cmd::Check(_) => {
+            crate::mount::check_runtime_dir()
+                .map(drop)
+                .map_err(|e| Failure::new(1, e.to_string()))
+        }
+        _ => Ok(()),
     }
 }
 

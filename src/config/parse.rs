@@ -4,7 +4,7 @@
 
 use ignore::gitignore::GitignoreBuilder;
 
-use super::yaml::{Doc, Node, SNode, get, get_set, join};
+use super::yaml::{Doc, Node, SNode, check_once, get, get_set, join};
 use super::{Access, Approval, ApprovalBlock, ConfigError, SandboxMode};
 
 /// Keys a zone spec may have in a project file (`name` only in list form,
@@ -91,6 +91,7 @@ fn top<'n>(doc: &Doc, tree: Option<&'n SNode>) -> Result<&'n [(SNode, SNode)], C
 /// otherwise mean "some default zones", and a typo must not open anything.
 pub(super) fn project(doc: &Doc, tree: Option<&SNode>) -> Result<RawProject, ConfigError> {
     let top = top(doc, tree)?;
+    check_once(doc, top, "sandbox", "")?;
     let sandbox = match top
         .iter()
         .find(|(k, _)| matches!(&k.value, Node::Str(s) if s == "sandbox"))
@@ -179,6 +180,9 @@ pub(super) fn worker(doc: &Doc, tree: Option<&SNode>) -> Result<RawWorker, Confi
         });
     }
     let entries = top(doc, tree)?;
+    for key in ["name", "sandbox"] {
+        check_once(doc, entries, key, "")?;
+    }
     let name = match get_set(entries, "name") {
         None => None,
         Some(node) => Some(doc.string(node, "name")?),

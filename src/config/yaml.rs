@@ -346,6 +346,34 @@ pub(super) fn get<'n>(entries: &'n [(SNode, SNode)], key: &str) -> Option<&'n SN
         .map(|(_, v)| v)
 }
 
+/// Refuses a second `key` among a mapping's entries (pointing at the
+/// second, naming the first's line), for the keys we read at a level whose
+/// other keys belong to someone else and aren't checked: `get` would take
+/// the first and silently drop the rest.
+pub(super) fn check_once(
+    doc: &Doc,
+    entries: &[(SNode, SNode)],
+    key: &str,
+    field: &str,
+) -> Result<(), ConfigError> {
+    let mut same = entries
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| matches!(&k.value, Node::Str(s) if s == key));
+    let (Some(first), Some(again)) = (same.next(), same.next()) else {
+        return Ok(());
+    };
+    let first_at = doc
+        .line(first)
+        .map(|l| format!(" (first on line {l})"))
+        .unwrap_or_default();
+    Err(doc.err(
+        Some(again),
+        &join(field, key),
+        format!("duplicate key '{key}'{first_at}"),
+    ))
+}
+
 /// Like [`get`], but a null value counts as absent (`mode:` with nothing).
 pub(super) fn get_set<'n>(entries: &'n [(SNode, SNode)], key: &str) -> Option<&'n SNode> {
     get(entries, key).filter(|v| !matches!(v.value, Node::Null))

@@ -29,10 +29,12 @@ pub struct Control {
 
 impl Control {
     /// Bind the socket at `path`, making its directory as the registry's
-    /// when missing. Call while this is the only thread: see
-    /// [`control::bind`].
+    /// when missing; the runtime directory is checked even when it exists
+    /// (see [`registry::private_dir`]). Call while this is the only thread:
+    /// see [`control::bind`].
     pub fn bind(path: &Path) -> Result<Control, BindError> {
-        if let Some(dir) = path.parent().filter(|d| !d.exists()) {
+        let runtime = registry::runtime_dir();
+        if let Some(dir) = path.parent().filter(|d| !d.exists() || *d == runtime) {
             registry::private_dir(dir).map_err(|e| BindError::Io(path.to_path_buf(), e))?;
         }
         let listener = control::bind(path)?;

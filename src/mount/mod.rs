@@ -31,9 +31,9 @@ pub use preflight::{
     HOST_FORBIDS, MountError, check_mountpoint, have_dev_fuse, host_allows, preflight,
 };
 pub use registry::{
-    Record, default_control_path, find_record, forget, mount_namespace, now_secs, private_dir,
-    read_record, record_file, records, remove_record, runtime_dir, state_dir, sweep_dead_sockets,
-    write_record,
+    Record, check_runtime_dir, default_control_path, find_record, forget, mount_namespace,
+    now_secs, private_dir, read_record, record_file, records, remove_record, runtime_dir,
+    state_dir, sweep_dead_sockets, write_record,
 };
 pub use unmount::{
     DAEMON_EXIT_WAIT, UnmountError, Unmounted, detach, detach_or_lazily, process_alive, unmount,

@@ -70,7 +70,8 @@ const ROOT_RUNTIME_DIR: &str = "/run/zonemount";
 /// `/run/zonemount`; for a user `$XDG_RUNTIME_DIR/zonemount`, else
 /// `/run/user/UID/zonemount` when that directory is the user's, else
 /// `/tmp/zonemount-UID` (not `$TMPDIR`: every command of a user, whatever
-/// its environment, must find the same records).
+/// its environment, must find the same records). Only the path: see
+/// [`check_runtime_dir`] before trusting what is there.
 pub fn runtime_dir() -> PathBuf {
     let uid = rustix::process::geteuid();
     if uid.is_root() {
@@ -85,6 +86,116 @@ pub fn runtime_dir() -> PathBuf {
         return run_user.join("zonemount");
     }
     PathBuf::from(format!("/tmp/zonemount-{uid}"))
+}
+
+/// Why `dir`, as `lstat` describes it, can't hold this user's records and
+/// sockets; None when it can. It must be a directory (not a symlink to
+/// one), owned by `me`, and writable by nobody else: its records name the
+/// sockets the CLI trusts with decisions, and anyone who can write there
+/// can swap them. Root's may be read by all (0755: a user may look at a
+/// mount root made for them); a user's is kept private (0700, see
+/// [`check_dir`]).
+fn unfit(meta: &std::fs::Metadata, me: u32) -> Option<String> {
+    let kind = if meta.file_type().is_symlink() {
+        Kind::Symlink
+    } else if meta.is_dir() {
+        Kind::Dir
+    } else {
+        Kind::Other
+    };
+    unfit_as(kind, meta.uid(), meta.mode(), me)
+}
+
+/// What `lstat` says a runtime directory is.
+#[derive(Clone, Copy)]
+enum Kind {
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// [`unfit`] on the facts.
+fn unfit_as(kind: Kind, uid: u32, mode: u32, me: u32) -> Option<String> {
+    let mode = mode & 0o7777;
+    match kind {
+        Kind::Symlink => return Some("is a symbolic link".to_owned()),
+        Kind::Other => return Some("is not a directory".to_owned()),
+        Kind::Dir => {}
+    }
+    if uid != me {
+        Some(format!("belongs to uid {uid}, not to this user (uid {me})"))
+    } else if mode & 0o022 != 0 {
+        Some(format!("has mode {mode:04o}: others may write in it"))
+    } else {
+        None
+    }
+}
+
+/// Whether a fit directory of a user's (see [`unfit`]) still lets others
+/// read or enter it: one made by an older zonemount (0755), which is then
+/// made 0700. Nobody else could write in it, so nothing in it is anyone
+/// else's.
+fn to_tighten(mode: u32, me: u32) -> bool {
+    me != 0 && mode & 0o077 != 0
+}
+
+/// `dir` checked with `lstat` (so a symlink is seen, never followed):
+/// Ok when it is fit, or missing (nothing there to trust). A user's own
+/// that others may only read is made 0700 through an fd opened with
+/// `O_NOFOLLOW` and checked to be the same directory.
+fn check_dir(dir: &Path) -> io::Result<()> {
+    let me = rustix::process::geteuid().as_raw();
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let refuse = |why: String| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the runtime directory {} {why}: zonemount won't keep or read mount records and control sockets there (another user may have made it); remove it, or set XDG_RUNTIME_DIR to a directory of your own",
+                dir.display(),
+            ),
+        )
+    };
+    if let Some(why) = unfit(&meta, me) {
+        return Err(refuse(why));
+    }
+    if to_tighten(meta.mode(), me) {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| refuse(format!("can't be opened to make it private ({e})")))?;
+        let st = rustix::fs::fstat(&fd)?;
+        if (st.st_dev, st.st_ino, st.st_uid) != (meta.dev(), meta.ino(), me) {
+            return Err(refuse("changed while it was checked".to_owned()));
+        }
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// The runtime directory and its `mounts/`, each checked (see [`unfit`]);
+/// missing ones are fine (nothing to read). Every command that reads or
+/// writes the registry checks this first, and the registry itself reads
+/// nothing from a directory that fails it.
+pub fn check_runtime_dir() -> io::Result<PathBuf> {
+    let dir = runtime_dir();
+    check_dir(&dir)?;
+    check_dir(&dir.join("mounts"))?;
+    Ok(dir)
+}
+
+/// The runtime directory if it may be read: a failing one reads as empty
+/// (the commands have said why already, through [`check_runtime_dir`]).
+fn readable_runtime_dir() -> Option<PathBuf> {
+    check_runtime_dir()
+        .inspect_err(|e| tracing::warn!("{e}"))
+        .ok()
 }
 
 /// Root's state directory.
@@ -122,6 +233,11 @@ fn record_path(mountpoint: &Path) -> PathBuf {
     record_path_in(&runtime_dir(), mountpoint)
 }
 
+/// `mountpoint`'s record file, if the runtime directory may be read.
+fn readable_record_path(mountpoint: &Path) -> Option<PathBuf> {
+    readable_runtime_dir().map(|d| record_path_in(&d, mountpoint))
+}
+
 /// The file of `mountpoint`'s record in this user's registry.
 pub fn record_file(mountpoint: &Path) -> PathBuf {
     record_path(mountpoint)
@@ -140,7 +256,9 @@ pub fn default_control_path(mountpoint: &Path) -> PathBuf {
 
 /// Every record in the registry (this user's runtime directory).
 pub fn records() -> Vec<Record> {
-    let dir = runtime_dir().join("mounts");
+    let Some(dir) = readable_runtime_dir().map(|d| d.join("mounts")) else {
+        return Vec::new();
+    };
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -165,18 +283,27 @@ fn read_record_here(path: &Path) -> Option<Record> {
 /// The record of `mountpoint` in this user's registry, else in root's: a
 /// user may look at a mount root made for them.
 pub fn find_record(mountpoint: &Path) -> Option<Record> {
-    read_record(mountpoint)
-        .or_else(|| read_record_here(&record_path_in(Path::new(ROOT_RUNTIME_DIR), mountpoint)))
+    read_record(mountpoint).or_else(|| {
+        // Root's, only as root keeps it: a directory of root's that nobody
+        // else may write (a user's check of it is root's own).
+        let root = Path::new(ROOT_RUNTIME_DIR);
+        let fit = |d: &Path| std::fs::symlink_metadata(d).is_ok_and(|m| unfit(&m, 0).is_none());
+        (fit(root) && fit(&root.join("mounts")))
+            .then(|| read_record_here(&record_path_in(root, mountpoint)))
+            .flatten()
+    })
 }
 
 /// The record of `mountpoint` in this user's registry.
 pub fn read_record(mountpoint: &Path) -> Option<Record> {
-    read_record_here(&record_path(mountpoint))
+    read_record_here(&readable_record_path(mountpoint)?)
 }
 
 /// Write (or replace) the record of `rec.mountpoint`, atomically.
 pub fn write_record(rec: &Record) -> io::Result<()> {
-    let path = record_path(&rec.mountpoint);
+    let runtime = runtime_dir();
+    private_dir(&runtime)?;
+    let path = record_path_in(&runtime, &rec.mountpoint);
     if let Some(dir) = path.parent() {
         private_dir(dir)?;
     }
@@ -199,7 +326,9 @@ pub fn write_record(rec: &Record) -> io::Result<()> {
 /// Remove the record of `mountpoint`, unless it belongs to another mount
 /// namespace (where that mount may well be live).
 pub fn remove_record(mountpoint: &Path) {
-    let path = record_path(mountpoint);
+    let Some(path) = readable_record_path(mountpoint) else {
+        return;
+    };
     if read_record_file(&path).is_none_or(|r| r.here()) {
         let _ = std::fs::remove_file(path);
     }
@@ -210,7 +339,9 @@ pub fn remove_record(mountpoint: &Path) {
 /// belongs to a daemon that bound the path since). Records of other mount
 /// namespaces are left alone.
 pub fn forget(mountpoint: &Path) {
-    let path = record_path(mountpoint);
+    let Some(path) = readable_record_path(mountpoint) else {
+        return;
+    };
     let Some(rec) = read_record_file(&path) else {
         let _ = std::fs::remove_file(path);
         return;
@@ -229,7 +360,9 @@ pub fn forget(mountpoint: &Path) {
 /// records were cleaned, or by older versions); the paths removed.
 pub fn sweep_dead_sockets() -> Vec<PathBuf> {
     use std::os::unix::fs::FileTypeExt;
-    let dir = runtime_dir();
+    let Some(dir) = readable_runtime_dir() else {
+        return Vec::new();
+    };
     let named: Vec<PathBuf> = std::fs::read_dir(dir.join("mounts"))
         .into_iter()
         .flatten()
@@ -262,34 +395,32 @@ fn listening(path: &Path) -> bool {
     }
 }
 
-/// Create `dir` (and parents) writable only by us, whatever the umask
-/// (the daemon runs with umask 0); tighten it if it exists.
+/// Create `dir` (and missing parents) for this user's records and
+/// sockets: 0700 (root's 0755), whatever the umask (the daemon runs with
+/// umask 0), then check it with `lstat` as [`check_runtime_dir`] does.
 ///
-/// A directory someone else owns (another user who made
-/// `/tmp/zonemount-UID` first) is refused: records and sockets there could
-/// be swapped under us.
+/// One that exists and fails the check (a symlink, another user's
+/// directory such as a `/tmp/zonemount-UID` made first by someone else, or
+/// one others may write) is refused, never tightened or used: records and
+/// sockets there could be swapped under us.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)?;
-    let me = rustix::process::geteuid().as_raw();
-    let owner = std::fs::metadata(dir)?.uid();
-    if owner != me {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{} belongs to uid {owner}, not to this user (uid {me}): remove it, or set XDG_RUNTIME_DIR to a directory of your own",
-                dir.display()
-            ),
-        ));
+    use std::os::unix::fs::DirBuilderExt;
+    let mode = if rustix::process::geteuid().is_root() {
+        0o755
+    } else {
+        0o700
+    };
+    if let Some(parent) = dir.parent().filter(|p| !p.exists()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(parent)?;
     }
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
-    if let Some(parent) = dir.parent().filter(|p| p.ends_with("zonemount")) {
-        let _ = std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755));
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
     }
-    Ok(())
+    check_dir(dir)
 }
 
 /// Seconds since the epoch, for [`Record::started`].
@@ -328,6 +459,37 @@ mod tests {
         assert!(record(None).here(), "older records count as ours");
         let other = ours.map(|n| n.wrapping_add(1));
         assert!(!record(other).here());
+    }
+
+    #[test]
+    fn a_runtime_dir_is_a_private_dir_of_ones_own() {
+        let fit = |kind, uid, mode, me| unfit_as(kind, uid, mode, me).is_none();
+        // A user's: a directory of theirs nobody else may write; one that
+        // others may read (an older zonemount's 0755) is made 0700.
+        assert!(fit(Kind::Dir, 1000, 0o040700, 1000));
+        assert!(fit(Kind::Dir, 1000, 0o500, 1000));
+        assert!(!to_tighten(0o040700, 1000));
+        for mode in [0o755, 0o750, 0o701] {
+            assert!(fit(Kind::Dir, 1000, mode, 1000), "{mode:o}");
+            assert!(to_tighten(mode, 1000), "{mode:o}");
+        }
+        assert!(!fit(Kind::Dir, 1001, 0o700, 1000), "another user's");
+        assert!(!fit(Kind::Dir, 0, 0o700, 1000), "root's");
+        for mode in [0o770, 0o777, 0o1777, 0o702, 0o720] {
+            assert!(!fit(Kind::Dir, 1000, mode, 1000), "{mode:o}");
+        }
+        assert!(!fit(Kind::Symlink, 1000, 0o777, 1000));
+        assert!(!fit(Kind::Other, 1000, 0o700, 1000));
+        // Root's may be read by everyone, written by root alone.
+        assert!(fit(Kind::Dir, 0, 0o755, 0));
+        assert!(fit(Kind::Dir, 0, 0o700, 0));
+        assert!(!to_tighten(0o755, 0), "root's stays readable");
+        assert!(!fit(Kind::Dir, 0, 0o775, 0));
+        assert!(!fit(Kind::Dir, 0, 0o1777, 0));
+        assert!(!fit(Kind::Dir, 1000, 0o755, 0));
+        assert!(!fit(Kind::Symlink, 0, 0o777, 0));
+        let why = unfit_as(Kind::Dir, 1001, 0o777, 1000).unwrap_or_default();
+        assert!(why.contains("uid 1001"), "{why}");
     }
 
     #[test]

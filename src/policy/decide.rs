@@ -48,7 +48,8 @@ fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
         Op::NewName { at, is_dir } => new_name(at, is_dir),
         Op::Device { at } => new_name(at, false),
         Op::Metadata { at } => {
-            let z = zone_of(at, false)?;
+            // A zone dir's own mode, owner, times or xattrs: root-level.
+            let z = zone_of(at, true)?;
             writable(z, at.path, false)?;
             Ok(vec![(Write, at)])
         }
@@ -181,8 +182,8 @@ fn sensitive(at: Loc<'_>) -> Result<(), Refusal> {
 }
 
 /// The zone of a location that is being changed. `names` marks operations
-/// that add, remove or rename the entry itself: on a zone dir those are
-/// root-level changes.
+/// that add, remove, rename or change the entry itself: on a zone dir those
+/// are root-level changes.
 fn zone_of<'a>(at: Loc<'a>, names: bool) -> Result<&'a ZoneRules, Refusal> {
     match at.zone {
         None => Err(Refusal::RootLevel),

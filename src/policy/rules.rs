@@ -174,6 +174,12 @@ impl ZoneRules {
         })
     }
 
+    /// Whether anything in the zone may be hidden, whatever its kind
+    /// (`hide` patterns, sensitive roots; `suffixes` exempt directories).
+    pub fn hides_paths(&self) -> bool {
+        !self.hidden.is_empty() || !self.hide.is_empty()
+    }
+
     /// Whether `path` (relative to the zone root) is, or is inside, a
     /// hidden sensitive root.
     pub(super) fn is_sensitive(&self, path: &Path) -> bool {

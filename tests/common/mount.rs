@@ -88,8 +88,11 @@ pub fn wait_unmounted(path: &Path) -> bool {
 /// The name a mount's watcher gives itself (`/proc/PID/comm`); it is a
 /// fork of the daemon, so its command line is the daemon's.
 pub const WATCHER_COMM: &str = "zm-watch";
+/// The name of the watcher's guard (a fork of the watcher), which does
+/// its work if the watcher is killed.
+pub const GUARD_COMM: &str = "zm-guard";
 
-fn comm(pid: u32) -> String {
+pub fn comm(pid: u32) -> String {
     fs::read_to_string(format!("/proc/{pid}/comm"))
         .unwrap_or_default()
         .trim()
@@ -97,19 +100,21 @@ fn comm(pid: u32) -> String {
 }
 
 /// Pids (other than ours) whose command line names `zonemount` and `path`:
-/// a daemon still serving, or about to, that mountpoint (not its watcher).
+/// a daemon still serving, or about to, that mountpoint (not its watcher
+/// or the watcher's guard).
 pub fn daemon_pids_for(path: &Path) -> Vec<u32> {
     zonemount_pids_for(path)
         .into_iter()
-        .filter(|&p| comm(p) != WATCHER_COMM)
+        .filter(|&p| ![WATCHER_COMM, GUARD_COMM].contains(&comm(p).as_str()))
         .collect()
 }
 
-/// The watchers of the daemons of `path`.
+/// The watchers of the daemons of `path`, and their guards: what cleans
+/// up after a dead daemon (kill them all to leave a stale mount).
 pub fn watcher_pids_for(path: &Path) -> Vec<u32> {
     zonemount_pids_for(path)
         .into_iter()
-        .filter(|&p| comm(p) == WATCHER_COMM)
+        .filter(|&p| [WATCHER_COMM, GUARD_COMM].contains(&comm(p).as_str()))
         .collect()
 }
 

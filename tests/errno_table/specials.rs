@@ -260,6 +260,105 @@ pub fn root_level_beats_ro(mode: Mode) {
     assert_eq!(names(&m.path("")).unwrap(), sorted(&zone_names()));
 }
 
+/// A zone dir's own mode, owner, times and xattrs: a root-level change,
+/// EACCES in every kind of zone (ro too: root-level answers first), and the
+/// backing dir keeps them.
+pub fn zone_dir_metadata(mode: Mode) {
+    use rustix::fs::{AtFlags, CWD, Timespec, Timestamps, XattrFlags};
+    let Some(m) = fixture(mode) else { return };
+    for z in zone_names() {
+        let dir = m.backing(z, "");
+        rustix::fs::setxattr(&dir, "user.pre", b"v1", XattrFlags::empty())
+            .unwrap_or_else(|e| panic!("host setxattr on {}: {e}", dir.display()));
+        let before = fs::metadata(&dir).unwrap();
+        let p = m.path(z);
+        let what = |op: &str| format!("{op} of zone dir /{z}");
+        let (uid, gid) = (before.uid(), before.gid());
+        let errno = |r: rustix::io::Result<()>| r.map_err(std::io::Error::from);
+        let cases: Vec<(&str, std::io::Result<()>)> = vec![
+            (
+                "chmod",
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o700)),
+            ),
+            (
+                "chown to its owner",
+                std::os::unix::fs::chown(&p, Some(uid), Some(gid)),
+            ),
+            (
+                "utimensat",
+                errno(rustix::fs::utimensat(
+                    CWD,
+                    &p,
+                    &Timestamps {
+                        last_access: Timespec {
+                            tv_sec: 1_000_000_000,
+                            tv_nsec: 0,
+                        },
+                        last_modification: Timespec {
+                            tv_sec: 1_000_000_000,
+                            tv_nsec: 0,
+                        },
+                    },
+                    AtFlags::empty(),
+                )),
+            ),
+            (
+                "setxattr",
+                errno(rustix::fs::setxattr(
+                    &p,
+                    "user.new",
+                    b"v",
+                    XattrFlags::empty(),
+                )),
+            ),
+            (
+                "removexattr",
+                errno(rustix::fs::removexattr(&p, "user.pre")),
+            ),
+        ];
+        for (op, r) in cases {
+            assert_eq!(
+                r.map_err(|e| e.raw_os_error()),
+                Err(Some(EACCES)),
+                "{}",
+                what(op)
+            );
+        }
+        let after = fs::metadata(&dir).unwrap();
+        assert_eq!(
+            (
+                after.mode(),
+                after.uid(),
+                after.gid(),
+                after.mtime(),
+                after.mtime_nsec()
+            ),
+            (before.mode(), uid, gid, before.mtime(), before.mtime_nsec()),
+            "{}: the backing dir changed",
+            what("metadata")
+        );
+        let mut buf = [0u8; 8];
+        let n = rustix::fs::getxattr(&dir, "user.pre", &mut buf[..]);
+        assert_eq!(
+            n.ok().map(|n| buf[..n].to_vec()),
+            Some(b"v1".to_vec()),
+            "{}",
+            what("removexattr")
+        );
+        assert!(
+            rustix::fs::getxattr(&dir, "user.new", &mut buf[..]).is_err(),
+            "{}",
+            what("setxattr")
+        );
+    }
+    // Inside a rw zone, the zone's own rules answer as before.
+    fs::set_permissions(m.path("rw/dir"), fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(
+        fs::metadata(m.backing("rw", "dir")).unwrap().mode() & 0o777,
+        0o700
+    );
+}
+
 pub fn precedence(mode: Mode) {
     let Some(m) = fixture(mode) else { return };
     // Between zones (EXDEV) before a ro zone (EROFS).

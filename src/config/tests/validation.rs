@@ -240,6 +240,20 @@ fn duplicate_zones() {
         "sandbox:\n  zones:\n    - name: a\n    - name: a\n",
     );
     assert_err(&e, "w.worker", 4, "sandbox.zones.a", "duplicate zone");
+    // Top level: other sections are the agent runtime's, but `sandbox:`
+    // (and a worker's `name:`) twice is one of them silently dropped.
+    let e = f.load_err("sandbox:\n  zones:\n    a: {}\nmodel: x\nsandbox:\n  zones: {}\n");
+    assert_err(
+        &e,
+        "project.yaml",
+        5,
+        "sandbox",
+        "duplicate key 'sandbox' (first on line 1)",
+    );
+    let e = f.worker_err("w.worker", "sandbox:\n  zones: []\nsandbox:\n  zones: []\n");
+    assert_err(&e, "w.worker", 3, "sandbox", "duplicate key 'sandbox'");
+    let e = f.worker_err("w.worker", "name: a\nname: b\n");
+    assert_err(&e, "w.worker", 2, "name", "duplicate key 'name'");
     let e = f.load_err("sandbox:\n  zones:\n    a:\n      mode: ro\n      mode: rw\n");
     assert_err(
         &e,

@@ -1,18 +1,73 @@
 //! Directories: opendir, readdir (plain and plus), releasedir, fsyncdir,
 //! and statfs. A listing leaves out every name the policy hides.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
 
-use crate::fuse::FileType as FuseType;
+use crate::fuse::{FileAttr, FileType as FuseType};
 use parking_lot::Mutex;
 
+use super::gate::Keep;
 use super::{Core, Ctx, Entry, Statfs};
 use crate::backing::{self, FileType};
+use crate::error::Refusal;
 use crate::error::{FsError, FsResult};
-use crate::fs::attr::fuse_kind;
+use crate::fs::attr::{fuse_kind, to_attr};
 use crate::fs::handles::{DirItem, Handle};
 use crate::fs::inodes::{Node, ROOT};
-use crate::policy::{Loc, Op};
+use crate::policy::{Action, Loc, Op, Subject};
+
+/// A directory as `stat` saw it: which one, and the state of its entries.
+/// A directory whose entries change gets a new mtime, ctime and (for a
+/// subdirectory made or removed) link count, so a count kept under this key
+/// is never applied to entries it wasn't counted from.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Seen {
+    dev: u64,
+    ino: u64,
+    nlink: u64,
+    mtime: (i64, u64),
+    ctime: (i64, u64),
+}
+
+impl Seen {
+    fn of(st: &backing::Stat) -> Seen {
+        Seen {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            nlink: st.st_nlink,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+}
+
+/// How many hidden subdirectories directories held when last listed, so a
+/// directory's link count costs one listing per change of it, not one per
+/// `stat` (a `readdirplus` of its parent looks each subdirectory up).
+/// Bounded: emptied when full.
+#[derive(Default)]
+pub(super) struct HiddenSubdirs(Mutex<std::collections::HashMap<(u64, u64), (Seen, u32)>>);
+
+impl HiddenSubdirs {
+    const MAX: usize = 4096;
+
+    /// The count kept for this directory in exactly this state.
+    fn get(&self, key: &Seen) -> Option<u32> {
+        match self.0.lock().get(&(key.dev, key.ino)) {
+            Some((seen, n)) if seen == key => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn put(&self, key: Seen, hidden: u32) {
+        let mut kept = self.0.lock();
+        if kept.len() >= Self::MAX {
+            kept.clear();
+        }
+        kept.insert((key.dev, key.ino), (key, hidden));
+    }
+}
 
 impl Core {
     /// Opening a directory deleted and replaced on the host is ESTALE (see
@@ -62,26 +117,117 @@ impl Core {
         Ok(entries)
     }
 
+    /// Every entry of the directory `dir_path` of `zone` (whose fd is
+    /// `fd`), with its kind and whether the worker may see it.
+    fn seen_entries(
+        &self,
+        zone: usize,
+        dir_path: &Path,
+        fd: BorrowedFd<'_>,
+    ) -> FsResult<Vec<(backing::DirEntry, FileType, bool)>> {
+        let list = backing::read_dir(self.reach.open_dir(fd)?)?;
+        Ok(list
+            .into_iter()
+            .map(|e| {
+                let mut kind = e.kind;
+                if kind == FileType::Unknown {
+                    kind = self
+                        .reach
+                        .lookup(fd, &e.name)
+                        .and_then(|f| backing::stat(f.as_fd()))
+                        .map(|st| FileType::from_raw_mode(st.st_mode))
+                        .unwrap_or(FileType::Unknown);
+                }
+                let path = dir_path.join(&e.name);
+                let at = Loc::in_zone(&self.zones[zone], &path);
+                let is_dir = Some(kind == FileType::Directory);
+                let seen = Self::question(&Op::Look { at, is_dir }).is_ok();
+                (e, kind, seen)
+            })
+            .collect())
+    }
+
+    /// The attributes the worker sees of the directory `dir_path` of `zone`
+    /// (fd `fd`, backing `st`): its link count leaves out the subdirectories
+    /// it can't see (`hide`, sensitive roots), which would otherwise give
+    /// them away (2 + subdirectories, as `find` relies on). Only listed when
+    /// the zone hides paths and the directory has subdirectories at all.
+    pub(super) fn dir_attr(
+        &self,
+        ino: u64,
+        zone: usize,
+        dir_path: impl FnOnce() -> PathBuf,
+        fd: BorrowedFd<'_>,
+        st: &backing::Stat,
+    ) -> FileAttr {
+        let mut attr = to_attr(ino, st);
+        if attr.kind != FuseType::Directory || attr.nlink <= 2 || !self.zones[zone].hides_paths() {
+            return attr;
+        }
+        let key = Seen::of(st);
+        let hidden = match self.hidden_subdirs.get(&key) {
+            Some(n) => n,
+            None => {
+                // Unlisted (a race, a vanished dir): the host's count.
+                let Ok(entries) = self.seen_entries(zone, &dir_path(), fd) else {
+                    return attr;
+                };
+                let n = entries
+                    .iter()
+                    .filter(|(_, kind, seen)| *kind == FileType::Directory && !seen)
+                    .count() as u32;
+                self.hidden_subdirs.put(key, n);
+                n
+            }
+        };
+        attr.nlink = attr.nlink.saturating_sub(hidden).max(2);
+        attr
+    }
+
+    /// Whether the directory `name` in `parent` (of `zone`, fd `parent_fd`)
+    /// holds entries and the worker can see none of them: an rmdir that the host
+    /// refuses (ENOTEMPTY) is then refused for what it holds, as a rename
+    /// of it would be, without saying it isn't empty.
+    pub(super) fn only_unseen_in(
+        &self,
+        zone: usize,
+        parent: &Node,
+        parent_fd: BorrowedFd<'_>,
+        name: &std::ffi::OsStr,
+    ) -> bool {
+        let Ok(fd) = self.reach.lookup(parent_fd, name) else {
+            return false;
+        };
+        let path = parent.zone_path().join(name);
+        self.seen_entries(zone, &path, fd.as_fd())
+            .is_ok_and(|e| !e.is_empty() && e.iter().all(|(_, _, seen)| !seen))
+    }
+
+    /// The refusal of an rmdir of `name` in `parent` (of `zone`) that
+    /// holds only what the worker can't see, kept as every refusal is.
+    pub(super) fn refused_rmdir(
+        &self,
+        ctx: &Ctx,
+        zone: usize,
+        parent: &Node,
+        name: &std::ffi::OsStr,
+    ) -> FsError {
+        let path = parent.zone_path().join(name);
+        let at = Loc::in_zone(&self.zones[zone], &path);
+        self.refuse(
+            ctx,
+            &Subject::new(Action::Delete, at),
+            Refusal::SensitiveInside,
+            Keep::Ledger,
+        )
+    }
+
     /// The visible entries of `node`, a directory of `zone`.
     fn list_zone_dir(&self, zone: usize, node: &Node, out: &mut Vec<DirItem>) -> FsResult<()> {
         let held = self.reach.fd_of(node)?;
-        let fd = held.as_fd();
-        let list = backing::read_dir(self.reach.open_dir(fd)?)?;
         let dir_path = node.zone_path();
-        for e in list {
-            let mut kind = e.kind;
-            if kind == FileType::Unknown {
-                kind = self
-                    .reach
-                    .lookup(fd, &e.name)
-                    .and_then(|f| backing::stat(f.as_fd()))
-                    .map(|st| FileType::from_raw_mode(st.st_mode))
-                    .unwrap_or(FileType::Unknown);
-            }
-            let path = dir_path.join(&e.name);
-            let at = Loc::in_zone(&self.zones[zone], &path);
-            let is_dir = Some(kind == FileType::Directory);
-            if Self::question(&Op::Look { at, is_dir }).is_err() {
+        for (e, kind, seen) in self.seen_entries(zone, &dir_path, held.as_fd())? {
+            if !seen {
                 continue;
             }
             // d_ino is a hint (the node id comes with lookup).
@@ -191,5 +337,39 @@ impl Core {
             namelen: v.f_namemax as u32,
             frsize: v.f_frsize as u32,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{HiddenSubdirs, Seen};
+
+    fn seen(ino: u64, nlink: u64, mtime: i64) -> Seen {
+        Seen {
+            dev: 1,
+            ino,
+            nlink,
+            mtime: (mtime, 0),
+            ctime: (mtime, 0),
+        }
+    }
+
+    #[test]
+    fn a_count_is_kept_for_one_state_of_one_directory() {
+        let kept = HiddenSubdirs::default();
+        kept.put(seen(7, 4, 100), 2);
+        assert_eq!(kept.get(&seen(7, 4, 100)), Some(2));
+        // A subdirectory made or removed, or any change of its entries.
+        assert_eq!(kept.get(&seen(7, 5, 100)), None);
+        assert_eq!(kept.get(&seen(7, 4, 101)), None);
+        assert_eq!(kept.get(&seen(8, 4, 100)), None);
+        kept.put(seen(7, 5, 101), 1);
+        assert_eq!(kept.get(&seen(7, 5, 101)), Some(1));
+        assert_eq!(kept.get(&seen(7, 4, 100)), None, "the older state is gone");
+        // Bounded.
+        for ino in 0..(HiddenSubdirs::MAX as u64 + 10) {
+            kept.put(seen(1000 + ino, 3, 1), 1);
+        }
+        assert!(kept.0.lock().len() <= HiddenSubdirs::MAX);
     }
 }

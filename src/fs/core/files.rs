@@ -89,7 +89,13 @@ impl Core {
             return Ok(root_attr(self.started, self.zones.len(), uid, gid));
         }
         let fd = self.handle_or_node_fd(fh, node)?;
-        Ok(to_attr(node.ino, &backing::stat(fd.as_fd())?))
+        let st = backing::stat(fd.as_fd())?;
+        Ok(match node.zone {
+            Some(zone) if node.is_dir => {
+                self.dir_attr(node.ino, zone, || node.zone_path(), fd.as_fd(), &st)
+            }
+            _ => to_attr(node.ino, &st),
+        })
     }
 
     /// The fd of file handle `fh` if it is one, else the node's own.
@@ -433,10 +439,22 @@ impl Core {
 
     pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
         let (h, zone) = self.handles.file(fh)?;
-        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
-            self.may_grow(zone, offset.saturating_add(len))?;
+        let fd = h.fd()?;
+        // What the call could make the file hold: `KEEP_SIZE` leaves the
+        // size as it was but still allocates up to `offset + len`, which the
+        // limit counts as growth too. A punched hole or a collapsed range
+        // only gives blocks back; an inserted range shifts what is there.
+        let end = if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE) != 0 {
+            None
+        } else if mode & libc::FALLOC_FL_INSERT_RANGE != 0 {
+            Some((backing::stat(fd)?.st_size.max(0) as u64).saturating_add(len))
+        } else {
+            Some(offset.saturating_add(len))
+        };
+        if let Some(end) = end {
+            self.may_grow(zone, end)?;
         }
-        Ok(backing::fallocate(h.fd()?, mode, offset, len)?)
+        Ok(backing::fallocate(fd, mode, offset, len)?)
     }
 
     pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {

@@ -232,6 +232,9 @@ pub struct Core {
     started: SystemTime,
     /// The last refusals, explained, oldest first.
     recent: Mutex<std::collections::VecDeque<RecentRefusal>>,
+    /// How many hidden subdirectories each directory was last seen to hold
+    /// (see `Core::dir_attr`).
+    hidden_subdirs: dirs::HiddenSubdirs,
     /// The staged zones' stages (None: no zone is staged).
     stages: Option<Arc<Stages>>,
     /// Mutations act under its read side; a commit or discard holds the
@@ -360,6 +363,7 @@ impl Core {
             opts,
             started: SystemTime::now(),
             recent: Mutex::new(std::collections::VecDeque::with_capacity(RECENT_REFUSALS)),
+            hidden_subdirs: dirs::HiddenSubdirs::default(),
         })
     }
 

@@ -91,9 +91,10 @@ impl Core {
         let o = self.reach.opened(fd)?;
         let is_dir = Some(o.found.is_dir);
         self.gate(ctx, &Op::Look { at, is_dir }, Keep::Status)?;
-        let stat = o.stat;
+        let (stat, fd) = (o.stat, o.fd.clone());
         let node = self.enter(zone, parent, name, o);
-        Ok(self.entry(Some(zone), to_attr(node.ino, &stat)))
+        let attr = self.dir_attr(node.ino, zone, || path, fd.as_fd(), &stat);
+        Ok(self.entry(Some(zone), attr))
     }
 
     /// Whether `name` in `parent` is there for the worker (existing and not
@@ -393,6 +394,11 @@ impl Core {
                         true => backing::rmdir(fd.as_fd(), &name),
                         false => backing::unlink(fd.as_fd(), &name),
                     };
+                    if r == Err(rustix::io::Errno::NOTEMPTY)
+                        && core.only_unseen_in(zone, &at, fd.as_fd(), &name)
+                    {
+                        return Err(core.refused_rmdir(&ctx, zone, &at, &name));
+                    }
                     core.reach.in_dir(&at, fd.as_fd(), r)?;
                     if let Some((node, fd)) = victim {
                         core.unnamed(&node, &at, &name, fd);

@@ -20,6 +20,16 @@ fn sized(size: u32, n: usize, buf: Vec<u8>) -> XattrReply {
     }
 }
 
+/// A `listxattr` list (names, each ending in NUL) without the `trusted.*`
+/// names.
+fn without_trusted(list: &[u8]) -> Vec<u8> {
+    list.split_inclusive(|b| *b == 0)
+        .filter(|name| !name.starts_with(b"trusted."))
+        .flatten()
+        .copied()
+        .collect()
+}
+
 impl Core {
     /// The node whose xattrs `ino` means: none for the root and symlinks,
     /// which carry none of their own here.
@@ -44,10 +54,26 @@ impl Core {
         let Some(node) = self.xattr_target(ino)? else {
             return Ok(sized(size, 0, Vec::new()));
         };
-        let mut buf = Vec::with_capacity(size as usize);
         let fd = self.reach.fd_of(&node)?;
-        let n = self.reach.procfds.listxattr(fd.as_fd(), &mut buf)?;
-        Ok(sized(size, n, buf))
+        if crate::backing::caller_has_sys_admin(&ctx.caller()) {
+            let mut buf = Vec::with_capacity(size as usize);
+            let n = self.reach.procfds.listxattr(fd.as_fd(), &mut buf)?;
+            return Ok(sized(size, n, buf));
+        }
+        // The daemon (root) sees `trusted.*` names; a caller without
+        // CAP_SYS_ADMIN must not, as on the host, so the whole list is read
+        // and those names dropped, for a size query too. A list that grows
+        // between the two calls is ERANGE, which callers retry.
+        let n = self.reach.procfds.listxattr(fd.as_fd(), &mut Vec::new())?;
+        let mut buf = Vec::with_capacity(n);
+        if n > 0 {
+            self.reach.procfds.listxattr(fd.as_fd(), &mut buf)?;
+        }
+        let shown = without_trusted(&buf);
+        if size != 0 && shown.len() > size as usize {
+            return Err(FsError::Os(libc::ERANGE));
+        }
+        Ok(sized(size, shown.len(), shown))
     }
 
     /// Gate a metadata change of node `ino`.
@@ -131,5 +157,22 @@ impl Core {
             at: self.loc(&w),
             is_dir: node.is_dir,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_trusted;
+
+    #[test]
+    fn trusted_names_are_dropped_from_a_list() {
+        assert_eq!(
+            without_trusted(b"user.a\0trusted.overlay.opaque\0security.selinux\0trusted.x\0"),
+            b"user.a\0security.selinux\0"
+        );
+        assert_eq!(without_trusted(b""), b"");
+        assert_eq!(without_trusted(b"trusted.a\0"), b"");
+        // Only the prefix counts.
+        assert_eq!(without_trusted(b"user.trusted.a\0"), b"user.trusted.a\0");
     }
 }

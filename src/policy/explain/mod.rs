@@ -288,6 +288,10 @@ pub fn explain(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules]) -> Explanation 
             alternatives(zones, Class::Write, None),
         ),
         (Refusal::Protected, Some(z)) => protected(s, z),
+        (Refusal::SensitiveInside, Some(_)) if s.action == Action::Delete => (
+            "it holds entries this mount doesn't show, which must stay".to_owned(),
+            "Remove what you can see in it; leave the directory.".to_owned(),
+        ),
         (Refusal::SensitiveInside, Some(z)) => {
             let root = z
                 .sensitive_below(s.at.path)
@@ -598,6 +602,9 @@ pub fn for_worker(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules], root: &Path)
             "only files with {} can be made or seen here",
             suffix_words(zone.and_then(|z| z.suffixes.as_deref()).unwrap_or_default())
         ),
+        Refusal::SensitiveInside if s.action == Action::Delete => {
+            "this directory can't be removed (it holds entries that must stay)".to_owned()
+        }
         Refusal::SensitiveInside => {
             "this directory can't be moved (it holds paths that must stay where they are)".to_owned()
         }
