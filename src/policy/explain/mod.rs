@@ -324,6 +324,10 @@ pub fn explain(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules]) -> Explanation 
                 alternatives(zones, s.action.class(), Some(z))
             ),
         ),
+        (Refusal::Awaiting(id), Some(_)) => (
+            format!("approval request #{id} is waiting for a decision, and this call can't wait for it (the directory would be locked meanwhile)"),
+            "Retry the same operation once it is decided: an allow lets the retry through, a deny refuses it at once.".to_owned(),
+        ),
         (Refusal::NotAllowed, Some(_)) => (
             "this user may not use the mount".to_owned(),
             "Only the user who mounted it, root, and users given with --allow-uid may.".to_owned(),
@@ -622,6 +626,7 @@ pub fn for_worker(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules], root: &Path)
             "the supervisor did not approve this (denied, or no answer in time); don't retry it"
                 .to_owned()
         }
+        Refusal::Awaiting(id) => format!("waiting for approval #{id}; retry once decided"),
         Refusal::Sensitive | Refusal::Hidden | Refusal::HiddenByPattern | Refusal::NotAllowed => {
             return None;
         }
