@@ -230,6 +230,7 @@ mod tests {
             time: "2025-01-01T00:00:00.000Z".into(),
             timeout_secs: 300,
             items: vec![],
+            retry: false,
         };
         let s = render(&info);
         assert!(

@@ -339,6 +339,7 @@ mod tests {
             time: "2025-01-01T00:00:00Z".into(),
             timeout_secs: 300,
             items: vec![],
+            retry: false,
         }
     }
 

@@ -186,6 +186,7 @@ const CTX: Ctx = Ctx {
     uid: 0,
     gid: 0,
     pid: 0,
+    unique: 0,
 };
 const DATA: u64 = 3;
 
