@@ -321,16 +321,19 @@ fn allow_once_path_and_zone_then_deny_is_remembered() {
     assert!(decisions.iter().all(|d| d["approver_uid"] == me));
     let requests = events(&m, "request");
     assert_eq!(requests.len(), 4);
+    // The rm above is refused so at once if its retry came after the deny.
     let refusal = events(&m, "refusal");
-    assert_eq!(refusal.len(), 1, "{refusal:?}");
-    assert_eq!(refusal[0]["path"], "/final/old.md");
-    assert_eq!(refusal[0]["errno"], "EACCES");
-    assert!(
-        refusal[0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("denied for the rest of the mount")
-    );
+    assert!((1..=2).contains(&refusal.len()), "{refusal:?}");
+    for r in &refusal {
+        assert_eq!(r["path"], "/final/old.md");
+        assert_eq!(r["errno"], "EACCES");
+        assert!(
+            r["reason"]
+                .as_str()
+                .unwrap()
+                .contains("denied for the rest of the mount")
+        );
+    }
     // Writes allowed by a path/zone decision are logged as mutations.
     let mutations = events(&m, "mutation");
     assert!(mutations.len() >= 3, "{mutations:?}");

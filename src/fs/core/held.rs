@@ -250,8 +250,20 @@ impl Core {
                 }
             }
         }
-        if let Some(n) = self.notifier.get() {
-            let _ = n.inval_entry(crate::fuse::INodeNo(made.dir.ino), &made.name);
+        // Not on this thread: the kernel takes the directory's lock to
+        // forget a name, and this may be the broker's watcher, which a
+        // call holding that lock (a mkdir there, within its short hold)
+        // waits for.
+        if let Some(n) = self.notifier.get().cloned() {
+            let (dir, name) = (made.dir.ino, made.name.clone());
+            let spawned = std::thread::Builder::new()
+                .name("zm-forget".into())
+                .spawn(move || {
+                    let _ = n.inval_entry(crate::fuse::INodeNo(dir), &name);
+                });
+            if let Err(e) = spawned {
+                tracing::warn!("cannot tell the kernel to forget a refused create's name: {e}");
+            }
         }
     }
 
