@@ -374,6 +374,9 @@ fn a_mkdir_is_told_to_retry_and_the_retry_gets_the_decision() {
     );
     let reqs = wait_pending(&m, 1, ANSWERS);
     assert_eq!(reqs[0]["op"], "mkdir");
+    assert_eq!(reqs[0]["retry"], true, "{reqs:?}");
+    let human = zm(&m, &["approvals", "list"]).stdout;
+    assert!(human.contains("mkdir (retry)"), "{human}");
     // A retry before the decision joins the same request.
     let (ok, err, _) = answers(&m, "mkdir out/d").unwrap();
     assert!(
@@ -394,4 +397,37 @@ fn a_mkdir_is_told_to_retry_and_the_retry_gets_the_decision() {
     let (ok, err, _) = answers(&m, "mkdir out/e").unwrap();
     assert!(!ok && err.contains("Permission denied"), "{err}");
     assert!(!m.backing("out", "e").exists());
+}
+
+/// With file data through the daemon and the kernel's writeback cache, a
+/// create that waits is made and its write held all the same (the
+/// handle's writes go to the daemon as they are made); denied, nothing
+/// is left.
+#[test]
+fn a_waiting_create_over_the_writeback_cache() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup()
+        .arg("--no-passthrough")
+        .arg("--writeback-cache")
+        .mount();
+    let mut a = Worker::start(&m, "/bin/echo a > out/a.txt");
+    let id = id_of(&wait_pending(&m, 1, Duration::from_secs(10))[0]);
+    let (ok, err, took) = answers(&m, "ls out/ && stat out/missing 2>/dev/null; true").unwrap();
+    eprintln!("ls and stat in out/: {took:?}");
+    assert!(ok, "{err}");
+    assert!(a.running());
+    assert_eq!(fs::read(m.backing("out", "a.txt")).unwrap(), b"", "nothing written yet");
+    decide(&m, "deny", id);
+    let (st, err) = a.within(Duration::from_secs(10)).unwrap();
+    assert!(!st.success() && err.contains("Permission denied"), "{err}");
+    assert_eq!(backing_names(&m, "out"), ["existing.txt"]);
+    // Allowed, the write lands.
+    let mut c = Worker::start(&m, "/bin/echo c > out/c.txt");
+    let id = id_of(&wait_pending(&m, 1, Duration::from_secs(10))[0]);
+    decide(&m, "allow", id);
+    let (st, err) = c.within(Duration::from_secs(10)).unwrap();
+    assert!(st.success(), "{err}");
+    assert_eq!(fs::read_to_string(m.backing("out", "c.txt")).unwrap(), "c\n");
 }
