@@ -418,7 +418,11 @@ fn a_waiting_create_over_the_writeback_cache() {
     eprintln!("ls and stat in out/: {took:?}");
     assert!(ok, "{err}");
     assert!(a.running());
-    assert_eq!(fs::read(m.backing("out", "a.txt")).unwrap(), b"", "nothing written yet");
+    assert_eq!(
+        fs::read(m.backing("out", "a.txt")).unwrap(),
+        b"",
+        "nothing written yet"
+    );
     decide(&m, "deny", id);
     let (st, err) = a.within(Duration::from_secs(10)).unwrap();
     assert!(!st.success() && err.contains("Permission denied"), "{err}");
@@ -429,5 +433,8 @@ fn a_waiting_create_over_the_writeback_cache() {
     decide(&m, "allow", id);
     let (st, err) = c.within(Duration::from_secs(10)).unwrap();
     assert!(st.success(), "{err}");
-    assert_eq!(fs::read_to_string(m.backing("out", "c.txt")).unwrap(), "c\n");
+    assert_eq!(
+        fs::read_to_string(m.backing("out", "c.txt")).unwrap(),
+        "c\n"
+    );
 }

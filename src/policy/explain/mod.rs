@@ -498,8 +498,25 @@ pub fn explain_decision(s: &Subject<'_>, d: &Decision, zones: &[ZoneRules]) -> E
             Explanation::new(
                 format!("Would ask to {}", s.doing()),
                 parts.join("; "),
-                "The call waits until the supervisor allows or denies it; denied or unanswered, it fails with EACCES (permission denied).".to_owned(),
+                waiting(s.action).to_owned(),
             )
+        }
+    }
+}
+
+/// What a worker sees while an ask about `action` waits: the kernel
+/// locks the directory for new names, removals, renames and links, so
+/// those calls are not held (see `fs::core::held` and `gate::DIR_HOLD`).
+fn waiting(action: Action) -> &'static str {
+    match action {
+        Action::Create => {
+            "A file is made at once, empty, and its first write or close waits until the supervisor allows or denies it; a directory, symlink, FIFO or socket is not made: the call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied or unanswered, it fails with EACCES (permission denied)."
+        }
+        Action::Delete | Action::Rename | Action::Link => {
+            "The call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied, the retry fails with EACCES (permission denied)."
+        }
+        Action::Access | Action::Read | Action::Write | Action::Change => {
+            "The call waits until the supervisor allows or denies it; denied or unanswered, it fails with EACCES (permission denied)."
         }
     }
 }
