@@ -20,6 +20,7 @@ use crate::fs::core::{Core, CoreOptions, Ctx, Entry, FileOpen, Opening, Respond,
 use crate::fs::inodes::ROOT;
 
 mod files;
+mod held;
 mod names;
 mod nodes;
 mod refusals;
