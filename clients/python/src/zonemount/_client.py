@@ -62,7 +62,10 @@ class Request:
     #: Seconds left before it is denied.
     timeout_secs: float
     items: tuple[Item, ...]
-    raw: dict[str, Any] = field(repr=False, compare=False)
+    #: The caller was told to retry once this is decided (a mkdir, rm, mv...
+    #: can't wait while the kernel locks its directory).
+    retry: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Request":
@@ -83,6 +86,7 @@ class Request:
                     Item(cls=str(i["class"]), zone=str(i["zone"]), path=str(i["path"]))
                     for i in d.get("items", [])
                 ),
+                retry=bool(d.get("retry", False)),
                 raw=d,
             )
         except (KeyError, TypeError, ValueError) as e:
