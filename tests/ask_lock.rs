@@ -438,3 +438,36 @@ fn a_waiting_create_over_the_writeback_cache() {
         "c\n"
     );
 }
+
+/// Only the creating process's close of a waiting create waits: a child
+/// that inherited the file (closing it at exec: perl's files are
+/// close-on-exec) goes on at once.
+#[test]
+fn a_child_that_inherited_a_waiting_create_is_not_held() {
+    if !fuse_ok() || !tool_ok("perl") {
+        return;
+    }
+    let m = setup().mount();
+    let mut w = Worker::start(
+        &m,
+        r#"exec perl -e 'open(F, ">", "out/a.txt") or die "open: $!";
+            system("/bin/true"); print STDERR "child done=$?\n";
+            close(F) or die "close: $!"; print STDERR "closed\n"'"#,
+    );
+    let id = id_of(&wait_pending(&m, 1, Duration::from_secs(10))[0]);
+    let err = w.err.clone();
+    let said = || fs::read_to_string(&err).unwrap_or_default();
+    let ok = wait_until(ANSWERS, || said().contains("child done=0"));
+    assert!(
+        ok,
+        "the child's exec waited for the parent's approval: {}",
+        said()
+    );
+    assert!(
+        w.running() && !said().contains("closed"),
+        "the creator's own close waits"
+    );
+    decide(&m, "allow", id);
+    let (st, err) = w.within(Duration::from_secs(10)).unwrap();
+    assert!(st.success() && err.contains("closed"), "{err}");
+}

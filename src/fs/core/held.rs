@@ -52,6 +52,9 @@ pub struct HeldCreate {
     /// before the decision, the request is withdrawn (the caller gave up,
     /// or was killed).
     interrupted: AtomicBool,
+    /// The process that created it: only its closes wait (a child that
+    /// inherited the file, even one closing it at exec, never does).
+    creator: Option<u32>,
 }
 
 enum HeldState {
@@ -113,6 +116,7 @@ impl Core {
             unique: c.ctx.unique,
             state: Mutex::new(HeldState::Asking(None)),
             interrupted: AtomicBool::new(false),
+            creator: caller::process_of(c.ctx.pid),
         });
         let first = c.items.first().cloned();
         let (core, h) = (Arc::clone(self), Arc::clone(&held));
@@ -351,17 +355,21 @@ impl Core {
     }
 
     /// FLUSH (a close) of open file `fh`: held while its create's approval
-    /// is pending, unless the caller is exiting (a process's exit must not
-    /// wait for a human; nothing could interrupt it) or a call held on
-    /// this file was interrupted (the caller gave up: the release that
-    /// follows withdraws the request).
+    /// is pending, when the closing process is the one that created it
+    /// (another inherited the file: a child of a worker that execs closes
+    /// it, and must not wait for its parent's approval), unless it is
+    /// exiting (a process's exit must not wait for a human; nothing could
+    /// interrupt it) or a call held on this file was interrupted (the
+    /// caller gave up: the release that follows withdraws the request).
     pub fn flush(self: &Arc<Self>, ctx: &Ctx, fh: u64, respond: impl Respond<()>) {
+        let waits = |held: &HeldCreate| {
+            !held.interrupted.load(Ordering::Relaxed)
+                && held.creator.is_some()
+                && caller::process_of(ctx.pid) == held.creator
+                && !caller::is_exiting(ctx.pid)
+        };
         match self.held(fh) {
-            Some(held)
-                if !held.interrupted.load(Ordering::Relaxed) && !caller::is_exiting(ctx.pid) =>
-            {
-                self.after_held(held, ctx, respond, |_| Ok(()))
-            }
+            Some(held) if waits(&held) => self.after_held(held, ctx, respond, |_| Ok(())),
             Some(_) => respond.respond(Ok(())),
             // Only handles of pending creates lack FOPEN_NOFLUSH, but with
             // the writeback cache the kernel flushes every file at close:
