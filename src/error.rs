@@ -42,6 +42,10 @@ pub enum Refusal {
     Denied,
     /// The worker may not enter the mount at all (another uid).
     NotAllowed,
+    /// An `ask` of a call the kernel makes holding its directory's lock
+    /// was not decided in the short time such a call may wait: request
+    /// `N` stays pending, and a retry once it is decided gets the decision.
+    Awaiting(u64),
 }
 
 impl Refusal {
@@ -65,6 +69,9 @@ impl Refusal {
             // EPERM, as mknod without CAP_MKNOD: no zone may hold devices.
             Refusal::Device | Refusal::Blocked => libc::EPERM,
             Refusal::Denied | Refusal::NotAllowed => libc::EACCES,
+            // "Resource temporarily unavailable": try again later, which is
+            // what the worker should do once the request is decided.
+            Refusal::Awaiting(_) => libc::EAGAIN,
         }
     }
 
@@ -77,6 +84,9 @@ impl Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = match self {
+            Refusal::Awaiting(id) => {
+                return write!(f, "waiting for approval #{id}; retry once decided");
+            }
             Refusal::Sensitive => "the path is a hidden sensitive root",
             Refusal::HiddenByPattern => "the path is hidden by the zone's hide patterns",
             Refusal::Hidden => "the name is not visible in this zone",
@@ -155,6 +165,7 @@ pub fn errno_name(e: i32) -> &'static str {
         libc::EPERM => "EPERM",
         libc::ENOENT => "ENOENT",
         libc::EINTR => "EINTR",
+        libc::EAGAIN => "EAGAIN",
         libc::EIO => "EIO",
         libc::EBADF => "EBADF",
         libc::EACCES => "EACCES",

@@ -11,6 +11,13 @@
 //!   continuation runs: both are written under the state lock.
 //! - Listeners and continuations run with no lock held, so either may call
 //!   back into the broker (an API approver deciding from a listener).
+//! - A request asked with [`Wait::Bounded`] may stay pending with no waiter
+//!   (its caller was told to retry); a retry of the same fingerprints by
+//!   the same uid joins it, and an allow-once nobody was there to take is
+//!   kept for that retry ([`GRANT_KEPT`]). Any other request ends as soon
+//!   as it has no waiter left.
+//! - A waiter with thread id 0 is no thread's: the call that asked was
+//!   answered already ([`Wait::Detached`]); `/proc` never withdraws it.
 //!
 //! Lock order: `state`, then the audit file's own lock. `listeners` is
 //! never held while anything else is taken.
@@ -26,8 +33,9 @@ use parking_lot::{Condvar, Mutex};
 use super::caller::{self, Caller};
 use super::records::{ask_record, describe, end_record, request_record};
 use super::{
-    AskRequest, Broker, Continuation, Counters, DecideError, Decision, Event, ItemInfo, Listener,
-    Note, RequestInfo, Resolution, Scope, Settings, Verdict, class_name, virtual_path,
+    AskRequest, Broker, Continuation, Counters, DecideError, Decision, Event, GRANT_KEPT, ItemInfo,
+    Listener, Note, RequestInfo, Resolution, Scope, Settings, Verdict, Wait, class_name,
+    virtual_path,
 };
 use crate::audit::{self, Audit, Kind};
 use crate::text;
@@ -44,9 +52,16 @@ fn bump(c: &AtomicU64, n: u64) {
 type Fp = (&'static str, String, PathBuf);
 /// Identical requests: same fingerprints, same calling process.
 type Key = (Vec<Fp>, u32);
+/// A retry: same fingerprints, same uid (a retry is often a new process).
+type RetryKey = (Vec<Fp>, u32);
 
 struct Waiter {
+    /// The calling thread; 0 for none (see the invariants).
     tid: u32,
+    /// The FUSE request it answers (0: none).
+    unique: u64,
+    /// [`Wait::Bounded`]: when it is answered [`Verdict::Later`].
+    until: Option<Instant>,
     then: Continuation,
 }
 
@@ -54,6 +69,8 @@ struct Pending {
     info: RequestInfo,
     fps: Vec<Fp>,
     key: Key,
+    /// Set for a request whose caller may be told to retry.
+    retry: Option<RetryKey>,
     deadline: Instant,
     waiters: Vec<Waiter>,
 }
@@ -63,6 +80,10 @@ struct State {
     next_id: u64,
     pending: BTreeMap<u64, Pending>,
     by_key: HashMap<Key, u64>,
+    by_retry: HashMap<RetryKey, u64>,
+    /// Allow-once decisions of requests whose callers were told to retry
+    /// and had not yet: (request, until when it is kept).
+    grants: HashMap<RetryKey, (u64, Instant)>,
     allow_path: HashSet<Fp>,
     allow_zone: HashSet<(&'static str, String)>,
     /// Denied fingerprints, with the request that denied them.
@@ -83,7 +104,18 @@ impl State {
     fn take(&mut self, id: u64) -> Option<Pending> {
         let p = self.pending.remove(&id)?;
         self.by_key.remove(&p.key);
+        if let Some(rk) = &p.retry {
+            self.by_retry.remove(rk);
+        }
         Some(p)
+    }
+
+    /// The pending request with a waiter for FUSE request `unique`.
+    fn waiting(&self, unique: u64) -> Option<(u64, usize)> {
+        self.pending.iter().find_map(|(id, p)| {
+            let i = p.waiters.iter().position(|w| w.unique == unique)?;
+            Some((*id, i))
+        })
     }
 }
 
@@ -124,6 +156,15 @@ fn answer(waiters: Vec<Waiter>, v: Verdict) {
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || then(v))).is_err() {
             tracing::error!(?v, "panic while answering an approval; the request got EIO");
         }
+    }
+}
+
+fn waiter(tid: u32, unique: u64, then: Continuation) -> Waiter {
+    Waiter {
+        tid,
+        unique,
+        until: None,
+        then,
     }
 }
 
@@ -220,6 +261,10 @@ impl Approvals {
             let p = st.take(id).ok_or(DecideError::NotPending(id))?;
             let resolution = match d {
                 Decision::Allow(scope) => {
+                    if let (Scope::Once, Some(rk), true) = (scope, &p.retry, p.waiters.is_empty()) {
+                        st.grants
+                            .insert(rk.clone(), (id, Instant::now() + GRANT_KEPT));
+                    }
                     for fp in &p.fps {
                         match scope {
                             Scope::Once => {}
@@ -376,40 +421,74 @@ impl Approvals {
                 ..ask_record(req, caller)
             },
         );
-        answer(vec![Waiter { tid: 0, then }], Verdict::Deny);
+        answer(vec![waiter(0, 0, then)], Verdict::Deny);
     }
 
     fn ask_inner(&self, req: AskRequest, then: Continuation) {
         let caller = Caller::read(req.pid);
+        let tid = match req.wait {
+            Wait::Detached => 0,
+            Wait::Decision | Wait::Bounded(_) => req.pid,
+        };
+        let until = match req.wait {
+            Wait::Bounded(d) => Some(Instant::now() + d),
+            Wait::Decision | Wait::Detached => None,
+        };
+        let me = Waiter {
+            tid,
+            unique: req.unique,
+            until,
+            then,
+        };
         let fps: Vec<Fp> = req.items.iter().map(fingerprint).collect();
         let mut st = self.inner.state.lock();
         if self.inner.settings.no_approvals {
             drop(st);
             let reason = "approvals are off (--no-approvals): every ask is denied".to_string();
-            return self.refuse_now(&req, &caller, reason, then);
+            return self.refuse_now(&req, &caller, reason, me.then);
         }
         if let Some(why) = st.closing.clone() {
             drop(st);
-            return self.refuse_now(&req, &caller, format!("not asking: {why}"), then);
+            return self.refuse_now(&req, &caller, format!("not asking: {why}"), me.then);
         }
         if let Some(by) = st.denied_by(&fps) {
             drop(st);
             let reason = format!("denied for the rest of the mount by request {by}");
-            return self.refuse_now(&req, &caller, reason, then);
+            return self.refuse_now(&req, &caller, reason, me.then);
         }
         let open: Vec<Fp> = fps.iter().filter(|fp| !st.covered(fp)).cloned().collect();
         if open.is_empty() {
             drop(st);
             bump(&self.inner.counters.cached_allows, 1);
             self.log_mutation(&req, &caller, "allowed by an earlier path or zone decision");
-            return answer(vec![Waiter { tid: req.pid, then }], Verdict::Allow);
+            return answer(vec![me], Verdict::Allow);
         }
         let mut sorted = open.clone();
         sorted.sort();
+        let retry_key: RetryKey = (sorted.clone(), req.uid);
+        if let Some((by, until)) = st.grants.remove(&retry_key) {
+            if until > Instant::now() {
+                drop(st);
+                bump(&self.inner.counters.cached_allows, 1);
+                let why = format!(
+                    "allowed once by request {by}, decided after the caller was told to retry"
+                );
+                self.log_mutation(&req, &caller, &why);
+                return answer(vec![me], Verdict::Allow);
+            }
+        }
         let key: Key = (sorted, caller.pid);
-        if let Some(id) = st.by_key.get(&key).copied() {
+        let joined = st
+            .by_key
+            .get(&key)
+            .or_else(|| st.by_retry.get(&retry_key))
+            .copied();
+        if let Some(id) = joined {
             if let Some(p) = st.pending.get_mut(&id) {
-                p.waiters.push(Waiter { tid: req.pid, then });
+                p.waiters.push(me);
+                drop(st);
+                // A bounded waiter needs the watcher to wake in time.
+                self.inner.tick.notify_all();
                 return;
             }
         }
@@ -445,6 +524,7 @@ impl Approvals {
             cmdline_b64,
             time: audit::now_rfc3339(),
             timeout_secs: timeout.as_secs(),
+            retry: false,
             items: open_req
                 .items
                 .iter()
@@ -462,20 +542,25 @@ impl Approvals {
                 // Unlogged is unaccountable: refuse rather than ask.
                 drop(st);
                 tracing::error!("audit log write failed ({e}); denying request {id}");
-                return answer(vec![Waiter { tid: req.pid, then }], Verdict::Deny);
+                return answer(vec![me], Verdict::Deny);
             }
         }
         bump(&self.inner.counters.requests, 1);
         tracing::info!(id, op = %info.op, path = %info.shown_path(), pid = info.pid, "approval requested");
         st.by_key.insert(key.clone(), id);
+        let retry = matches!(open_req.wait, Wait::Bounded(_)).then_some(retry_key);
+        if let Some(rk) = &retry {
+            st.by_retry.insert(rk.clone(), id);
+        }
         st.pending.insert(
             id,
             Pending {
                 info: info.clone(),
                 fps: open,
                 key,
+                retry,
                 deadline: Instant::now() + timeout,
-                waiters: vec![Waiter { tid: req.pid, then }],
+                waiters: vec![me],
             },
         );
         drop(st);
@@ -511,7 +596,13 @@ impl Approvals {
         let mut out = Outbox::default();
         let gone = {
             let mut st = self.inner.state.lock();
-            let next = st.pending.values().map(|p| p.deadline).min();
+            let next = st
+                .pending
+                .values()
+                .flat_map(|p| {
+                    std::iter::once(p.deadline).chain(p.waiters.iter().filter_map(|w| w.until))
+                })
+                .min();
             let wait = next
                 .map(|d| d.saturating_duration_since(Instant::now()).min(TICK))
                 .unwrap_or(TICK);
@@ -530,6 +621,8 @@ impl Approvals {
                     self.end(p, Resolution::Timeout, &mut out);
                 }
             }
+            Self::release_bounded(&mut st, now, &mut out);
+            st.grants.retain(|_, (_, until)| *until > now);
             self.withdraw_dying(&mut st, &mut out);
             self.listeners_gone()
         };
@@ -541,15 +634,32 @@ impl Approvals {
         !(st.closing.is_some() && st.pending.is_empty())
     }
 
-    /// Answer EINTR to callers being killed; drop requests left with none.
+    /// Tell bounded waiters whose hold is over to retry later; their
+    /// requests stay pending (marked as such for approvers).
+    fn release_bounded(st: &mut State, now: Instant, out: &mut Outbox) {
+        for (id, p) in st.pending.iter_mut() {
+            if !p.waiters.iter().any(|w| w.until.is_some_and(|u| u <= now)) {
+                continue;
+            }
+            let (due, rest): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut p.waiters)
+                .into_iter()
+                .partition(|w| w.until.is_some_and(|u| u <= now));
+            p.waiters = rest;
+            p.info.retry = true;
+            out.answers.push((due, Verdict::Later(*id)));
+        }
+    }
+
+    /// Answer EINTR to callers being killed; drop requests left with none
+    /// (but one whose caller may retry).
     fn withdraw_dying(&self, st: &mut State, out: &mut Outbox) {
         let mut emptied = Vec::new();
         for (id, p) in st.pending.iter_mut() {
             let (dying, alive): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut p.waiters)
                 .into_iter()
-                .partition(|w| caller::is_dying(w.tid));
+                .partition(|w| w.tid != 0 && caller::is_dying(w.tid));
             p.waiters = alive;
-            if p.waiters.is_empty() {
+            if p.waiters.is_empty() && p.retry.is_none() && !dying.is_empty() {
                 emptied.push((*id, dying));
             } else if !dying.is_empty() {
                 out.answers.push((dying, Verdict::Withdrawn));
@@ -595,6 +705,57 @@ impl Drop for Inner {
 impl Broker for Approvals {
     fn ask(&self, req: AskRequest, then: Continuation) {
         self.ask_inner(req, then)
+    }
+
+    fn interrupt(&self, unique: u64) -> bool {
+        if unique == 0 {
+            return false;
+        }
+        let mut out = Outbox::default();
+        {
+            let mut st = self.inner.state.lock();
+            let Some((id, i)) = st.waiting(unique) else {
+                return false;
+            };
+            let Some(p) = st.pending.get_mut(&id) else {
+                return false;
+            };
+            let w = p.waiters.remove(i);
+            tracing::info!(id, unique, "a waiting call was interrupted");
+            if p.waiters.is_empty() && p.retry.is_none() {
+                if let Some(mut p) = st.take(id) {
+                    p.waiters = vec![w];
+                    self.end(p, Resolution::Withdrawn, &mut out);
+                }
+            } else {
+                out.answers.push((vec![w], Verdict::Withdrawn));
+            }
+        }
+        self.deliver(out);
+        true
+    }
+
+    fn join(
+        &self,
+        with: u64,
+        unique: u64,
+        tid: u32,
+        then: Continuation,
+    ) -> Result<(), Continuation> {
+        if with == 0 {
+            return Err(then);
+        }
+        let mut st = self.inner.state.lock();
+        let Some((id, _)) = st.waiting(with) else {
+            return Err(then);
+        };
+        match st.pending.get_mut(&id) {
+            Some(p) => {
+                p.waiters.push(waiter(tid, unique, then));
+                Ok(())
+            }
+            None => Err(then),
+        }
     }
 
     fn note(&self, note: &Note) {

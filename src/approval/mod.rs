@@ -46,6 +46,28 @@ pub struct AskRequest {
     /// FUSE's pid: the calling *thread* id.
     pub pid: u32,
     pub uid: u32,
+    /// The FUSE request's id (0: none), which a `FUSE_INTERRUPT` names.
+    pub unique: u64,
+    /// How the caller waits for the decision.
+    pub wait: Wait,
+}
+
+/// How the caller of an ask waits (DESIGN §4: an ask holds only the asking
+/// call, and never a directory the kernel locked for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Until the decision (or a timeout, withdrawal, shutdown).
+    Decision,
+    /// At most this long; then it is answered [`Verdict::Later`] and the
+    /// request stays pending for a retry of the same (class, path) by the
+    /// same uid, which joins it, or, once allowed, is let through
+    /// (see [`GRANT_KEPT`]).
+    Bounded(Duration),
+    /// The call was answered already (a create made at once, its first
+    /// write held): the request stays until decided, timed out, or
+    /// withdrawn by [`Broker::interrupt`] of this request's `unique`; a
+    /// process that goes away does not withdraw it.
+    Detached,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,9 +75,16 @@ pub enum Verdict {
     Allow,
     /// Denied, timed out, or no approver: EACCES.
     Deny,
-    /// The caller is being killed or is gone: EINTR.
+    /// The caller is being killed or is gone, or was interrupted: EINTR.
     Withdrawn,
+    /// Not decided within a [`Wait::Bounded`] hold: request `id` stays
+    /// pending; retry once it is decided (EAGAIN).
+    Later(u64),
 }
+
+/// How long an allow-once of a request nobody waits for any more (its
+/// caller was told to retry) is kept for that retry.
+pub const GRANT_KEPT: Duration = Duration::from_secs(300);
 
 /// Called exactly once with the verdict.
 pub type Continuation = Box<dyn FnOnce(Verdict) + Send + 'static>;
@@ -84,6 +113,27 @@ pub trait Broker: Send + Sync + 'static {
 
     /// Record a refusal or an allowed mutation (default: nothing).
     fn note(&self, _note: &Note) {}
+
+    /// The FUSE request `unique` was interrupted (`FUSE_INTERRUPT`: its
+    /// caller got a signal): answer its waiting continuation
+    /// [`Verdict::Withdrawn`]. False when no waiting call has that id.
+    fn interrupt(&self, _unique: u64) -> bool {
+        false
+    }
+
+    /// Make `then` wait on the pending request that the call `with`
+    /// (a `unique`) asked, as the call `unique` of thread `tid`: a later
+    /// step of the same work (the first write of a file whose create is
+    /// pending). `Err(then)` when no pending request has that call.
+    fn join(
+        &self,
+        _with: u64,
+        _unique: u64,
+        _tid: u32,
+        then: Continuation,
+    ) -> Result<(), Continuation> {
+        Err(then)
+    }
 }
 
 /// Denies every request at once (a mount started without a broker).
@@ -208,6 +258,11 @@ pub struct RequestInfo {
     pub timeout_secs: u64,
     /// Everything the operation needs approved.
     pub items: Vec<ItemInfo>,
+    /// The worker was told to retry once this is decided (the call held a
+    /// directory's lock, so it could not wait): an allow-once is kept for
+    /// that retry.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retry: bool,
 }
 
 impl RequestInfo {

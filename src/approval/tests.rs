@@ -36,6 +36,8 @@ fn ask_as(b: &Approvals, pid: u32, items: Vec<AskItem>) -> mpsc::Receiver<Verdic
             target: None,
             pid,
             uid: 1000,
+            unique: 0,
+            wait: Wait::Decision,
         },
         Box::new(move |v| {
             let _ = tx.send(v);
@@ -253,6 +255,8 @@ fn a_panicking_continuation_costs_only_its_request() {
             target: None,
             pid: std::process::id(),
             uid: 0,
+            unique: 0,
+            wait: Wait::Decision,
         },
         Box::new(|_| panic!("boom")),
     );
@@ -296,6 +300,8 @@ fn rename_requests_show_source_and_target() {
             target: None,
             pid: std::process::id(),
             uid: 0,
+            unique: 0,
+            wait: Wait::Decision,
         },
         Box::new(move |v| {
             let _ = tx.send(v);
@@ -321,4 +327,129 @@ fn the_timeout_stays_below_the_kernels() {
         cap_timeout(Duration::from_secs(10), 120, 0),
         (Duration::from_secs(10), false)
     );
+}
+
+/// An ask made as `pid`, FUSE request `unique`, waiting as `wait`.
+fn ask_waiting(b: &Approvals, path: &str, unique: u64, wait: Wait) -> mpsc::Receiver<Verdict> {
+    let (tx, rx) = mpsc::channel();
+    b.ask(
+        AskRequest {
+            items: vec![item(Class::Write, path)],
+            op: "mkdir",
+            target: None,
+            pid: std::process::id(),
+            uid: 1000,
+            unique,
+            wait,
+        },
+        Box::new(move |v| {
+            let _ = tx.send(v);
+        }),
+    );
+    rx
+}
+
+const HOLD: Wait = Wait::Bounded(Duration::from_millis(30));
+
+#[test]
+fn a_bounded_wait_is_told_to_retry_and_the_request_stays() {
+    let b = broker(Duration::from_secs(60));
+    let rx = ask_waiting(&b, "d", 2, HOLD);
+    let id = only_pending(&b);
+    assert_eq!(got(&rx), Some(Verdict::Later(id)));
+    let p = b.pending();
+    assert_eq!(p.len(), 1, "still pending with nobody waiting");
+    assert!(p[0].retry, "marked as told to retry");
+    // A retry (another process of the same uid would do) joins it.
+    let rx = ask_waiting(&b, "d", 4, HOLD);
+    assert_eq!(got(&rx), Some(Verdict::Later(id)));
+    assert_eq!(only_pending(&b), id);
+    // Allowed once with nobody waiting: kept for the next retry only.
+    b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
+    assert_eq!(got(&ask_waiting(&b, "d", 6, HOLD)), Some(Verdict::Allow));
+    let rx = ask_waiting(&b, "d", 8, HOLD);
+    let again = only_pending(&b);
+    assert_ne!(again, id, "an allow-once lets one retry through");
+    assert_eq!(got(&rx), Some(Verdict::Later(again)));
+    // Denied: the retry is refused at once.
+    b.decide(again, Decision::Deny, 0).unwrap();
+    assert_eq!(got(&ask_waiting(&b, "d", 10, HOLD)), Some(Verdict::Deny));
+    assert!(b.pending().is_empty());
+}
+
+#[test]
+fn a_decision_within_the_hold_answers_the_call_itself() {
+    let b = broker(Duration::from_secs(60));
+    let rx = ask_waiting(&b, "d", 2, Wait::Bounded(Duration::from_secs(30)));
+    let id = only_pending(&b);
+    b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
+    assert_eq!(got(&rx), Some(Verdict::Allow));
+    // No grant is left over: the next one asks.
+    let rx = ask_waiting(&b, "d", 4, HOLD);
+    assert!(matches!(got(&rx), Some(Verdict::Later(_))));
+}
+
+#[test]
+fn an_interrupt_withdraws_only_the_call_it_names() {
+    let b = broker(Duration::from_secs(60));
+    let create = ask_waiting(&b, "f", 2, Wait::Detached);
+    let id = only_pending(&b);
+    // A later call of the same work joins the request, then is interrupted.
+    let (tx, write) = mpsc::channel();
+    let joined = b.join(
+        2,
+        4,
+        std::process::id(),
+        Box::new(move |v| {
+            let _ = tx.send(v);
+        }),
+    );
+    assert!(joined.is_ok());
+    assert!(!b.interrupt(99), "no call 99 waits");
+    assert!(b.interrupt(4));
+    assert_eq!(got(&write), Some(Verdict::Withdrawn));
+    assert!(waiting(&create));
+    assert_eq!(only_pending(&b), id, "the create still waits");
+    // Interrupting the create's own (answered) call withdraws the request.
+    assert!(b.interrupt(2));
+    assert_eq!(got(&create), Some(Verdict::Withdrawn));
+    assert!(b.pending().is_empty());
+    assert_eq!(
+        b.counters()
+            .withdrawn
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert!(
+        b.join(2, 6, 1, Box::new(|_| {})).is_err(),
+        "nothing to join"
+    );
+}
+
+#[test]
+fn a_detached_request_outlives_its_caller() {
+    let b = broker(Duration::from_secs(60));
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let _ = child.wait();
+    let (tx, rx) = mpsc::channel();
+    b.ask(
+        AskRequest {
+            items: vec![item(Class::Write, "f")],
+            op: "create",
+            target: None,
+            pid: child.id(),
+            uid: 0,
+            unique: 2,
+            wait: Wait::Detached,
+        },
+        Box::new(move |v| {
+            let _ = tx.send(v);
+        }),
+    );
+    // The watcher looks at callers every 100 ms: several looks.
+    std::thread::sleep(Duration::from_millis(350));
+    assert!(waiting(&rx), "not withdrawn though its process is gone");
+    let id = only_pending(&b);
+    b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
+    assert_eq!(got(&rx), Some(Verdict::Allow));
 }

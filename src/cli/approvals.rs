@@ -177,7 +177,11 @@ pub(crate) fn render_list(list: &[RequestInfo], now: SystemTime) -> String {
             age(&r.time, now),
             r.zone.clone(),
             r.class.clone(),
-            r.op.clone(),
+            // The caller was told to retry once this is decided.
+            match r.retry {
+                true => format!("{} (retry)", r.op),
+                false => r.op.clone(),
+            },
             path,
             r.pid.to_string(),
             r.uid.to_string(),

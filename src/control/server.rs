@@ -398,6 +398,8 @@ mod tests {
                 target: None,
                 pid: std::process::id(),
                 uid: 1000,
+                unique: 0,
+                wait: crate::approval::Wait::Decision,
             },
             Box::new(move |v| {
                 let _ = tx.send(v);

@@ -47,6 +47,7 @@ fn ctx(req: &Request<'_>, op: &'static str) -> Ctx {
         uid: req.uid,
         gid: req.gid,
         pid: req.pid,
+        unique: req.unique,
     }
 }
 
@@ -296,20 +297,36 @@ impl Filesystem for ZoneFs {
             }),
             Op::Write { arg, data } => guarded("write", || {
                 let kill = arg.write_flags & abi::WRITE_KILL_SUIDGID != 0;
+                // A file whose create's approval is pending: once allowed.
+                if let Some(held) = core.held(arg.fh) {
+                    let data = data.to_vec();
+                    let ctx = ctx(&req, "write");
+                    return core.after_held(held, &ctx, ReplyWrite(reply), move |c| {
+                        c.write(arg.fh, arg.offset, &data, kill)
+                    });
+                }
                 let res = core.write(arg.fh, arg.offset, data, kill);
                 failed("write", &res);
                 ReplyWrite(reply).respond(res)
             }),
             // Nothing is buffered in the daemon and locks stay in the
-            // kernel: ENOSYS tells the kernel never to send FLUSH again
-            // (with the writeback cache it would on every close, even with
-            // FOPEN_NOFLUSH; it writes dirty pages back first either way).
-            Op::Flush => reply.error(libc::ENOSYS),
+            // kernel; only a file whose create's approval is pending has
+            // its close waited on (see `Core::flush`).
+            Op::Flush { fh } => {
+                let ctx = ctx(&req, "flush");
+                guarded("flush", || core.flush(&ctx, fh, ReplyEmpty(reply)));
+            }
             Op::Release { fh } => guarded("release", || {
                 core.release(fh);
                 reply.ok()
             }),
             Op::Fsync { fh, datasync } => guarded("fsync", || {
+                if let Some(held) = core.held(fh) {
+                    let ctx = ctx(&req, "fsync");
+                    return core.after_held(held, &ctx, ReplyEmpty(reply), move |c| {
+                        c.fsync(fh, datasync)
+                    });
+                }
                 let r = core.fsync(fh, datasync);
                 failed("fsync", &r);
                 ReplyEmpty(reply).respond(r)
@@ -395,6 +412,12 @@ impl Filesystem for ZoneFs {
                 });
             }
             Op::Fallocate(f) => guarded("fallocate", || {
+                if let Some(held) = core.held(f.fh) {
+                    let ctx = ctx(&req, "fallocate");
+                    return core.after_held(held, &ctx, ReplyEmpty(reply), move |c| {
+                        c.fallocate(f.fh, f.offset, f.length, f.mode as i32)
+                    });
+                }
                 let r = core.fallocate(f.fh, f.offset, f.length, f.mode as i32);
                 failed("fallocate", &r);
                 ReplyEmpty(reply).respond(r)
@@ -403,13 +426,19 @@ impl Filesystem for ZoneFs {
                 ReplyLseek(reply).respond(core.lseek(l.fh, l.offset as i64, l.whence as i32))
             }),
             Op::CopyFileRange(c) => guarded("copy_file_range", || {
+                if let Some(held) = core.held(c.fh_out) {
+                    let ctx = ctx(&req, "copy_file_range");
+                    return core.after_held(held, &ctx, ReplyWrite(reply), move |k| {
+                        k.copy_file_range(c.fh_in, c.off_in, c.fh_out, c.off_out, c.len)
+                    });
+                }
                 let r = core.copy_file_range(c.fh_in, c.off_in, c.fh_out, c.off_out, c.len);
                 failed("copy_file_range", &r);
                 ReplyWrite(reply).respond(r)
             }),
-            // An interrupted request still gets its answer when it has one
-            // (approvals end with the approval timeout or the mount).
-            Op::Interrupt => {}
+            // The caller of a request got a signal: a call waiting for a
+            // decision is answered EINTR (others finish on their own).
+            Op::Interrupt { unique } => guarded("interrupt", || core.interrupt(unique)),
             Op::Init(..) | Op::Destroy => reply.error(libc::EIO),
             Op::Unsupported(opcode) => {
                 tracing::debug!(opcode, "unsupported FUSE opcode; answered ENOSYS");

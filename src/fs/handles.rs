@@ -36,6 +36,8 @@ pub enum Handle {
         /// Opened for writing: approved, so writes through it are not
         /// asked again.
         writable: bool,
+        /// Made by a create whose approval is pending: its writes wait.
+        held: Option<Arc<crate::fs::core::held::HeldCreate>>,
     },
     Dir {
         node: Arc<Node>,

@@ -24,11 +24,17 @@ const PASSTHROUGH_OPEN: u32 = fopen::NOFLUSH;
 /// writeback cache (`Core::open_backing`).
 const DIRECT_OPEN: u32 = fopen::DIRECT_IO | fopen::NOFLUSH;
 
+/// A file made by a create whose approval is pending: every write, and
+/// the close (no `FOPEN_NOFLUSH`), reaches the daemon, which holds them
+/// until the decision (`core::held`).
+const HELD_OPEN: u32 = fopen::DIRECT_IO;
+
 /// The open flags for a file opened through the daemon.
-fn daemon_open(direct: bool) -> u32 {
-    match direct {
-        true => DIRECT_OPEN,
-        false => DAEMON_OPEN,
+fn daemon_open(o: &FileOpen) -> u32 {
+    match (o.held, o.direct) {
+        (true, _) => HELD_OPEN,
+        (false, true) => DIRECT_OPEN,
+        (false, false) => DAEMON_OPEN,
     }
 }
 
@@ -95,13 +101,13 @@ respond!(ReplyStatfs, Statfs, |r, s| r.statfs(&StatfsOut {
 }));
 respond!(ReplyOpen, FileOpen, |r, o| match o.backing {
     Some(id) => r.opened(o.fh, PASSTHROUGH_OPEN, Some(&id)),
-    None => r.opened(o.fh, daemon_open(o.direct), None),
+    None => r.opened(o.fh, daemon_open(&o), None),
 });
 respond!(ReplyCreate, Created, |r, c| {
     let e = &c.entry;
     match c.open.backing {
         Some(id) => r.created(e.ttl, &e.attr, c.open.fh, PASSTHROUGH_OPEN, Some(&id)),
-        None => r.created(e.ttl, &e.attr, c.open.fh, daemon_open(c.open.direct), None),
+        None => r.created(e.ttl, &e.attr, c.open.fh, daemon_open(&c.open), None),
     }
 });
 

@@ -152,7 +152,9 @@ pub enum Op<'a> {
     Removexattr {
         name: &'a OsStr,
     },
-    Flush,
+    Flush {
+        fh: u64,
+    },
     Opendir,
     Readdir(abi::ReadIn),
     Readdirplus(abi::ReadIn),
@@ -170,7 +172,11 @@ pub enum Op<'a> {
         mode: u32,
         flags: u32,
     },
-    Interrupt,
+    /// The kernel gave up waiting for request `unique` (its caller got a
+    /// signal).
+    Interrupt {
+        unique: u64,
+    },
     Fallocate(abi::FallocateIn),
     Lseek(abi::LseekIn),
     CopyFileRange(abi::CopyFileRangeIn),
@@ -309,7 +315,9 @@ impl<'a> Request<'a> {
                 size: a.fixed::<abi::GetxattrIn>()?.size,
             },
             op::REMOVEXATTR => Op::Removexattr { name: a.name()? },
-            op::FLUSH => Op::Flush,
+            op::FLUSH => Op::Flush {
+                fh: a.fixed::<abi::FlushIn>()?.fh,
+            },
             op::OPENDIR => Op::Opendir,
             op::READDIR => Op::Readdir(a.fixed()?),
             op::READDIRPLUS => Op::Readdirplus(a.fixed()?),
@@ -330,7 +338,9 @@ impl<'a> Request<'a> {
                     flags: c.flags,
                 }
             }
-            op::INTERRUPT => Op::Interrupt,
+            op::INTERRUPT => Op::Interrupt {
+                unique: a.fixed::<abi::InterruptIn>()?.unique,
+            },
             op::FALLOCATE => Op::Fallocate(a.fixed()?),
             op::LSEEK => Op::Lseek(a.fixed()?),
             op::COPY_FILE_RANGE => Op::CopyFileRange(a.fixed()?),

@@ -247,10 +247,8 @@ pub fn build(
         }
     };
     // Staged zones tell the kernel to forget what a commit or discard
-    // made stale.
-    if core.stages().is_some() {
-        core.set_notifier(fuse.notifier());
-    }
+    // made stale; a refused create, the name it made.
+    core.set_notifier(fuse.notifier());
     // The handshake is done: the I/O mode is settled.
     tracing::info!(
         mountpoint = %mountpoint.display(),

@@ -55,7 +55,8 @@ def test_allow_lets_the_waiting_write_finish(mounted: zonemount.Mount, project: 
 
 def test_deny_refuses_the_syscall(mounted: zonemount.Mount, project: Path) -> None:
     c = mounted.client
-    w = worker("echo hi > final/secret.md", mounted.mountpoint)
+    # coreutils echo names the errno (the write waits, then fails).
+    w = worker("/bin/echo hi > final/secret.md", mounted.mountpoint)
     r = wait_for("a pending request", c.requests)[0]
     c.deny(r.id)
     assert w.wait(timeout=20) != 0

@@ -139,6 +139,14 @@ impl Core {
     /// chmod, chown, utimens, truncate; or, with nothing to set, clearing
     /// setuid/setgid for the kernel.
     pub fn setattr(self: &Arc<Self>, ctx: Ctx, ino: u64, a: SetAttr, respond: impl Respond<Entry>) {
+        // Through a file whose create's approval is pending: once allowed.
+        if let Some(held) = a.fh.and_then(|fh| self.held(fh)) {
+            let core = Arc::clone(self);
+            return self.when_held(held, &ctx, move |r| match r {
+                Ok(()) => core.setattr(ctx, ino, a, respond),
+                Err(e) => respond.respond(Err(e)),
+            });
+        }
         if let Some(r) = self.times_echoed(ino, &a) {
             return respond.respond(r);
         }
@@ -336,6 +344,7 @@ impl Core {
                 fh,
                 backing: core.passthrough_id(&node, fh, |fd| reply.register(fd)),
                 direct,
+                held: false,
             });
             reply.respond(r)
         };
@@ -393,6 +402,7 @@ impl Core {
             fd: Arc::new(fd),
             zone,
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
+            held: None,
         });
         Ok((fh, direct))
     }
@@ -429,6 +439,9 @@ impl Core {
     }
 
     pub fn release(&self, fh: u64) {
+        if let Ok(h) = self.handles.get(fh) {
+            self.let_go(&h);
+        }
         self.handles.remove(fh);
     }
 

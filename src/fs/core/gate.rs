@@ -5,12 +5,21 @@
 //! waits for a human.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::{Core, Ctx, Respond};
-use crate::approval::{AskRequest, Note, Verdict};
+use crate::approval::{AskRequest, Note, Verdict, Wait};
 use crate::error::{FsError, FsResult, Refusal};
 use crate::policy::{self, Action, AskItem, Class, Decision, Loc, Op, Subject};
+
+/// How long a call that holds its directory's lock in the kernel (mkdir,
+/// mknod, symlink, link, unlink, rmdir, rename) waits for a decision
+/// before it is told to retry (EAGAIN) and its request stays pending:
+/// everything else in that directory waits behind it meanwhile (DESIGN
+/// §4). Long enough for an approver that answers at once (the Rust API,
+/// a cached decision in flight), well under the 100 ms the rest of the
+/// directory may wait.
+pub const DIR_HOLD: Duration = Duration::from_millis(40);
 
 /// How many refusals [`Core::recent_refusals`] keeps.
 pub const RECENT_REFUSALS: usize = 32;
@@ -143,6 +152,37 @@ impl Core {
         A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
         R: Respond<T>,
     {
+        self.request_waiting(ctx, Wait::Decision, plan, respond)
+    }
+
+    /// [`request`](Self::request) for a call the kernel makes while it
+    /// holds the directory's lock (mkdir, mknod, symlink, link, unlink,
+    /// rmdir, rename): an ask waits at most [`DIR_HOLD`], then the call
+    /// fails with EAGAIN and the request stays pending for its retry.
+    pub(super) fn request_in_dir<T, A, R>(
+        self: &Arc<Self>,
+        ctx: Ctx,
+        plan: impl FnOnce() -> FsResult<(Gate, A)>,
+        respond: R,
+    ) where
+        T: Send + 'static,
+        A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
+        R: Respond<T>,
+    {
+        self.request_waiting(ctx, Wait::Bounded(DIR_HOLD), plan, respond)
+    }
+
+    fn request_waiting<T, A, R>(
+        self: &Arc<Self>,
+        ctx: Ctx,
+        wait: Wait,
+        plan: impl FnOnce() -> FsResult<(Gate, A)>,
+        respond: R,
+    ) where
+        T: Send + 'static,
+        A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
+        R: Respond<T>,
+    {
         // What the plan expects to change (recorded once the act
         // succeeds): anything left from an earlier call is not ours.
         let _ = crate::fs::changes::take();
@@ -171,6 +211,8 @@ impl Core {
             target: None,
             pid: ctx.pid,
             uid: ctx.uid,
+            unique: ctx.unique,
+            wait,
         };
         self.broker.ask(
             ask,
@@ -184,12 +226,21 @@ impl Core {
                         }
                         r
                     }
-                    Verdict::Deny => Err(core.denied(&ctx, first.as_ref())),
-                    // The caller is being killed: it will never see this.
-                    Verdict::Withdrawn => Err(FsError::Os(libc::EINTR)),
+                    v => Err(core.not_allowed(&ctx, first.as_ref(), v)),
                 })
             }),
         );
+        self.interrupted_meanwhile(ctx.unique);
+    }
+
+    /// The error for a verdict other than allow, kept as it asks.
+    pub(super) fn not_allowed(&self, ctx: &Ctx, first: Option<&AskItem>, v: Verdict) -> FsError {
+        match v {
+            Verdict::Deny | Verdict::Allow => self.denied(ctx, first, Refusal::Denied),
+            Verdict::Later(id) => self.denied(ctx, first, Refusal::Awaiting(id)),
+            // Interrupted, or being killed: the caller goes on (EINTR).
+            Verdict::Withdrawn => FsError::Os(libc::EINTR),
+        }
     }
 
     /// Keep a refusal of `s` as `keep` asks; the error to answer with.
@@ -235,13 +286,14 @@ impl Core {
         }
     }
 
-    /// A denied (or unanswered) approval, explained for `status`; the
-    /// ledger has the decision already.
-    fn denied(&self, ctx: &Ctx, item: Option<&AskItem>) -> FsError {
+    /// A denied (or unanswered, or not yet answered) approval, explained
+    /// for `status` and the worker's refusal log; the ledger has the
+    /// decision already.
+    fn denied(&self, ctx: &Ctx, item: Option<&AskItem>, why: Refusal) -> FsError {
         let Some((item, zone)) =
             item.and_then(|i| Some((i, self.zones.iter().find(|z| z.name == i.zone)?)))
         else {
-            return FsError::Refused(Refusal::Denied);
+            return FsError::Refused(why);
         };
         let action = match item.class {
             Class::Write => Action::Write,
@@ -249,12 +301,7 @@ impl Core {
             Class::Read => Action::Read,
         };
         let at = Loc::in_zone(zone, &item.path);
-        self.refuse(
-            ctx,
-            &Subject::new(action, at),
-            Refusal::Denied,
-            Keep::Status,
-        )
+        self.refuse(ctx, &Subject::new(action, at), why, Keep::Status)
     }
 
     /// The last refusals, oldest first (at most [`RECENT_REFUSALS`]).

@@ -20,6 +20,7 @@
 mod dirs;
 mod files;
 mod gate;
+pub(crate) mod held;
 mod io;
 mod names;
 mod stage;
@@ -62,6 +63,8 @@ pub struct Ctx {
     pub gid: u32,
     /// FUSE's pid: the calling thread's id.
     pub pid: u32,
+    /// The FUSE request's id (0: none), which a `FUSE_INTERRUPT` names.
+    pub unique: u64,
 }
 
 impl Ctx {
@@ -109,6 +112,9 @@ pub struct FileOpen {
     /// Each write of this handle must reach the daemon as it is made
     /// (`FOPEN_DIRECT_IO`; see `Core::open_backing`).
     pub direct: bool,
+    /// Its create's approval is pending: every write reaches the daemon,
+    /// which holds it, and so does the close (see `core::held`).
+    pub held: bool,
 }
 
 /// A created file: its entry, and the file as opened.
@@ -246,6 +252,8 @@ pub struct Core {
     writers: Mutex<stage::Writers>,
     /// What the workers changed in plain rw zones.
     changelog: crate::fs::changes::ChangeLog,
+    /// Interrupts that came before their call waited (see `held`).
+    early: held::EarlyInterrupts,
 }
 
 impl std::fmt::Debug for Core {
@@ -354,6 +362,7 @@ impl Core {
             notifier: std::sync::OnceLock::new(),
             writers: Mutex::new(stage::Writers::default()),
             changelog: crate::fs::changes::ChangeLog::default(),
+            early: held::EarlyInterrupts::default(),
             reach,
             handles: Handles::default(),
             broker,

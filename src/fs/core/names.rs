@@ -227,7 +227,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request(ctx, plan, respond);
+        self.request_in_dir(ctx, plan, respond);
     }
 
     pub fn mkdir(
@@ -274,7 +274,9 @@ impl Core {
         self.new_entry(ctx, parent, name, New::Other, make, respond);
     }
 
-    /// Create and open a regular file.
+    /// Create and open a regular file. One that must be asked about is
+    /// made at once and its writes held (`held`): the kernel holds the
+    /// directory's lock across CREATE.
     pub fn create(
         self: &Arc<Self>,
         ctx: Ctx,
@@ -285,39 +287,61 @@ impl Core {
         reply: impl Opening<Created>,
     ) {
         let name = name.to_owned();
-        let plan = || {
-            self.new_name(&ctx, parent, &name, New::Other)
-                .map(|(gate, dir)| {
-                    let act =
-                        move |core: &Core| core.create_as(&ctx.caller(), &dir, &name, mode, flags);
-                    (gate, act)
-                })
-        };
-        let core = Arc::clone(self);
-        let respond = move |r: FsResult<(Entry, Arc<Node>, u64, bool)>| {
-            let r = r.map(|(entry, node, fh, direct)| {
-                let backing = core.passthrough_id(&node, fh, |fd| reply.register(fd));
-                Created {
-                    entry,
-                    open: FileOpen {
-                        fh,
-                        backing,
-                        direct,
-                    },
+        // What the create expects to change (recorded once it is done).
+        let _ = crate::fs::changes::take();
+        let planned = self
+            .admit(&ctx)
+            .and_then(|()| self.new_name(&ctx, parent, &name, New::Other));
+        let expected = crate::fs::changes::take();
+        match planned {
+            Err(e) => reply.respond(Err(e)),
+            Ok((Gate::Go, dir)) => {
+                let r = {
+                    let _still = self.acting();
+                    self.create_as(&ctx.caller(), &dir, &name, mode, flags, None)
+                };
+                if r.is_ok() {
+                    self.changelog.record(expected);
                 }
-            });
-            reply.respond(r)
-        };
-        self.request(ctx, plan, respond);
+                let r = r.map(|(entry, node, fh, direct)| {
+                    let backing = self.passthrough_id(&node, fh, |fd| reply.register(fd));
+                    Created {
+                        entry,
+                        open: FileOpen {
+                            fh,
+                            backing,
+                            direct,
+                            held: false,
+                        },
+                    }
+                });
+                reply.respond(r)
+            }
+            Ok((Gate::Ask(items), dir)) => {
+                let c = super::held::CreateAsk {
+                    ctx,
+                    items,
+                    dir,
+                    name,
+                    mode,
+                    flags,
+                    expected,
+                };
+                self.create_asking(c, reply)
+            }
+        }
     }
 
-    fn create_as(
+    /// Create `name` in `dir` as `caller` and open it; `held`: its
+    /// approval is pending (its handle's calls wait on it).
+    pub(super) fn create_as(
         &self,
         caller: &Caller,
         dir: &Arc<Node>,
         name: &OsStr,
         mode: u32,
         flags: i32,
+        held: Option<Arc<super::held::HeldCreate>>,
     ) -> FsResult<(Entry, Arc<Node>, u64, bool)> {
         let _as = AsCaller::enter(caller)?;
         let zone = Self::zone_dir(dir)?;
@@ -359,6 +383,7 @@ impl Core {
             fd: Arc::new(fd),
             zone,
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
+            held,
         });
         let entry = self.entry(Some(zone), to_attr(node.ino, &st));
         Ok((entry, node, fh, direct))
@@ -408,7 +433,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request(ctx, plan, respond);
+        self.request_in_dir(ctx, plan, respond);
     }
 
     /// The known node reopened by name that `name` in `dir` (of `zone`,
@@ -508,7 +533,7 @@ impl Core {
                     (gate, act)
                 })
         };
-        self.request(ctx, plan, respond);
+        self.request_in_dir(ctx, plan, respond);
     }
 
     fn renaming(
@@ -615,7 +640,7 @@ impl Core {
                     (gate, act)
                 })
         };
-        self.request(ctx, plan, respond);
+        self.request_in_dir(ctx, plan, respond);
     }
 
     fn link_as(

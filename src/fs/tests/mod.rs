@@ -20,6 +20,7 @@ use crate::fs::core::{Core, CoreOptions, Ctx, Entry, FileOpen, Opening, Respond,
 use crate::fs::inodes::ROOT;
 
 mod files;
+mod held;
 mod names;
 mod nodes;
 mod refusals;
@@ -186,6 +187,7 @@ const CTX: Ctx = Ctx {
     uid: 0,
     gid: 0,
     pid: 0,
+    unique: 0,
 };
 const DATA: u64 = 3;
 

@@ -334,6 +334,10 @@ pub fn explain(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules]) -> Explanation 
                 alternatives(zones, s.action.class(), Some(z))
             ),
         ),
+        (Refusal::Awaiting(id), Some(_)) => (
+            format!("approval request #{id} is waiting for a decision, and this call can't wait for it (the directory would be locked meanwhile)"),
+            "Retry the same operation once it is decided: an allow lets the retry through, a deny refuses it at once.".to_owned(),
+        ),
         (Refusal::NotAllowed, Some(_)) => (
             "this user may not use the mount".to_owned(),
             "Only the user who mounted it, root, and users given with --allow-uid may.".to_owned(),
@@ -504,8 +508,25 @@ pub fn explain_decision(s: &Subject<'_>, d: &Decision, zones: &[ZoneRules]) -> E
             Explanation::new(
                 format!("Would ask to {}", s.doing()),
                 parts.join("; "),
-                "The call waits until the supervisor allows or denies it; denied or unanswered, it fails with EACCES (permission denied).".to_owned(),
+                waiting(s.action).to_owned(),
             )
+        }
+    }
+}
+
+/// What a worker sees while an ask about `action` waits: the kernel
+/// locks the directory for new names, removals, renames and links, so
+/// those calls are not held (see `fs::core::held` and `gate::DIR_HOLD`).
+fn waiting(action: Action) -> &'static str {
+    match action {
+        Action::Create => {
+            "A file is made at once, empty, and its first write or close waits until the supervisor allows or denies it; a directory, symlink, FIFO or socket is not made: the call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied or unanswered, it fails with EACCES (permission denied)."
+        }
+        Action::Delete | Action::Rename | Action::Link => {
+            "The call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied, the retry fails with EACCES (permission denied)."
+        }
+        Action::Access | Action::Read | Action::Write | Action::Change => {
+            "The call waits until the supervisor allows or denies it; denied or unanswered, it fails with EACCES (permission denied)."
         }
     }
 }
@@ -635,6 +656,7 @@ pub fn for_worker(s: &Subject<'_>, r: Refusal, zones: &[ZoneRules], root: &Path)
             "the supervisor did not approve this (denied, or no answer in time); don't retry it"
                 .to_owned()
         }
+        Refusal::Awaiting(id) => format!("waiting for approval #{id}; retry once decided"),
         Refusal::Sensitive | Refusal::Hidden | Refusal::HiddenByPattern | Refusal::NotAllowed => {
             return None;
         }

@@ -65,7 +65,10 @@ class Request:
     #: Seconds left before it is denied.
     timeout_secs: float
     items: tuple[Item, ...]
-    raw: dict[str, Any] = field(repr=False, compare=False)
+    #: The caller was told to retry once this is decided (a mkdir, rm, mv...
+    #: can't wait while the kernel locks its directory).
+    retry: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # A worker chooses names and command lines: the text fields hold U+FFFD
     # where their bytes are not UTF-8; these give the exact bytes. Show
@@ -111,6 +114,7 @@ class Request:
                     )
                     for i in d.get("items", [])
                 ),
+                retry=bool(d.get("retry", False)),
                 raw=d,
             )
         except (KeyError, TypeError, ValueError) as e:

@@ -1,0 +1,432 @@
+//! Creates whose approval is pending, and interrupted calls.
+//!
+//! The kernel holds a directory's lock across CREATE: a create held there
+//! for a human's decision would freeze every lookup, listing, create and
+//! delete in that directory (DESIGN §4). So a create that must be asked
+//! about is asked, the empty file made at once (`O_EXCL`, as the caller),
+//! and the CREATE answered with a handle whose data goes through the
+//! daemon (`FOPEN_DIRECT_IO`: no passthrough, no page cache; no
+//! `FOPEN_NOFLUSH`). The work is held a step later: that handle's writes,
+//! flush (close), fsync, fallocate, truncate and copies into it wait on the
+//! same request, each withdrawable on its own. Allow: they proceed. Deny,
+//! timeout or withdrawal: they fail (EACCES), the file is removed if it is
+//! still the one made, and the kernel is told to forget the name.
+//!
+//! A `FUSE_INTERRUPT` names the request it interrupts; the waiting call it
+//! names is answered EINTR ([`Core::interrupt`]). One that arrives before
+//! its call is waiting is kept for a moment and applied once it is.
+//!
+//! Lock order: a [`HeldCreate`]'s state, then the broker's.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::{Core, Created, Ctx, FileOpen, Opening, Respond};
+use crate::approval::{AskRequest, Continuation, Verdict, Wait, caller};
+use crate::backing;
+use crate::error::{FsError, FsResult, Refusal};
+use crate::fs::changes;
+use crate::fs::handles::Handle;
+use crate::fs::inodes::Node;
+use crate::policy::AskItem;
+
+/// How long an interrupt whose call is not (yet) waiting is kept.
+const EARLY_KEPT: Duration = Duration::from_secs(10);
+/// The most such interrupts kept.
+const EARLY_MAX: usize = 1024;
+
+/// A file made at once for a create whose approval is pending.
+#[derive(Debug)]
+pub struct HeldCreate {
+    /// The CREATE's FUSE request id: its (answered) waiter in the broker,
+    /// which later calls join.
+    unique: u64,
+    state: Mutex<HeldState>,
+    /// A call held on this file was interrupted: if its handle is released
+    /// before the decision, the request is withdrawn (the caller gave up,
+    /// or was killed).
+    interrupted: AtomicBool,
+    /// The process that created it: only its closes wait (a child that
+    /// inherited the file, even one closing it at exec, never does).
+    creator: Option<u32>,
+}
+
+enum HeldState {
+    /// Asked; the file not made yet. A verdict that came at once.
+    Asking(Option<Verdict>),
+    /// Made; the decision pending. `queue`: calls that came after the
+    /// broker took the decision and before it told this file.
+    Waiting {
+        made: Made,
+        queue: Vec<Continuation>,
+    },
+    Decided(Verdict),
+    /// The file could not be made; the request was withdrawn.
+    Abandoned,
+}
+
+impl std::fmt::Debug for HeldState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeldState::Asking(v) => write!(f, "Asking({v:?})"),
+            HeldState::Waiting { queue, .. } => write!(f, "Waiting({} queued)", queue.len()),
+            HeldState::Decided(v) => write!(f, "Decided({v:?})"),
+            HeldState::Abandoned => f.write_str("Abandoned"),
+        }
+    }
+}
+
+/// What was made, to record once allowed or remove once not.
+struct Made {
+    dir: Arc<Node>,
+    name: OsString,
+    /// (dev, ino) of the file made.
+    key: (u64, u64),
+    expected: Vec<changes::Pending>,
+    ctx: Ctx,
+    first: Option<AskItem>,
+}
+
+/// Interrupts that came before their call was waiting.
+#[derive(Debug, Default)]
+pub(crate) struct EarlyInterrupts(Mutex<VecDeque<(u64, Instant)>>);
+
+/// A create to ask about: what `create` resolved and gated.
+pub(super) struct CreateAsk {
+    pub ctx: Ctx,
+    pub items: Vec<AskItem>,
+    pub dir: Arc<Node>,
+    pub name: OsString,
+    pub mode: u32,
+    pub flags: i32,
+    pub expected: Vec<changes::Pending>,
+}
+
+impl Core {
+    /// Ask about a create without holding the CREATE (see the module
+    /// header); answer `reply` at once either way.
+    pub(super) fn create_asking(self: &Arc<Self>, c: CreateAsk, reply: impl Opening<Created>) {
+        let held = Arc::new(HeldCreate {
+            unique: c.ctx.unique,
+            state: Mutex::new(HeldState::Asking(None)),
+            interrupted: AtomicBool::new(false),
+            creator: caller::process_of(c.ctx.pid),
+        });
+        let first = c.items.first().cloned();
+        let (core, h) = (Arc::clone(self), Arc::clone(&held));
+        let ask = AskRequest {
+            items: c.items,
+            op: c.ctx.op,
+            target: None,
+            pid: c.ctx.pid,
+            uid: c.ctx.uid,
+            unique: c.ctx.unique,
+            wait: Wait::Detached,
+        };
+        self.broker
+            .ask(ask, Box::new(move |v| core.create_decided(&h, v)));
+        let mut st = held.state.lock();
+        if let HeldState::Asking(Some(v)) = *st {
+            // Answered at once (a cached decision, no approvals): as any
+            // other create.
+            drop(st);
+            let r = match v {
+                Verdict::Allow => {
+                    let _still = self.acting();
+                    let r = self.create_as(&c.ctx.caller(), &c.dir, &c.name, c.mode, c.flags, None);
+                    if r.is_ok() {
+                        self.changelog.record(c.expected);
+                    }
+                    r
+                }
+                v => Err(self.not_allowed(&c.ctx, first.as_ref(), v)),
+            };
+            return self.answer_create(r, false, reply);
+        }
+        let made = {
+            let _still = self.acting();
+            let flags = c.flags | libc::O_EXCL;
+            let held = Some(Arc::clone(&held));
+            self.create_as(&c.ctx.caller(), &c.dir, &c.name, c.mode, flags, held)
+        };
+        match made {
+            Ok((entry, node, fh, direct)) => {
+                *st = HeldState::Waiting {
+                    made: Made {
+                        dir: c.dir,
+                        name: c.name,
+                        key: node.key,
+                        expected: c.expected,
+                        ctx: c.ctx,
+                        first,
+                    },
+                    queue: Vec::new(),
+                };
+                drop(st);
+                self.answer_create(Ok((entry, node, fh, direct)), true, reply);
+            }
+            Err(e) => {
+                *st = HeldState::Abandoned;
+                drop(st);
+                // Nothing was made: nothing to decide.
+                self.broker.interrupt(c.ctx.unique);
+                // The name exists in the backing dir though the kernel
+                // thought it missing (made on the host meanwhile): ESTALE
+                // makes the kernel look it up again and open it as an
+                // existing file, which asks without holding the directory.
+                let e = match e {
+                    FsError::Os(libc::EEXIST) if c.flags & libc::O_EXCL == 0 => {
+                        FsError::Os(libc::ESTALE)
+                    }
+                    e => e,
+                };
+                reply.respond(Err(e));
+            }
+        }
+    }
+
+    /// Answer a CREATE; `held`: its file's approval is pending.
+    fn answer_create(
+        &self,
+        r: FsResult<(super::Entry, Arc<Node>, u64, bool)>,
+        held: bool,
+        reply: impl Opening<Created>,
+    ) {
+        let r = r.map(|(entry, node, fh, direct)| {
+            let backing = match held {
+                true => None,
+                false => self.passthrough_id(&node, fh, |fd| reply.register(fd)),
+            };
+            Created {
+                entry,
+                open: FileOpen {
+                    fh,
+                    backing,
+                    direct,
+                    held,
+                },
+            }
+        });
+        reply.respond(r)
+    }
+
+    /// The broker's verdict on a create asked by [`Core::create_asking`].
+    fn create_decided(&self, held: &HeldCreate, v: Verdict) {
+        let mut st = held.state.lock();
+        match std::mem::replace(&mut *st, HeldState::Decided(v)) {
+            HeldState::Asking(_) => *st = HeldState::Asking(Some(v)),
+            HeldState::Waiting { made, queue } => {
+                drop(st);
+                tracing::info!(verdict = ?v, name = ?made.name, "pending create decided");
+                match v {
+                    Verdict::Allow => self.changelog.record(made.expected),
+                    v => {
+                        self.unmake(&made);
+                        if v != Verdict::Withdrawn {
+                            self.not_allowed(&made.ctx, made.first.as_ref(), v);
+                        }
+                    }
+                }
+                for then in queue {
+                    then(v);
+                }
+            }
+            HeldState::Abandoned => *st = HeldState::Abandoned,
+            HeldState::Decided(before) => *st = HeldState::Decided(before),
+        }
+    }
+
+    /// Remove the file a refused create made, if its name still names it,
+    /// and tell the kernel to forget the name.
+    fn unmake(&self, made: &Made) {
+        if let Ok(dir) = self.reach.fd_of(&made.dir) {
+            let same = backing::stat_at(dir.as_fd(), &made.name)
+                .is_ok_and(|st| (st.st_dev, st.st_ino) == made.key);
+            if same {
+                if let Err(e) = backing::unlink(dir.as_fd(), &made.name) {
+                    tracing::warn!(name = ?made.name, "cannot remove a refused create: {e}");
+                }
+            }
+        }
+        // Not on this thread: the kernel takes the directory's lock to
+        // forget a name, and this may be the broker's watcher, which a
+        // call holding that lock (a mkdir there, within its short hold)
+        // waits for.
+        if let Some(n) = self.notifier.get().cloned() {
+            let (dir, name) = (made.dir.ino, made.name.clone());
+            let spawned = std::thread::Builder::new()
+                .name("zm-forget".into())
+                .spawn(move || {
+                    let _ = n.inval_entry(crate::fuse::INodeNo(dir), &name);
+                });
+            if let Err(e) = spawned {
+                tracing::warn!("cannot tell the kernel to forget a refused create's name: {e}");
+            }
+        }
+    }
+
+    /// The pending create that calls on open file `fh` wait for; None for
+    /// a handle like any other (or one whose create was allowed).
+    pub fn held(&self, fh: u64) -> Option<Arc<HeldCreate>> {
+        let h = self.handles.get(fh).ok()?;
+        let Handle::File {
+            held: Some(held), ..
+        } = &*h
+        else {
+            return None;
+        };
+        match *held.state.lock() {
+            HeldState::Decided(Verdict::Allow) => None,
+            _ => Some(Arc::clone(held)),
+        }
+    }
+
+    /// Run `op` for call `ctx` once the pending create `held` is allowed;
+    /// answer `respond` EACCES if it is not, EINTR if this call is
+    /// interrupted first.
+    pub fn after_held<T: Send + 'static>(
+        self: &Arc<Self>,
+        held: Arc<HeldCreate>,
+        ctx: &Ctx,
+        respond: impl Respond<T>,
+        op: impl FnOnce(&Core) -> FsResult<T> + Send + 'static,
+    ) {
+        let core = Arc::clone(self);
+        self.when_held(held, ctx, move |r| {
+            respond.respond(r.and_then(|()| op(&core)))
+        });
+    }
+
+    /// Call `go` with Ok once the pending create `held` is allowed, with
+    /// EACCES if it is not, EINTR if call `ctx` is interrupted first.
+    pub(super) fn when_held(
+        self: &Arc<Self>,
+        held: Arc<HeldCreate>,
+        ctx: &Ctx,
+        go: impl FnOnce(FsResult<()>) + Send + 'static,
+    ) {
+        let h = Arc::clone(&held);
+        let then: Continuation = Box::new(move |v| {
+            go(match v {
+                Verdict::Allow => Ok(()),
+                Verdict::Withdrawn => {
+                    h.interrupted.store(true, Ordering::Relaxed);
+                    Err(FsError::Os(libc::EINTR))
+                }
+                Verdict::Deny | Verdict::Later(_) => Err(FsError::Refused(Refusal::Denied)),
+            })
+        });
+        let mut st = held.state.lock();
+        match &mut *st {
+            HeldState::Waiting { queue, .. } => {
+                tracing::debug!(
+                    op = ctx.op,
+                    unique = ctx.unique,
+                    "held until its create is decided"
+                );
+                match self.broker.join(held.unique, ctx.unique, ctx.pid, then) {
+                    Ok(()) => {
+                        drop(st);
+                        self.interrupted_meanwhile(ctx.unique);
+                    }
+                    // Decided, and about to tell this file.
+                    Err(then) => queue.push(then),
+                }
+            }
+            HeldState::Decided(v) => {
+                let v = match v {
+                    Verdict::Allow => Verdict::Allow,
+                    _ => Verdict::Deny,
+                };
+                drop(st);
+                then(v)
+            }
+            HeldState::Asking(_) | HeldState::Abandoned => {
+                drop(st);
+                then(Verdict::Deny)
+            }
+        }
+    }
+
+    /// FLUSH (a close) of open file `fh`: held while its create's approval
+    /// is pending, when the closing process is the one that created it
+    /// (another inherited the file: a child of a worker that execs closes
+    /// it, and must not wait for its parent's approval), unless it is
+    /// exiting (a process's exit must not wait for a human; nothing could
+    /// interrupt it) or a call held on this file was interrupted (the
+    /// caller gave up: the release that follows withdraws the request).
+    pub fn flush(self: &Arc<Self>, ctx: &Ctx, fh: u64, respond: impl Respond<()>) {
+        let waits = |held: &HeldCreate| {
+            !held.interrupted.load(Ordering::Relaxed)
+                && held.creator.is_some()
+                && caller::process_of(ctx.pid) == held.creator
+                && !caller::is_exiting(ctx.pid)
+        };
+        match self.held(fh) {
+            Some(held) if waits(&held) => self.after_held(held, ctx, respond, |_| Ok(())),
+            Some(_) => respond.respond(Ok(())),
+            // Only handles of pending creates lack FOPEN_NOFLUSH, but with
+            // the writeback cache the kernel flushes every file at close:
+            // ENOSYS stops that for the rest of the mount (a close of a
+            // pending create is then not held; its writes still are).
+            None if self.writeback() => respond.respond(Err(FsError::Os(libc::ENOSYS))),
+            None => respond.respond(Ok(())),
+        }
+    }
+
+    /// Open file handle `h` is being released: when a call held on its
+    /// pending create was interrupted, the caller gave up (or was
+    /// killed): withdraw the request, which removes the file.
+    pub(super) fn let_go(&self, h: &Handle) {
+        let Handle::File {
+            held: Some(held), ..
+        } = h
+        else {
+            return;
+        };
+        let waiting = matches!(*held.state.lock(), HeldState::Waiting { .. });
+        if waiting && held.interrupted.load(Ordering::Relaxed) {
+            self.broker.interrupt(held.unique);
+        }
+    }
+
+    /// `FUSE_INTERRUPT` of request `unique`: the call, if it waits for a
+    /// decision, is answered EINTR; if it is not waiting yet, it is when
+    /// it starts to.
+    pub fn interrupt(&self, unique: u64) {
+        tracing::debug!(unique, "interrupt");
+        let mut early = self.early.0.lock();
+        if self.broker.interrupt(unique) {
+            return;
+        }
+        let now = Instant::now();
+        while early
+            .front()
+            .is_some_and(|(_, t)| now.duration_since(*t) > EARLY_KEPT)
+            || early.len() >= EARLY_MAX
+        {
+            early.pop_front();
+        }
+        early.push_back((unique, now));
+    }
+
+    /// Call `unique` now waits: apply an interrupt that came before.
+    pub(super) fn interrupted_meanwhile(&self, unique: u64) {
+        let hit = {
+            let mut early = self.early.0.lock();
+            match early.iter().position(|(u, _)| *u == unique) {
+                Some(i) => early.remove(i).is_some(),
+                None => false,
+            }
+        };
+        if hit {
+            self.broker.interrupt(unique);
+        }
+    }
+}
