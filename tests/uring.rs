@@ -1,0 +1,247 @@
+//! FUSE over io_uring under requests that wait: asks held from one CPU
+//! never stop that CPU's queue, and an idle io_uring mount holds about as
+//! much memory as a `/dev/fuse` one.
+//!
+//! Each mount over io_uring switches the fuse module's `enable_uring` on
+//! for its handshake only (root) and sets it back at once; in the `uring`
+//! environment it is on already and stays so. A kernel without FUSE over
+//! io_uring (before 6.14) can't run these: that is the kernel's limit, a
+//! recorded skip even under CI, as in scripts/test-envs.sh.
+//!
+//! Every mount is torn down by its guard; every wait is bounded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// One switch of `enable_uring` at a time in this process: a test that
+/// sets it back must not do so while another mounts.
+static SWITCH: Mutex<()> = Mutex::new(());
+
+/// Sets `enable_uring` back to what it was, on every way out.
+struct Restore(Option<String>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        if let Some(was) = self.0.take() {
+            if let Err(e) = fs::write(ENABLE_URING, &was) {
+                eprintln!("cannot set {ENABLE_URING} back to {was}: {e}");
+            }
+        }
+    }
+}
+
+/// Mount `setup` over FUSE over io_uring (checked with `status`); None
+/// (a recorded skip) on a kernel without it or without root.
+fn mount_over_uring(setup: Setup) -> Option<TestMount> {
+    if !fuse_ok() || !root_ok() {
+        return None;
+    }
+    let Ok(was) = fs::read_to_string(ENABLE_URING) else {
+        skip(&format!(
+            "this kernel has no FUSE over io_uring ({ENABLE_URING})"
+        ));
+        return None;
+    };
+    let m = {
+        let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+        let _back = if was.trim() == "Y" {
+            Restore(None)
+        } else {
+            fs::write(ENABLE_URING, "Y").expect("switch enable_uring on");
+            Restore(Some(was.trim().to_string()))
+        };
+        // The handshake is over when `mount` returns: the connection
+        // keeps io_uring after the switch is set back.
+        setup.mount()
+    };
+    assert_eq!(transport(&m), "io_uring", "the mount should serve over io_uring");
+    Some(m)
+}
+
+/// What `status` says of the mount's transport (`io_uring`, `/dev/fuse`).
+fn transport(m: &TestMount) -> String {
+    let out = m.zonemount(&["status", &m.mountpoint().to_string_lossy()]);
+    assert!(out.success(), "status: {}", out.describe());
+    out.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("transport: "))
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn pending(m: &TestMount) -> usize {
+    let out = m.zonemount(&[
+        "approvals",
+        "list",
+        "--json",
+        &m.mountpoint().to_string_lossy(),
+    ]);
+    assert!(out.success(), "{}", out.describe());
+    serde_json::from_str::<Vec<Value>>(&out.stdout)
+        .unwrap()
+        .len()
+}
+
+/// Processes this test started, killed on every way out.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+        }
+        for c in &mut self.0 {
+            let _ = wait_child(c, Duration::from_secs(20));
+        }
+    }
+}
+
+/// `taskset -c 0 sh -c script` in `dir`, in the background.
+fn on_cpu0(dir: &Path, script: &str) -> Child {
+    Command::new("taskset")
+        .args(["-c", "0", "sh", "-c", script])
+        .current_dir(dir)
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn taskset")
+}
+
+const ASKS: usize = 40;
+
+/// Each waiting ask keeps the ring entry its request came in: with a
+/// fixed queue of 32 entries per CPU, 32 asks from one CPU left nothing
+/// for that CPU's next request (a `stat` there hung until unmount), and
+/// asks past the 32nd never reached the broker. The queue grows instead.
+#[test]
+fn forty_held_asks_from_one_cpu_leave_its_queue_serving() {
+    if !fuse_ok() || !root_ok() || !tool_ok("taskset") {
+        return;
+    }
+    let mut s = Setup::zones(
+        Mode::Sandboxed,
+        &[
+            ("workspace", "mode: rw"),
+            ("final", "mode: rw, approval: { write: ask }"),
+        ],
+    )
+    .asking()
+    .arg("--approval-timeout")
+    .arg("120")
+    .file("workspace", "r.txt", "read me\n");
+    for i in 0..ASKS {
+        s = s.file("final", &format!("f{i}"), "x\n");
+    }
+    let Some(m) = mount_over_uring(s) else {
+        return;
+    };
+    // Forty writers on CPU 0, each opening a file of its own for writing:
+    // each open waits for a decision.
+    let mut askers = Children(Vec::new());
+    for i in 0..ASKS {
+        askers
+            .0
+            .push(on_cpu0(m.mountpoint(), &format!("echo y >> final/f{i}")));
+    }
+    let mut waiting = 0;
+    let all = wait_until(Duration::from_secs(20), || {
+        waiting = pending(&m);
+        waiting == ASKS
+    });
+    // Then, from the same CPU, a `stat` in another zone (a name not looked
+    // up yet: it takes requests) and a write and read of 3 MB there.
+    let t = Instant::now();
+    let stat = try_run(
+        Command::new("taskset")
+            .args(["-c", "0", "stat", "-c", "%s", "workspace/r.txt"])
+            .current_dir(m.mountpoint()),
+        Duration::from_secs(10),
+    );
+    let took = t.elapsed();
+    eprintln!("stat from CPU 0 with {waiting} asks waiting: {took:?} ({stat:?})");
+    let stat = stat.unwrap_or_else(|e| {
+        panic!("a stat from CPU 0 did not answer while {waiting} asks waited there: {e}")
+    });
+    assert!(stat.success(), "{}", stat.describe());
+    assert_eq!(stat.stdout, "8\n");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(
+        all,
+        "{waiting} of {ASKS} asks from CPU 0 reached the broker within 20 s"
+    );
+    let io = try_run(
+        Command::new("taskset")
+            .args([
+                "-c",
+                "0",
+                "sh",
+                "-c",
+                "head -c 3000000 /dev/urandom > /tmp/.zm-uring-$$ && cp /tmp/.zm-uring-$$ workspace/big && cmp /tmp/.zm-uring-$$ workspace/big; rc=$?; rm -f /tmp/.zm-uring-$$; exit $rc",
+            ])
+            .current_dir(m.mountpoint()),
+        Duration::from_secs(20),
+    )
+    .expect("a write and read on CPU 0 while the asks wait");
+    assert!(io.success(), "{}", io.describe());
+    assert_eq!(pending(&m), ASKS, "the asks still wait");
+}
+
+/// The daemon's resident memory (`VmRSS`, KiB).
+fn daemon_rss_kib(m: &TestMount) -> u64 {
+    let pids = daemon_pids_for(m.mountpoint());
+    assert_eq!(pids.len(), 1, "one daemon for {}", m.mountpoint().display());
+    let status = fs::read_to_string(format!("/proc/{}/status", pids[0])).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
+
+/// Ring entries' buffers are sized to what a request needs and become
+/// resident as they are used: an idle io_uring mount held 72 MiB on a
+/// 2-CPU machine (32 entries of 1 MiB per CPU), a `/dev/fuse` one 7 MiB.
+#[test]
+fn an_idle_uring_mount_holds_at_most_twice_the_memory_of_a_dev_fuse_one() {
+    if !fuse_ok() || !root_ok() {
+        return;
+    }
+    let zones = [("workspace", "mode: rw")];
+    let dev = Setup::zones(Mode::Sandboxed, &zones)
+        .arg("--no-io-uring")
+        .mount();
+    assert_eq!(transport(&dev), "/dev/fuse");
+    let Some(ring) = mount_over_uring(Setup::zones(Mode::Sandboxed, &zones)) else {
+        return;
+    };
+    // The same light use of both, then both idle.
+    for m in [&dev, &ring] {
+        let out = m.sh_in(
+            "",
+            "echo x > workspace/a && cat workspace/a && mkdir workspace/d && ls -la workspace >/dev/null && rm -r workspace/d",
+            &[],
+        );
+        assert!(out.success(), "{}", out.describe());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (d, r) = (daemon_rss_kib(&dev), daemon_rss_kib(&ring));
+    eprintln!("idle daemons' VmRSS: /dev/fuse {d} KiB, io_uring {r} KiB");
+    assert!(
+        r <= 2 * d,
+        "an idle io_uring mount holds {r} KiB, more than twice a /dev/fuse one's {d} KiB"
+    );
+}
