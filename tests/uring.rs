@@ -14,9 +14,8 @@
 mod common;
 
 use std::fs;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::process::Command;
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -47,14 +46,19 @@ fn mount_over_uring(setup: Setup) -> Option<TestMount> {
     if !fuse_ok() || !root_ok() {
         return None;
     }
-    let Ok(was) = fs::read_to_string(ENABLE_URING) else {
-        skip(&format!(
-            "this kernel has no FUSE over io_uring ({ENABLE_URING})"
-        ));
-        return None;
-    };
+    let log = setup.root().join("daemon.log");
+    let setup = setup
+        .env("ZONEMOUNT_LOG_FILE", &log.to_string_lossy())
+        .env("RUST_LOG", "zonemount=info");
     let m = {
+        // Read under the lock: another test's switch is not what was.
         let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(was) = fs::read_to_string(ENABLE_URING) else {
+            skip(&format!(
+                "this kernel has no FUSE over io_uring ({ENABLE_URING})"
+            ));
+            return None;
+        };
         let _back = if was.trim() == "Y" {
             Restore(None)
         } else {
@@ -65,7 +69,13 @@ fn mount_over_uring(setup: Setup) -> Option<TestMount> {
         // keeps io_uring after the switch is set back.
         setup.mount()
     };
-    assert_eq!(transport(&m), "io_uring", "the mount should serve over io_uring");
+    assert_eq!(
+        transport(&m),
+        "io_uring",
+        "the mount should serve over io_uring (enable_uring now {:?}); its log:\n{}",
+        fs::read_to_string(ENABLE_URING),
+        fs::read_to_string(&log).unwrap_or_default()
+    );
     Some(m)
 }
 
@@ -94,31 +104,11 @@ fn pending(m: &TestMount) -> usize {
         .len()
 }
 
-/// Processes this test started, killed on every way out.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-        }
-        for c in &mut self.0 {
-            let _ = wait_child(c, Duration::from_secs(20));
-        }
-    }
-}
-
-/// `taskset -c 0 sh -c script` in `dir`, in the background.
-fn on_cpu0(dir: &Path, script: &str) -> Child {
-    Command::new("taskset")
-        .args(["-c", "0", "sh", "-c", script])
-        .current_dir(dir)
-        .env("LC_ALL", "C")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn taskset")
+/// Keep the calling thread on CPU 0.
+fn on_cpu0_now() {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(0);
+    rustix::thread::sched_setaffinity(None, &set).expect("keep a thread on CPU 0");
 }
 
 const ASKS: usize = 40;
@@ -149,13 +139,19 @@ fn forty_held_asks_from_one_cpu_leave_its_queue_serving() {
     let Some(m) = mount_over_uring(s) else {
         return;
     };
-    // Forty writers on CPU 0, each opening a file of its own for writing:
-    // each open waits for a decision.
-    let mut askers = Children(Vec::new());
+    // Forty threads of this process on CPU 0, each opening a file of its
+    // own for writing: each open waits for a decision. They start at once,
+    // so that requests come faster than the queue's thread (kept on the
+    // same CPU) takes them, and some wait in the kernel for an entry. They
+    // end when the unmount denies what waits.
+    let start = Arc::new(Barrier::new(ASKS));
     for i in 0..ASKS {
-        askers
-            .0
-            .push(on_cpu0(m.mountpoint(), &format!("echo y >> final/f{i}")));
+        let (start, path) = (start.clone(), m.path(&format!("final/f{i}")));
+        std::thread::spawn(move || {
+            on_cpu0_now();
+            start.wait();
+            let _ = fs::OpenOptions::new().append(true).open(path);
+        });
     }
     let mut waiting = 0;
     let all = wait_until(Duration::from_secs(20), || {

@@ -8,26 +8,45 @@
 //! elsewhere (an approval decided later) are handed to the queue's thread,
 //! which an eventfd on the ring wakes.
 //!
+//! A request whose answer waits (an ask) keeps its ring entry until it is
+//! answered, and the kernel holds a CPU's next requests back while that
+//! CPU's queue has no free entry. So a queue starts small
+//! ([`QUEUE_START`] entries, whose buffers take memory only as requests
+//! use them) and grows, by doubling up to [`QUEUE_MAX`], whenever fewer
+//! than [`QUEUE_SPARE`] of its entries are free. Requests the kernel held
+//! back before the queue grew go to the next entry committed, not to the
+//! new ones: the queue's thread then makes the kernel send it a request
+//! of its own on that CPU (a `NOTIFY_RETRIEVE` of nothing, answered by a
+//! `NOTIFY_REPLY`), whose commit hands the first of them over, and again
+//! while commits keep finding one.
+//!
 //! Used when the kernel offers `FUSE_OVER_IO_URING` at INIT (the fuse
 //! module's `enable_uring` parameter) and the daemon may set up io_urings;
 //! otherwise the `/dev/fuse` transport serves.
 
 use std::io;
+use std::io::IoSlice;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::{JoinHandle, ThreadId};
 
-use super::abi;
+use zerocopy::IntoBytes;
+
+use super::abi::{self, NotifyRetrieveOut, OutHeader};
 use super::reply::{Reply, Sink};
 use super::request::Args;
 use super::session::{Filesystem, handle};
 use crate::backing::{Device, FuseRing, RingEvent, Waker, io_uring_allowed, possible_cpus};
 
-/// Ring entries per queue. A request whose answer waits (an approval)
-/// holds its entry until then; requests beyond this many on one CPU wait
-/// in the kernel for an entry.
-pub const QUEUE_DEPTH: usize = 32;
+/// Ring entries a queue starts with.
+pub const QUEUE_START: usize = 8;
+/// A queue grows when fewer of its entries than this are free.
+pub const QUEUE_SPARE: usize = 4;
+/// The most entries a queue grows to. With this many requests of one CPU
+/// waiting at once (asks), that CPU's next requests wait in the kernel
+/// for one of them to be answered.
+pub const QUEUE_MAX: usize = 1024;
 
 /// One ring per possible CPU, set up before INIT's reply so that agreeing
 /// to io_uring never leaves the kernel waiting for queues that can't come.
@@ -38,7 +57,7 @@ pub(crate) fn prepare(dev: &Arc<Device>, payload: usize) -> io::Result<Vec<FuseR
         ));
     }
     (0..possible_cpus())
-        .map(|q| FuseRing::new(dev, q as u16, QUEUE_DEPTH, payload))
+        .map(|q| FuseRing::new(dev, q as u16, QUEUE_START, payload))
         .collect()
 }
 
@@ -128,6 +147,66 @@ fn pin_to(cpu: usize) {
     }
 }
 
+/// The `notify_unique` of the next nudge: even, as the kernel's own
+/// uniques are (an odd one reads as an interrupt's), counted down from
+/// the top of the range, which the kernel's count (up from 2) never
+/// reaches; no two alike, so a commit never finds another's request.
+static NUDGE_UNIQUE: AtomicU64 = AtomicU64::new(u64::MAX - 1);
+
+/// Regular files this queue's requests named lately, newest first: what
+/// a nudge names (the kernel retrieves from regular files only).
+#[derive(Default)]
+struct Files([u64; 4]);
+
+impl Files {
+    /// Note the node of a request on an open file (only a regular file
+    /// is opened through FUSE: devices and fifos open on the kernel's side).
+    fn saw(&mut self, h: &abi::InHeader) {
+        use abi::op;
+        let on_a_file = matches!(
+            h.opcode,
+            op::OPEN | op::READ | op::WRITE | op::FLUSH | op::FSYNC | op::FALLOCATE | op::LSEEK
+        );
+        if on_a_file && h.nodeid != 0 && self.0[0] != h.nodeid {
+            let at = self.0.iter().position(|&n| n == h.nodeid).unwrap_or(3);
+            self.0.copy_within(0..at, 1);
+            self.0[0] = h.nodeid;
+        }
+    }
+}
+
+/// Make the kernel send this thread's CPU's queue a request: a
+/// `NOTIFY_RETRIEVE` of no bytes of a regular file it knows, which it
+/// answers with a `NOTIFY_REPLY` request on the queue of the CPU the
+/// writer runs on. Its entry's commit hands over the first request held
+/// back for want of an entry, if any. False when no file would do (the
+/// kernel forgot them all, or none was seen yet).
+fn nudge(dev: &crate::backing::Device, files: &Files) -> bool {
+    for &nodeid in files.0.iter().filter(|&&n| n != 0) {
+        let out = NotifyRetrieveOut {
+            notify_unique: NUDGE_UNIQUE.fetch_sub(2, Ordering::Relaxed),
+            nodeid,
+            offset: 0,
+            size: 0,
+            padding: 0,
+        };
+        let h = OutHeader {
+            len: (std::mem::size_of::<OutHeader>() + std::mem::size_of::<NotifyRetrieveOut>())
+                as u32,
+            error: abi::notify::RETRIEVE,
+            unique: 0,
+        };
+        match dev.write(&[IoSlice::new(h.as_bytes()), IoSlice::new(out.as_bytes())]) {
+            Ok(_) => return true,
+            Err(e) => tracing::debug!(
+                nodeid,
+                "cannot nudge the io_uring queue with this node: {e}"
+            ),
+        }
+    }
+    false
+}
+
 fn serve_queue(
     mut ring: FuseRing,
     fs: Arc<dyn Filesystem>,
@@ -142,19 +221,31 @@ fn serve_queue(
         waker: ring.waker(),
         dev: ring.device().clone(),
     });
+    let dev = ring.device().clone();
     ring.register_all()?;
+    let mut files = Files::default();
     let mut events = Vec::new();
     loop {
-        events.clear();
-        ring.wait(&mut events)?;
-        for ev in &events {
-            match *ev {
+        if events.is_empty() {
+            ring.wait(&mut events)?;
+        }
+        // The entry a nudge came in, committed in this round.
+        let mut nudged = None;
+        for ev in std::mem::take(&mut events) {
+            match ev {
                 RingEvent::Request(n) => {
                     let (h, op, payload) = ring.request(n)?;
                     if h.opcode == abi::op::DESTROY {
                         Reply::new(h.unique, n as u32, sink.clone(), true).ok();
                         continue;
                     }
+                    if h.opcode == abi::op::NOTIFY_REPLY {
+                        // A nudge: nothing to do but free its entry.
+                        ring.commit(n, h.unique, 0, &[])?;
+                        nudged = Some(n);
+                        continue;
+                    }
+                    files.saw(&h);
                     handle(fs.as_ref(), &h, Args::split(op, payload), n as u32, &sink);
                 }
                 RingEvent::Wake => {}
@@ -176,6 +267,44 @@ fn serve_queue(
         }
         if stop.load(Ordering::Relaxed) {
             return Ok(());
+        }
+        // A nudge's commit that came back with a request at once found
+        // one held back: there may be more.
+        let mut again = false;
+        if let Some(n) = nudged {
+            ring.poll(&mut events)?;
+            again = events.contains(&RingEvent::Request(n));
+            tracing::debug!(qid, again, "a nudge's entry committed");
+        }
+        let entries = ring.entries();
+        if entries - ring.held().min(entries) < QUEUE_SPARE && entries < QUEUE_MAX {
+            let added = ring.grow(entries.min(QUEUE_MAX - entries))?;
+            if added > 0 {
+                tracing::info!(
+                    qid,
+                    entries = ring.entries(),
+                    waiting = ring.held(),
+                    "io_uring queue grown: requests wait for answers (asks)"
+                );
+                again = true;
+            }
+            if ring.entries() >= QUEUE_MAX {
+                tracing::warn!(
+                    qid,
+                    entries = ring.entries(),
+                    "io_uring queue at its largest: this CPU's next requests wait for one of its waiting requests to be answered"
+                );
+            }
+        }
+        if again {
+            // The new entries first: a nudge must find one free.
+            ring.flush()?;
+            if !nudge(&dev, &files) {
+                tracing::debug!(
+                    qid,
+                    "no nudge: requests held back for want of an entry wait for the next answer on this CPU"
+                );
+            }
         }
     }
 }
