@@ -241,3 +241,52 @@ fn an_idle_uring_mount_holds_at_most_twice_the_memory_of_a_dev_fuse_one() {
         "an idle io_uring mount holds {r} KiB, more than twice a /dev/fuse one's {d} KiB"
     );
 }
+
+/// `doctor` says which transport a mount made now would get, and why: the
+/// same as a mount then gets (`the_transport_is_what_the_kernel_offers` in
+/// tests/lifecycle.rs checks the mount's side).
+#[test]
+fn doctor_says_which_transport_a_mount_would_get() {
+    if !root_ok() {
+        return;
+    }
+    let detail = || {
+        let out = run(
+            Command::new(BIN).args(["doctor", "--json"]),
+            Duration::from_secs(60),
+        );
+        let r: Value = serde_json::from_str(&out.stdout).unwrap();
+        r["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "FUSE over io_uring")
+            .map(|c| c["detail"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let Ok(was) = fs::read_to_string(ENABLE_URING) else {
+        let d = detail();
+        assert!(d.contains("a mount gets /dev/fuse"), "{d}");
+        return;
+    };
+    if was.trim() != "Y" {
+        let d = detail();
+        assert!(
+            d.contains("switched off (enable_uring=N): a mount gets /dev/fuse"),
+            "{d}"
+        );
+    }
+    let _back = if was.trim() == "Y" {
+        Restore(None)
+    } else {
+        fs::write(ENABLE_URING, "Y").expect("switch enable_uring on");
+        Restore(Some(was.trim().to_string()))
+    };
+    let d = detail();
+    assert!(
+        d.starts_with("a mount gets it, as the kernel offers it (enable_uring=Y)")
+            && d.contains("grown up to 1024 while requests wait for a decision (asks)"),
+        "{d}"
+    );
+}

@@ -16,9 +16,10 @@
 //! than [`QUEUE_SPARE`] of its entries are free. Requests the kernel held
 //! back before the queue grew go to the next entry committed, not to the
 //! new ones: the queue's thread then makes the kernel send it a request
-//! of its own on that CPU (a `NOTIFY_RETRIEVE` of nothing, answered by a
-//! `NOTIFY_REPLY`), whose commit hands the first of them over, and again
-//! while commits keep finding one.
+//! of its own on that CPU (a `NOTIFY_RETRIEVE` of no bytes of a regular
+//! file the queue saw lately, answered by a `NOTIFY_REPLY`), whose commit
+//! hands the first of them over, and again while commits keep finding
+//! one.
 //!
 //! Used when the kernel offers `FUSE_OVER_IO_URING` at INIT (the fuse
 //! module's `enable_uring` parameter) and the daemon may set up io_urings;
@@ -306,5 +307,62 @@ fn serve_queue(
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(opcode: u32, nodeid: u64) -> abi::InHeader {
+        abi::InHeader {
+            len: 0,
+            opcode,
+            unique: 2,
+            nodeid,
+            uid: 0,
+            gid: 0,
+            pid: 0,
+            total_extlen: 0,
+            padding: 0,
+        }
+    }
+
+    #[test]
+    fn a_nudge_names_the_regular_files_seen_last_newest_first() {
+        let mut f = Files::default();
+        // Requests on directories or names name no file to retrieve from.
+        for op in [
+            abi::op::LOOKUP,
+            abi::op::GETATTR,
+            abi::op::READDIR,
+            abi::op::CREATE,
+        ] {
+            f.saw(&req(op, 9));
+        }
+        assert_eq!(f.0, [0; 4]);
+        f.saw(&req(abi::op::OPEN, 5));
+        f.saw(&req(abi::op::WRITE, 6));
+        f.saw(&req(abi::op::READ, 7));
+        f.saw(&req(abi::op::FLUSH, 8));
+        assert_eq!(f.0, [8, 7, 6, 5]);
+        // Seen again: first, without a second place; a new one pushes the
+        // oldest out.
+        f.saw(&req(abi::op::FSYNC, 6));
+        assert_eq!(f.0, [6, 8, 7, 5]);
+        f.saw(&req(abi::op::LSEEK, 6));
+        assert_eq!(f.0, [6, 8, 7, 5]);
+        f.saw(&req(abi::op::FALLOCATE, 11));
+        assert_eq!(f.0, [11, 6, 8, 7]);
+    }
+
+    #[test]
+    fn nudge_uniques_are_even_distinct_and_far_above_the_kernels() {
+        let a = NUDGE_UNIQUE.fetch_sub(2, Ordering::Relaxed);
+        let b = NUDGE_UNIQUE.fetch_sub(2, Ordering::Relaxed);
+        assert_ne!(a, b);
+        assert_eq!(a % 2, 0);
+        assert_eq!(b % 2, 0);
+        assert!(b > u64::MAX / 2);
     }
 }
