@@ -486,6 +486,33 @@ mod tests {
         assert!(possible_cpus() >= online);
     }
 
+    /// How many of the `pages` pages from `addr` are resident (mincore).
+    fn resident(addr: *mut u8, pages: usize) -> usize {
+        let mut v = vec![0u8; pages];
+        // SAFETY: `addr` starts a live mapping of at least `pages` pages
+        // (page-aligned, as mmap returns), and `v` holds one byte per page.
+        let r = unsafe { libc::mincore(addr.cast(), pages * PAGE, v.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore: {}", io::Error::last_os_error());
+        v.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    /// An entry's buffers take memory as they are written, not before:
+    /// each was 1 MiB written at start, per entry and per possible CPU.
+    #[test]
+    fn an_entry_costs_what_its_requests_use() {
+        let mut e = Ent::new(256).unwrap();
+        assert_eq!(resident(e.map, 257), 0);
+        e.header_mut()[0] = 1;
+        e.payload_mut()[..5000].fill(1);
+        assert_eq!(
+            resident(e.map, 257),
+            3,
+            "the header page, two payload pages"
+        );
+        assert_eq!(e.payload().len(), 256 * PAGE);
+        assert_eq!(e.header()[0], 1);
+    }
+
     /// The header buffer (one page) holds `struct fuse_uring_req_header`.
     const _: () = assert!(URING_HEADER_SZ == 288 && URING_HEADER_SZ <= PAGE);
 }
