@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::{JoinHandle, ThreadId};
 
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{self, NotifyRetrieveOut, OutHeader};
 use super::reply::{Reply, Sink};
@@ -154,24 +154,42 @@ fn pin_to(cpu: usize) {
 /// reaches; no two alike, so a commit never finds another's request.
 static NUDGE_UNIQUE: AtomicU64 = AtomicU64::new(u64::MAX - 1);
 
-/// Regular files this queue's requests named lately, newest first: what
-/// a nudge names (the kernel retrieves from regular files only).
+/// Regular files this queue's requests and replies named lately, newest
+/// first: what a nudge names (the kernel retrieves from regular files
+/// only, and only from those it still knows).
 #[derive(Default)]
 struct Files([u64; 4]);
 
 impl Files {
+    fn note(&mut self, nodeid: u64) {
+        if nodeid != 0 && self.0[0] != nodeid {
+            let at = self.0.iter().position(|&n| n == nodeid).unwrap_or(3);
+            self.0.copy_within(0..at, 1);
+            self.0[0] = nodeid;
+        }
+    }
+
     /// Note the node of a request on an open file (only a regular file
     /// is opened through FUSE: devices and fifos open on the kernel's side).
     fn saw(&mut self, h: &abi::InHeader) {
         use abi::op;
-        let on_a_file = matches!(
+        if matches!(
             h.opcode,
             op::OPEN | op::READ | op::WRITE | op::FLUSH | op::FSYNC | op::FALLOCATE | op::LSEEK
-        );
-        if on_a_file && h.nodeid != 0 && self.0[0] != h.nodeid {
-            let at = self.0.iter().position(|&n| n == h.nodeid).unwrap_or(3);
-            self.0.copy_within(0..at, 1);
-            self.0[0] = h.nodeid;
+        ) {
+            self.note(h.nodeid);
+        }
+    }
+
+    /// Note the regular file a LOOKUP or CREATE reply gives the kernel.
+    fn answered(&mut self, opcode: u32, error: i32, body: &[u8]) {
+        if error != 0 || !matches!(opcode, abi::op::LOOKUP | abi::op::CREATE) {
+            return;
+        }
+        if let Ok((e, _)) = abi::EntryOut::read_from_prefix(body) {
+            if e.attr.mode & libc::S_IFMT == libc::S_IFREG {
+                self.note(e.nodeid);
+            }
         }
     }
 }
@@ -225,6 +243,8 @@ fn serve_queue(
     let dev = ring.device().clone();
     ring.register_all()?;
     let mut files = Files::default();
+    // Each entry's request's opcode, for `Files::answered`.
+    let mut ops: Vec<u32> = Vec::new();
     let mut events = Vec::new();
     loop {
         if events.is_empty() {
@@ -247,6 +267,10 @@ fn serve_queue(
                         continue;
                     }
                     files.saw(&h);
+                    if ops.len() <= n {
+                        ops.resize(n + 1, 0);
+                    }
+                    ops[n] = h.opcode;
                     handle(fs.as_ref(), &h, Args::split(op, payload), n as u32, &sink);
                 }
                 RingEvent::Wake => {}
@@ -264,6 +288,8 @@ fn serve_queue(
             }
         }
         while let Ok(p) = rx.try_recv() {
+            let op = ops.get(p.slot as usize).copied().unwrap_or(0);
+            files.answered(op, p.error, &p.body);
             ring.commit(p.slot as usize, p.unique, p.error, &[&p.body])?;
         }
         if stop.load(Ordering::Relaxed) {
@@ -313,6 +339,7 @@ fn serve_queue(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zerocopy::FromZeros;
 
     fn req(opcode: u32, nodeid: u64) -> abi::InHeader {
         abi::InHeader {
@@ -354,6 +381,31 @@ mod tests {
         assert_eq!(f.0, [6, 8, 7, 5]);
         f.saw(&req(abi::op::FALLOCATE, 11));
         assert_eq!(f.0, [11, 6, 8, 7]);
+    }
+
+    fn entry(nodeid: u64, mode: u32) -> Vec<u8> {
+        let mut e = abi::EntryOut::new_zeroed();
+        e.nodeid = nodeid;
+        e.attr.mode = mode;
+        e.as_bytes().to_vec()
+    }
+
+    #[test]
+    fn a_lookup_or_create_of_a_regular_file_is_noted_too() {
+        let mut f = Files::default();
+        let file = entry(21, libc::S_IFREG | 0o644);
+        let dir = entry(22, libc::S_IFDIR | 0o755);
+        f.answered(abi::op::LOOKUP, 0, &dir);
+        f.answered(abi::op::LOOKUP, -libc::ENOENT, &file);
+        f.answered(abi::op::MKDIR, 0, &file);
+        f.answered(abi::op::LOOKUP, 0, &file[..40]);
+        assert_eq!(f.0, [0; 4]);
+        f.answered(abi::op::LOOKUP, 0, &file);
+        // CREATE's reply is the entry and then the open.
+        let mut created = entry(23, libc::S_IFREG | 0o600);
+        created.extend_from_slice(&[0; 16]);
+        f.answered(abi::op::CREATE, 0, &created);
+        assert_eq!(f.0, [23, 21, 0, 0]);
     }
 
     #[test]
