@@ -17,9 +17,10 @@
 //! back before the queue grew go to the next entry committed, not to the
 //! new ones: the queue's thread then makes the kernel send it a request
 //! of its own on that CPU (a `NOTIFY_RETRIEVE` of no bytes of a regular
-//! file the queue saw lately, answered by a `NOTIFY_REPLY`), whose commit
-//! hands the first of them over, and again while commits keep finding
-//! one.
+//! file the queue saw lately, answered by a `NOTIFY_REPLY`; where it knows
+//! none, a `statfs` of the mountpoint by a thread moved to that CPU),
+//! whose commit hands the first of them over, and again while commits
+//! keep finding one.
 //!
 //! Used when the kernel offers `FUSE_OVER_IO_URING` at INIT (the fuse
 //! module's `enable_uring` parameter) and the daemon may set up io_urings;
@@ -27,8 +28,10 @@
 
 use std::io;
 use std::io::IoSlice;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::{JoinHandle, ThreadId};
 
@@ -79,24 +82,85 @@ impl Rings {
     }
 }
 
-/// Start serving from `rings`.
-pub(crate) fn start(rings: Vec<FuseRing>, fs: &Arc<dyn Filesystem>) -> io::Result<Rings> {
+/// Start serving from `rings`; `mountpoint` (as this process sees it)
+/// for the nudge of last resort.
+pub(crate) fn start(
+    rings: Vec<FuseRing>,
+    fs: &Arc<dyn Filesystem>,
+    mountpoint: Option<PathBuf>,
+) -> io::Result<Rings> {
     let stop = Arc::new(AtomicBool::new(false));
+    let statfs = match mountpoint.map(StatfsNudger::start).transpose() {
+        Ok(n) => n.map(Arc::new),
+        Err(e) => {
+            tracing::debug!("no statfs nudger: {e}");
+            None
+        }
+    };
     let mut threads = Vec::new();
     for (qid, ring) in rings.into_iter().enumerate() {
         let waker = ring.waker();
         let fs = fs.clone();
         let stop2 = stop.clone();
+        let statfs = statfs.clone();
         let t = std::thread::Builder::new()
             .name(format!("fuse-ring-{qid}"))
             .spawn(move || {
-                if let Err(e) = serve_queue(ring, fs, qid, &stop2) {
+                if let Err(e) = serve_queue(ring, fs, qid, &stop2, statfs.as_deref()) {
                     tracing::warn!(qid, "io_uring queue ended: {e}");
                 }
             })?;
         threads.push((t, waker));
     }
     Ok(Rings { threads, stop })
+}
+
+/// The nudge of last resort, when a queue knows no regular file to name:
+/// a thread that `statfs`es the mountpoint from the CPU it is asked for,
+/// which the kernel queues there as any caller's request. It ends with
+/// the queues (its channel closes).
+struct StatfsNudger {
+    tx: Mutex<Sender<usize>>,
+    /// Its thread id: FUSE's `pid` of its requests.
+    tid: Arc<AtomicU32>,
+}
+
+impl StatfsNudger {
+    fn start(mountpoint: PathBuf) -> io::Result<StatfsNudger> {
+        let (tx, rx) = channel::<usize>();
+        let tid = Arc::new(AtomicU32::new(0));
+        let tid2 = tid.clone();
+        std::thread::Builder::new()
+            .name("fuse-ring-nudge".into())
+            .spawn(move || {
+                tid2.store(
+                    rustix::thread::gettid().as_raw_nonzero().get() as u32,
+                    Ordering::Relaxed,
+                );
+                while let Ok(cpu) = rx.recv() {
+                    pin_to(cpu);
+                    if let Err(e) = rustix::fs::statfs(&mountpoint) {
+                        tracing::debug!(cpu, "the statfs nudge failed: {e}");
+                    }
+                }
+            })?;
+        Ok(StatfsNudger {
+            tx: Mutex::new(tx),
+            tid,
+        })
+    }
+
+    fn nudge(&self, cpu: usize) -> bool {
+        self.tx
+            .lock()
+            .map(|tx| tx.send(cpu).is_ok())
+            .unwrap_or(false)
+    }
+
+    /// Whether `h` is one of its requests.
+    fn made(&self, h: &abi::InHeader) -> bool {
+        h.opcode == abi::op::STATFS && h.pid != 0 && h.pid == self.tid.load(Ordering::Relaxed)
+    }
 }
 
 /// A reply waiting for its queue's thread.
@@ -231,6 +295,7 @@ fn serve_queue(
     fs: Arc<dyn Filesystem>,
     qid: usize,
     stop: &AtomicBool,
+    statfs: Option<&StatfsNudger>,
 ) -> io::Result<()> {
     pin_to(qid);
     let (tx, rx): (Sender<Pending>, Receiver<Pending>) = channel();
@@ -267,6 +332,10 @@ fn serve_queue(
                         continue;
                     }
                     files.saw(&h);
+                    if statfs.is_some_and(|s| s.made(&h)) {
+                        // Answered below, with the other replies.
+                        nudged = Some(n);
+                    }
                     if ops.len() <= n {
                         ops.resize(n + 1, 0);
                     }
@@ -326,7 +395,7 @@ fn serve_queue(
         if again {
             // The new entries first: a nudge must find one free.
             ring.flush()?;
-            if !nudge(&dev, &files) {
+            if !nudge(&dev, &files) && !statfs.is_some_and(|s| s.nudge(qid)) {
                 tracing::debug!(
                     qid,
                     "no nudge: requests held back for want of an entry wait for the next answer on this CPU"
