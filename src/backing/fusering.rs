@@ -9,6 +9,15 @@
 //! the entry back for the next request. An eventfd polled on the same
 //! ring wakes the queue's thread when another thread has a reply ready.
 //!
+//! The kernel wants every payload buffer as large as the largest request
+//! (`max_write`, 1 MiB here). Each entry's buffers are one anonymous
+//! mapping, which takes memory only page by page as the kernel copies a
+//! request in or the daemon writes a reply: an entry costs what its
+//! requests used, an entry never used costs nothing. A queue starts with
+//! a few entries and grows on demand ([`FuseRing::grow`]): the kernel
+//! takes a newly registered entry at once. It has no way to take one
+//! back, so a queue never shrinks.
+//!
 //! The buffers are shared with the kernel while an entry is registered or
 //! committed: this module reads or writes them only between the entry's
 //! completion and its next submission, and never moves or frees them
@@ -19,6 +28,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use rustix::mm::{MapFlags, ProtFlags};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::Device;
@@ -29,86 +39,91 @@ use crate::fuse::abi::{
 
 const PAGE: usize = 4096;
 
-/// A page-aligned page (the kernel pins the header buffer's pages).
-#[repr(C, align(4096))]
-#[derive(Clone, Copy)]
-struct Page([u8; PAGE]);
-
 /// The completion user-data of the eventfd poll.
 const WAKE: u64 = u64::MAX;
 
-/// One ring entry's buffers.
+/// Submission slots of a queue's ring: commands beyond this many in one
+/// round are handed to the kernel in turn ([`FuseRing::push`]).
+const SQ_ENTRIES: u32 = 32;
+/// Completion slots. A queue with more entries than this completing at
+/// once leaves the rest with the kernel until there is room (no
+/// completion is dropped: `IORING_FEAT_NODROP`, Linux 5.5).
+const CQ_ENTRIES: u32 = 128;
+
+/// One ring entry's buffers: one anonymous mapping, the header (one page,
+/// `struct fuse_uring_req_header`) first, then `pages` pages of payload.
 struct Ent {
-    /// `struct fuse_uring_req_header` (one page).
-    header: *mut Page,
-    /// The payload buffer (`pages` pages).
-    payload: *mut Page,
+    map: *mut u8,
     pages: usize,
     /// The two iovecs REGISTER points the kernel at.
-    iov: *mut [libc::iovec; 2],
+    iov: Box<[libc::iovec; 2]>,
     /// What a commit of this entry quotes (the request's unique).
     commit_id: u64,
 }
 
 impl Ent {
-    fn new(pages: usize) -> Ent {
-        let header = Box::into_raw(Box::new(Page([0; PAGE])));
-        let payload = Box::into_raw(vec![Page([0; PAGE]); pages].into_boxed_slice()).cast::<Page>();
-        let iov = Box::into_raw(Box::new([
+    fn new(pages: usize) -> io::Result<Ent> {
+        let len = (1 + pages) * PAGE;
+        // SAFETY: a new private anonymous mapping with no address hint
+        // aliases nothing; it is unmapped once, in `Drop`.
+        let map = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }?
+        .cast::<u8>();
+        let iov = Box::new([
             libc::iovec {
-                iov_base: header.cast(),
+                iov_base: map.cast(),
                 iov_len: URING_HEADER_SZ,
             },
             libc::iovec {
-                iov_base: payload.cast(),
+                // SAFETY: one page past the start is inside the mapping.
+                iov_base: unsafe { map.add(PAGE) }.cast(),
                 iov_len: pages * PAGE,
             },
-        ]));
-        Ent {
-            header,
-            payload,
+        ]);
+        Ok(Ent {
+            map,
             pages,
             iov,
             commit_id: 0,
-        }
+        })
     }
 
     fn header(&self) -> &[u8] {
-        // SAFETY: `header` is a live page owned by this entry; callers
-        // only reach it while the kernel does not own the entry.
-        unsafe { &(*self.header).0 }
+        // SAFETY: the mapping's first page, live while the entry is;
+        // callers only reach it while the kernel does not own the entry.
+        unsafe { std::slice::from_raw_parts(self.map, PAGE) }
     }
 
     fn header_mut(&mut self) -> &mut [u8] {
         // SAFETY: as `header`, and `&mut self` makes the borrow unique.
-        unsafe { &mut (*self.header).0 }
+        unsafe { std::slice::from_raw_parts_mut(self.map, PAGE) }
     }
 
     fn payload(&self) -> &[u8] {
-        // SAFETY: `payload` points to `pages` live pages owned by this
-        // entry (one allocation); reached only while userspace owns it.
-        unsafe { std::slice::from_raw_parts(self.payload.cast::<u8>(), self.pages * PAGE) }
+        // SAFETY: the `pages` pages after the header, inside the mapping;
+        // reached only while userspace owns the entry.
+        unsafe { std::slice::from_raw_parts(self.map.add(PAGE), self.pages * PAGE) }
     }
 
     fn payload_mut(&mut self) -> &mut [u8] {
         // SAFETY: as `payload`, unique through `&mut self`.
-        unsafe { std::slice::from_raw_parts_mut(self.payload.cast::<u8>(), self.pages * PAGE) }
+        unsafe { std::slice::from_raw_parts_mut(self.map.add(PAGE), self.pages * PAGE) }
     }
 }
 
 impl Drop for Ent {
     fn drop(&mut self) {
-        // SAFETY: each pointer came from `Box::into_raw` in `Ent::new`
-        // with these types and lengths, and is freed once, here, after
-        // the ring (which the kernel used them through) is gone: `FuseRing`
-        // drops its `IoUring` before its entries.
-        unsafe {
-            drop(Box::from_raw(self.iov));
-            drop(Box::from_raw(self.header));
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                self.payload,
-                self.pages,
-            )));
+        // SAFETY: the mapping made in `Ent::new`, of this length, unmapped
+        // once, here, after the ring (which the kernel used it through)
+        // is gone: `FuseRing` drops its `IoUring` before its entries.
+        if let Err(e) = unsafe { rustix::mm::munmap(self.map.cast(), (1 + self.pages) * PAGE) } {
+            tracing::warn!("cannot unmap a ring entry's buffers: {e}");
         }
     }
 }
@@ -129,6 +144,13 @@ pub struct FuseRing {
     // Dropped first: the kernel lets go of the buffers with the ring.
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     ents: Vec<Ent>,
+    /// Entries handed to the kernel so far (the first `registered` of
+    /// `ents`; the rest wait for [`FuseRing::register_all`]).
+    registered: usize,
+    /// Entries that brought a request not committed yet.
+    held: usize,
+    /// Payload pages per entry.
+    pages: usize,
     qid: u16,
     dev: Arc<Device>,
     wake: Arc<OwnedFd>,
@@ -150,13 +172,13 @@ impl Waker {
 }
 
 impl FuseRing {
-    /// A ring for queue `qid` of `dev`'s connection with `depth` entries,
-    /// each with a payload buffer of at least `payload` bytes.
+    /// A ring for queue `qid` of `dev`'s connection with `depth` entries
+    /// to start with, each with a payload buffer of at least `payload`
+    /// bytes.
     pub fn new(dev: &Arc<Device>, qid: u16, depth: usize, payload: usize) -> io::Result<FuseRing> {
-        let sq = (depth + 1).next_power_of_two() as u32;
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-            .setup_cqsize(sq * 2)
-            .build(sq)?;
+            .setup_cqsize(CQ_ENTRIES)
+            .build(SQ_ENTRIES)?;
         let wake = rustix::event::eventfd(
             0,
             rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
@@ -164,7 +186,12 @@ impl FuseRing {
         let pages = payload.div_ceil(PAGE);
         Ok(FuseRing {
             ring,
-            ents: (0..depth).map(|_| Ent::new(pages)).collect(),
+            ents: (0..depth)
+                .map(|_| Ent::new(pages))
+                .collect::<io::Result<_>>()?,
+            registered: 0,
+            held: 0,
+            pages,
             qid,
             dev: dev.clone(),
             wake: Arc::new(wake),
@@ -180,6 +207,18 @@ impl FuseRing {
         &self.dev
     }
 
+    /// The entries the kernel has been given.
+    pub fn entries(&self) -> usize {
+        self.registered
+    }
+
+    /// The entries that brought a request not answered yet (a request
+    /// whose answer waits elsewhere, as an approval does, holds its entry
+    /// until then).
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
     /// The command SQE for entry `n`.
     fn cmd(&self, n: usize, op: u32, commit_id: u64) -> squeue::Entry128 {
         let req = UringCmdReq {
@@ -192,7 +231,7 @@ impl FuseRing {
         cmd[..std::mem::size_of::<UringCmdReq>()].copy_from_slice(req.as_bytes());
         let mut b = opcode::UringCmd80::new(types::Fd(self.dev.as_fd().as_raw_fd()), op).cmd(cmd);
         if op == URING_CMD_REGISTER {
-            b = b.addr(Some(self.ents[n].iov as u64));
+            b = b.addr(Some(self.ents[n].iov.as_ptr() as u64));
         }
         let e = b.build().user_data(n as u64);
         if op == URING_CMD_REGISTER {
@@ -227,13 +266,40 @@ impl FuseRing {
 
     /// Hand every entry to the kernel (the connection's INIT is done).
     pub fn register_all(&mut self) -> io::Result<()> {
-        for n in 0..self.ents.len() {
-            let e = self.cmd(n, URING_CMD_REGISTER, 0);
-            self.push(&e)?;
-        }
+        self.register_new()?;
         self.arm_wake()?;
         self.ring.submit()?;
         Ok(())
+    }
+
+    /// Queue a REGISTER of each entry not handed to the kernel yet.
+    fn register_new(&mut self) -> io::Result<()> {
+        while self.registered < self.ents.len() {
+            let e = self.cmd(self.registered, URING_CMD_REGISTER, 0);
+            self.push(&e)?;
+            self.registered += 1;
+        }
+        Ok(())
+    }
+
+    /// Add `n` entries and hand them to the kernel with the next
+    /// submission; the kernel gives the next requests of this queue to
+    /// them (requests it already holds back for want of an entry go to
+    /// the next entry committed). Returns how many were added: fewer when
+    /// memory for their buffers can't be had.
+    pub fn grow(&mut self, n: usize) -> io::Result<usize> {
+        let before = self.ents.len();
+        for _ in 0..n {
+            match Ent::new(self.pages) {
+                Ok(e) => self.ents.push(e),
+                Err(e) => {
+                    tracing::warn!(qid = self.qid, "cannot add a ring entry: {e}");
+                    break;
+                }
+            }
+        }
+        self.register_new()?;
+        Ok(self.ents.len() - before)
     }
 
     /// Submit what is queued and wait for at least one completion; the
@@ -244,6 +310,22 @@ impl FuseRing {
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) => return Err(e),
         }
+        self.reap(out)
+    }
+
+    /// Submit what is queued without waiting; the completions there are
+    /// now in `out` (a commit that found a request waiting for an entry
+    /// completes within the submission).
+    pub fn poll(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
+        match self.ring.submit() {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        self.reap(out)
+    }
+
+    fn reap(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
         let done: Vec<(u64, i32)> = self
             .ring
             .completion()
@@ -274,6 +356,7 @@ impl FuseRing {
                 UringEntInOut::read_from_bytes(&ent.header()[URING_ENT_OFFSET..URING_HEADER_SZ])
                     .map_err(|_| io::Error::other("ring entry header"))?;
             ent.commit_id = io.commit_id;
+            self.held += 1;
             out.push(Event::Request(n));
         }
         Ok(())
@@ -329,7 +412,9 @@ impl FuseRing {
         h[URING_ENT_OFFSET..URING_HEADER_SZ].copy_from_slice(io.as_bytes());
         let commit_id = ent.commit_id;
         let e = self.cmd(n, URING_CMD_COMMIT_AND_FETCH, commit_id);
-        self.push(&e)
+        self.push(&e)?;
+        self.held = self.held.saturating_sub(1);
+        Ok(())
     }
 
     /// Submit what is queued without waiting.
@@ -399,6 +484,33 @@ mod tests {
     fn possible_cpus_counts_at_least_the_online_ones() {
         let online = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert!(possible_cpus() >= online);
+    }
+
+    /// How many of the `pages` pages from `addr` are resident (mincore).
+    fn resident(addr: *mut u8, pages: usize) -> usize {
+        let mut v = vec![0u8; pages];
+        // SAFETY: `addr` starts a live mapping of at least `pages` pages
+        // (page-aligned, as mmap returns), and `v` holds one byte per page.
+        let r = unsafe { libc::mincore(addr.cast(), pages * PAGE, v.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore: {}", io::Error::last_os_error());
+        v.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    /// An entry's buffers take memory as they are written, not before:
+    /// each was 1 MiB written at start, per entry and per possible CPU.
+    #[test]
+    fn an_entry_costs_what_its_requests_use() {
+        let mut e = Ent::new(256).unwrap();
+        assert_eq!(resident(e.map, 257), 0);
+        e.header_mut()[0] = 1;
+        e.payload_mut()[..5000].fill(1);
+        assert_eq!(
+            resident(e.map, 257),
+            3,
+            "the header page, two payload pages"
+        );
+        assert_eq!(e.payload().len(), 256 * PAGE);
+        assert_eq!(e.header()[0], 1);
     }
 
     /// The header buffer (one page) holds `struct fuse_uring_req_header`.

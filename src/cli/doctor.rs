@@ -252,28 +252,33 @@ fn passthrough(kernel: &str, admin: bool) -> Check {
     )
 }
 
+/// Which transport a mount made now would get, and why.
 fn uring() -> Check {
     const NAME: &str = "FUSE over io_uring";
     match probe::uring() {
         probe::Uring::Enabled if !crate::backing::io_uring_allowed() => check(
             NAME,
             State::Degraded,
-            "the kernel offers it (enable_uring=Y), but this process may not set up an io_uring (kernel.io_uring_disabled): requests go through /dev/fuse",
+            "the kernel offers it (enable_uring=Y), but this process may not set up an io_uring (kernel.io_uring_disabled): a mount gets /dev/fuse",
         ),
         probe::Uring::Enabled => check(
             NAME,
             State::Ok,
-            "used: requests come over io_uring, one ring per CPU (enable_uring=Y)",
+            format!(
+                "a mount gets it, as the kernel offers it (enable_uring=Y): one queue per CPU, of {} entries to start with, grown up to {} while requests wait for a decision (asks); `--no-io-uring` keeps a mount on /dev/fuse",
+                crate::fuse::QUEUE_START,
+                crate::fuse::QUEUE_MAX
+            ),
         ),
         probe::Uring::Disabled => check(
             NAME,
             State::Degraded,
-            "the kernel has it switched off (enable_uring=N): requests go through /dev/fuse; as root, `zonemount mount --io-uring` switches it on",
+            "the kernel has it switched off (enable_uring=N): a mount gets /dev/fuse; as root, `zonemount mount --io-uring` switches it on",
         ),
         probe::Uring::Absent => check(
             NAME,
             State::Missing,
-            "this kernel has no FUSE over io_uring (Linux 6.14+): requests go through /dev/fuse",
+            "this kernel has no FUSE over io_uring (Linux 6.14+): a mount gets /dev/fuse",
         ),
     }
 }

@@ -48,6 +48,9 @@ pub mod op {
     pub const CREATE: u32 = 35;
     pub const INTERRUPT: u32 = 36;
     pub const DESTROY: u32 = 38;
+    /// The kernel's answer to a `notify::RETRIEVE` (it expects no reply
+    /// over /dev/fuse; over io_uring its entry is committed all the same).
+    pub const NOTIFY_REPLY: u32 = 41;
     pub const BATCH_FORGET: u32 = 42;
     pub const FALLOCATE: u32 = 43;
     pub const READDIRPLUS: u32 = 44;
@@ -111,6 +114,7 @@ pub const FSYNC_FDATASYNC: u32 = 1 << 0;
 pub mod notify {
     pub const INVAL_INODE: i32 = 2;
     pub const INVAL_ENTRY: i32 = 3;
+    pub const RETRIEVE: i32 = 5;
 }
 
 #[repr(C)]
@@ -485,6 +489,18 @@ pub struct NotifyInvalEntryOut {
     pub flags: u32,
 }
 
+/// `notify::RETRIEVE`: send back (as a `NOTIFY_REPLY` request quoting
+/// `notify_unique`) up to `size` cached bytes of node `nodeid`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct NotifyRetrieveOut {
+    pub notify_unique: u64,
+    pub nodeid: u64,
+    pub offset: u64,
+    pub size: u32,
+    pub padding: u32,
+}
+
 /// The argument of the `FUSE_DEV_IOC_BACKING_OPEN` ioctl.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -553,6 +569,7 @@ mod tests {
         assert_eq!(size_of::<CopyFileRangeIn>(), 56);
         assert_eq!(size_of::<BackingMap>(), 16);
         assert_eq!(size_of::<UringEntInOut>(), 32);
+        assert_eq!(size_of::<NotifyRetrieveOut>(), 32);
         assert_eq!(URING_HEADER_SZ, 288);
         assert_eq!(size_of::<UringCmdReq>(), 24);
     }

@@ -22,4 +22,4 @@ pub use session::{
     Agreed, BackgroundSession, Filesystem, Notifier, Offer, Options, Session, Transport, Wants,
 };
 pub use types::{FileAttr, FileType, INodeNo, TimeOrNow};
-pub use uring::QUEUE_DEPTH;
+pub use uring::{QUEUE_MAX, QUEUE_SPARE, QUEUE_START};

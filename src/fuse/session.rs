@@ -102,12 +102,15 @@ impl Transport {
 }
 
 /// How to serve.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Device threads (with io_uring: one, besides the rings).
     pub threads: usize,
     /// Use io_uring when the kernel offers it.
     pub uring: bool,
+    /// Where the connection is mounted, as this process sees it: with
+    /// io_uring, a `statfs` there is the nudge of last resort (`uring`).
+    pub mountpoint: Option<std::path::PathBuf>,
 }
 
 /// A connection whose handshake is done, not yet serving.
@@ -118,6 +121,7 @@ pub struct Session {
     transport: Transport,
     threads: usize,
     rings: Option<Vec<FuseRing>>,
+    mountpoint: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Session {
@@ -308,6 +312,7 @@ impl Session {
             transport,
             threads: opts.threads.max(1),
             rings,
+            mountpoint: opts.mountpoint,
         })
     }
 
@@ -330,7 +335,7 @@ impl Session {
         // With io_uring the device still carries FORGET and INTERRUPT
         // (and everything, should a queue fail to register): one thread.
         let rings = match self.rings.take() {
-            Some(r) => Some(uring::start(r, &self.fs)?),
+            Some(r) => Some(uring::start(r, &self.fs, self.mountpoint.take())?),
             None => None,
         };
         let device_threads = if rings.is_some() { 1 } else { self.threads };

@@ -235,6 +235,7 @@ pub fn build(
     let opts = fuse::Options {
         threads: threads(settings),
         uring: settings.io_uring,
+        mountpoint: Some(mountpoint.to_path_buf()),
     };
     let fuse = match fuse::Session::new(Device::from_fd(dev), Arc::new(fs), opts) {
         Ok(f) => f,

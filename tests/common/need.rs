@@ -190,3 +190,10 @@ pub fn euid() -> u32 {
         })
         .expect("effective uid from /proc/self/status")
 }
+
+/// Skip the running test for `reason`, recorded as [`require`] records
+/// its skips: for what the machine lacks by design, such as a kernel
+/// without a feature, where even CI can't do better.
+pub fn skip(reason: &str) {
+    record_skip(reason);
+}
