@@ -16,6 +16,11 @@
 //! - `{"v":1,"op":"deny_pending"}` → `{"v":1,"ok":true,"denied":N}` (what
 //!   `zonemount unmount` sends first, so no waiting syscall keeps the mount
 //!   busy).
+//! - `{"v":1,"op":"worker","pid":N}` → `{"v":1,"ok":true}`: what `zonemount
+//!   run` sends before CMD starts, naming a process in CMD's PID namespace
+//!   (`"pid":null,"why":"..."` when none could be made; `"isolate":true`
+//!   under `--isolate`). Accepted once per mount, never from inside the
+//!   namespace it names; `status` shows it as `worker_boundary`.
 //!
 //! A peer whose uid (SO_PEERCRED) is neither the mount's owner nor root
 //! gets one `{"ok":false,...}` line and the connection is closed.
@@ -64,6 +69,13 @@ pub enum Request {
     Discard {
         paths: Vec<String>,
     },
+    /// `run`'s worker: `pid` is a process in its PID namespace (None: no
+    /// namespace, for `why`, or `isolate`).
+    Worker {
+        pid: Option<u32>,
+        why: Option<String>,
+        isolate: bool,
+    },
 }
 
 impl Request {
@@ -91,6 +103,9 @@ impl Request {
                 json!({"v": VERSION, "op": "commit", "paths": paths, "force": force})
             }
             Request::Discard { paths } => json!({"v": VERSION, "op": "discard", "paths": paths}),
+            Request::Worker { pid, why, isolate } => {
+                json!({"v": VERSION, "op": "worker", "pid": pid, "why": why, "isolate": isolate})
+            }
         }
     }
 
@@ -123,9 +138,21 @@ impl Request {
                 force: req["force"].as_bool().unwrap_or(false),
             }),
             "discard" => Ok(Request::Discard { paths: paths(req)? }),
+            "worker" => Ok(Request::Worker {
+                pid: match &req["pid"] {
+                    Value::Null => None,
+                    v => Some(
+                        v.as_u64()
+                            .and_then(|p| u32::try_from(p).ok())
+                            .ok_or("worker's \"pid\" must be a process id or null")?,
+                    ),
+                },
+                why: req["why"].as_str().map(str::to_owned),
+                isolate: req["isolate"].as_bool().unwrap_or(false),
+            }),
             other => Err(format!(
                 "unknown op '{other}': use list, watch, decide, status, deny_pending, changes, \
-                 commit or discard"
+                 commit, discard or worker"
             )),
         }
     }
@@ -239,6 +266,10 @@ pub struct Status {
     /// Where the staged zones keep their changes (absent: none staged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_dir: Option<PathBuf>,
+    /// What keeps `run`'s worker from deciding for itself (absent: the
+    /// mount was not made by `run`, or by an older one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_boundary: Option<crate::approval::side::Boundary>,
 }
 
 /// Something a daemon could not use: `feature` is `passthrough` (FUSE

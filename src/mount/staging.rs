@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::approval::side::WorkerSide;
 use crate::audit::{self, Audit, Kind};
 use crate::backing::overlay::Xattrs;
 use crate::control::protocol::Request;
@@ -154,7 +155,7 @@ const LEDGER_PATHS: usize = 1000;
 /// At unmount: each rw zone's change report, in the ledger (one record
 /// per zone that changed: counts, and the paths as `added /zone/p`).
 pub fn log_changes(core: &Arc<Core>, audit: &Audit) {
-    let report = stage_fn(core, None);
+    let report = stage_fn(core, None, Arc::new(WorkerSide::new()));
     let req = Request::Changes {
         paths: Vec::new(),
         diff: false,
@@ -225,10 +226,14 @@ fn change_stages(
     work: &[(usize, ZoneWork)],
     wanted: &BTreeMap<String, Vec<PathBuf>>,
     peer: Peer,
+    side: &WorkerSide,
     apply: impl Fn(&ZoneWork, &tree::Fingerprints, &[PathBuf]) -> Result<Value, String>,
 ) -> Result<Vec<Value>, String> {
-    if let Some(why) = core.stage_writer_kin(peer.pid) {
-        return Err(format!("{what} refused: {why}"));
+    let (writers, spaces) = core.stage_writers();
+    if let Some(why) = side.refusal(peer.pid, peer.uid, &writers, &spaces) {
+        return Err(format!(
+            "{what} refused: it comes from the worker's own side (a process that changed the stage): {why}"
+        ));
     }
     let mut zones = Vec::new();
     let mut forget = Vec::new();
@@ -278,7 +283,7 @@ fn named(answer: &Value, key: &str) -> Vec<PathBuf> {
 /// The control socket's `changes` (of staged zones, from their stages;
 /// of plain rw zones, from what the mount saw), `commit` and `discard`
 /// (staged zones only).
-pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
+pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>, side: Arc<WorkerSide>) -> StageFn {
     let stages = core.stages().cloned();
     let core = core.clone();
     Box::new(move |req: &Request, peer: Peer| {
@@ -337,6 +342,7 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
                     &work,
                     &wanted,
                     peer,
+                    &side,
                     |w, fp, f| commit_of(w, fp, f, *force),
                 )?;
                 let answer = json!({"zones": zones});
@@ -352,6 +358,7 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
                     &work,
                     &wanted,
                     peer,
+                    &side,
                     discard_of,
                 )?;
                 let answer = json!({"zones": zones});
