@@ -1456,3 +1456,202 @@ fn a_write_gathered_in_the_page_cache_asks_once() {
     assert_eq!(events(&m, "request").len(), 5, "{:?}", ledger(&m));
     assert!(events(&m, "refusal").is_empty(), "{:?}", ledger(&m));
 }
+
+/// A `zonemount run` of `sh -c SCRIPT` (as this test's uid, on the
+/// asking fixture with `zones`, its control socket at `sock`), stopped by
+/// its guard: SIGTERM, then SIGKILL, each wait bounded. The script finds
+/// `$ZM` (the binary) and `$MNT` (the mount); what it writes to the
+/// workspace zone is seen here in `said(NAME)`.
+struct Task {
+    child: Child,
+    sock: PathBuf,
+    ws: PathBuf,
+    root: PathBuf,
+    _setup: Setup,
+}
+
+impl Task {
+    fn start(zones: &[(&str, &str)], script: &str) -> Task {
+        let s = Setup::zones(Mode::Sandboxed, zones).asking();
+        let root = s.root().to_path_buf();
+        fs::write(root.join("project.yaml"), zones_yaml(Mode::Sandboxed, zones)).unwrap();
+        for (z, _) in zones {
+            fs::create_dir_all(root.join(".sandbox").join(z)).unwrap();
+        }
+        let sock = root.join("control.sock");
+        let script = format!("MNT=$(dirname \"$PWD\"); {script}");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("run")
+            .args(["--config"])
+            .arg(root.join("project.yaml"))
+            .arg("--control")
+            .arg(&sock)
+            .args(["--approval-timeout", "60", "--stage-dir"])
+            .arg(root.join("stage"))
+            .args(["--", "sh", "-c", &script])
+            .env("ZM", BIN)
+            .current_dir(&root)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(root.join("run.out")).unwrap())
+            .stderr(fs::File::create(root.join("run.err")).unwrap());
+        let child = cmd.spawn().expect("run starts");
+        Task {
+            child,
+            sock,
+            ws: root.join(".sandbox/workspace"),
+            root,
+            _setup: s,
+        }
+    }
+
+    /// What the script wrote to `name` in the workspace zone, once it
+    /// holds `until` (bounded).
+    fn said(&self, name: &str, until: &str) -> String {
+        let p = self.ws.join(name);
+        let ok = wait_until(Duration::from_secs(30), || {
+            fs::read_to_string(&p).is_ok_and(|t| t.contains(until))
+        });
+        let text = fs::read_to_string(&p).unwrap_or_default();
+        assert!(ok, "{name} never said {until:?}: {text:?}; run: {}", self.stderr());
+        text
+    }
+
+    fn stderr(&self) -> String {
+        fs::read_to_string(self.root.join("run.err")).unwrap_or_default()
+    }
+
+    fn call(&self, req: &str) -> Value {
+        on_socket(&self.sock, req)
+    }
+
+    /// Let the script end (it waits for `release`), then run's status.
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        fs::write(self.ws.join("release"), "").unwrap();
+        let st = wait_child(&mut self.child, Duration::from_secs(60)).expect("run ends");
+        (st, self.stderr())
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = self.child.id() as i32;
+            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            if wait_child(&mut self.child, Duration::from_secs(20)).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+    }
+}
+
+/// Three ways a worker leaves its session and its ancestry, each running
+/// `$ZM ARGS` (the script's text after `zm`) into OUT.out: `setsid -f`, a
+/// double fork, `nohup ... &`; then the script waits (bounded) for all
+/// three to finish and writes `attempts.done`.
+fn escapes(args: &str) -> String {
+    let one = |how: &str, out: &str| {
+        format!(
+            "{how} sh -c '\"$ZM\" {args} > {out}.out 2>&1; echo \"rc=$?\" >> {out}.out' \"$MNT\" \"$ID\""
+        )
+    };
+    format!(
+        "{setsid}; ( ( {fork} ) & ); {nohup} >/dev/null 2>&1 & \
+         for f in setsid fork nohup; do i=0; \
+           until grep -q rc= $f.out 2>/dev/null || [ $i -ge 400 ]; do sleep 0.05; i=$((i+1)); done; \
+         done; echo done > attempts.done",
+        setsid = one("setsid -f", "setsid"),
+        fork = one("", "fork"),
+        nohup = one("nohup", "nohup"),
+    )
+}
+
+/// Wait (bounded) for the test to say `release`.
+const UNTIL_RELEASED: &str =
+    "i=0; until [ -e release ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done";
+
+#[test]
+fn under_run_a_worker_that_leaves_its_session_still_cannot_allow_its_own_request() {
+    if !fuse_ok() {
+        return;
+    }
+    // In the script, $0 is the mount and $1 the request's id.
+    let script = format!(
+        "echo mine > ../final/self.md & \
+         i=0; ID=; while [ -z \"$ID\" ] && [ $i -lt 400 ]; do \
+           ID=$(\"$ZM\" approvals list --json \"$MNT\" | sed -n 's/.*\"id\": *\\([0-9]*\\).*/\\1/p' | head -1); \
+           i=$((i+1)); sleep 0.05; done; \
+         {}; wait; {UNTIL_RELEASED}",
+        escapes("approvals allow \"$0\" \"$1\"")
+    );
+    let t = Task::start(ZONES, &script);
+    t.said("attempts.done", "done");
+    for how in ["setsid", "fork", "nohup"] {
+        let said = t.said(&format!("{how}.out"), "rc=");
+        assert!(said.contains("rc=1"), "{how}: the allow went through: {said}");
+        assert!(
+            said.contains("can't be decided from the worker's own side")
+                && said.contains("runs inside the worker's PID namespace")
+                && said.contains("decide from another terminal"),
+            "{how}: {said}"
+        );
+    }
+    let listed = t.call(r#"{"v":1,"op":"list"}"#);
+    let reqs = listed["requests"].as_array().cloned().unwrap_or_default();
+    assert_eq!(reqs.len(), 1, "still pending: {listed}");
+    assert!(!t.ws.join("../final/self.md").exists());
+    // From outside the worker's namespace (this test) a decision works.
+    let id = reqs[0]["id"].as_u64().unwrap();
+    let d = t.call(&format!(
+        r#"{{"v":1,"op":"decide","id":{id},"decision":"allow"}}"#
+    ));
+    assert_eq!(d["ok"], true, "{d}");
+    let status = t.call(r#"{"v":1,"op":"status"}"#);
+    assert_eq!(
+        status["status"]["worker_boundary"]["kind"], "pid-namespace",
+        "{status}"
+    );
+    let final_md = t.ws.join("../final/self.md");
+    assert!(wait_until(Duration::from_secs(10), || {
+        fs::read_to_string(&final_md).is_ok_and(|t| t == "mine\n")
+    }));
+    let (st, err) = t.finish();
+    assert!(st.success(), "{err}");
+}
+
+#[test]
+fn under_run_a_worker_that_leaves_its_session_still_cannot_commit_its_stage() {
+    if !fuse_ok() {
+        return;
+    }
+    let zones = &[
+        ("workspace", "mode: rw"),
+        ("final", "mode: rw, staged: true"),
+    ];
+    let script = format!(
+        "echo mine > ../final/new.md && ID=; {}; {UNTIL_RELEASED}",
+        escapes("commit \"$0\"")
+    )
+    // The third attempt discards instead.
+    .replacen("nohup sh -c '\"$ZM\" commit", "nohup sh -c '\"$ZM\" discard", 1);
+    let t = Task::start(zones, &script);
+    t.said("attempts.done", "done");
+    for how in ["setsid", "fork", "nohup"] {
+        let said = t.said(&format!("{how}.out"), "rc=");
+        assert!(!said.contains("rc=0"), "{how}: it went through: {said}");
+        assert!(
+            said.contains("refused: it comes from the worker's own side")
+                && said.contains("runs inside the worker's PID namespace")
+                && said.contains("decide from another terminal"),
+            "{how}: {said}"
+        );
+    }
+    let backing = t.ws.join("../final/new.md");
+    assert!(!backing.exists(), "committed by the worker");
+    // The supervisor, outside, commits.
+    let c = t.call(r#"{"v":1,"op":"commit"}"#);
+    assert_eq!(c["ok"], true, "{c}");
+    assert_eq!(fs::read_to_string(&backing).unwrap(), "mine\n");
+    let (st, err) = t.finish();
+    assert!(st.success(), "{err}");
+}

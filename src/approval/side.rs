@@ -96,6 +96,18 @@ impl Boundary {
     }
 }
 
+/// What `run` tells the daemon about its worker (the control op
+/// `worker`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The sender is the init of the worker's PID namespace.
+    OwnPidNamespace,
+    /// No namespace could be made, for `why`.
+    Session { why: String },
+    /// CMD runs under `--isolate`.
+    Isolate,
+}
+
 /// What the daemon knows of its worker's side.
 #[derive(Debug)]
 pub struct WorkerSide {
@@ -126,45 +138,30 @@ impl WorkerSide {
         self.registered.lock().as_ref().map(|(b, _)| b.clone())
     }
 
-    /// Record the worker's boundary, once: `worker` is a process in the
-    /// worker's PID namespace (None: no namespace, for `why`, or
-    /// `isolated`). Sent by `run` (from `peer`) before CMD starts; a
-    /// second registration, or one from inside the namespace it names,
-    /// is refused.
-    pub fn register(
-        &self,
-        peer: Option<u32>,
-        worker: Option<u32>,
-        why: Option<String>,
-        isolated: bool,
-    ) -> Result<Boundary, String> {
+    /// Record the worker's boundary, once, as `peer` claims it: its own
+    /// PID namespace (what `run`'s init in the worker's namespace sends
+    /// before CMD starts, so no process of the worker's can have claimed
+    /// first), or no namespace. A second claim is refused.
+    pub fn register(&self, peer: Option<u32>, claim: Claim) -> Result<Boundary, String> {
         let mut reg = self.registered.lock();
         if reg.is_some() {
             return Err("the worker's boundary is already registered".into());
         }
-        let (boundary, ns) = match worker {
-            Some(pid) => {
-                let ns = pid_ns(pid).ok_or_else(|| format!("no process {pid} to look at"))?;
+        let (boundary, ns) = match claim {
+            Claim::OwnPidNamespace => {
+                let pid = peer.ok_or("a peer in a PID namespace this daemon can't see")?;
+                let ns = PidNs::of(Some(pid))
+                    .and_then(|ns| ns.id())
+                    .map_err(|e| format!("process {pid}'s PID namespace: {e}"))?;
                 if Some(ns) == self.own {
                     return Err(format!(
                         "process {pid} is in the daemon's own PID namespace"
                     ));
                 }
-                let peer_inside = peer
-                    .and_then(|p| enclosing(p).ok())
-                    .is_none_or(|chain| chain.contains(&ns));
-                if peer_inside {
-                    return Err("a worker's namespace is registered from outside it".into());
-                }
                 (Boundary::PidNamespace { ns: ns.ino }, Some(ns))
             }
-            None if isolated => (Boundary::Isolate, None),
-            None => (
-                Boundary::Session {
-                    why: why.unwrap_or_else(|| "no PID namespace".into()),
-                },
-                None,
-            ),
+            Claim::Session { why } => (Boundary::Session { why }, None),
+            Claim::Isolate => (Boundary::Isolate, None),
         };
         *reg = Some((boundary.clone(), ns));
         Ok(boundary)
@@ -272,12 +269,14 @@ mod tests {
     fn registration_is_once_and_not_of_our_own_namespace() {
         let side = WorkerSide::new();
         let me = std::process::id();
-        assert!(side.register(None, Some(me), None, false).is_err());
+        assert!(side.register(Some(me), Claim::OwnPidNamespace).is_err());
+        assert!(side.register(None, Claim::OwnPidNamespace).is_err());
         assert_eq!(side.boundary(), None);
+        let why = "EPERM".to_string();
         assert_eq!(
-            side.register(None, None, Some("EPERM".into()), false),
-            Ok(Boundary::Session { why: "EPERM".into() })
+            side.register(None, Claim::Session { why: why.clone() }),
+            Ok(Boundary::Session { why })
         );
-        assert!(side.register(None, None, None, true).is_err(), "once");
+        assert!(side.register(None, Claim::Isolate).is_err(), "once");
     }
 }

@@ -16,11 +16,12 @@
 //! - `{"v":1,"op":"deny_pending"}` → `{"v":1,"ok":true,"denied":N}` (what
 //!   `zonemount unmount` sends first, so no waiting syscall keeps the mount
 //!   busy).
-//! - `{"v":1,"op":"worker","pid":N}` → `{"v":1,"ok":true}`: what `zonemount
-//!   run` sends before CMD starts, naming a process in CMD's PID namespace
-//!   (`"pid":null,"why":"..."` when none could be made; `"isolate":true`
-//!   under `--isolate`). Accepted once per mount, never from inside the
-//!   namespace it names; `status` shows it as `worker_boundary`.
+//! - `{"v":1,"op":"worker","boundary":"pid-namespace"}` →
+//!   `{"v":1,"ok":true}`: what `zonemount run`'s init sends from CMD's PID
+//!   namespace before CMD starts (`"boundary":"session","why":"..."` when
+//!   no namespace could be made; `"boundary":"isolate"` under
+//!   `--isolate`). Accepted once per mount; `status` shows it as
+//!   `worker_boundary`.
 //!
 //! A peer whose uid (SO_PEERCRED) is neither the mount's owner nor root
 //! gets one `{"ok":false,...}` line and the connection is closed.
@@ -36,6 +37,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::approval::side::Claim;
 use crate::approval::{Decision, Event, RequestInfo, Resolution, Scope};
 use crate::config::{Access, ApprovalPolicy, SandboxMode, Zone};
 
@@ -69,13 +71,8 @@ pub enum Request {
     Discard {
         paths: Vec<String>,
     },
-    /// `run`'s worker: `pid` is a process in its PID namespace (None: no
-    /// namespace, for `why`, or `isolate`).
-    Worker {
-        pid: Option<u32>,
-        why: Option<String>,
-        isolate: bool,
-    },
+    /// `run`'s worker: what keeps it from deciding.
+    Worker(Claim),
 }
 
 impl Request {
@@ -103,8 +100,14 @@ impl Request {
                 json!({"v": VERSION, "op": "commit", "paths": paths, "force": force})
             }
             Request::Discard { paths } => json!({"v": VERSION, "op": "discard", "paths": paths}),
-            Request::Worker { pid, why, isolate } => {
-                json!({"v": VERSION, "op": "worker", "pid": pid, "why": why, "isolate": isolate})
+            Request::Worker(Claim::OwnPidNamespace) => {
+                json!({"v": VERSION, "op": "worker", "boundary": "pid-namespace"})
+            }
+            Request::Worker(Claim::Session { why }) => {
+                json!({"v": VERSION, "op": "worker", "boundary": "session", "why": why})
+            }
+            Request::Worker(Claim::Isolate) => {
+                json!({"v": VERSION, "op": "worker", "boundary": "isolate"})
             }
         }
     }
@@ -138,18 +141,19 @@ impl Request {
                 force: req["force"].as_bool().unwrap_or(false),
             }),
             "discard" => Ok(Request::Discard { paths: paths(req)? }),
-            "worker" => Ok(Request::Worker {
-                pid: match &req["pid"] {
-                    Value::Null => None,
-                    v => Some(
-                        v.as_u64()
-                            .and_then(|p| u32::try_from(p).ok())
-                            .ok_or("worker's \"pid\" must be a process id or null")?,
-                    ),
+            "worker" => Ok(Request::Worker(match req["boundary"].as_str() {
+                Some("pid-namespace") => Claim::OwnPidNamespace,
+                Some("session") => Claim::Session {
+                    why: req["why"].as_str().unwrap_or("").to_owned(),
                 },
-                why: req["why"].as_str().map(str::to_owned),
-                isolate: req["isolate"].as_bool().unwrap_or(false),
-            }),
+                Some("isolate") => Claim::Isolate,
+                _ => {
+                    return Err(
+                        "worker needs \"boundary\": \"pid-namespace\", \"session\" or \"isolate\""
+                            .into(),
+                    );
+                }
+            })),
             other => Err(format!(
                 "unknown op '{other}': use list, watch, decide, status, deny_pending, changes, \
                  commit, discard or worker"

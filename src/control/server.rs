@@ -228,8 +228,8 @@ pub fn handle(srv: &Server, req: &Value, peer: Peer) -> Value {
             Ok(()) => ok_answer(&Done {}),
             Err(e) => fail(e.to_string()),
         },
-        Request::Worker { pid, why, isolate } => {
-            match srv.approvals.side().register(peer.pid, pid, why, isolate) {
+        Request::Worker(claim) => {
+            match srv.approvals.side().register(peer.pid, claim) {
                 Ok(b) => {
                     tracing::info!(boundary = ?b, "the worker's boundary");
                     ok_answer(&Done {})

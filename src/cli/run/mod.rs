@@ -29,9 +29,11 @@ mod review;
 mod task;
 #[cfg(test)]
 mod tests;
+mod worker;
 
 use plan::Plan;
 pub(crate) use plan::presplit;
+pub(crate) use worker::dispatch as dispatch_worker;
 use task::{Event, TaskMount, catch_signals, exit_code, spawn_failure, supervise};
 
 use std::ffi::OsString;
@@ -109,9 +111,6 @@ pub(crate) struct RunArgs {
 
 pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
     let plan = Plan::new(a)?;
-    if let Some(w) = plan.self_approval_warning() {
-        eprintln!("zonemount: run: warning: {w}");
-    }
     let (tx, rx) = mpsc::channel();
     catch_signals(tx.clone())?;
     let mut task = TaskMount::create_dir()?;
@@ -133,6 +132,12 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
     let child = cmd
         .spawn()
         .map_err(|e| spawn_failure(cmd.get_program(), &e))?;
+    if plan.isolate.is_some() {
+        // Said for `status`; the sandbox doesn't hold the socket anyway.
+        if let Err(e) = mount_cmd::register_worker(&task.dir, crate::approval::side::Claim::Isolate) {
+            tracing::warn!("the daemon did not take the worker's boundary: {e}");
+        }
+    }
     let status = supervise(child, &rx, tx, plan.timeout, &task.dir);
     let (after, code) = review::decide(&task.dir, plan.review, status.success());
     task.teardown();
