@@ -1472,6 +1472,12 @@ struct Task {
 
 impl Task {
     fn start(zones: &[(&str, &str)], script: &str) -> Task {
+        Task::start_under(&[], zones, script)
+    }
+
+    /// [`Task::start`], `zonemount run` started by `wrap` (a command that
+    /// execs its arguments).
+    fn start_under(wrap: &[&str], zones: &[(&str, &str)], script: &str) -> Task {
         let s = Setup::zones(Mode::Sandboxed, zones).asking();
         let root = s.root().to_path_buf();
         fs::write(root.join("project.yaml"), zones_yaml(Mode::Sandboxed, zones)).unwrap();
@@ -1480,7 +1486,14 @@ impl Task {
         }
         let sock = root.join("control.sock");
         let script = format!("MNT=$(dirname \"$PWD\"); {script}");
-        let mut cmd = Command::new(BIN);
+        let mut cmd = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         cmd.arg("run")
             .args(["--config"])
             .arg(root.join("project.yaml"))
@@ -1652,6 +1665,73 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_commit_its_stage() {
     let c = t.call(r#"{"v":1,"op":"commit"}"#);
     assert_eq!(c["ok"], true, "{c}");
     assert_eq!(fs::read_to_string(&backing).unwrap(), "mine\n");
+    let (st, err) = t.finish();
+    assert!(st.success(), "{err}");
+}
+
+#[test]
+fn where_no_pid_namespace_can_be_made_run_says_so_and_the_session_rule_holds() {
+    // A user namespace of the test's own where no PID namespace may be
+    // made (max_pid_namespaces 0 there, and so below it): zonemount runs
+    // in it as that namespace's root, mounting FUSE in a mount namespace of
+    // its own.
+    if !fuse_ok() || !tool_ok("unshare") {
+        return;
+    }
+    let wrap = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "echo 0 > /proc/sys/user/max_pid_namespaces && exec \"$@\"",
+        "sh",
+    ];
+    let script = format!(
+        "echo mine > ../final/self.md & \
+         i=0; ID=; while [ -z \"$ID\" ] && [ $i -lt 400 ]; do \
+           ID=$(\"$ZM\" approvals list --json \"$MNT\" | sed -n 's/.*\"id\": *\\([0-9]*\\).*/\\1/p' | head -1); \
+           i=$((i+1)); sleep 0.05; done; \
+         \"$ZM\" approvals allow \"$MNT\" \"$ID\" > naive.out 2>&1; echo \"rc=$?\" >> naive.out; \
+         wait; {UNTIL_RELEASED}"
+    );
+    let mut t = Task::start_under(&wrap, ZONES, &script);
+    let naive = t.ws.join("naive.out");
+    wait_until(Duration::from_secs(30), || {
+        naive.exists() || matches!(t.child.try_wait(), Ok(Some(_)))
+    });
+    if !naive.exists() && t.stderr().contains("unshare: ") {
+        // The host allows no user namespace to set this up in.
+        assert!(!under_ci(), "{}", t.stderr());
+        return;
+    }
+    let said = t.said("naive.out", "rc=");
+    let err = t.stderr();
+    assert!(said.contains("rc=1"), "the allow went through: {said}");
+    assert!(
+        said.contains("is in the session of the asking process")
+            && said.contains("launch the worker with `zonemount run`"),
+        "{said}"
+    );
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("no PID namespace could be made"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("`setsid` or a double fork leaves that"),
+        "{err}"
+    );
+    let status = t.call(r#"{"v":1,"op":"status"}"#);
+    assert_eq!(status["status"]["worker_boundary"]["kind"], "session", "{status}");
+    let id = t.call(r#"{"v":1,"op":"list"}"#)["requests"][0]["id"]
+        .as_u64()
+        .expect("still pending");
+    let d = t.call(&format!(r#"{{"v":1,"op":"decide","id":{id},"decision":"deny"}}"#));
+    assert_eq!(d["ok"], true, "{d}");
     let (st, err) = t.finish();
     assert!(st.success(), "{err}");
 }

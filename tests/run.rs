@@ -144,6 +144,14 @@ fn bwrap_ok() -> bool {
 // Exit status and cleanup
 // ---------------------------------------------------------------------------
 
+
+/// CMD runs in a PID namespace of its own, where `$$` and `$!` are its
+/// own numbers; `/proc` is still the host's, so `/proc/self` names a
+/// process as this test sees it. CMD's host pid into `cmd.pid`.
+const CMD_PID: &str = "read -r p _ < /proc/self/stat; echo $p > cmd.pid;";
+/// A `sleep 60` left in the background, its host pid in `bg.pid`.
+const BG_SLEEP: &str = "sh -c 'read -r p _ < /proc/self/stat; echo $p > bg.pid; exec sleep 60' &";
+
 #[test]
 fn exit_status_passes_through_and_nothing_is_left() {
     if !fuse_ok() {
@@ -266,7 +274,12 @@ fn processes_cmd_leaves_behind_are_killed() {
         return;
     }
     let t = Task::new();
-    let out = t.sh(&[], "sleep 60 & echo $! > bg.pid");
+    // CMD waits (bounded) until its child has said who it is: the PID
+    // namespace's end would otherwise kill it before it could.
+    let out = t.sh(
+        &[],
+        &format!("{BG_SLEEP} i=0; until [ -s bg.pid ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done"),
+    );
     assert!(out.success(), "{}", out.describe());
     let bg = read_pid(&t.backing("ws", "bg.pid"));
     assert!(
@@ -283,7 +296,7 @@ fn timeout_kills_the_whole_process_group() {
     }
     let t = Task::new();
     let start = Instant::now();
-    let out = t.sh(&["--timeout", "1"], "sleep 60 & echo $! > bg.pid; sleep 60");
+    let out = t.sh(&["--timeout", "1"], &format!("{BG_SLEEP} sleep 60"));
     let took = start.elapsed();
     assert_eq!(out.code(), Some(128 + 15), "{}", out.describe());
     assert!(out.stderr.contains("timed out"), "{}", out.describe());
@@ -317,7 +330,7 @@ fn sigterm_to_run_is_forwarded_and_everything_is_torn_down() {
     }
     let t = Task::new();
     let mut child = t
-        .command(&[], &["sh", "-c", "echo $$ > cmd.pid; exec sleep 60"])
+        .command(&[], &["sh", "-c", &format!("{CMD_PID} exec sleep 60")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -378,7 +391,7 @@ fn sigkill_of_run_leaves_nothing() {
             &[
                 "sh",
                 "-c",
-                "echo $$ > cmd.pid; sleep 60 & echo $! > bg.pid; wait",
+                &format!("{CMD_PID} {BG_SLEEP} wait"),
             ],
         )
         .stdin(Stdio::null())
@@ -433,7 +446,7 @@ fn sigkill_of_run_leaves_nothing_without_fusermount3() {
 mkdir tmp
 printf 'sandbox:\n  mode: sandboxed\n  zones:\n    ws: { mode: rw }\n' > project.yaml
 TMPDIR="$PWD/tmp" "$ZONEMOUNT" run --config project.yaml --no-approvals -- \
-    sh -c 'echo $$ > cmd.pid; sleep 60 & echo $! > bg.pid; wait' >/dev/null 2>&1 &
+    sh -c 'read -r p _ < /proc/self/stat; echo $p > cmd.pid; sh -c "read -r q _ < /proc/self/stat; echo \$q > bg.pid; exec sleep 60" & wait' >/dev/null 2>&1 &
 run=$!
 echo "$run" >> "$ZM_PIDS"
 i=0; while [ ! -s .sandbox/ws/bg.pid ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done

@@ -80,18 +80,16 @@ pub enum Boundary {
 }
 
 impl Boundary {
-    /// One line for people.
+    /// One line for people: who may not decide, and how firm that is.
     pub fn line(&self) -> String {
         match self {
             Boundary::PidNamespace { ns } => format!(
-                "the worker's PID namespace (pid:[{ns}]): no process inside it decides, whatever it forks"
+                "not from inside the worker's PID namespace (pid:[{ns}]), whatever it forks"
             ),
             Boundary::Session { why } => format!(
-                "the worker's session only ({why}): `setsid` or a double fork leaves it; --user or --isolate hold"
+                "not from the worker's session or its descendants, which `setsid` or a double fork leaves ({why}); --user or --isolate hold"
             ),
-            Boundary::Isolate => {
-                "--isolate: the control socket is not in the worker's world".to_string()
-            }
+            Boundary::Isolate => "the worker can't reach the control socket (--isolate)".to_string(),
         }
     }
 }

@@ -283,7 +283,7 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
     );
     if let Some(b) = &s.worker_boundary {
         out.push_str(&format!(
-            "who decides: uid {} and root, never from {}\n",
+            "who decides: uid {} and root; {}\n",
             s.owner_uid,
             b.line()
         ));
@@ -421,7 +421,7 @@ mod tests {
         let out = render_status(&s, SystemTime::now());
         assert!(
             out.contains(
-                "approvals: asked; timeout 120 s\nwho decides: uid 0 and root, never from the worker's PID namespace (pid:[4026532999])"
+                "approvals: asked; timeout 120 s\nwho decides: uid 0 and root; not from inside the worker's PID namespace (pid:[4026532999]), whatever it forks\n"
             ),
             "{out}"
         );
@@ -430,7 +430,7 @@ mod tests {
         });
         let out = render_status(&s, SystemTime::now());
         assert!(
-            out.contains("never from the worker's session only (unshare: Operation not permitted): `setsid` or a double fork leaves it"),
+            out.contains("who decides: uid 0 and root; not from the worker's session or its descendants, which `setsid` or a double fork leaves (unshare: Operation not permitted); --user or --isolate hold\n"),
             "{out}"
         );
     }
