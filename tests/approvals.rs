@@ -1481,7 +1481,11 @@ impl Task {
     fn start_under(wrap: &[&str], zones: &[(&str, &str)], script: &str) -> Task {
         let s = Setup::zones(Mode::Sandboxed, zones).asking();
         let root = s.root().to_path_buf();
-        fs::write(root.join("project.yaml"), zones_yaml(Mode::Sandboxed, zones)).unwrap();
+        fs::write(
+            root.join("project.yaml"),
+            zones_yaml(Mode::Sandboxed, zones),
+        )
+        .unwrap();
         for (z, _) in zones {
             fs::create_dir_all(root.join(".sandbox").join(z)).unwrap();
         }
@@ -1526,7 +1530,11 @@ impl Task {
             fs::read_to_string(&p).is_ok_and(|t| t.contains(until))
         });
         let text = fs::read_to_string(&p).unwrap_or_default();
-        assert!(ok, "{name} never said {until:?}: {text:?}; run: {}", self.stderr());
+        assert!(
+            ok,
+            "{name} never said {until:?}: {text:?}; run: {}",
+            self.stderr()
+        );
         text
     }
 
@@ -1550,7 +1558,9 @@ impl Drop for Task {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let pid = self.child.id() as i32;
-            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
             if wait_child(&mut self.child, Duration::from_secs(20)).is_none() {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
@@ -1602,7 +1612,10 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_allow_its_own_request
     t.said("attempts.done", "done");
     for how in ["setsid", "fork", "nohup"] {
         let said = t.said(&format!("{how}.out"), "rc=");
-        assert!(said.contains("rc=1"), "{how}: the allow went through: {said}");
+        assert!(
+            said.contains("rc=1"),
+            "{how}: the allow went through: {said}"
+        );
         assert!(
             said.contains("can't be decided from the worker's own side")
                 && said.contains("runs inside the worker's PID namespace")
@@ -1647,7 +1660,11 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_commit_its_stage() {
         escapes("commit \"$0\"")
     )
     // The third attempt discards instead.
-    .replacen("nohup sh -c '\"$ZM\" commit", "nohup sh -c '\"$ZM\" discard", 1);
+    .replacen(
+        "nohup sh -c '\"$ZM\" commit",
+        "nohup sh -c '\"$ZM\" discard",
+        1,
+    );
     let t = Task::start(zones, &script);
     t.said("attempts.done", "done");
     for how in ["setsid", "fork", "nohup"] {
@@ -1727,11 +1744,16 @@ fn where_no_pid_namespace_can_be_made_run_says_so_and_the_session_rule_holds() {
         "{err}"
     );
     let status = t.call(r#"{"v":1,"op":"status"}"#);
-    assert_eq!(status["status"]["worker_boundary"]["kind"], "session", "{status}");
+    assert_eq!(
+        status["status"]["worker_boundary"]["kind"], "session",
+        "{status}"
+    );
     let id = t.call(r#"{"v":1,"op":"list"}"#)["requests"][0]["id"]
         .as_u64()
         .expect("still pending");
-    let d = t.call(&format!(r#"{{"v":1,"op":"decide","id":{id},"decision":"deny"}}"#));
+    let d = t.call(&format!(
+        r#"{{"v":1,"op":"decide","id":{id},"decision":"deny"}}"#
+    ));
     assert_eq!(d["ok"], true, "{d}");
     let (st, err) = t.finish();
     assert!(st.success(), "{err}");

@@ -144,7 +144,6 @@ fn bwrap_ok() -> bool {
 // Exit status and cleanup
 // ---------------------------------------------------------------------------
 
-
 /// CMD runs in a PID namespace of its own, where `$$` and `$!` are its
 /// own numbers; `/proc` is still the host's, so `/proc/self` names a
 /// process as this test sees it. CMD's host pid into `cmd.pid`.
@@ -278,7 +277,9 @@ fn processes_cmd_leaves_behind_are_killed() {
     // namespace's end would otherwise kill it before it could.
     let out = t.sh(
         &[],
-        &format!("{BG_SLEEP} i=0; until [ -s bg.pid ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done"),
+        &format!(
+            "{BG_SLEEP} i=0; until [ -s bg.pid ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done"
+        ),
     );
     assert!(out.success(), "{}", out.describe());
     let bg = read_pid(&t.backing("ws", "bg.pid"));
@@ -386,14 +387,7 @@ fn sigkill_of_run_leaves_nothing() {
     }
     let t = Task::new();
     let mut child = t
-        .command(
-            &[],
-            &[
-                "sh",
-                "-c",
-                &format!("{CMD_PID} {BG_SLEEP} wait"),
-            ],
-        )
+        .command(&[], &["sh", "-c", &format!("{CMD_PID} {BG_SLEEP} wait")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

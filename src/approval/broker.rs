@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::caller::{self, Caller};
-use super::side::WorkerSide;
 use super::records::{ask_record, describe, end_record, request_record};
+use super::side::WorkerSide;
 use super::{
     AskRequest, Broker, Continuation, Counters, DecideError, Decision, Event, ItemInfo, Listener,
     Note, RequestInfo, Resolution, Scope, Settings, Verdict, class_name, virtual_path,
@@ -213,10 +213,10 @@ impl Approvals {
         let Some(asker) = asker else {
             return Err(DecideError::NotPending(id));
         };
-        if let Some(why) =
-            self.inner
-                .side
-                .refusal(Some(approver_pid), approver_uid, &[asker], &[])
+        if let Some(why) = self
+            .inner
+            .side
+            .refusal(Some(approver_pid), approver_uid, &[asker], &[])
         {
             return Err(DecideError::OwnSide { id, why });
         }

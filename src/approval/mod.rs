@@ -282,9 +282,7 @@ pub trait Listener: Send + Sync + 'static {
 pub enum DecideError {
     #[error("no pending request {0}: it was decided, timed out or withdrawn, or never existed")]
     NotPending(u64),
-    #[error(
-        "request {id} can't be decided from the worker's own side: {why}"
-    )]
+    #[error("request {id} can't be decided from the worker's own side: {why}")]
     OwnSide { id: u64, why: String },
 }
 

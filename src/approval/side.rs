@@ -28,8 +28,7 @@ use crate::backing::pidns::PidNs;
 const MAX_DEPTH: usize = 33;
 
 /// The fix named in a refusal by the namespace rule.
-const FIX_NS: &str =
-    "decide from another terminal, or from the shell that started `zonemount run` (it is outside the worker's namespace)";
+const FIX_NS: &str = "decide from another terminal, or from the shell that started `zonemount run` (it is outside the worker's namespace)";
 /// The fix named in a refusal by the session rule.
 const FIX_SESSION: &str = "decide from another terminal, or launch the worker with `zonemount run`";
 
@@ -89,7 +88,9 @@ impl Boundary {
             Boundary::Session { why } => format!(
                 "not from the worker's session or its descendants, which `setsid` or a double fork leaves ({why}); --user or --isolate hold"
             ),
-            Boundary::Isolate => "the worker can't reach the control socket (--isolate)".to_string(),
+            Boundary::Isolate => {
+                "the worker can't reach the control socket (--isolate)".to_string()
+            }
         }
     }
 }
@@ -238,7 +239,10 @@ mod tests {
         let me = std::process::id();
         let why = side.refusal(Some(me), side.own_uid, &[me], &[]).unwrap();
         assert!(why.contains("is in the session of"), "{why}");
-        assert!(why.contains("launch the worker with `zonemount run`"), "{why}");
+        assert!(
+            why.contains("launch the worker with `zonemount run`"),
+            "{why}"
+        );
         // Nothing asked by anyone alive: nothing to refuse.
         assert_eq!(side.refusal(Some(me), side.own_uid, &[], &[]), None);
         assert_eq!(side.refusal(None, 0, &[me], &[]), None);

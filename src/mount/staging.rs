@@ -213,28 +213,31 @@ pub fn log_changes(core: &Arc<Core>, audit: &Audit) {
     }
 }
 
+/// Why `peer` may not commit or discard: it is on the side of a process
+/// that changed the stages (`approval::side`).
+fn own_side(what: &str, core: &Core, side: &WorkerSide, peer: Peer) -> Result<(), String> {
+    let (writers, spaces) = core.stage_writers();
+    match side.refusal(peer.pid, peer.uid, &writers, &spaces) {
+        Some(why) => Err(format!(
+            "{what} refused: it comes from the worker's own side (a process that changed the stage): {why}"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A commit or discard (`apply`, on each zone `wanted` names) of a live
-/// mount's stages: refused to the worker's own side; mutations held
+/// mount's stages, once [`own_side`] let it: mutations held
 /// still while the layers change (files just closed given a moment); a
 /// zone with files still open for writing left alone (a commit reports it
 /// as a conflict, a discard fails); each zone changed moved onto a fresh
 /// overlay, and the kernel told to forget what it cached there.
 fn change_stages(
-    what: &str,
     core: &Core,
     stages: Option<&Stages>,
     work: &[(usize, ZoneWork)],
     wanted: &BTreeMap<String, Vec<PathBuf>>,
-    peer: Peer,
-    side: &WorkerSide,
     apply: impl Fn(&ZoneWork, &tree::Fingerprints, &[PathBuf]) -> Result<Value, String>,
 ) -> Result<Vec<Value>, String> {
-    let (writers, spaces) = core.stage_writers();
-    if let Some(why) = side.refusal(peer.pid, peer.uid, &writers, &spaces) {
-        return Err(format!(
-            "{what} refused: it comes from the worker's own side (a process that changed the stage): {why}"
-        ));
-    }
     let mut zones = Vec::new();
     let mut forget = Vec::new();
     settle_writers(core, work);
@@ -335,32 +338,18 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>, side: Arc<WorkerSid
             }
             Request::Commit { paths, force } => {
                 let wanted = by_zone(paths, &names)?;
-                let zones = change_stages(
-                    "commit",
-                    &core,
-                    stages.as_deref(),
-                    &work,
-                    &wanted,
-                    peer,
-                    &side,
-                    |w, fp, f| commit_of(w, fp, f, *force),
-                )?;
+                own_side("commit", &core, &side, peer)?;
+                let zones = change_stages(&core, stages.as_deref(), &work, &wanted, |w, fp, f| {
+                    commit_of(w, fp, f, *force)
+                })?;
                 let answer = json!({"zones": zones});
                 log(audit.as_deref(), "commit", &answer, peer);
                 Ok(answer)
             }
             Request::Discard { paths } => {
                 let wanted = by_zone(paths, &names)?;
-                let zones = change_stages(
-                    "discard",
-                    &core,
-                    stages.as_deref(),
-                    &work,
-                    &wanted,
-                    peer,
-                    &side,
-                    discard_of,
-                )?;
+                own_side("discard", &core, &side, peer)?;
+                let zones = change_stages(&core, stages.as_deref(), &work, &wanted, discard_of)?;
                 let answer = json!({"zones": zones});
                 log(audit.as_deref(), "discard", &answer, peer);
                 Ok(answer)

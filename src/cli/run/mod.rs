@@ -33,8 +33,8 @@ mod worker;
 
 use plan::Plan;
 pub(crate) use plan::presplit;
-pub(crate) use worker::dispatch as dispatch_worker;
 use task::{Event, TaskMount, catch_signals, exit_code, spawn_failure, supervise};
+pub(crate) use worker::dispatch as dispatch_worker;
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -134,7 +134,8 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
         .map_err(|e| spawn_failure(cmd.get_program(), &e))?;
     if plan.isolate.is_some() {
         // Said for `status`; the sandbox doesn't hold the socket anyway.
-        if let Err(e) = mount_cmd::register_worker(&task.dir, crate::approval::side::Claim::Isolate) {
+        if let Err(e) = mount_cmd::register_worker(&task.dir, crate::approval::side::Claim::Isolate)
+        {
             tracing::warn!("the daemon did not take the worker's boundary: {e}");
         }
     }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::super::{Cli, Cmd, Failure, MountArgs, zone_table};
-use super::{exec, worker};
 use super::*;
+use super::{exec, worker};
 use crate::config::{Access, ZoneTable};
 use crate::isolate::{self, EnvSpec, HostFacts, Isolation, ZoneBind};
 
