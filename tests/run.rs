@@ -1031,3 +1031,67 @@ fn cmd_reads_why_it_was_refused() {
     );
     t.assert_clean("after an isolated run");
 }
+
+/// What `run` starts CMD through on the host (its keeper, here without a
+/// mount): as an ordinary user, a user namespace that maps only that
+/// user's uid and gid, and a PID namespace in it where CMD is pid 2 under
+/// an init; CMD's exit status comes back. As root the test runs it as
+/// nobody (65534).
+#[test]
+fn an_ordinary_users_cmd_gets_its_own_pid_namespace_mapping_only_its_ids() {
+    let mut cmd = if is_root() {
+        if !tool_ok("setpriv") {
+            return;
+        }
+        let mut c = Command::new("setpriv");
+        c.args(setpriv_as((65534, 65534))).arg(BIN);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    cmd.args([
+        "__worker",
+        "--note",
+        "--",
+        "sh",
+        "-c",
+        "echo \"pid=$$\"; readlink /proc/self/ns/pid; \
+         echo \"uid=$(id -u) gid=$(id -g)\"; cat /proc/self/uid_map /proc/self/gid_map; exit 7",
+    ])
+    .current_dir("/");
+    let out = run(&mut cmd, Duration::from_secs(30));
+    assert_eq!(out.code(), Some(7), "{}", out.describe());
+    let ids = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("uid="))
+        .map(|l| l.replace(" gid=", " "))
+        .expect("ids");
+    let (uid, gid) = ids.split_once(' ').unwrap();
+    if out.stderr.contains("no PID namespace could be made") {
+        // This host gives an ordinary user no user namespace: the
+        // fallback, said in one line, and CMD still runs.
+        assert!(!under_ci(), "{}", out.describe());
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.describe());
+        return;
+    }
+    assert!(out.stdout.contains("pid=2\n"), "{}", out.describe());
+    let ours = fs::read_link("/proc/self/ns/pid").unwrap();
+    assert!(
+        !out.stdout.contains(&*ours.to_string_lossy()),
+        "{}",
+        out.describe()
+    );
+    let maps: Vec<Vec<&str>> = out
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with(char::is_numeric))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        maps,
+        vec![vec![uid, uid, "1"], vec![gid, gid, "1"]],
+        "only the user's own ids, to themselves: {}",
+        out.describe()
+    );
+}
