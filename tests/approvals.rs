@@ -1692,8 +1692,10 @@ fn where_no_pid_namespace_can_be_made_run_says_so_and_the_session_rule_holds() {
     // A user namespace of the test's own where no PID namespace may be
     // made (max_pid_namespaces 0 there, and so below it): zonemount runs
     // in it as that namespace's root, mounting FUSE in a mount namespace of
-    // its own.
-    if !fuse_ok() || !tool_ok("unshare") {
+    // its own. As root: that namespace's root is then the real one (an
+    // ordinary user would be a stand-in root there, with root's runtime
+    // dir out of its reach).
+    if !fuse_ok() || !root_ok() || !tool_ok("unshare") {
         return;
     }
     let wrap = [
