@@ -10,9 +10,12 @@
 //! 3. the temp dir and the mount are owned by [`TaskMount`], whose `Drop`
 //!    unmounts (lazily if something still holds it), waits for the daemon
 //!    and removes the dir — on every path out, panics included;
-//! 4. CMD runs in its own session and process group; a waiter thread reports its exit
-//!    without reaping it, so the rest of its group can be killed while the
-//!    leader's pid (= the group id) cannot be reused.
+//! 4. CMD runs in its own session and process group, and (on the host)
+//!    in a PID namespace of its own, under its keeper and an init
+//!    (`worker`): nothing inside it may decide the worker's requests. A
+//!    waiter thread reports the keeper's exit without reaping it, so the
+//!    rest of its group can be killed while the leader's pid (= the group
+//!    id) cannot be reused.
 //!
 //! 5. what `Drop` can't cover, a SIGKILL of `zonemount run` itself, its
 //!    watcher (`backing::watch`, forked when the temp dir is made) does:
