@@ -1569,10 +1569,11 @@ impl Drop for Task {
     }
 }
 
-/// Three ways a worker leaves its session and its ancestry, each running
+/// Four ways a worker leaves its session and its ancestry, each running
 /// `$ZM ARGS` (the script's text after `zm`) into OUT.out: `setsid -f`, a
-/// double fork, `nohup ... &`; then the script waits (bounded) for all
-/// three to finish and writes `attempts.done`.
+/// double fork, `nohup ... &`, a PID namespace nested in its own; then the
+/// script waits (bounded) for all four to finish and writes
+/// `attempts.done`.
 fn escapes(args: &str) -> String {
     let one = |how: &str, out: &str| {
         format!(
@@ -1580,13 +1581,20 @@ fn escapes(args: &str) -> String {
         )
     };
     format!(
-        "{setsid}; ( ( {fork} ) & ); {nohup} >/dev/null 2>&1 & \
-         for f in setsid fork nohup; do i=0; \
+        "{setsid}; ( ( {fork} ) & ); {nohup} >/dev/null 2>&1 & {nested}; \
+         for f in setsid fork nohup nested; do i=0; \
            until grep -q rc= $f.out 2>/dev/null || [ $i -ge 400 ]; do sleep 0.05; i=$((i+1)); done; \
          done; echo done > attempts.done",
         setsid = one("setsid -f", "setsid"),
         fork = one("", "fork"),
         nohup = one("nohup", "nohup"),
+        // A PID namespace of its own inside the worker's (in a user
+        // namespace, so an ordinary user may make it too), out of the
+        // worker's session as well.
+        nested = one(
+            "setsid -f unshare --user --map-current-user --pid --fork",
+            "nested"
+        ),
     )
 }
 
@@ -1610,7 +1618,7 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_allow_its_own_request
     );
     let t = Task::start(ZONES, &script);
     t.said("attempts.done", "done");
-    for how in ["setsid", "fork", "nohup"] {
+    for how in ["setsid", "fork", "nohup", "nested"] {
         let said = t.said(&format!("{how}.out"), "rc=");
         assert!(
             said.contains("rc=1"),
@@ -1667,7 +1675,7 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_commit_its_stage() {
     );
     let t = Task::start(zones, &script);
     t.said("attempts.done", "done");
-    for how in ["setsid", "fork", "nohup"] {
+    for how in ["setsid", "fork", "nohup", "nested"] {
         let said = t.said(&format!("{how}.out"), "rc=");
         assert!(!said.contains("rc=0"), "{how}: it went through: {said}");
         assert!(
