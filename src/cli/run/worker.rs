@@ -15,11 +15,13 @@
 //! `zonemount __worker-init --mount MP [--user UID:GID] -- CMD...` (the
 //! *init*, pid 1 of the namespace): tells the mount's daemon that its
 //! namespace is the worker's (before CMD exists, so no process of the
-//! worker's can claim first), starts CMD, reaps every orphan, and exits with
+//! worker's can claim first), starts CMD (leading a process group), reaps
+//! every orphan, passes signals on to CMD's group, and exits with
 //! CMD's status when CMD ends; the kernel then kills whatever CMD left in
 //! the namespace (`setsid -f`, `nohup`, daemons). It dies with the keeper
-//! (parent-death signal). Signals `run` sends reach the keeper, the init
-//! and CMD together (one process group); the keeper and the init only
+//! (parent-death signal). Signals `run` sends to the keeper's process group
+//! the keeper passes to the init, and the init to CMD's process group (CMD
+//! leads one, or has moved to another); the keeper and the init only
 //! survive them, so CMD's own handling decides.
 //!
 //! Both run before logging or any thread starts: the kernel refuses a user
@@ -149,8 +151,8 @@ fn code_of(st: ExitStatus) -> u8 {
     super::task::exit_code(st)
 }
 
-/// Survive `run`'s signals to the group (SIGTERM, SIGINT, SIGHUP) and
-/// the terminal's (SIGQUIT): CMD, in the same group, gets them too.
+/// Catch `run`'s signals (SIGTERM, SIGINT, SIGHUP) and SIGQUIT, to pass
+/// them on.
 fn outlast_signals(extra: &[i32]) -> Option<signal_hook::iterator::Signals> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
     let mut sigs = vec![SIGTERM, SIGINT, SIGHUP, SIGQUIT];
@@ -181,9 +183,17 @@ fn keeper(a: Args) -> u8 {
         let e = command(&a).exec();
         return cannot_start(&a.command[0], &e);
     }
-    let signals = outlast_signals(&[]);
+    // No thread here: a process whose children start in another PID
+    // namespace may not make one (EINVAL). One loop waits for the init and
+    // passes signals on.
+    let Some(mut signals) = outlast_signals(&[signal_hook::consts::SIGCHLD]) else {
+        eprintln!("zonemount: run: cannot install the keeper's signal handlers");
+        return 1;
+    };
     let mut init = Command::new("/proc/self/exe");
-    init.arg(INIT);
+    // A group of its own: `run`'s signals to ours are passed on by us,
+    // once each, and the init passes them to CMD.
+    init.arg(INIT).process_group(0);
     if let Some(mp) = &a.mount {
         init.arg("--mount").arg(mp);
     }
@@ -195,15 +205,22 @@ fn keeper(a: Args) -> u8 {
         Ok(c) => c,
         Err(e) => return cannot_start(&OsString::from("zonemount's init"), &e),
     };
-    let st = loop {
-        match child.wait() {
-            Ok(st) => break st,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break ExitStatus::from_raw(1 << 8),
+    let init_pid = Pid::from_child(&child);
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return code_of(st),
+            Ok(None) => {}
+            Err(_) => return 1,
         }
-    };
-    drop(signals);
-    code_of(st)
+        for sig in signals.wait() {
+            if sig == signal_hook::consts::SIGCHLD {
+                continue;
+            }
+            if let Some(s) = Signal::from_named_raw(sig) {
+                let _ = rustix::process::kill_process(init_pid, s);
+            }
+        }
+    }
 }
 
 fn init(a: Args) -> u8 {
@@ -222,7 +239,9 @@ fn init(a: Args) -> u8 {
             eprintln!("zonemount: run: the daemon did not take CMD's PID namespace: {e}");
         }
     }
-    let cmd = match command(&a).spawn() {
+    // CMD leads a process group of its own, as it did under `setsid`:
+    // the one `run`'s signals reach.
+    let cmd = match command(&a).process_group(0).spawn() {
         Ok(c) => c,
         Err(e) => return cannot_start(&a.command[0], &e),
     };
@@ -241,8 +260,22 @@ fn init(a: Args) -> u8 {
                 return code_of(st);
             }
         }
-        // Any signal wakes the loop; SIGCHLD is the one that matters.
-        let _ = signals.wait().next();
+        // Any signal wakes the loop. The keeper's (`run`'s) go to CMD's
+        // process group, wherever CMD has moved (never to ours: the init
+        // would hear its own signal again).
+        for sig in signals.wait() {
+            let Some(s) = Signal::from_named_raw(sig) else {
+                continue;
+            };
+            if sig == signal_hook::consts::SIGCHLD {
+                continue;
+            }
+            if let Ok(group) = rustix::process::getpgid(Some(cmd)) {
+                if group != rustix::process::getpgrp() {
+                    let _ = rustix::process::kill_process_group(group, s);
+                }
+            }
+        }
     }
 }
 
