@@ -144,6 +144,13 @@ fn bwrap_ok() -> bool {
 // Exit status and cleanup
 // ---------------------------------------------------------------------------
 
+/// CMD runs in a PID namespace of its own, where `$$` and `$!` are its
+/// own numbers; `/proc` is still the host's, so `/proc/self` names a
+/// process as this test sees it. CMD's host pid into `cmd.pid`.
+const CMD_PID: &str = "read -r p _ < /proc/self/stat; echo $p > cmd.pid;";
+/// A `sleep 60` left in the background, its host pid in `bg.pid`.
+const BG_SLEEP: &str = "sh -c 'read -r p _ < /proc/self/stat; echo $p > bg.pid; exec sleep 60' &";
+
 #[test]
 fn exit_status_passes_through_and_nothing_is_left() {
     if !fuse_ok() {
@@ -266,7 +273,14 @@ fn processes_cmd_leaves_behind_are_killed() {
         return;
     }
     let t = Task::new();
-    let out = t.sh(&[], "sleep 60 & echo $! > bg.pid");
+    // CMD waits (bounded) until its child has said who it is: the PID
+    // namespace's end would otherwise kill it before it could.
+    let out = t.sh(
+        &[],
+        &format!(
+            "{BG_SLEEP} i=0; until [ -s bg.pid ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done"
+        ),
+    );
     assert!(out.success(), "{}", out.describe());
     let bg = read_pid(&t.backing("ws", "bg.pid"));
     assert!(
@@ -283,7 +297,7 @@ fn timeout_kills_the_whole_process_group() {
     }
     let t = Task::new();
     let start = Instant::now();
-    let out = t.sh(&["--timeout", "1"], "sleep 60 & echo $! > bg.pid; sleep 60");
+    let out = t.sh(&["--timeout", "1"], &format!("{BG_SLEEP} sleep 60"));
     let took = start.elapsed();
     assert_eq!(out.code(), Some(128 + 15), "{}", out.describe());
     assert!(out.stderr.contains("timed out"), "{}", out.describe());
@@ -317,7 +331,7 @@ fn sigterm_to_run_is_forwarded_and_everything_is_torn_down() {
     }
     let t = Task::new();
     let mut child = t
-        .command(&[], &["sh", "-c", "echo $$ > cmd.pid; exec sleep 60"])
+        .command(&[], &["sh", "-c", &format!("{CMD_PID} exec sleep 60")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -373,14 +387,7 @@ fn sigkill_of_run_leaves_nothing() {
     }
     let t = Task::new();
     let mut child = t
-        .command(
-            &[],
-            &[
-                "sh",
-                "-c",
-                "echo $$ > cmd.pid; sleep 60 & echo $! > bg.pid; wait",
-            ],
-        )
+        .command(&[], &["sh", "-c", &format!("{CMD_PID} {BG_SLEEP} wait")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -433,7 +440,7 @@ fn sigkill_of_run_leaves_nothing_without_fusermount3() {
 mkdir tmp
 printf 'sandbox:\n  mode: sandboxed\n  zones:\n    ws: { mode: rw }\n' > project.yaml
 TMPDIR="$PWD/tmp" "$ZONEMOUNT" run --config project.yaml --no-approvals -- \
-    sh -c 'echo $$ > cmd.pid; sleep 60 & echo $! > bg.pid; wait' >/dev/null 2>&1 &
+    sh -c 'read -r p _ < /proc/self/stat; echo $p > cmd.pid; sh -c "read -r q _ < /proc/self/stat; echo \$q > bg.pid; exec sleep 60" & wait' >/dev/null 2>&1 &
 run=$!
 echo "$run" >> "$ZM_PIDS"
 i=0; while [ ! -s .sandbox/ws/bg.pid ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
@@ -1023,4 +1030,68 @@ fn cmd_reads_why_it_was_refused() {
         out.stdout
     );
     t.assert_clean("after an isolated run");
+}
+
+/// What `run` starts CMD through on the host (its keeper, here without a
+/// mount): as an ordinary user, a user namespace that maps only that
+/// user's uid and gid, and a PID namespace in it where CMD is pid 2 under
+/// an init; CMD's exit status comes back. As root the test runs it as
+/// nobody (65534).
+#[test]
+fn an_ordinary_users_cmd_gets_its_own_pid_namespace_mapping_only_its_ids() {
+    let mut cmd = if is_root() {
+        if !tool_ok("setpriv") {
+            return;
+        }
+        let mut c = Command::new("setpriv");
+        c.args(setpriv_as((65534, 65534))).arg(BIN);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    cmd.args([
+        "__worker",
+        "--note",
+        "--",
+        "sh",
+        "-c",
+        "echo \"pid=$$\"; readlink /proc/self/ns/pid; \
+         echo \"uid=$(id -u) gid=$(id -g)\"; cat /proc/self/uid_map /proc/self/gid_map; exit 7",
+    ])
+    .current_dir("/");
+    let out = run(&mut cmd, Duration::from_secs(30));
+    assert_eq!(out.code(), Some(7), "{}", out.describe());
+    let ids = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("uid="))
+        .map(|l| l.replace(" gid=", " "))
+        .expect("ids");
+    let (uid, gid) = ids.split_once(' ').unwrap();
+    if out.stderr.contains("no PID namespace could be made") {
+        // This host gives an ordinary user no user namespace: the
+        // fallback, said in one line, and CMD still runs.
+        assert!(!under_ci(), "{}", out.describe());
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.describe());
+        return;
+    }
+    assert!(out.stdout.contains("pid=2\n"), "{}", out.describe());
+    let ours = fs::read_link("/proc/self/ns/pid").unwrap();
+    assert!(
+        !out.stdout.contains(&*ours.to_string_lossy()),
+        "{}",
+        out.describe()
+    );
+    let maps: Vec<Vec<&str>> = out
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with(char::is_numeric))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        maps,
+        vec![vec![uid, uid, "1"], vec![gid, gid, "1"]],
+        "only the user's own ids, to themselves: {}",
+        out.describe()
+    );
 }

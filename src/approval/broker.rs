@@ -32,6 +32,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::caller::{self, Caller};
 use super::records::{ask_record, describe, end_record, request_record};
+use super::side::WorkerSide;
 use super::{
     AskRequest, Broker, Continuation, Counters, DecideError, Decision, Event, GRANT_KEPT, ItemInfo,
     Listener, Note, RequestInfo, Resolution, Scope, Settings, Verdict, Wait, class_name,
@@ -126,6 +127,7 @@ struct Inner {
     tick: Condvar,
     listeners: Mutex<Vec<Arc<dyn Listener>>>,
     counters: Counters,
+    side: Arc<WorkerSide>,
 }
 
 /// The broker. Cheap to clone; all clones are one broker.
@@ -185,6 +187,7 @@ impl Approvals {
             tick: Condvar::new(),
             listeners: Mutex::new(Vec::new()),
             counters: Counters::default(),
+            side: Arc::new(WorkerSide::new()),
         });
         let weak = Arc::downgrade(&inner);
         let spawned = std::thread::Builder::new()
@@ -210,6 +213,11 @@ impl Approvals {
         &self.inner.counters
     }
 
+    /// Who is on the worker's side (shared with the stage commands).
+    pub fn side(&self) -> &Arc<WorkerSide> {
+        &self.inner.side
+    }
+
     /// Hear about every request from now on.
     pub fn subscribe(&self, l: Arc<dyn Listener>) {
         self.inner.listeners.lock().push(l);
@@ -231,8 +239,8 @@ impl Approvals {
 
     /// Apply the decision of process `approver_pid` (a control-socket
     /// peer) to request `id`, unless that process is on the asking
-    /// worker's side: in its session or descended from it
-    /// ([`caller::kin`](super::caller::kin)).
+    /// worker's side: inside its PID namespace, in its session or
+    /// descended from it ([`WorkerSide::refusal`]).
     pub fn decide_as(
         &self,
         id: u64,
@@ -247,7 +255,11 @@ impl Approvals {
         let Some(asker) = asker else {
             return Err(DecideError::NotPending(id));
         };
-        if let Some(why) = super::caller::kin(asker, approver_pid) {
+        if let Some(why) = self
+            .inner
+            .side
+            .refusal(Some(approver_pid), approver_uid, &[asker], &[])
+        {
             return Err(DecideError::OwnSide { id, why });
         }
         self.decide(id, d, approver_uid)

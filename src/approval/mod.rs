@@ -8,6 +8,7 @@
 //!   requests, allow/deny caches for the rest of the mount, timeouts, and a
 //!   watcher that withdraws requests whose caller is being killed.
 //! - `caller` reads the facts about a calling process from `/proc`.
+//! - [`side`] says who is on the worker's side and may not decide for it.
 //! - [`channel`] hands requests to a supervisor that embeds the crate.
 //! - `on_ask` and `prompt` are the `--on-ask` hook and the `--prompt` TTY.
 //! - [`DenyAll`] answers every request with a denial at once.
@@ -18,6 +19,7 @@ pub mod channel;
 pub mod on_ask;
 pub mod prompt;
 mod records;
+pub mod side;
 #[cfg(test)]
 mod tests;
 
@@ -390,9 +392,7 @@ pub trait Listener: Send + Sync + 'static {
 pub enum DecideError {
     #[error("no pending request {0}: it was decided, timed out or withdrawn, or never existed")]
     NotPending(u64),
-    #[error(
-        "request {id} can't be decided from the worker's own side: {why}; decide it from a supervisor outside the worker's session"
-    )]
+    #[error("request {id} can't be decided from the worker's own side: {why}")]
     OwnSide { id: u64, why: String },
 }
 

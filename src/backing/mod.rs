@@ -30,6 +30,8 @@
 //! - `watch`: the process that cleans up after a dead daemon ([`Watcher`]).
 //! - [`overlay`]: the detached overlayfs of a staged zone (root, or a
 //!   user namespace).
+//! - [`pidns`]: the worker's PID namespace (`unshare`), and which
+//!   namespaces enclose a process (`NS_GET_PARENT`).
 
 mod creds;
 mod emptypath;
@@ -39,6 +41,7 @@ mod fusering;
 mod handle;
 mod maplog;
 pub mod overlay;
+pub mod pidns;
 #[cfg(test)]
 mod tests;
 mod watch;

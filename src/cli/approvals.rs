@@ -292,6 +292,13 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
             .as_ref()
             .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
     );
+    if let Some(b) = &s.worker_boundary {
+        out.push_str(&format!(
+            "who decides: uid {} and root; {}\n",
+            s.owner_uid,
+            b.line()
+        ));
+    }
     if let Some(io) = &s.io {
         out.push_str(&format!("file data: {}\n", io.detail));
         if let Some(t) = &io.transport_detail {
@@ -461,6 +468,29 @@ mod tests {
                  degraded: without FUSE passthrough (needs CAP_SYS_ADMIN): slower\n\
                  degraded: without kernel file handles (needs CAP_DAC_READ_SEARCH): by name\n"
             ),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn status_says_which_boundary_keeps_the_worker_from_deciding() {
+        use crate::approval::side::Boundary;
+        let mut s: Status = serde_json::from_str(crate::control::protocol::STATUS_V1_SAMPLE)
+            .unwrap_or_else(|e| panic!("{e}"));
+        s.worker_boundary = Some(Boundary::PidNamespace { ns: 4026532999 });
+        let out = render_status(&s, SystemTime::now());
+        assert!(
+            out.contains(
+                "approvals: asked; timeout 120 s\nwho decides: uid 0 and root; not from inside the worker's PID namespace (pid:[4026532999]), whatever it forks\n"
+            ),
+            "{out}"
+        );
+        s.worker_boundary = Some(Boundary::Session {
+            why: "unshare: Operation not permitted".into(),
+        });
+        let out = render_status(&s, SystemTime::now());
+        assert!(
+            out.contains("who decides: uid 0 and root; not from the worker's session or its descendants, which `setsid` or a double fork leaves (unshare: Operation not permitted); --user or --isolate hold\n"),
             "{out}"
         );
     }

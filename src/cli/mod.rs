@@ -297,6 +297,10 @@ pub(crate) fn argv() -> Vec<std::ffi::OsString> {
 
 /// Entry point of the binary.
 pub fn run() -> ExitCode {
+    // `run`'s keeper and init: before anything else (no thread may start).
+    if let Some(code) = run::dispatch_worker(&std::env::args_os().collect::<Vec<_>>()) {
+        return ExitCode::from(code);
+    }
     let argv = match helper_form::rewrite(std::env::args_os().collect()) {
         Ok(a) => a,
         Err(e) => {

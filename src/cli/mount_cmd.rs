@@ -31,6 +31,18 @@ pub(crate) fn deny_pending(path: &Path) -> usize {
         .unwrap_or(0) as usize
 }
 
+/// Tell the daemon serving `path` what keeps `run`'s worker from deciding
+/// (the control op `worker`).
+pub(crate) fn register_worker(
+    path: &Path,
+    claim: crate::approval::side::Claim,
+) -> Result<(), String> {
+    let mut c = client_of(path).ok_or("no control socket to reach")?;
+    c.call(control::protocol::Request::Worker(claim))
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
 /// Unmount, denying pending requests first: a syscall waiting on one
 /// keeps the mount busy. A request that arrives in between is denied on a
 /// retry.

@@ -16,6 +16,12 @@
 //! - `{"v":1,"op":"deny_pending"}` → `{"v":1,"ok":true,"denied":N}` (what
 //!   `zonemount unmount` sends first, so no waiting syscall keeps the mount
 //!   busy).
+//! - `{"v":1,"op":"worker","boundary":"pid-namespace"}` →
+//!   `{"v":1,"ok":true}`: what `zonemount run`'s init sends from CMD's PID
+//!   namespace before CMD starts (`"boundary":"session","why":"..."` when
+//!   no namespace could be made; `"boundary":"isolate"` under
+//!   `--isolate`). Accepted once per mount; `status` shows it as
+//!   `worker_boundary`.
 //!
 //! A peer whose uid (SO_PEERCRED) is neither the mount's owner nor root
 //! gets one `{"ok":false,...}` line and the connection is closed.
@@ -31,6 +37,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::approval::side::Claim;
 use crate::approval::{Decision, Event, RequestInfo, Resolution, Scope};
 use crate::config::{Access, ApprovalPolicy, SandboxMode, Zone};
 use crate::text;
@@ -67,6 +74,8 @@ pub enum Request {
     Discard {
         paths: Vec<PathBuf>,
     },
+    /// `run`'s worker: what keeps it from deciding.
+    Worker(Claim),
 }
 
 impl Request {
@@ -96,6 +105,15 @@ impl Request {
             ),
             Request::Discard { paths } => {
                 with_paths(json!({"v": VERSION, "op": "discard"}), &paths)
+            }
+            Request::Worker(Claim::OwnPidNamespace) => {
+                json!({"v": VERSION, "op": "worker", "boundary": "pid-namespace"})
+            }
+            Request::Worker(Claim::Session { why }) => {
+                json!({"v": VERSION, "op": "worker", "boundary": "session", "why": why})
+            }
+            Request::Worker(Claim::Isolate) => {
+                json!({"v": VERSION, "op": "worker", "boundary": "isolate"})
             }
         }
     }
@@ -129,9 +147,22 @@ impl Request {
                 force: req["force"].as_bool().unwrap_or(false),
             }),
             "discard" => Ok(Request::Discard { paths: paths(req)? }),
+            "worker" => Ok(Request::Worker(match req["boundary"].as_str() {
+                Some("pid-namespace") => Claim::OwnPidNamespace,
+                Some("session") => Claim::Session {
+                    why: req["why"].as_str().unwrap_or("").to_owned(),
+                },
+                Some("isolate") => Claim::Isolate,
+                _ => {
+                    return Err(
+                        "worker needs \"boundary\": \"pid-namespace\", \"session\" or \"isolate\""
+                            .into(),
+                    );
+                }
+            })),
             other => Err(format!(
                 "unknown op '{other}': use list, watch, decide, status, deny_pending, changes, \
-                 commit or discard"
+                 commit, discard or worker"
             )),
         }
     }
@@ -260,6 +291,10 @@ pub struct Status {
     /// Where the staged zones keep their changes (absent: none staged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_dir: Option<PathBuf>,
+    /// What keeps `run`'s worker from deciding for itself (absent: the
+    /// mount was not made by `run`, or by an older one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_boundary: Option<crate::approval::side::Boundary>,
 }
 
 /// Something a daemon could not use: `feature` is `passthrough` (FUSE

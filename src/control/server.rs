@@ -228,6 +228,13 @@ pub fn handle(srv: &Server, req: &Value, peer: Peer) -> Value {
             Ok(()) => ok_answer(&Done {}),
             Err(e) => fail(e.to_string()),
         },
+        Request::Worker(claim) => match srv.approvals.side().register(peer.pid, claim) {
+            Ok(b) => {
+                tracing::info!(boundary = ?b, "the worker's boundary");
+                ok_answer(&Done {})
+            }
+            Err(e) => fail(e),
+        },
         // A watch streams: the connection handles it before it gets here.
         Request::Watch => fail("watch is a stream: send it as the first request of a connection"),
         Request::Changes { .. } | Request::Commit { .. } | Request::Discard { .. } => {
@@ -333,6 +340,7 @@ mod tests {
             recent_refusals: Vec::new(),
             degraded: None,
             stage_dir: None,
+            worker_boundary: None,
         };
         Server::new(a, owner_uid, Box::new(status))
     }

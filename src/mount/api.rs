@@ -143,7 +143,11 @@ impl Mount {
     }
 
     fn stage(&self, req: ControlRequest) -> Result<serde_json::Value, String> {
-        let run = super::staging::stage_fn(self.session.core(), self.session.audit().cloned());
+        let run = super::staging::stage_fn(
+            self.session.core(),
+            self.session.audit().cloned(),
+            self.session.broker().side().clone(),
+        );
         // This process is the supervisor: no worker kin to refuse.
         run(
             &req,

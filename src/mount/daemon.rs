@@ -164,6 +164,7 @@ fn serve_control(
         Some(super::staging::stage_fn(
             session.core(),
             session.audit().cloned(),
+            session.broker().side().clone(),
         )),
     );
     let listener = control.listener.try_clone().map_err(DaemonError::Control)?;
@@ -204,6 +205,7 @@ fn status_fn(
         recent_refusals: Vec::new(),
         degraded: None,
         stage_dir: core.stages().map(|s| s.dir.clone()),
+        worker_boundary: None,
     };
     Box::new(move || {
         let io = core.io_mode();
@@ -251,6 +253,7 @@ fn status_fn(
                     })
                     .collect(),
             ),
+            worker_boundary: broker.side().boundary(),
             ..fixed.clone()
         }
     })

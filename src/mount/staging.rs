@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::approval::side::WorkerSide;
 use crate::audit::{self, Audit, Kind};
 use crate::backing::overlay::Xattrs;
 use crate::control::protocol::Request;
@@ -216,7 +217,7 @@ const LEDGER_PATHS: usize = 1000;
 /// At unmount: each rw zone's change report, in the ledger (one record
 /// per zone that changed: counts, and the paths as `added /zone/p`).
 pub fn log_changes(core: &Arc<Core>, audit: &Audit) {
-    let report = stage_fn(core, None);
+    let report = stage_fn(core, None, Arc::new(WorkerSide::new()));
     let req = Request::Changes {
         paths: Vec::new(),
         diff: false,
@@ -278,24 +279,31 @@ pub fn log_changes(core: &Arc<Core>, audit: &Audit) {
     }
 }
 
+/// Why `peer` may not commit or discard: it is on the side of a process
+/// that changed the stages (`approval::side`).
+fn own_side(what: &str, core: &Core, side: &WorkerSide, peer: Peer) -> Result<(), String> {
+    let (writers, spaces) = core.stage_writers();
+    match side.refusal(peer.pid, peer.uid, &writers, &spaces) {
+        Some(why) => Err(format!(
+            "{what} refused: it comes from the worker's own side (a process that changed the stage): {why}"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A commit or discard (`apply`, on each zone `wanted` names) of a live
-/// mount's stages: refused to the worker's own side; mutations held
+/// mount's stages, once [`own_side`] let it: mutations held
 /// still while the layers change (files just closed given a moment); a
 /// zone with files still open for writing left alone (a commit reports it
 /// as a conflict, a discard fails); each zone changed moved onto a fresh
 /// overlay, and the kernel told to forget what it cached there.
 fn change_stages(
-    what: &str,
     core: &Core,
     stages: Option<&Stages>,
     work: &[(usize, ZoneWork)],
     wanted: &BTreeMap<String, Vec<PathBuf>>,
-    peer: Peer,
     apply: impl Fn(&ZoneWork, &tree::Fingerprints, &[PathBuf]) -> Result<Value, String>,
 ) -> Result<Vec<Value>, String> {
-    if let Some(why) = core.stage_writer_kin(peer.pid) {
-        return Err(format!("{what} refused: {why}"));
-    }
     let mut zones = Vec::new();
     let mut forget = Vec::new();
     settle_writers(core, work);
@@ -344,7 +352,7 @@ fn named(answer: &Value, key: &str) -> Vec<PathBuf> {
 /// The control socket's `changes` (of staged zones, from their stages;
 /// of plain rw zones, from what the mount saw), `commit` and `discard`
 /// (staged zones only).
-pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
+pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>, side: Arc<WorkerSide>) -> StageFn {
     let stages = core.stages().cloned();
     let core = core.clone();
     Box::new(move |req: &Request, peer: Peer| {
@@ -397,30 +405,18 @@ pub fn stage_fn(core: &Arc<Core>, audit: Option<Arc<Audit>>) -> StageFn {
             }
             Request::Commit { paths, force } => {
                 let wanted = by_zone(paths, &names)?;
-                let zones = change_stages(
-                    "commit",
-                    &core,
-                    stages.as_deref(),
-                    &work,
-                    &wanted,
-                    peer,
-                    |w, fp, f| commit_of(w, fp, f, *force),
-                )?;
+                own_side("commit", &core, &side, peer)?;
+                let zones = change_stages(&core, stages.as_deref(), &work, &wanted, |w, fp, f| {
+                    commit_of(w, fp, f, *force)
+                })?;
                 let answer = json!({"zones": zones});
                 log(audit.as_deref(), "commit", &answer, peer);
                 Ok(answer)
             }
             Request::Discard { paths } => {
                 let wanted = by_zone(paths, &names)?;
-                let zones = change_stages(
-                    "discard",
-                    &core,
-                    stages.as_deref(),
-                    &work,
-                    &wanted,
-                    peer,
-                    discard_of,
-                )?;
+                own_side("discard", &core, &side, peer)?;
+                let zones = change_stages(&core, stages.as_deref(), &work, &wanted, discard_of)?;
                 let answer = json!({"zones": zones});
                 log(audit.as_deref(), "discard", &answer, peer);
                 Ok(answer)

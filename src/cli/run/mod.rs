@@ -10,9 +10,12 @@
 //! 3. the temp dir and the mount are owned by [`TaskMount`], whose `Drop`
 //!    unmounts (lazily if something still holds it), waits for the daemon
 //!    and removes the dir — on every path out, panics included;
-//! 4. CMD runs in its own session and process group; a waiter thread reports its exit
-//!    without reaping it, so the rest of its group can be killed while the
-//!    leader's pid (= the group id) cannot be reused.
+//! 4. CMD runs in its own session and process group, and (on the host)
+//!    in a PID namespace of its own, under its keeper and an init
+//!    (`worker`): nothing inside it may decide the worker's requests. A
+//!    waiter thread reports the keeper's exit without reaping it, so the
+//!    rest of its group can be killed while the leader's pid (= the group
+//!    id) cannot be reused.
 //!
 //! 5. what `Drop` can't cover, a SIGKILL of `zonemount run` itself, its
 //!    watcher (`backing::watch`, forked when the temp dir is made) does:
@@ -29,10 +32,12 @@ mod review;
 mod task;
 #[cfg(test)]
 mod tests;
+mod worker;
 
 use plan::Plan;
 pub(crate) use plan::presplit;
 use task::{Event, TaskMount, catch_signals, exit_code, spawn_failure, supervise};
+pub(crate) use worker::dispatch as dispatch_worker;
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -109,9 +114,6 @@ pub(crate) struct RunArgs {
 
 pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
     let plan = Plan::new(a)?;
-    if let Some(w) = plan.self_approval_warning() {
-        eprintln!("zonemount: run: warning: {w}");
-    }
     let (tx, rx) = mpsc::channel();
     catch_signals(tx.clone())?;
     let mut task = TaskMount::create_dir()?;
@@ -133,6 +135,13 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
     let child = cmd
         .spawn()
         .map_err(|e| spawn_failure(cmd.get_program(), &e))?;
+    if plan.isolate.is_some() {
+        // Said for `status`; the sandbox doesn't hold the socket anyway.
+        if let Err(e) = mount_cmd::register_worker(&task.dir, crate::approval::side::Claim::Isolate)
+        {
+            tracing::warn!("the daemon did not take the worker's boundary: {e}");
+        }
+    }
     let status = supervise(child, &rx, tx, plan.timeout, &task.dir);
     let (after, code) = review::decide(&task.dir, plan.review, status.success());
     task.teardown();

@@ -11,8 +11,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::super::{Cli, Cmd, Failure, MountArgs, zone_table};
-use super::exec;
 use super::*;
+use super::{exec, worker};
 use crate::config::{Access, ZoneTable};
 use crate::isolate::{self, EnvSpec, HostFacts, Isolation, ZoneBind};
 
@@ -116,22 +116,18 @@ pub(super) struct Plan {
 }
 
 impl Plan {
-    /// The warning `run` gives when CMD, running as this user outside a
-    /// sandbox, can reach the mount's control socket while a zone asks:
-    /// only `--user` or `--isolate` make approving its own request
-    /// impossible (the kin rule stops naive attempts). None with `-q`.
-    pub(super) fn self_approval_warning(&self) -> Option<String> {
+    /// Whether `run` says so on stderr when no PID namespace can be made
+    /// for CMD: a zone asks or is staged (so a decision is at stake), and
+    /// not `-q`.
+    pub(super) fn note_without_namespace(&self) -> bool {
         use crate::config::Approval;
         let quiet = self.daemon_args.iter().any(|a| a == "-q" || a == "--quiet");
-        let asks = self.table.zones.iter().any(|z| {
-            z.policy.approval.write == Approval::Ask || z.policy.approval.delete == Approval::Ask
+        let at_stake = self.table.zones.iter().any(|z| {
+            z.policy.approval.write == Approval::Ask
+                || z.policy.approval.delete == Approval::Ask
+                || z.policy.staged
         });
-        (asks && !quiet && self.isolate.is_none() && self.user.is_none()).then(|| {
-            "CMD runs as you outside a sandbox and can reach the control socket: a decision \
-             from its own session is refused, but only --isolate or --user UID make approving \
-             its own requests impossible"
-                .to_string()
-        })
+        at_stake && !quiet
     }
 }
 
@@ -301,9 +297,10 @@ impl Plan {
                 c
             }
         };
-        if let Some(u) = self.user {
+        if let (Some(u), Some(_)) = (self.user, &self.isolate) {
             // std sets the gid, clears the supplementary groups, then sets
-            // the uid, in the child before exec.
+            // the uid, in the child before exec. (On the host, CMD's
+            // keeper does it: it must be root to make the namespace.)
             cmd.gid(u.gid).uid(u.uid);
         }
         Ok(cmd)
@@ -368,34 +365,26 @@ impl Plan {
     /// CMD itself, in the first rw zone (or the mount's root), with the
     /// caller's environment plus `--env NAME=VALUE`.
     pub(super) fn plain(&self, mp: &Path, zones: &[ZoneBind]) -> Result<Command, Failure> {
-        let Some((prog, args)) = self.command.split_first() else {
+        let Some(prog) = self.command.first() else {
             return Err(Failure::new(2, "no command to run: give it after `--`"));
         };
-        // A session of its own, through util-linux `setsid` (std has no
-        // stable setsid): CMD is then a group leader we can signal as a
-        // whole, and the terminal is not its controlling one, so reading it
-        // doesn't stop CMD (SIGTTIN) as it would in a background process
-        // group. `setsid` execs CMD in place (it only forks when already a
-        // group leader, which is why no process_group(0) here), so the pid
-        // is CMD's.
-        let mut c = match isolate::find_on_path("setsid") {
-            Some(setsid) => {
-                let mut c = Command::new(setsid);
-                c.arg("--").arg(prog);
-                c
-            }
-            None => {
-                let mut c = Command::new(prog);
-                c.process_group(0);
-                c
-            }
-        };
-        c.args(args);
+        // Through its keeper (`worker`): a session of its own (CMD is then
+        // a group leader's group we can signal as a whole, and the
+        // terminal is not its controlling one, so reading it doesn't stop
+        // CMD with SIGTTIN) and a PID namespace of its own, which no
+        // decider inside may leave.
+        let mut c = Command::new("/proc/self/exe");
+        c.args(worker::keeper_args(
+            mp,
+            self.user,
+            self.note_without_namespace(),
+            &self.command,
+        ));
         let cwd = zones
             .iter()
             .find(|z| z.writable)
             .map_or_else(|| mp.to_path_buf(), |z| mp.join(&z.name));
-        // Said in our words now, not by `setsid` once it fails to exec.
+        // Said in our words now, not by the keeper once it fails to exec.
         let path = exec::cmd_path(&self.env);
         exec::check_command(prog, &cwd, path.as_deref(), &exec::on_host)?;
         c.current_dir(cwd);

@@ -21,15 +21,18 @@ use crate::policy::Op;
 pub(super) struct Writers {
     processes: Vec<u32>,
     threads: std::collections::HashSet<u32>,
+    /// The PID namespaces they were in (a namespace outlives no process,
+    /// but a commit may come after the writers are gone).
+    spaces: Vec<crate::approval::side::NsId>,
 }
 
-/// How many processes that changed a stage are remembered (for refusing
-/// their kin a commit).
+/// How many processes that changed a stage (and their namespaces) are
+/// remembered, for refusing their side a commit.
 const WRITERS: usize = 64;
 
 impl Core {
     /// A change about to be made in a staged zone: remember who makes it
-    /// (a commit from its session or its descendants is refused).
+    /// and its PID namespace (a commit from its side is refused).
     pub(super) fn note_staged(&self, ctx: &Ctx, op: &Op<'_>) {
         let Some(stages) = &self.stages else { return };
         let mut staged = false;
@@ -61,20 +64,23 @@ impl Core {
                 w.processes.remove(0);
             }
             w.processes.push(pid);
+            if let Some(ns) = crate::approval::side::pid_ns(pid) {
+                if !w.spaces.contains(&ns) {
+                    if w.spaces.len() == WRITERS {
+                        w.spaces.remove(0);
+                    }
+                    w.spaces.push(ns);
+                }
+            }
         }
     }
 
-    /// Why the process `peer` may not commit or discard this mount's
-    /// stages: it is in the session of a process that changed them, or
-    /// descends from one (the worker approving itself). Stops a naive
-    /// attempt only, as for approvals (see `approval::caller::kin`).
-    pub fn stage_writer_kin(&self, peer: Option<u32>) -> Option<String> {
-        let peer = peer?;
-        let writers = self.writers.lock().processes.clone();
-        writers.into_iter().find_map(|w| {
-            crate::approval::caller::kin(w, peer)
-                .map(|why| format!("{why} (a process that changed the stage)"))
-        })
+    /// The processes that changed this mount's stages (most recent last)
+    /// and the PID namespaces they were in: a commit or discard from their
+    /// side is refused (`approval::side`).
+    pub fn stage_writers(&self) -> (Vec<u32>, Vec<crate::approval::side::NsId>) {
+        let w = self.writers.lock();
+        (w.processes.clone(), w.spaces.clone())
     }
 
     /// Held while a mutation acts, when the mount has stages: a commit or

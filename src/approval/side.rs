@@ -1,0 +1,284 @@
+//! Who is on the worker's side, and so may not decide for it (approve its
+//! requests, commit or discard what it staged).
+//!
+//! Two rules, both applied:
+//! - **the PID-namespace rule**: a decider inside the worker's PID
+//!   namespace, or in any namespace nested inside it, is refused. `run`
+//!   starts CMD in a namespace of its own; `setsid`, double forks,
+//!   `nohup` and daemons stay inside it. The worker's namespaces are the
+//!   one `run` registered ([`WorkerSide::register`]) and the asking (or
+//!   stage-changing) process's own, whenever it is not the daemon's.
+//! - **the session rule** ([`caller::kin`]): a decider in the session of
+//!   the asking process, or descended from it. What holds where no
+//!   namespace could be made; `setsid` and a double fork leave it.
+//!
+//! The decision is pure ([`inside`]); the facts come from `/proc` and the
+//! `NS_GET_PARENT` ioctl (`backing::pidns`).
+
+use std::io;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use super::caller;
+pub use crate::backing::pidns::NsId;
+use crate::backing::pidns::PidNs;
+
+/// How deep PID namespaces nest (the kernel's limit is 32).
+const MAX_DEPTH: usize = 33;
+
+/// The fix named in a refusal by the namespace rule.
+const FIX_NS: &str = "decide from another terminal, or from the shell that started `zonemount run` (it is outside the worker's namespace)";
+/// The fix named in a refusal by the session rule.
+const FIX_SESSION: &str = "decide from another terminal, or launch the worker with `zonemount run`";
+
+/// The PID namespace of process `pid`; None when it can't be read (gone,
+/// or not ours to look at).
+pub fn pid_ns(pid: u32) -> Option<NsId> {
+    PidNs::of(Some(pid)).and_then(|ns| ns.id()).ok()
+}
+
+/// Process `pid`'s PID namespace and every one enclosing it that this
+/// process can see, innermost first (the last is ours, when `pid` is
+/// below it).
+pub fn enclosing(pid: u32) -> io::Result<Vec<NsId>> {
+    let mut ns = PidNs::of(Some(pid))?;
+    let mut chain = Vec::new();
+    for _ in 0..MAX_DEPTH {
+        chain.push(ns.id()?);
+        match ns.parent()? {
+            Some(p) => ns = p,
+            None => break,
+        }
+    }
+    Ok(chain)
+}
+
+/// The first of the worker's namespaces (`worker`, the daemon's own
+/// `own` excepted: everyone is inside that one) that encloses a decider
+/// whose namespaces are `chain` (innermost first).
+pub fn inside(chain: &[NsId], worker: &[NsId], own: Option<NsId>) -> Option<NsId> {
+    chain
+        .iter()
+        .find(|ns| Some(**ns) != own && worker.contains(ns))
+        .copied()
+}
+
+/// The boundary between the worker and its deciders, as `run` told it
+/// (`status` shows it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Boundary {
+    /// CMD runs in a PID namespace of its own (`ns`: its inode, as
+    /// `readlink /proc/PID/ns/pid` shows it).
+    PidNamespace { ns: u64 },
+    /// No namespace could be made (`why`): only the session rule holds.
+    Session { why: String },
+    /// CMD runs under `--isolate`: the control socket is not in its world.
+    Isolate,
+}
+
+impl Boundary {
+    /// One line for people: who may not decide, and how firm that is.
+    pub fn line(&self) -> String {
+        match self {
+            Boundary::PidNamespace { ns } => format!(
+                "not from inside the worker's PID namespace (pid:[{ns}]), whatever it forks"
+            ),
+            Boundary::Session { why } => format!(
+                "not from the worker's session or its descendants, which `setsid` or a double fork leaves ({why}); --user or --isolate hold"
+            ),
+            Boundary::Isolate => {
+                "the worker can't reach the control socket (--isolate)".to_string()
+            }
+        }
+    }
+}
+
+/// What `run` tells the daemon about its worker (the control op
+/// `worker`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The sender is the init of the worker's PID namespace.
+    OwnPidNamespace,
+    /// No namespace could be made, for `why`.
+    Session { why: String },
+    /// CMD runs under `--isolate`.
+    Isolate,
+}
+
+/// What the daemon knows of its worker's side.
+#[derive(Debug)]
+pub struct WorkerSide {
+    /// The daemon's own PID namespace.
+    own: Option<NsId>,
+    /// The daemon's uid: a decider of another uid (root) is not the worker.
+    own_uid: u32,
+    registered: Mutex<Option<(Boundary, Option<NsId>)>>,
+}
+
+impl Default for WorkerSide {
+    fn default() -> Self {
+        WorkerSide::new()
+    }
+}
+
+impl WorkerSide {
+    pub fn new() -> WorkerSide {
+        WorkerSide {
+            own: PidNs::of(None).and_then(|ns| ns.id()).ok(),
+            own_uid: rustix::process::geteuid().as_raw(),
+            registered: Mutex::new(None),
+        }
+    }
+
+    /// What `run` registered, if anything.
+    pub fn boundary(&self) -> Option<Boundary> {
+        self.registered.lock().as_ref().map(|(b, _)| b.clone())
+    }
+
+    /// Record the worker's boundary, once, as `peer` claims it: its own
+    /// PID namespace (what `run`'s init in the worker's namespace sends
+    /// before CMD starts, so no process of the worker's can have claimed
+    /// first), or no namespace. A second claim is refused.
+    pub fn register(&self, peer: Option<u32>, claim: Claim) -> Result<Boundary, String> {
+        let mut reg = self.registered.lock();
+        if reg.is_some() {
+            return Err("the worker's boundary is already registered".into());
+        }
+        let (boundary, ns) = match claim {
+            Claim::OwnPidNamespace => {
+                let pid = peer.ok_or("a peer in a PID namespace this daemon can't see")?;
+                let ns = PidNs::of(Some(pid))
+                    .and_then(|ns| ns.id())
+                    .map_err(|e| format!("process {pid}'s PID namespace: {e}"))?;
+                if Some(ns) == self.own {
+                    return Err(format!(
+                        "process {pid} is in the daemon's own PID namespace"
+                    ));
+                }
+                (Boundary::PidNamespace { ns: ns.ino }, Some(ns))
+            }
+            Claim::Session { why } => (Boundary::Session { why }, None),
+            Claim::Isolate => (Boundary::Isolate, None),
+        };
+        *reg = Some((boundary.clone(), ns));
+        Ok(boundary)
+    }
+
+    /// Why the process `decider` (of uid `decider_uid`; None: a peer in
+    /// a namespace we can't see, so not below ours) may not decide for
+    /// the worker: `askers` are processes of the worker alive now (the
+    /// asking process), `recorded` namespaces a worker was seen in (a
+    /// stage's writers). None when it may.
+    pub fn refusal(
+        &self,
+        decider: Option<u32>,
+        decider_uid: u32,
+        askers: &[u32],
+        recorded: &[NsId],
+    ) -> Option<String> {
+        let decider = decider?;
+        let mut worker: Vec<NsId> = recorded.to_vec();
+        worker.extend(self.registered.lock().as_ref().and_then(|(_, ns)| *ns));
+        worker.extend(askers.iter().filter_map(|a| pid_ns(*a)));
+        worker.retain(|ns| Some(*ns) != self.own);
+        if !worker.is_empty() {
+            match enclosing(decider) {
+                Ok(chain) => {
+                    if let Some(ns) = inside(&chain, &worker, self.own) {
+                        return Some(format!(
+                            "the deciding process (pid {decider}) runs inside the worker's PID namespace (pid:[{}]), which `setsid`, double forks and daemons can't leave; {FIX_NS}",
+                            ns.ino
+                        ));
+                    }
+                }
+                // Root (for a user's daemon) is never the worker; a
+                // process of our own uid we can't look at (gone already)
+                // might be.
+                Err(e) if decider_uid == self.own_uid => {
+                    return Some(format!(
+                        "the deciding process (pid {decider}) can't be told apart from the worker ({e}); {FIX_NS}"
+                    ));
+                }
+                Err(_) => {}
+            }
+        }
+        askers
+            .iter()
+            .find_map(|a| caller::kin(*a, decider))
+            .map(|why| format!("{why}; {FIX_SESSION}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ns(ino: u64) -> NsId {
+        NsId { dev: 4, ino }
+    }
+
+    #[test]
+    fn a_decider_inside_the_workers_namespace_or_below_it_is_refused() {
+        let (own, w, nested, other) = (ns(1), ns(2), ns(3), ns(4));
+        // In the worker's namespace itself.
+        assert_eq!(inside(&[w, own], &[w], Some(own)), Some(w));
+        // In a namespace the worker made inside its own.
+        assert_eq!(inside(&[nested, w, own], &[w], Some(own)), Some(w));
+        // In a sibling namespace, or in ours.
+        assert_eq!(inside(&[other, own], &[w], Some(own)), None);
+        assert_eq!(inside(&[own], &[w], Some(own)), None);
+        // The daemon's own namespace is never the worker's: everyone is in it.
+        assert_eq!(inside(&[own], &[own], Some(own)), None);
+    }
+
+    #[test]
+    fn without_a_namespace_the_session_rule_still_refuses_and_names_the_fix() {
+        let side = WorkerSide::new();
+        let me = std::process::id();
+        let why = side.refusal(Some(me), side.own_uid, &[me], &[]).unwrap();
+        assert!(why.contains("is in the session of"), "{why}");
+        assert!(
+            why.contains("launch the worker with `zonemount run`"),
+            "{why}"
+        );
+        // Nothing asked by anyone alive: nothing to refuse.
+        assert_eq!(side.refusal(Some(me), side.own_uid, &[], &[]), None);
+        assert_eq!(side.refusal(None, 0, &[me], &[]), None);
+    }
+
+    #[test]
+    fn a_recorded_namespace_refuses_a_decider_inside_it() {
+        let side = WorkerSide::new();
+        let me = std::process::id();
+        let own = side.own.expect("own ns");
+        // This process's own namespace is the daemon's: never the worker's.
+        assert_eq!(side.refusal(Some(me), side.own_uid, &[], &[own]), None);
+        // A gone decider of our uid can't be told apart when a worker
+        // namespace is in play; root's can.
+        let w = ns(u64::MAX);
+        let gone = u32::MAX - 1;
+        assert!(
+            side.refusal(Some(gone), side.own_uid, &[], &[w])
+                .unwrap()
+                .contains("can't be told apart")
+        );
+        assert_eq!(side.refusal(Some(gone), side.own_uid ^ 1, &[], &[w]), None);
+    }
+
+    #[test]
+    fn registration_is_once_and_not_of_our_own_namespace() {
+        let side = WorkerSide::new();
+        let me = std::process::id();
+        assert!(side.register(Some(me), Claim::OwnPidNamespace).is_err());
+        assert!(side.register(None, Claim::OwnPidNamespace).is_err());
+        assert_eq!(side.boundary(), None);
+        let why = "EPERM".to_string();
+        assert_eq!(
+            side.register(None, Claim::Session { why: why.clone() }),
+            Ok(Boundary::Session { why })
+        );
+        assert!(side.register(None, Claim::Isolate).is_err(), "once");
+    }
+}
