@@ -353,10 +353,12 @@ impl Core {
         }
     }
 
-    /// Open file handle `h` is being released: when a call held on its
-    /// pending create was interrupted, the caller gave up (or was
-    /// killed): withdraw the request, which removes the file. A handle
-    /// closed with nothing interrupted leaves the request to its decision.
+    /// Open file handle `h` is being released (its last close): when a
+    /// call held on its pending create was interrupted, the caller gave up
+    /// (or was killed): withdraw the request, which removes the file. A
+    /// file closed with nothing interrupted (`: > f`, a process that
+    /// exits) leaves the request to its decision: the approver may still
+    /// want the file.
     pub(super) fn let_go(&self, h: &Handle) {
         let Handle::File {
             held: Some(held), ..
@@ -365,6 +367,11 @@ impl Core {
             return;
         };
         let waiting = matches!(*held.state.lock(), HeldState::Waiting { .. });
+        tracing::debug!(
+            waiting,
+            interrupted = held.interrupted.load(Ordering::Relaxed),
+            "a pending create's file is released"
+        );
         if waiting && held.interrupted.load(Ordering::Relaxed) {
             self.broker.interrupt(held.unique);
         }
