@@ -526,7 +526,8 @@ fn a_killed_waiting_process_is_withdrawn_with_eintr() {
         return;
     }
     let m = setup().mount();
-    let mut w = Worker::start(&m, "/bin/echo a > final/a.md");
+    // The shell's own echo: the process killed is the one that waits.
+    let mut w = Worker::start(&m, "echo a > final/a.md");
     wait_pending(&m, 1);
     w.child.kill().unwrap();
     let st = wait_child(&mut w.child, Duration::from_secs(10)).expect("killed worker never died");

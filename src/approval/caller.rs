@@ -111,25 +111,6 @@ pub fn kill_pending(status: &str) -> bool {
     })
 }
 
-/// `PF_EXITING` in a task's flags: it is past the point of no return.
-const PF_EXITING: u64 = 0x4;
-
-/// The task's flags (field 9) from the text of `/proc/TID/stat`.
-pub fn flags_of(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // state ppid pgrp session tty_nr tpgid flags
-    rest.split_whitespace().nth(6)?.parse().ok()
-}
-
-/// Whether the thread `tid` is exiting (closing its files as it goes), or
-/// gone.
-pub fn is_exiting(tid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{tid}/stat")) {
-        Ok(stat) => flags_of(&stat).is_some_and(|f| f & PF_EXITING != 0),
-        Err(_) => true,
-    }
-}
-
 /// Whether the thread `tid` can no longer take an answer: it is gone, a
 /// zombie, or a fatal signal is pending on it.
 pub fn is_dying(tid: u32) -> bool {
@@ -180,15 +161,6 @@ mod tests {
         let me = std::process::id();
         assert!(kin(me, me).is_some(), "same session");
         assert_eq!(kin(u32::MAX - 1, me), None, "asker gone");
-    }
-
-    #[test]
-    fn flags_after_an_awkward_name() {
-        let stat = "4242 (a) b (c) S 17 4242 99 0 -1 4194564 0 0";
-        assert_eq!(flags_of(stat), Some(4194564));
-        assert!(flags_of(stat).is_some_and(|f| f & PF_EXITING != 0));
-        assert!(!is_exiting(std::process::id()));
-        assert!(is_exiting(u32::MAX - 1));
     }
 
     #[test]

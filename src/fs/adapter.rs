@@ -310,12 +310,11 @@ impl Filesystem for ZoneFs {
                 ReplyWrite(reply).respond(res)
             }),
             // Nothing is buffered in the daemon and locks stay in the
-            // kernel; only a file whose create's approval is pending has
-            // its close waited on (see `Core::flush`).
-            Op::Flush { fh } => {
-                let ctx = ctx(&req, "flush");
-                guarded("flush", || core.flush(&ctx, fh, ReplyEmpty(reply)));
-            }
+            // kernel: ENOSYS tells the kernel never to send FLUSH again
+            // (with the writeback cache it would on every close, even with
+            // FOPEN_NOFLUSH; it writes dirty pages back first either way).
+            // A close is never held for an approval (see `core::held`).
+            Op::Flush { .. } => reply.error(libc::ENOSYS),
             Op::Release { fh } => guarded("release", || {
                 core.release(fh);
                 reply.ok()

@@ -24,10 +24,9 @@ const PASSTHROUGH_OPEN: u32 = fopen::NOFLUSH;
 /// writeback cache (`Core::open_backing`).
 const DIRECT_OPEN: u32 = fopen::DIRECT_IO | fopen::NOFLUSH;
 
-/// A file made by a create whose approval is pending: every write, and
-/// the close (no `FOPEN_NOFLUSH`), reaches the daemon, which holds them
-/// until the decision (`core::held`).
-const HELD_OPEN: u32 = fopen::DIRECT_IO;
+/// A file made by a create whose approval is pending: every write reaches
+/// the daemon, which holds it until the decision (`core::held`).
+const HELD_OPEN: u32 = fopen::DIRECT_IO | fopen::NOFLUSH;
 
 /// The open flags for a file opened through the daemon.
 fn daemon_open(o: &FileOpen) -> u32 {

@@ -5,10 +5,13 @@
 //! delete in that directory (DESIGN §4). So a create that must be asked
 //! about is asked, the empty file made at once (`O_EXCL`, as the caller),
 //! and the CREATE answered with a handle whose data goes through the
-//! daemon (`FOPEN_DIRECT_IO`: no passthrough, no page cache; no
-//! `FOPEN_NOFLUSH`). The work is held a step later: that handle's writes,
-//! flush (close), fsync, fallocate, truncate and copies into it wait on the
-//! same request, each withdrawable on its own. Allow: they proceed. Deny,
+//! daemon (`FOPEN_DIRECT_IO`: no passthrough, no page cache). The work is
+//! held a step later: that handle's writes, fsync, fallocate, truncate and
+//! copies into it wait on the same request, each withdrawable on its own.
+//! Its close is not held: a close may come from a process in the middle of
+//! an exec (a close-on-exec file, in the creator or a child that inherited
+//! it) or an exit, which nothing can interrupt and which even blocks
+//! readers of its `/proc/PID/stat` meanwhile. Allow: they proceed. Deny,
 //! timeout or withdrawal: they fail (EACCES), the file is removed if it is
 //! still the one made, and the kernel is told to forget the name.
 //!
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{Core, Created, Ctx, FileOpen, Opening, Respond};
-use crate::approval::{AskRequest, Continuation, Verdict, Wait, caller};
+use crate::approval::{AskRequest, Continuation, Verdict, Wait};
 use crate::backing;
 use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::changes;
@@ -52,9 +55,6 @@ pub struct HeldCreate {
     /// before the decision, the request is withdrawn (the caller gave up,
     /// or was killed).
     interrupted: AtomicBool,
-    /// The process that created it: only its closes wait (a child that
-    /// inherited the file, even one closing it at exec, never does).
-    creator: Option<u32>,
 }
 
 enum HeldState {
@@ -116,7 +116,6 @@ impl Core {
             unique: c.ctx.unique,
             state: Mutex::new(HeldState::Asking(None)),
             interrupted: AtomicBool::new(false),
-            creator: caller::process_of(c.ctx.pid),
         });
         let first = c.items.first().cloned();
         let (core, h) = (Arc::clone(self), Arc::clone(&held));
@@ -354,35 +353,12 @@ impl Core {
         }
     }
 
-    /// FLUSH (a close) of open file `fh`: held while its create's approval
-    /// is pending, when the closing process is the one that created it
-    /// (another inherited the file: a child of a worker that execs closes
-    /// it, and must not wait for its parent's approval), unless it is
-    /// exiting (a process's exit must not wait for a human; nothing could
-    /// interrupt it) or a call held on this file was interrupted (the
-    /// caller gave up: the release that follows withdraws the request).
-    pub fn flush(self: &Arc<Self>, ctx: &Ctx, fh: u64, respond: impl Respond<()>) {
-        let waits = |held: &HeldCreate| {
-            !held.interrupted.load(Ordering::Relaxed)
-                && held.creator.is_some()
-                && caller::process_of(ctx.pid) == held.creator
-                && !caller::is_exiting(ctx.pid)
-        };
-        match self.held(fh) {
-            Some(held) if waits(&held) => self.after_held(held, ctx, respond, |_| Ok(())),
-            Some(_) => respond.respond(Ok(())),
-            // Only handles of pending creates lack FOPEN_NOFLUSH, but with
-            // the writeback cache the kernel flushes every file at close:
-            // ENOSYS stops that for the rest of the mount (a close of a
-            // pending create is then not held; its writes still are).
-            None if self.writeback() => respond.respond(Err(FsError::Os(libc::ENOSYS))),
-            None => respond.respond(Ok(())),
-        }
-    }
-
-    /// Open file handle `h` is being released: when a call held on its
-    /// pending create was interrupted, the caller gave up (or was
-    /// killed): withdraw the request, which removes the file.
+    /// Open file handle `h` is being released (its last close): when a
+    /// call held on its pending create was interrupted, the caller gave up
+    /// (or was killed): withdraw the request, which removes the file. A
+    /// file closed with nothing interrupted (`: > f`, a process that
+    /// exits) leaves the request to its decision: the approver may still
+    /// want the file.
     pub(super) fn let_go(&self, h: &Handle) {
         let Handle::File {
             held: Some(held), ..
@@ -391,6 +367,11 @@ impl Core {
             return;
         };
         let waiting = matches!(*held.state.lock(), HeldState::Waiting { .. });
+        tracing::debug!(
+            waiting,
+            interrupted = held.interrupted.load(Ordering::Relaxed),
+            "a pending create's file is released"
+        );
         if waiting && held.interrupted.load(Ordering::Relaxed) {
             self.broker.interrupt(held.unique);
         }

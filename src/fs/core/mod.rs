@@ -113,7 +113,7 @@ pub struct FileOpen {
     /// (`FOPEN_DIRECT_IO`; see `Core::open_backing`).
     pub direct: bool,
     /// Its create's approval is pending: every write reaches the daemon,
-    /// which holds it, and so does the close (see `core::held`).
+    /// which holds it (see `core::held`).
     pub held: bool,
 }
 

@@ -520,7 +520,7 @@ pub fn explain_decision(s: &Subject<'_>, d: &Decision, zones: &[ZoneRules]) -> E
 fn waiting(action: Action) -> &'static str {
     match action {
         Action::Create => {
-            "A file is made at once, empty, and its first write or close waits until the supervisor allows or denies it; a directory, symlink, FIFO or socket is not made: the call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied or unanswered, it fails with EACCES (permission denied)."
+            "A file is made at once, empty, and its first write waits until the supervisor allows or denies it; a directory, symlink, FIFO or socket is not made: the call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied or unanswered, it fails with EACCES (permission denied)."
         }
         Action::Delete | Action::Rename | Action::Link => {
             "The call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied, the retry fails with EACCES (permission denied)."
