@@ -191,7 +191,7 @@ impl Core {
     }
 
     /// Answer a CREATE; `held`: its file's approval is pending.
-    fn answer_create(
+    pub(super) fn answer_create(
         &self,
         r: FsResult<(super::Entry, Arc<Node>, u64, bool)>,
         held: bool,

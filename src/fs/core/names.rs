@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::gate::{Gate, Keep};
-use super::{Core, Created, Ctx, Entry, FileOpen, Opening, Respond};
+use super::{Core, Created, Ctx, Entry, Opening, Respond};
 use crate::backing::{self, AsCaller, Caller, FileType, Stat};
 use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::attr::{no_entry, to_attr};
@@ -303,19 +303,7 @@ impl Core {
                 if r.is_ok() {
                     self.changelog.record(expected);
                 }
-                let r = r.map(|(entry, node, fh, direct)| {
-                    let backing = self.passthrough_id(&node, fh, |fd| reply.register(fd));
-                    Created {
-                        entry,
-                        open: FileOpen {
-                            fh,
-                            backing,
-                            direct,
-                            held: false,
-                        },
-                    }
-                });
-                reply.respond(r)
+                self.answer_create(r, false, reply)
             }
             Ok((Gate::Ask(items), dir)) => {
                 let c = super::held::CreateAsk {
