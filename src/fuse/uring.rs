@@ -65,6 +65,9 @@ pub(crate) fn prepare(dev: &Arc<Device>, payload: usize) -> io::Result<Vec<FuseR
         .collect()
 }
 
+/// How long [`Rings::stop`] waits for the queues' threads.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The queues' threads.
 pub(crate) struct Rings {
     threads: Vec<(JoinHandle<()>, Waker)>,
@@ -72,12 +75,27 @@ pub(crate) struct Rings {
 }
 
 impl Rings {
-    /// Wait for the queues to end (the connection is gone).
+    /// Wait for the queues to end (the connection is gone), at most
+    /// [`STOP_WAIT`]: a queue thread still inside a request then must not
+    /// keep the daemon (and `zonemount unmount`, which waits for it) from
+    /// exiting; what it was doing ends with the process.
     pub fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
-        for (t, w) in self.threads {
+        for (_, w) in &self.threads {
             w.wake();
-            let _ = t.join();
+        }
+        let deadline = std::time::Instant::now() + STOP_WAIT;
+        for (t, _) in self.threads {
+            while !t.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                tracing::warn!(
+                    "an io_uring queue thread did not end within {STOP_WAIT:?} of the connection's end; exiting without it"
+                );
+            }
         }
     }
 }
