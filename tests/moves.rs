@@ -68,8 +68,15 @@ fn exchanges_carry_their_rules(mode: Mode) {
     assert_errno(fs::write(p("docs/final/report.md"), "x"), EROFS);
     assert_errno(fs::write(p("keep/kept.txt"), "x"), EROFS);
     assert_eq!(fs::read_to_string(p("mine.txt")).unwrap(), "mine\n");
-    // A plain rename of the same directories is refused as before.
+    // A plain rename of the same directories is refused as before, and
+    // with RENAME_NOREPLACE too.
     assert_errno(fs::rename(p("config"), p("cfg")), EACCES);
+    let noreplace = |a: &str, b: &str| {
+        renameat_with(CWD, p(a), CWD, p(b), RenameFlags::NOREPLACE).map_err(io::Error::from)
+    };
+    assert_errno(noreplace("config", "cfg"), EACCES);
+    assert_errno(noreplace("home/.config", "cfg"), EACCES);
+    assert_errno(noreplace("keep", "kept"), EROFS);
     assert_errno(fs::rename(p("docs"), p("d2")), EROFS);
     // Unrelated exchanges and renames go through.
     fs::write(p("other.txt"), "other\n").unwrap();
