@@ -32,6 +32,7 @@ mod review;
 mod task;
 #[cfg(test)]
 mod tests;
+mod user;
 mod worker;
 
 use plan::Plan;

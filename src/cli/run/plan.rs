@@ -1,6 +1,7 @@
 //! Everything `run` can refuse, checked before anything exists: mount
 //! options (by `zonemount mount`'s own parser), `--user`, `--env`,
-//! `--timeout`, bwrap; and the command line CMD will run with.
+//! `--timeout`, bwrap; and the command line CMD will run with (on the
+//! host, through its keeper: `worker`).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::super::{Cli, Cmd, Failure, MountArgs, zone_table};
+use super::user::{User, check_user};
 use super::*;
 use super::{exec, worker};
 use crate::config::{Access, ZoneTable};
@@ -60,41 +62,6 @@ pub(crate) fn presplit(argv: Vec<OsString>) -> Vec<OsString> {
         }
     }
     out
-}
-
-/// A uid and gid to run CMD as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct User {
-    pub(super) uid: u32,
-    pub(super) gid: u32,
-}
-
-/// Parse `UID[:GID]`; without GID, the user's primary group from
-/// `passwd` (one line of it per entry), or the uid itself.
-pub(super) fn parse_user(spec: &str, passwd: &str) -> Result<User, Failure> {
-    let bad = || {
-        Failure::new(
-            2,
-            format!("--user {spec:?}: give a numeric UID or UID:GID (e.g. --user 1000:1000)"),
-        )
-    };
-    let (u, g) = match spec.split_once(':') {
-        Some((u, g)) => (u, Some(g)),
-        None => (spec, None),
-    };
-    let uid: u32 = u.parse().map_err(|_| bad())?;
-    let gid = match g {
-        Some(g) => g.parse().map_err(|_| bad())?,
-        None => passwd
-            .lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split(':').collect();
-                (f.len() > 3 && f[2].parse() == Ok(uid)).then(|| f[3].parse().ok())?
-            })
-            .next()
-            .unwrap_or(uid),
-    };
-    Ok(User { uid, gid })
 }
 
 /// bwrap's arguments, the sandbox's environment, CMD's cwd in it.
@@ -155,19 +122,6 @@ pub(super) fn parse_timeout(secs: Option<f64>) -> Result<Option<Duration>, Failu
         Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
         Some(_) => Err(Failure::new(2, "--timeout must be a number of seconds > 0")),
     }
-}
-
-/// `--user SPEC`, which only root may give.
-pub(super) fn check_user(spec: &str) -> Result<User, Failure> {
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let u = parse_user(spec, &passwd)?;
-    if !rustix::process::geteuid().is_root() {
-        return Err(Failure::new(
-            2,
-            "--user needs root: only root can run CMD as another user",
-        ));
-    }
-    Ok(u)
 }
 
 /// The daemon's arguments: the mount options, plus what lets `--user`'s

@@ -103,29 +103,6 @@ fn mount_options_are_checked_by_the_mount_parser() {
 }
 
 #[test]
-fn users_parse() {
-    let passwd = "root:x:0:0::/root:/bin/sh\nbob:x:1000:1001::/home/bob:/bin/sh\n";
-    assert_eq!(
-        parse_user("1000", passwd).unwrap(),
-        User {
-            uid: 1000,
-            gid: 1001
-        }
-    );
-    assert_eq!(
-        parse_user("65534:65533", passwd).unwrap(),
-        User {
-            uid: 65534,
-            gid: 65533
-        }
-    );
-    assert_eq!(parse_user("4242", passwd).unwrap().gid, 4242);
-    for bad in ["bob", "1000:", ":1", "-1", "1:x"] {
-        assert!(parse_user(bad, passwd).is_err(), "{bad}");
-    }
-}
-
-#[test]
 fn exit_codes_follow_the_shell() {
     assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
     assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);

@@ -35,7 +35,7 @@ use std::process::{Command, ExitStatus};
 use rustix::process::{Pid, Signal, WaitOptions};
 
 use super::super::mount_cmd::register_worker;
-use super::plan::User;
+use super::user::User;
 use crate::approval::side::Claim;
 use crate::backing::pidns;
 
