@@ -1,0 +1,53 @@
+//! A zone given on the command line: `--zone NAME=PATH[:ro|rw|staged]`
+//! read into a [`CliZone`] (checked with the file's zones when loaded).
+
+use super::{Access, ConfigError, parse};
+
+/// A zone given on the command line: `--zone NAME=PATH[:ro|rw|staged]`.
+/// Always direct mode (PATH an existing directory, relative to the current
+/// directory); without a suffix it is read-only, as a zone without `mode:`
+/// in a file is; `:staged` is `rw` with `staged: true`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CliZone {
+    /// The argument as given, for errors.
+    pub arg: String,
+    pub name: String,
+    pub path: String,
+    pub access: Access,
+    pub staged: bool,
+}
+
+impl CliZone {
+    /// Parses `NAME=PATH[:ro|rw|staged]`. A PATH that itself ends in one
+    /// of those needs the suffix written out (`d=./x:ro:rw`).
+    pub fn parse(arg: &str) -> Result<CliZone, ConfigError> {
+        let fail = |m: String| ConfigError {
+            arg: Some(arg.to_owned()),
+            ..ConfigError::new(None, None, "", m)
+        };
+        let Some((name, rest)) = arg.split_once('=') else {
+            return Err(fail(
+                "expected NAME=PATH[:ro|rw], e.g. --zone docs=../docs:ro".to_owned(),
+            ));
+        };
+        parse::check_name(name).map_err(fail)?;
+        let (path, access, staged) = match rest.rsplit_once(':') {
+            Some((p, "ro")) => (p, Access::Ro, false),
+            Some((p, "rw")) => (p, Access::Rw, false),
+            Some((p, "staged")) => (p, Access::Rw, true),
+            _ => (rest, Access::Ro, false),
+        };
+        if path.is_empty() || path.contains('\0') {
+            return Err(fail(format!(
+                "zone '{name}' needs a directory: expected NAME=PATH[:ro|rw], e.g. --zone {name}=.:rw"
+            )));
+        }
+        Ok(CliZone {
+            arg: arg.to_owned(),
+            name: name.to_owned(),
+            path: path.to_owned(),
+            access,
+            staged,
+        })
+    }
+}
