@@ -1,7 +1,9 @@
 //! Every refusal explained: the words `check`, `status` and the ledger give.
 
 use super::*;
-use crate::config::{ApprovalPolicy, Zone, ZonePolicy};
+use crate::config::{Access, Approval, ApprovalPolicy, Zone, ZonePolicy};
+use crate::error::Refusal;
+use crate::policy::{Decision, ZoneRules};
 use std::path::PathBuf;
 
 struct Z {
