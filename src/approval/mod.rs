@@ -4,7 +4,7 @@
 //! request and a continuation to a [`Broker`], which calls the continuation
 //! exactly once — at once, or later from another thread — with the verdict.
 //!
-//! - [`Approvals`] (in `broker`) is the real broker: a table of pending
+//! - [`Approvals`] (in `broker/`) is the real broker: a table of pending
 //!   requests, allow/deny caches for the rest of the mount, timeouts, and a
 //!   watcher that withdraws requests whose caller is being killed.
 //! - `caller` reads the facts about a calling process from `/proc`.
