@@ -13,8 +13,6 @@
 
 mod decide;
 mod explain;
-#[cfg(test)]
-mod moves_tests;
 mod rules;
 #[cfg(test)]
 mod tests;
