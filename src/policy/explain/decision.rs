@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
+use super::refusal::explain;
+use super::subject::{Action, Explanation, Subject, shown};
 use super::words::{class_word, in_zone, zone_dir};
-use super::{Action, Explanation, Subject, explain, shown};
 use crate::config::Approval;
 use crate::policy::{Class, Decision, ZoneRules};
 

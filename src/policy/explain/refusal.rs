@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use super::subject::{Action, Explanation, Subject};
 use super::words::{alternatives, class_word, in_zone, suffix_words, zone_dir, zone_list};
-use super::{Action, Explanation, Subject};
 use crate::config::Approval;
 use crate::error::Refusal;
 use crate::policy::{Class, ZoneRules};

@@ -3,8 +3,8 @@
 use super::*;
 use crate::config::{Access, Approval, ApprovalPolicy, Zone, ZonePolicy};
 use crate::error::Refusal;
-use crate::policy::{Decision, ZoneRules};
-use std::path::PathBuf;
+use crate::policy::{Decision, Loc, Op, ZoneRules};
+use std::path::{Path, PathBuf};
 
 struct Z {
     name: &'static str,

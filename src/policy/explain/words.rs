@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::shown;
+use super::subject::shown;
 use crate::config::{Access, Approval};
 use crate::policy::{Class, Loc, ZoneRules};
 

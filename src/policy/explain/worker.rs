@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use super::subject::{Action, Subject, shown};
 use super::words::suffix_words;
-use super::{Action, Subject, shown};
 use crate::config::{Access, Approval};
 use crate::error::Refusal;
 use crate::policy::{Class, Loc, ZoneRules};
