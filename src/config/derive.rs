@@ -10,8 +10,10 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::{Access, ApprovalBlock};
-use super::{ApprovalPolicy, ConfigError, WorkerDecl, Zone, ZonePolicy, ZoneRequest, ZoneTable};
+use super::error::ConfigError;
+use super::model::{
+    Access, ApprovalBlock, ApprovalPolicy, WorkerDecl, Zone, ZonePolicy, ZoneRequest, ZoneTable,
+};
 
 /// A worker asked for something looser than its parent has, and got the
 /// parent's. Displays as one line naming the file, the zone, what was

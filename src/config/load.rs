@@ -7,10 +7,12 @@ use std::fs;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
+use super::error::ConfigError;
+use super::model::{SandboxMode, WorkerDecl, ZoneRequest, ZoneTable};
+use super::validate::{self, LoadOptions};
 use super::yaml::{self, Doc};
-use super::{
-    CliZone, ConfigError, SandboxMode, WorkerDecl, ZoneRequest, ZoneTable, parse, presets, validate,
-};
+use super::zone_arg::CliZone;
+use super::{parse, presets};
 
 /// The project file picked up from the current directory when `--config`
 /// is not given.
@@ -28,30 +30,6 @@ sandbox:
 
 /// Config files are small; anything bigger is a mistake (or `/dev/zero`).
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LoadOptions {
-    /// `--allow-sensitive-roots`.
-    pub allow_sensitive_roots: bool,
-    /// Homes whose sensitive roots no zone may touch.
-    pub homes: Vec<PathBuf>,
-}
-
-/// Extra homes (colon-separated) whose sensitive roots are protected too,
-/// besides /etc/passwd's and `$HOME`'s. It can only add protection, never
-/// remove any; tests use it to point at a fake home.
-pub const EXTRA_HOMES_ENV: &str = "ZONEMOUNT_EXTRA_HOMES";
-
-impl LoadOptions {
-    /// homes = every home dir in /etc/passwd, plus $HOME, plus
-    /// `$ZONEMOUNT_EXTRA_HOMES`.
-    pub fn from_host(allow_sensitive_roots: bool) -> Self {
-        Self {
-            allow_sensitive_roots,
-            homes: validate::host_homes(),
-        }
-    }
-}
 
 /// Reads a config file as UTF-8 text (a leading BOM dropped). `shown` is
 /// the path as given, for errors; `path` the one to open.

@@ -37,14 +37,14 @@ mod tests;
 pub use derive::Tightening;
 pub use error::ConfigError;
 pub use load::{
-    DEFAULT_CONFIG, EXTRA_HOMES_ENV, LoadOptions, PROJECT_FILE_NAME, load_project,
-    load_project_with, load_worker, parse_project, parse_worker,
+    DEFAULT_CONFIG, PROJECT_FILE_NAME, load_project, load_project_with, load_worker, parse_project,
+    parse_worker,
 };
 pub use model::{
     Access, Approval, ApprovalBlock, ApprovalPolicy, SandboxMode, WorkerDecl, Zone, ZonePolicy,
     ZoneRequest, ZoneTable,
 };
-pub use validate::{SENSITIVE_ROOTS, resolve, sensitive_paths};
+pub use validate::{EXTRA_HOMES_ENV, LoadOptions, SENSITIVE_ROOTS, resolve, sensitive_paths};
 pub use zone_arg::CliZone;
 
 /// One derivation step (DESIGN §2 "Derivation"). Chains: fold over workers.

@@ -4,8 +4,9 @@
 
 use ignore::gitignore::GitignoreBuilder;
 
+use super::error::ConfigError;
+use super::model::{Access, Approval, ApprovalBlock, SandboxMode};
 use super::yaml::{Doc, Node, SNode, check_once, get, get_set, join};
-use super::{Access, Approval, ApprovalBlock, ConfigError, SandboxMode};
 
 /// Keys a zone spec may have in a project file (`name` only in list form,
 /// or equal to the map key).

@@ -1,5 +1,6 @@
 //! From raw specs to a [`ZoneTable`]: backing dirs resolved and checked
-//! against each other and against the host's sensitive roots, and
+//! against each other and against the host's sensitive roots (under the
+//! homes a [`LoadOptions`] names), and
 //! [`prepare_backing`](super::prepare_backing)'s filesystem work.
 //!
 //! Comparisons use real paths: a symlink must not let two zones share a
@@ -11,11 +12,10 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
+use super::error::ConfigError;
+use super::model::{Access, ApprovalPolicy, SandboxMode, Zone, ZonePolicy, ZoneTable};
 use super::parse::{RawProject, RawZone};
-use super::{
-    Access, ApprovalPolicy, CliZone, ConfigError, LoadOptions, SandboxMode, Zone, ZonePolicy,
-    ZoneTable,
-};
+use super::zone_arg::CliZone;
 
 /// Names under every home that hold credentials.
 pub const SENSITIVE_ROOTS: &[&str] = &[
@@ -461,13 +461,37 @@ pub(super) fn prepare(table: &ZoneTable) -> Result<Vec<String>, ConfigError> {
     Ok(created)
 }
 
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// `--allow-sensitive-roots`.
+    pub allow_sensitive_roots: bool,
+    /// Homes whose sensitive roots no zone may touch.
+    pub homes: Vec<PathBuf>,
+}
+
+/// Extra homes (colon-separated) whose sensitive roots are protected too,
+/// besides /etc/passwd's and `$HOME`'s. It can only add protection, never
+/// remove any; tests use it to point at a fake home.
+pub const EXTRA_HOMES_ENV: &str = "ZONEMOUNT_EXTRA_HOMES";
+
+impl LoadOptions {
+    /// homes = every home dir in /etc/passwd, plus $HOME, plus
+    /// `$ZONEMOUNT_EXTRA_HOMES`.
+    pub fn from_host(allow_sensitive_roots: bool) -> Self {
+        Self {
+            allow_sensitive_roots,
+            homes: host_homes(),
+        }
+    }
+}
+
 /// Every home on the host: `/etc/passwd`'s sixth field, plus `$HOME`,
 /// plus each of `$ZONEMOUNT_EXTRA_HOMES`.
 pub(super) fn host_homes() -> Vec<PathBuf> {
     let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
     let mut homes = homes_from_passwd(&passwd);
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    let extra = std::env::var_os(super::EXTRA_HOMES_ENV).unwrap_or_default();
+    let extra = std::env::var_os(EXTRA_HOMES_ENV).unwrap_or_default();
     for h in home.into_iter().chain(std::env::split_paths(&extra)) {
         if h.is_absolute() && !homes.contains(&h) {
             homes.push(h);

@@ -13,7 +13,7 @@ use std::path::Path;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{Budget, DuplicateKeyPolicy, NonFiniteFloatPolicy, SnippetMode, Spanned};
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// A YAML node. Scalars are typed by YAML 1.2 core-schema inference
 /// (`strict_booleans`, so `yes`/`no` stay strings).

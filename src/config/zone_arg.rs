@@ -1,7 +1,9 @@
 //! A zone given on the command line: `--zone NAME=PATH[:ro|rw|staged]`
 //! read into a [`CliZone`] (checked with the file's zones when loaded).
 
-use super::{Access, ConfigError, parse};
+use super::error::ConfigError;
+use super::model::Access;
+use super::parse;
 
 /// A zone given on the command line: `--zone NAME=PATH[:ro|rw|staged]`.
 /// Always direct mode (PATH an existing directory, relative to the current
