@@ -92,16 +92,13 @@ impl Approvals {
             counters: Counters::default(),
             side: Arc::new(WorkerSide::new()),
         });
-        let weak = Arc::downgrade(&inner);
-        let spawned = std::thread::Builder::new()
-            .name("zm-approvals".into())
-            .spawn(move || watcher::watch(weak));
-        if let Err(e) = spawned {
+        let me = Approvals { inner };
+        if let Err(e) = me.start_watcher() {
             // Without the watcher nothing times out: refuse to ask at all.
             tracing::error!("cannot start the approval watcher ({e}); denying every ask");
-            inner.state.lock().closing = Some("the approval watcher could not start".into());
+            me.inner.state.lock().closing = Some("the approval watcher could not start".into());
         }
-        Approvals { inner }
+        me
     }
 
     pub fn settings(&self) -> &Settings {

@@ -2,7 +2,7 @@
 //! to retry later, withdraws the waiters of callers being killed, and
 //! stops asking once every listener's approver is gone.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::super::caller;
@@ -15,6 +15,16 @@ use super::{Approvals, Inner};
 const TICK: Duration = Duration::from_millis(100);
 
 impl Approvals {
+    /// Start the watcher thread. It holds the broker weakly: it ends once
+    /// the last handle is gone, or approvals are over and nothing waits.
+    pub(super) fn start_watcher(&self) -> std::io::Result<()> {
+        let weak = Arc::downgrade(&self.inner);
+        std::thread::Builder::new()
+            .name("zm-approvals".into())
+            .spawn(move || watch(weak))
+            .map(drop)
+    }
+
     /// One watcher step: wait a little, then time out, withdraw, and check
     /// listeners. Returns false once there is nothing left to watch.
     fn step(&self) -> bool {
@@ -106,7 +116,7 @@ impl Approvals {
     }
 }
 
-pub(super) fn watch(weak: Weak<Inner>) {
+fn watch(weak: Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let me = Approvals { inner };
