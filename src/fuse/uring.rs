@@ -38,9 +38,9 @@ use std::thread::{JoinHandle, ThreadId};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{self, NotifyRetrieveOut, OutHeader};
+use super::dispatch::{Filesystem, handle};
 use super::reply::{Reply, Sink};
 use super::request::Args;
-use super::session::{Filesystem, handle};
 use crate::backing::{Device, FuseRing, RingEvent, Waker, io_uring_allowed, possible_cpus};
 
 /// Ring entries a queue starts with.
@@ -217,8 +217,8 @@ impl Sink for RingSink {
         }
     }
 
-    fn device(&self) -> &Arc<Device> {
-        &self.dev
+    fn device(&self) -> Option<&Arc<Device>> {
+        Some(&self.dev)
     }
 }
 
