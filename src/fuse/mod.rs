@@ -25,3 +25,6 @@ pub use request::{Op, Request};
 pub use session::{BackgroundSession, Notifier, Options, Session, Transport};
 pub use types::{FileAttr, FileType, INodeNo, TimeOrNow};
 pub use uring::{QUEUE_MAX, QUEUE_SPARE, QUEUE_START};
+
+#[cfg(test)]
+mod tests;
