@@ -108,9 +108,15 @@ impl Reply {
         }
     }
 
+    /// Send the answer, unless the kernel expects none: then nothing,
+    /// whatever the answer (a FORGET the decoder could not read is not
+    /// answered EIO).
     fn send(mut self, error: i32, body: &[&[u8]]) {
+        let expected = !self.sent;
         self.sent = true;
-        self.sink.send(self.slot, self.unique, error, body);
+        if expected {
+            self.sink.send(self.slot, self.unique, error, body);
+        }
     }
 
     /// Fail with `errno` (positive).
@@ -128,9 +134,12 @@ impl Reply {
 
     /// Answer with up to `size` bytes of `file` at `offset` (a READ).
     pub fn file_data(mut self, file: BorrowedFd<'_>, offset: u64, size: u32) {
+        let expected = !self.sent;
         self.sent = true;
-        self.sink
-            .send_file(self.slot, self.unique, file, offset, size);
+        if expected {
+            self.sink
+                .send_file(self.slot, self.unique, file, offset, size);
+        }
     }
 
     pub fn entry(self, ttl: Duration, attr: &FileAttr) {
