@@ -13,6 +13,7 @@ pub mod abi;
 mod channel;
 mod dispatch;
 mod handshake;
+mod queue;
 mod reply;
 mod request;
 mod session;

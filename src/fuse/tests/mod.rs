@@ -1,7 +1,8 @@
 //! The FUSE layer driven without a kernel: the request decoder on
 //! malformed input (`decoder`), INIT as kernels of several protocol
 //! minors send it (`handshake`), and the serving loop over a scripted
-//! device (`serve`). This file holds what they share: the scripted
+//! device (`serve`) and the io_uring queue's loop over a scripted queue
+//! (`ring`). This file holds what they share: the scripted
 //! [`Script`] channel, request builders and a toy [`Toy`] filesystem.
 
 use std::collections::VecDeque;
@@ -20,6 +21,7 @@ use super::types::{FileAttr, FileType, INodeNo};
 
 mod decoder;
 mod handshake;
+mod ring;
 mod serve;
 
 /// A device that hands out a fixed list of requests, one per read, then
@@ -109,6 +111,8 @@ pub(super) fn parse_reply(bytes: &[u8]) -> (OutHeader, &[u8]) {
 /// offered and agreed, for the tests to see.
 pub(super) struct Toy {
     pub(super) wants: Wants,
+    /// Answer READs later, from another thread (as an approval does).
+    pub(super) hold_reads: bool,
     pub(super) offer: Mutex<Option<Offer>>,
     pub(super) agreed: Mutex<Option<Agreed>>,
 }
@@ -119,6 +123,7 @@ impl Toy {
     pub(super) fn new(wants: Wants) -> Toy {
         Toy {
             wants,
+            hold_reads: false,
             offer: Mutex::new(None),
             agreed: Mutex::new(None),
         }
@@ -173,6 +178,12 @@ impl Filesystem for Toy {
                 reply.attr(TTL, &Toy::attr(req.nodeid));
             }
             Op::Getattr { .. } => reply.error(libc::ENOENT),
+            Op::Read(_) if self.hold_reads => {
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(20));
+                    reply.data(b"hello\n");
+                });
+            }
             // No answer is expected: the reply sends nothing.
             Op::Forget { .. } | Op::BatchForget(_) | Op::Interrupt { .. } => drop(reply),
             _ => reply.error(libc::ENOSYS),
