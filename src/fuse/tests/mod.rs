@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::sync::Mutex;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, UNIX_EPOCH};
 
 use zerocopy::{FromBytes, IntoBytes};
@@ -61,10 +62,11 @@ impl Script {
 impl Channel for Script {
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self.requests.lock().unwrap().pop_front() {
-            // The kernel refuses a read into a buffer too small for the
-            // request; the loop's buffer always holds the largest one.
-            Some(r) if r.len() > buf.len() => Err(io::Error::from_raw_os_error(libc::EINVAL)),
             Some(r) => {
+                // The kernel fails a request that does not fit the
+                // reader's buffer (EIO to its caller): the loop's buffer
+                // must hold the largest request the agreement allows.
+                assert!(r.len() <= buf.len(), "{} > {}", r.len(), buf.len());
                 buf[..r.len()].copy_from_slice(&r);
                 Ok(r.len())
             }
@@ -204,6 +206,7 @@ pub(super) fn within<T: Send + 'static>(
     });
     match rx.recv_timeout(limit) {
         Ok(v) => v,
-        Err(e) => panic!("not done within {limit:?}: {e}"),
+        Err(RecvTimeoutError::Timeout) => panic!("not done within {limit:?}"),
+        Err(RecvTimeoutError::Disconnected) => panic!("the thread panicked (above)"),
     }
 }
