@@ -190,6 +190,14 @@ fn request_lines_read_as_v1_read_them() {
             r#"{"v":1,"op":"decide","id":7,"decision":"maybe","scope":"galaxy"}"#,
             err(NEEDS_DECISION),
         ),
+        (
+            r#"{"v":1,"op":"decide","id":7,"decision":{"allow":null}}"#,
+            err(NEEDS_DECISION),
+        ),
+        (
+            r#"{"v":1,"op":"decide","id":7,"decision":["deny"]}"#,
+            err(NEEDS_DECISION),
+        ),
         // changes, commit, discard: paths (exact with paths_b64), flags
         // that are true only as JSON true.
         (r#"{"v":1,"op":"changes"}"#, changes(&[], false)),
@@ -334,6 +342,14 @@ fn request_lines_read_as_v1_read_them() {
             err(NEEDS_BOUNDARY),
         ),
         (r#"{"v":1,"op":"worker","boundary":1}"#, err(NEEDS_BOUNDARY)),
+        (
+            r#"{"v":1,"op":"worker","boundary":{"isolate":null}}"#,
+            err(NEEDS_BOUNDARY),
+        ),
+        (
+            r#"{"v":1,"op":"worker","boundary":"session","why":{"a":1}}"#,
+            Ok(Request::Worker(Claim::Session { why: String::new() })),
+        ),
     ];
     let mut wrong = Vec::new();
     for (line, want) in &table {
