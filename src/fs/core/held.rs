@@ -88,7 +88,7 @@ struct Made {
     name: OsString,
     /// (dev, ino) of the file made.
     key: (u64, u64),
-    expected: Vec<changes::Pending>,
+    expected: changes::Expected,
     ctx: Ctx,
     first: Option<AskItem>,
 }
@@ -105,7 +105,7 @@ pub(super) struct CreateAsk {
     pub name: OsString,
     pub mode: u32,
     pub flags: i32,
-    pub expected: Vec<changes::Pending>,
+    pub expected: changes::Expected,
 }
 
 impl Core {

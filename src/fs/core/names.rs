@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::gate::{Gate, Keep};
+use super::gate::{Gate, Keep, Pass};
 use super::{Core, Created, Ctx, Entry, Opening, Respond};
 use crate::backing::{self, AsCaller, Caller, FileType, Stat};
 use crate::error::{FsError, FsResult, Refusal};
@@ -287,15 +287,18 @@ impl Core {
         reply: impl Opening<Created>,
     ) {
         let name = name.to_owned();
-        // What the create expects to change (recorded once it is done).
-        let _ = crate::fs::changes::take();
         let planned = self
             .admit(&ctx)
             .and_then(|()| self.new_name(&ctx, parent, &name, New::Other));
-        let expected = crate::fs::changes::take();
         match planned {
             Err(e) => reply.respond(Err(e)),
-            Ok((Gate::Go, dir)) => {
+            Ok((
+                Gate {
+                    pass: Pass::Go,
+                    expected,
+                },
+                dir,
+            )) => {
                 let r = {
                     let _still = self.acting();
                     self.create_as(&ctx.caller(), &dir, &name, mode, flags, None)
@@ -305,7 +308,13 @@ impl Core {
                 }
                 self.answer_create(r, false, reply)
             }
-            Ok((Gate::Ask(items), dir)) => {
+            Ok((
+                Gate {
+                    pass: Pass::Ask(items),
+                    expected,
+                },
+                dir,
+            )) => {
                 let c = super::held::CreateAsk {
                     ctx,
                     items,
