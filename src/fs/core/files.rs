@@ -9,11 +9,10 @@ use std::sync::Arc;
 use crate::fuse::{FileAttr, TimeOrNow};
 
 use super::gate::{Gate, Keep, Pass};
-use super::{Core, Ctx, Entry, FileOpen, Opening, Respond};
+use super::{Core, Ctx, Entry, FileOpen, Handle, Opening, Respond};
 use crate::backing::{self, AsCaller, Caller, FileType};
 use crate::error::{FsError, FsResult};
 use crate::fs::attr::{root_attr, timespec, to_attr};
-use crate::fs::handles::Handle;
 use crate::fs::inodes::Node;
 use crate::policy::Op;
 

@@ -30,12 +30,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Core, Created, Ctx, FileOpen, Opening, Respond};
+use super::{Core, Created, Ctx, FileOpen, Handle, Opening, Respond};
 use crate::approval::{AskRequest, Continuation, Verdict, Wait};
 use crate::backing;
 use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::changes;
-use crate::fs::handles::Handle;
 use crate::fs::inodes::Node;
 use crate::policy::AskItem;
 
