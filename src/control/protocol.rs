@@ -27,11 +27,12 @@
 //! gets one `{"ok":false,...}` line and the connection is closed.
 //!
 //! Each message is a type serde derives: a request's `op` is the tag of
-//! [`Wire`], read as v1 daemons read it (a field of another JSON type
-//! counts as absent), then checked into a [`Request`]. Every line goes out
+//! `Wire`, read as v1 daemons read it (a field of another JSON type counts
+//! as absent), then checked into a [`Request`]. Every line goes out
 //! through a `serde_json::Value`, whose map keeps keys in alphabetical
 //! order: the bytes on the wire don't depend on the order in which these
-//! types declare their fields. `wire_table` holds the v1 bytes.
+//! types declare their fields. `control/wire_table.rs` holds the v1 bytes
+//! as a test.
 
 use std::path::PathBuf;
 
@@ -371,6 +372,7 @@ impl TryFrom<Wire> for Request {
                     BoundaryName::Isolate => Claim::Isolate,
                 },
             ),
+            // `Request::from_value` names the op; this only has its variant.
             Wire::Unknown => return Err(unknown_op("")),
         })
     }
