@@ -176,20 +176,22 @@ async fn connection(stream: UnixStream, srv: Arc<Server>) -> io::Result<()> {
                 continue;
             }
         };
-        if let Err(e) = check_version(&req) {
-            send(&mut w, &fail(e)).await?;
-            continue;
-        }
-        if req["op"] == "watch" {
-            return watch(&srv, &mut lines, &mut w).await;
-        }
-        // A commit copies files: off the async workers.
-        let answer = if matches!(req["op"].as_str(), Some("changes" | "commit" | "discard")) {
-            tokio::task::block_in_place(|| handle(&srv, &req, peer))
-        } else {
-            handle(&srv, &req, peer)
+        let req = match check_version(&req).and_then(|()| Request::from_value(&req)) {
+            Ok(r) => r,
+            Err(e) => {
+                send(&mut w, &fail(e)).await?;
+                continue;
+            }
         };
-        send(&mut w, &answer).await?;
+        let reply = match req {
+            Request::Watch => return watch(&srv, &mut lines, &mut w).await,
+            // A commit copies files: off the async workers.
+            Request::Changes { .. } | Request::Commit { .. } | Request::Discard { .. } => {
+                tokio::task::block_in_place(|| answer(&srv, req, peer))
+            }
+            _ => answer(&srv, req, peer),
+        };
+        send(&mut w, &reply).await?;
     }
     Ok(())
 }
@@ -204,10 +206,14 @@ pub struct Peer {
 
 /// Answer one non-streaming request.
 pub fn handle(srv: &Server, req: &Value, peer: Peer) -> Value {
-    let req = match Request::from_value(req) {
-        Ok(r) => r,
-        Err(e) => return fail(e),
-    };
+    match Request::from_value(req) {
+        Ok(req) => answer(srv, req, peer),
+        Err(e) => fail(e),
+    }
+}
+
+/// Answer one non-streaming request, read.
+fn answer(srv: &Server, req: Request, peer: Peer) -> Value {
     match req {
         Request::List => ok_answer(&Listed {
             requests: srv.approvals.pending(),
