@@ -11,6 +11,8 @@
 //! directory (see `backing::overlay`).
 
 pub mod dir;
+pub mod report;
+pub mod service;
 pub mod tree;
 
 use std::os::fd::OwnedFd;
