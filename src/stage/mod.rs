@@ -6,7 +6,8 @@
 //!   lock, manifest.
 //! - `service`: `changes`, `commit` and `discard` of a live mount's
 //!   stages (through the `LiveMount` trait the filesystem core
-//!   implements) and of a stage dir no mount holds.
+//!   implements) and of a stage dir no mount holds; `work`: one zone's
+//!   part of such a request, and the request's paths by zone.
 //! - `report`: their answers as types, shared by the control socket, the
 //!   CLI and the Rust API.
 //! - `tree`: what a stage holds compared to its backing dir (the change
@@ -20,6 +21,7 @@ pub mod dir;
 pub mod report;
 pub mod service;
 pub mod tree;
+mod work;
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
