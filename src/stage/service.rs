@@ -422,3 +422,6 @@ impl OfflineStage {
         Ok(DiscardReport { zones })
     }
 }
+
+#[cfg(test)]
+mod tests;
