@@ -20,6 +20,7 @@ use super::protocol::{
     fail_answer as fail, ok_answer,
 };
 use crate::approval::{Approvals, Event, Listener};
+use crate::stage::report::Answer;
 
 /// Why the socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -60,9 +61,9 @@ pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> 
 /// Makes the answer to `status`, afresh each time.
 pub type StatusFn = Box<dyn Fn() -> Status + Send + Sync>;
 
-/// Runs a `changes`, `commit` or `discard` for a peer: the answer's
-/// fields (a JSON object), or the one-line error. May take a while.
-pub type StageFn = Box<dyn Fn(&Request, Peer) -> Result<Value, String> + Send + Sync>;
+/// Runs a `changes`, `commit` or `discard` for a peer: the typed answer
+/// (serialized here, once), or the one-line error. May take a while.
+pub type StageFn = Box<dyn Fn(&Request, Peer) -> Result<Answer, String> + Send + Sync>;
 
 /// What the server needs.
 pub struct Server {
@@ -247,16 +248,7 @@ fn answer(srv: &Server, req: Request, peer: Peer) -> Value {
             match &srv.stage {
                 None => fail("this mount has no staged zone"),
                 Some(run) => match run(&req, peer) {
-                    Ok(Value::Object(fields)) => {
-                        let mut v = ok_answer(&Done {});
-                        if let Value::Object(m) = &mut v {
-                            m.extend(fields);
-                        }
-                        v
-                    }
-                    Ok(other) => fail(format!(
-                        "internal: a stage answer that is not an object: {other}"
-                    )),
+                    Ok(answer) => ok_answer(&answer),
                     Err(e) => fail(e),
                 },
             }

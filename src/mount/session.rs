@@ -480,7 +480,7 @@ impl Ended {
 /// then the unmount.
 fn log_unmount(audit: Option<&Arc<Audit>>, core: &Arc<Core>) {
     if let Some(a) = audit {
-        super::staging::log_changes(core, a);
+        super::staging::service(core, None, Arc::default()).log_changes(a);
         a.log(Kind::Unmount, &audit::Record::default());
     }
 }
