@@ -6,6 +6,7 @@
 #                         [--fd-entries N] [--placements pinned,unpinned]
 #                         [--threads N]   (zonemount's FUSE threads, default 4)
 #                         [--targets T1,T2]  (default: all; native always runs)
+#                         [--base BIN]  (adds zm-base: another zonemount binary)
 #
 # Builds release, makes a journaled ext4 image on a loop device under
 # /var/tmp (the root fs here has no journal and mounts with `discard`, which
@@ -30,6 +31,9 @@
 #            run by that ordinary user: a supervisor's mount used by a
 #            worker that is not root (each change is made with the worker's
 #            uid, gid and groups)
+#   zm-base  with --base BIN only: the zonemount binary BIN (e.g. one built
+#            from an earlier commit) mounted as zm is, so a change is
+#            measured against what it replaces in the same interleaved run
 # and, with the workload `commit`: a 10,000-file untar into the staged zone,
 # then `zonemount commit` timed against `cp -a` of the same tree.
 # Each workload runs REPS times; within a repetition the targets take turns
@@ -54,6 +58,7 @@ fd_entries=""
 threads=4
 placements="pinned,unpinned"
 targets_opt=""
+base_bin=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -64,6 +69,7 @@ while [ $# -gt 0 ]; do
     --placements) placements=$2; shift ;;
     --threads) threads=$2; shift ;;
     --targets) targets_opt=$2; shift ;;
+    --base) base_bin=$(realpath "$2"); shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench: unknown option $1" >&2; exit 2 ;;
   esac
@@ -95,6 +101,11 @@ for t in ${targets_opt//,/ }; do
 done
 [ -n "$targets_opt" ] || TARGETS=$ALL_TARGETS
 want() { case " $TARGETS " in *" $1 "*) return 0 ;; esac; return 1; }
+if [ -n "$base_bin" ]; then
+  [ -x "$base_bin" ] || { echo "bench: --base $base_bin is not an executable" >&2; exit 2; }
+  TARGETS="$TARGETS zm-base"
+  want zm || TARGETS="$TARGETS zm"
+fi
 # Room on the image for every target's seq_write file at once (they stay
 # for the read workloads; a staged target's lands in its stage) and the
 # fixtures: 8 targets filled 8 GB.
@@ -125,6 +136,7 @@ mnt_u="$work/mnt-zm-uring"
 mnt_p="$work/mnt-zm-user"
 mnt_w="$work/mnt-zm-user-wb"
 mnt_c="$work/mnt-zm-caller"
+mnt_o="$work/mnt-zm-base"
 fuse_mode=""
 uring_param=/sys/module/fuse/parameters/enable_uring
 uring_was=""
@@ -137,7 +149,7 @@ cleanup() {
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
   [ -n "${tracefs_mounted:-}" ] && umount "$tr"
-  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
@@ -151,7 +163,7 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o"
 # The unprivileged target's user must reach the helper, the mountpoints
 # and the fixtures.
 chmod 755 "$work"
@@ -212,6 +224,7 @@ root_of() {
     zm-user) echo "$mnt_p/w" ;;
     zm-user-wb) echo "$mnt_w/w" ;;
     zm-caller) echo "$mnt_c/w" ;;
+    zm-base) echo "$mnt_o/w" ;;
   esac
 }
 
@@ -284,6 +297,7 @@ YAML
   want zm-user-wb && "${as_user[@]}" "$bin" mount -q --config "$work/zm-user.yaml" --threads "$threads" --no-io-uring --writeback-cache "$mnt_w"
 fi
 want zm-caller && "$bin" mount -q --config "$work/zm.yaml" --threads "$threads" --no-io-uring --allow-other "$mnt_c"
+want zm-base && "$base_bin" mount -q --config "$work/zm.yaml" --threads "$threads" --no-io-uring "$mnt_o"
 # The staged zone also serves the `commit` workload.
 { want zm-staged || [[ " $WORKLOADS " == *" commit "* ]]; } && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
 echo "== targets: $TARGETS (mounts under $work)"
@@ -513,7 +527,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
@@ -550,7 +564,7 @@ for placement in dict.fromkeys(p for p, _ in order):
             results.append({"placement": p, "workload": w, "target": t, **s, "ratio_to_native": ratio})
             zm = res.get((p, w, "zm"))
             # Staged and unprivileged are also compared with the root daemon's plain zone.
-            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-user", "zm-user-wb", "zm-caller") and zm and statistics.median(zm) > 0 else ""
+            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-user", "zm-user-wb", "zm-caller", "zm-base") and zm and statistics.median(zm) > 0 else ""
             cells.append(f"{s['median']:.3f}s ({s['min']:.2f}-{s['max']:.2f})" + ("" if t == "native" or ratio is None else f" **{ratio:.2f}x**{vs_zm}"))
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
 fds = None

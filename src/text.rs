@@ -317,40 +317,10 @@ pub fn json_pretty<T: serde::Serialize + ?Sized>(v: &T) -> serde_json::Result<St
 
 /// Serde's `serialize_with` for a path in a derived JSON form: its text
 /// (U+FFFD in place of bytes that are not UTF-8, where serde would fail);
-/// the form's owner adds the `_b64` sibling ([`insert_b64`]).
+/// where the exact bytes matter, the form adds a `_b64` sibling (as
+/// `stage::report` does).
 pub fn serialize_lossy<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&p.to_string_lossy())
-}
-
-/// [`serialize_lossy`] of an optional path.
-pub fn serialize_lossy_opt<S: serde::Serializer>(
-    p: &Option<std::path::PathBuf>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    match p {
-        Some(p) => serialize_lossy(p, s),
-        None => s.serialize_none(),
-    }
-}
-
-/// Add `<key>_b64` to the JSON object `v` when `p` is not UTF-8.
-pub fn insert_b64(v: &mut serde_json::Value, key: &str, p: &Path) {
-    if let (serde_json::Value::Object(m), (_, Some(b))) = (v, path_for_json(p)) {
-        m.insert(format!("{key}_b64"), serde_json::Value::String(b));
-    }
-}
-
-/// The exact bytes of the JSON object `v`'s field `key` (with its `_b64`
-/// sibling), for people; None when the field is absent.
-pub fn shown_field(v: &serde_json::Value, key: &str) -> Option<String> {
-    let text = v[key].as_str()?;
-    Some(shown(text, v[format!("{key}_b64")].as_str()))
-}
-
-/// The exact bytes of the JSON object `v`'s field `key` as a path.
-pub fn path_field(v: &serde_json::Value, key: &str) -> Option<std::path::PathBuf> {
-    let text = v[key].as_str()?;
-    Some(path_from_json(text, v[format!("{key}_b64")].as_str()))
 }
 
 #[cfg(test)]

@@ -7,11 +7,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use serde_json::Value;
+use serde::Serialize;
 
 use super::Failure;
 use crate::control::protocol::Request;
 use crate::mount;
+use crate::stage::report::{Change, ChangesReport, CommitReport, DiscardReport, FileType, Kind};
+use crate::stage::service::OfflineStage;
 use crate::stage::{self, dir::MANIFEST};
 use crate::text;
 
@@ -60,36 +62,41 @@ pub(crate) struct DiscardArgs {
     pub(crate) paths: Vec<PathBuf>,
 }
 
-/// Where the operation runs.
+/// Where the operation runs: a live mount, asked over its control
+/// socket, or a stage dir no mount holds, locked and worked on here.
 enum Target {
-    Mount(PathBuf),
-    Stage(PathBuf),
-}
-
-fn target(t: &Path) -> Target {
-    if t.join(MANIFEST).is_file() {
-        Target::Stage(mount::absolute(t))
-    } else {
-        Target::Mount(mount::absolute(t))
-    }
+    Mount(crate::control::Client),
+    Stage(OfflineStage),
 }
 
 pub(crate) fn changes(a: &ChangesArgs) -> Result<u8, Failure> {
-    let answer = ask(&a.target, &a.paths, false, |paths| Request::Changes {
-        paths,
-        diff: a.diff,
-    })?;
-    show(a.json, &answer, render_changes)?;
+    let (target, paths) = open(&a.target, &a.paths, false)?;
+    let report: ChangesReport = match target {
+        Target::Mount(mut c) => c
+            .stage(Request::Changes {
+                paths,
+                diff: a.diff,
+            })
+            .map_err(refused)?,
+        Target::Stage(s) => s.changes(&paths, a.diff).map_err(offline)?,
+    };
+    show(a.json, &report, render_changes)?;
     Ok(0)
 }
 
 pub(crate) fn commit(a: &CommitArgs) -> Result<u8, Failure> {
-    let answer = ask(&a.target, &a.paths, true, |paths| Request::Commit {
-        paths,
-        force: a.force,
-    })?;
-    show(a.json, &answer, render_commit)?;
-    Ok(if conflicts(&answer) > 0 {
+    let (target, paths) = open(&a.target, &a.paths, true)?;
+    let report: CommitReport = match target {
+        Target::Mount(mut c) => c
+            .stage(Request::Commit {
+                paths,
+                force: a.force,
+            })
+            .map_err(refused)?,
+        Target::Stage(s) => s.commit(&paths, a.force).map_err(offline)?,
+    };
+    show(a.json, &report, render_commit)?;
+    Ok(if report.conflicts() > 0 {
         EXIT_CONFLICT
     } else {
         0
@@ -97,79 +104,79 @@ pub(crate) fn commit(a: &CommitArgs) -> Result<u8, Failure> {
 }
 
 pub(crate) fn discard(a: &DiscardArgs) -> Result<u8, Failure> {
-    let answer = ask(&a.target, &a.paths, true, |paths| Request::Discard {
-        paths,
-    })?;
-    show(a.json, &answer, render_discard)?;
-    Ok(if conflicts(&answer) > 0 {
+    let (target, paths) = open(&a.target, &a.paths, true)?;
+    let report: DiscardReport = match target {
+        Target::Mount(mut c) => c.stage(Request::Discard { paths }).map_err(refused)?,
+        Target::Stage(s) => s.discard(&paths).map_err(offline)?,
+    };
+    show(a.json, &report, render_discard)?;
+    Ok(if report.conflicts() > 0 {
         EXIT_CONFLICT
     } else {
         0
     })
 }
 
-/// Run the request made of the worker-form paths, on the mount or the
-/// stage dir `t`.
-fn ask(
-    t: &Path,
-    paths: &[PathBuf],
-    needs_stage: bool,
-    request: impl FnOnce(Vec<PathBuf>) -> Request,
-) -> Result<Value, Failure> {
-    match target(t) {
-        Target::Mount(mp) => {
-            let mut client = super::approvals::connect(t)?;
-            let status = client
-                .status()
-                .map_err(|e| Failure::new(1, e.to_string()))?;
-            if needs_stage && status.stage_dir.is_none() {
-                return Err(Failure::new(
+fn refused(e: crate::control::ClientError) -> Failure {
+    Failure::new(1, e.to_string())
+}
+
+fn offline(e: String) -> Failure {
+    Failure::new(1, e)
+}
+
+/// The mount or stage dir `t`, and the worker-form paths of `paths` there.
+fn open(t: &Path, paths: &[PathBuf], needs_stage: bool) -> Result<(Target, Vec<PathBuf>), Failure> {
+    if !t.join(MANIFEST).is_file() {
+        let mp = mount::absolute(t);
+        let mut client = super::approvals::connect(t)?;
+        let status = client.status().map_err(refused)?;
+        if needs_stage && status.stage_dir.is_none() {
+            return Err(Failure::new(
+                2,
+                format!(
+                    "{} has no staged zone: nothing is staged there (a zone is staged with 'staged: true')",
+                    mp.display()
+                ),
+            ));
+        }
+        let zones: Vec<&str> = status.zones.iter().map(|z| z.name.as_str()).collect();
+        let cwd = super::cwd()?;
+        let paths = paths
+            .iter()
+            .map(|p| worker_form(&mp, t, p, &cwd, &zones))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok((Target::Mount(client), paths));
+    }
+    let dir = mount::absolute(t);
+    let manifest = stage::dir::read_manifest(&dir).map_err(|e| Failure::new(1, e.to_string()))?;
+    let zones: Vec<&str> = manifest.zones.keys().map(String::as_str).collect();
+    let paths = paths
+        .iter()
+        .map(|p| {
+            let first = p.components().nth(1).and_then(|c| c.as_os_str().to_str());
+            if p.is_absolute() && first.is_some_and(|f| zones.contains(&f)) {
+                Ok(p.clone())
+            } else {
+                Err(Failure::new(
                     2,
                     format!(
-                        "{} has no staged zone: nothing is staged there (a zone is staged with 'staged: true')",
-                        mp.display()
+                        "{}: on a stage dir, give paths as a worker sees them: {}",
+                        text::path(p),
+                        zones
+                            .iter()
+                            .map(|z| format!("/{z}/..."))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
-                ));
+                ))
             }
-            let zones: Vec<&str> = status.zones.iter().map(|z| z.name.as_str()).collect();
-            let cwd = super::cwd()?;
-            let paths = paths
-                .iter()
-                .map(|p| worker_form(&mp, t, p, &cwd, &zones))
-                .collect::<Result<Vec<_>, _>>()?;
-            client
-                .stage(request(paths))
-                .map_err(|e| Failure::new(1, e.to_string()))
-        }
-        Target::Stage(dir) => {
-            let manifest =
-                stage::dir::read_manifest(&dir).map_err(|e| Failure::new(1, e.to_string()))?;
-            let zones: Vec<&str> = manifest.zones.keys().map(String::as_str).collect();
-            let paths = paths
-                .iter()
-                .map(|p| {
-                    let first = p.components().nth(1).and_then(|c| c.as_os_str().to_str());
-                    if p.is_absolute() && first.is_some_and(|f| zones.contains(&f)) {
-                        Ok(p.clone())
-                    } else {
-                        Err(Failure::new(
-                            2,
-                            format!(
-                                "{}: on a stage dir, give paths as a worker sees them: {}",
-                                text::path(p),
-                                zones
-                                    .iter()
-                                    .map(|z| format!("/{z}/..."))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                        ))
-                    }
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            mount::staging::offline(&dir, &request(paths)).map_err(|e| Failure::new(1, e))
-        }
-    }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((
+        Target::Stage(OfflineStage::open(&dir).map_err(offline)?),
+        paths,
+    ))
 }
 
 /// `p` (in the mount, or `/zone/...`) as the worker sees it, exact.
@@ -186,16 +193,14 @@ fn worker_form(
         .collect())
 }
 
-fn show(json: bool, answer: &Value, render: fn(&Value) -> String) -> Result<(), Failure> {
+fn show<T: Serialize>(json: bool, report: &T, render: fn(&T) -> String) -> Result<(), Failure> {
     let text = if json {
-        let mut v = answer.clone();
-        if let Value::Object(m) = &mut v {
-            m.remove("v");
-            m.remove("ok");
-        }
+        // Through a `Value`: its keys in alphabetical order, as the
+        // control socket writes them.
+        let v = serde_json::to_value(report).map_err(|e| Failure::new(1, e.to_string()))?;
         format!("{}\n", text::json_pretty(&v).unwrap_or_default())
     } else {
-        render(answer)
+        render(report)
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
@@ -203,55 +208,43 @@ fn show(json: bool, answer: &Value, render: fn(&Value) -> String) -> Result<(), 
         .map_err(|e| Failure::new(1, format!("cannot write to stdout: {e}")))
 }
 
-fn zones(answer: &Value) -> impl Iterator<Item = &Value> {
-    answer["zones"].as_array().into_iter().flatten()
-}
-
-fn conflicts(answer: &Value) -> usize {
-    zones(answer)
-        .map(|z| z["conflicts"].as_array().map_or(0, Vec::len))
-        .sum()
-}
-
 /// One letter per kind of change, as `git status --short` writes them.
-fn letter(kind: &str) -> &'static str {
+fn letter(kind: Kind) -> &'static str {
     match kind {
-        "added" => "A",
-        "modified" => "M",
-        "deleted" => "D",
-        "renamed" => "R",
-        _ => "?",
+        Kind::Added => "A",
+        Kind::Modified => "M",
+        Kind::Deleted => "D",
+        Kind::Renamed => "R",
     }
 }
 
-/// A name of an answer's item for people: escaped ([`text::escape`]).
-fn name(c: &Value, key: &str) -> Option<String> {
-    text::shown_field(c, key)
+/// A name for people: escaped ([`text::escape`]).
+fn name(p: &Path) -> String {
+    text::path(p)
 }
 
 /// One change for people: `M  /work/src/a.rs  (0644, 120 → 130 bytes)`.
-pub(crate) fn change_line(zone: &str, c: &Value) -> String {
-    let path = format!("/{zone}/{}", name(c, "path").unwrap_or("?".into()));
-    let kind = c["kind"].as_str().unwrap_or("?");
-    let mut line = format!("{}  {path}", letter(kind));
-    if let Some(from) = name(c, "from") {
-        line = format!("{}  /{zone}/{from} -> {path}", letter(kind));
+pub(crate) fn change_line(zone: &str, c: &Change) -> String {
+    let path = format!("/{zone}/{}", name(&c.path));
+    let mut line = format!("{}  {path}", letter(c.kind));
+    if let Some(from) = &c.from {
+        line = format!("{}  /{zone}/{} -> {path}", letter(c.kind), name(from));
     }
     let mut facts = Vec::new();
-    if let Some(t) = c["file_type"].as_str() {
-        if t != "file" {
-            facts.push(t.to_owned());
+    if let Some(t) = c.file_type {
+        if t != FileType::File {
+            facts.push(t.as_str().to_owned());
         }
     }
-    if let Some(m) = c["mode"].as_u64() {
+    if let Some(m) = c.mode {
         facts.push(format!("{:04o}", m & 0o7777));
     }
-    match (c["old_size"].as_u64(), c["size"].as_u64()) {
+    match (c.old_size, c.size) {
         (Some(a), Some(b)) if a != b => facts.push(format!("{a} -> {b} bytes")),
         (_, Some(b)) => facts.push(format!("{b} bytes")),
         _ => {}
     }
-    if let Some(n) = c["entries"].as_u64() {
+    if let Some(n) = c.entries {
         facts.push(format!("{n} entries"));
     }
     if !facts.is_empty() {
@@ -260,16 +253,13 @@ pub(crate) fn change_line(zone: &str, c: &Value) -> String {
     line
 }
 
-pub(crate) fn render_changes(answer: &Value) -> String {
+pub(crate) fn render_changes(report: &ChangesReport) -> String {
     let mut out = String::new();
-    let mut total = 0;
-    for z in zones(answer) {
-        let name = z["zone"].as_str().unwrap_or("?");
-        for c in z["changes"].as_array().into_iter().flatten() {
-            total += 1;
-            out.push_str(&change_line(name, c));
+    for z in &report.zones {
+        for c in &z.changes {
+            out.push_str(&change_line(&z.zone, c));
             out.push('\n');
-            if let Some(d) = c["diff"].as_str() {
+            if let Some(d) = &c.diff {
                 // The worker's file content: nothing in it may draw on
                 // the terminal either (backslashes are left as they are).
                 let d = text::message(d);
@@ -280,30 +270,31 @@ pub(crate) fn render_changes(answer: &Value) -> String {
             }
         }
     }
-    if total == 0 {
+    if report.count() == 0 {
         out.push_str("no changes\n");
     }
     out
 }
 
-fn render_commit(answer: &Value) -> String {
+fn render_commit(report: &CommitReport) -> String {
     let mut out = String::new();
     let (mut applied, mut refused) = (0, 0);
-    for z in zones(answer) {
-        let name = z["zone"].as_str().unwrap_or("?");
-        for c in z["applied"].as_array().into_iter().flatten() {
+    for z in &report.zones {
+        let zone = &z.zone;
+        for c in &z.applied {
             applied += 1;
-            out.push_str(&format!("committed {}\n", change_line(name, c)));
+            out.push_str(&format!("committed {}\n", change_line(zone, c)));
         }
-        for c in z["conflicts"].as_array().into_iter().flatten() {
+        for c in &z.conflicts {
             refused += 1;
-            let at = self::name(c, "at")
-                .map(|at| format!(" (/{name}/{at})"))
-                .unwrap_or_default();
+            let at =
+                c.at.as_deref()
+                    .map(|at| format!(" (/{zone}/{})", name(at)))
+                    .unwrap_or_default();
             out.push_str(&format!(
-                "conflict  /{name}/{}: {}{at}\n",
-                self::name(c, "path").unwrap_or("?".into()),
-                text::message(c["why"].as_str().unwrap_or("?"))
+                "conflict  /{zone}/{}: {}{at}\n",
+                name(&c.path),
+                text::message(&c.why)
             ));
         }
     }
@@ -317,31 +308,24 @@ fn render_commit(answer: &Value) -> String {
     out
 }
 
-fn render_discard(answer: &Value) -> String {
+fn render_discard(report: &DiscardReport) -> String {
     let mut out = String::new();
     let mut n = 0;
-    for z in zones(answer) {
-        let name = z["zone"].as_str().unwrap_or("?");
-        for c in z["discarded"].as_array().into_iter().flatten() {
+    for z in &report.zones {
+        for c in &z.discarded {
             n += 1;
-            out.push_str(&format!("discarded {}\n", change_line(name, c)));
+            out.push_str(&format!("discarded {}\n", change_line(&z.zone, c)));
         }
-        for c in z["conflicts"].as_array().into_iter().flatten() {
+        for c in z.conflicts.iter().flatten() {
             out.push_str(&format!(
-                "left alone /{name}: {}\n",
-                text::message(c["why"].as_str().unwrap_or("?"))
+                "left alone /{}: {}\n",
+                z.zone,
+                text::message(&c.why)
             ));
         }
     }
     out.push_str(&format!("{n} discarded\n"));
     out
-}
-
-/// How many changes a `changes` answer lists.
-pub(crate) fn count(answer: &Value) -> usize {
-    zones(answer)
-        .map(|z| z["changes"].as_array().map_or(0, Vec::len))
-        .sum()
 }
 
 /// The arguments a user would type for `cmd` on a stage dir.

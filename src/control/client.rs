@@ -103,11 +103,11 @@ impl Client {
     }
 
     /// A `changes`, `commit` or `discard` ([`Request::Changes`], ...):
-    /// the answer as it came. A commit copies files and may take a while:
+    /// the answer as its type (`stage::report`). A commit copies files and may take a while:
     /// no read timeout.
-    pub fn stage(&mut self, req: Request) -> Result<Value, ClientError> {
+    pub fn stage<T: DeserializeOwned>(&mut self, req: Request) -> Result<T, ClientError> {
         let _ = self.reader.get_ref().set_read_timeout(None);
-        self.call(req)
+        self.call_as(req)
     }
 
     /// The next line from the daemon; None at end of stream.

@@ -9,6 +9,8 @@
 mod client;
 pub mod protocol;
 mod server;
+#[cfg(test)]
+mod wire_table;
 
 pub use client::{Client, ClientError};
 pub use protocol::{Status, VERSION, event_json};

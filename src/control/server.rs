@@ -20,6 +20,7 @@ use super::protocol::{
     fail_answer as fail, ok_answer,
 };
 use crate::approval::{Approvals, Event, Listener};
+use crate::stage::report::Answer;
 
 /// Why the socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -60,9 +61,9 @@ pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> 
 /// Makes the answer to `status`, afresh each time.
 pub type StatusFn = Box<dyn Fn() -> Status + Send + Sync>;
 
-/// Runs a `changes`, `commit` or `discard` for a peer: the answer's
-/// fields (a JSON object), or the one-line error. May take a while.
-pub type StageFn = Box<dyn Fn(&Request, Peer) -> Result<Value, String> + Send + Sync>;
+/// Runs a `changes`, `commit` or `discard` for a peer: the typed answer
+/// (serialized here, once), or the one-line error. May take a while.
+pub type StageFn = Box<dyn Fn(&Request, Peer) -> Result<Answer, String> + Send + Sync>;
 
 /// What the server needs.
 pub struct Server {
@@ -176,20 +177,22 @@ async fn connection(stream: UnixStream, srv: Arc<Server>) -> io::Result<()> {
                 continue;
             }
         };
-        if let Err(e) = check_version(&req) {
-            send(&mut w, &fail(e)).await?;
-            continue;
-        }
-        if req["op"] == "watch" {
-            return watch(&srv, &mut lines, &mut w).await;
-        }
-        // A commit copies files: off the async workers.
-        let answer = if matches!(req["op"].as_str(), Some("changes" | "commit" | "discard")) {
-            tokio::task::block_in_place(|| handle(&srv, &req, peer))
-        } else {
-            handle(&srv, &req, peer)
+        let req = match check_version(&req).and_then(|()| Request::from_value(&req)) {
+            Ok(r) => r,
+            Err(e) => {
+                send(&mut w, &fail(e)).await?;
+                continue;
+            }
         };
-        send(&mut w, &answer).await?;
+        let reply = match req {
+            Request::Watch => return watch(&srv, &mut lines, &mut w).await,
+            // A commit copies files: off the async workers.
+            Request::Changes { .. } | Request::Commit { .. } | Request::Discard { .. } => {
+                tokio::task::block_in_place(|| answer(&srv, req, peer))
+            }
+            _ => answer(&srv, req, peer),
+        };
+        send(&mut w, &reply).await?;
     }
     Ok(())
 }
@@ -204,10 +207,14 @@ pub struct Peer {
 
 /// Answer one non-streaming request.
 pub fn handle(srv: &Server, req: &Value, peer: Peer) -> Value {
-    let req = match Request::from_value(req) {
-        Ok(r) => r,
-        Err(e) => return fail(e),
-    };
+    match Request::from_value(req) {
+        Ok(req) => answer(srv, req, peer),
+        Err(e) => fail(e),
+    }
+}
+
+/// Answer one non-streaming request, read.
+fn answer(srv: &Server, req: Request, peer: Peer) -> Value {
     match req {
         Request::List => ok_answer(&Listed {
             requests: srv.approvals.pending(),
@@ -241,16 +248,7 @@ pub fn handle(srv: &Server, req: &Value, peer: Peer) -> Value {
             match &srv.stage {
                 None => fail("this mount has no staged zone"),
                 Some(run) => match run(&req, peer) {
-                    Ok(Value::Object(fields)) => {
-                        let mut v = ok_answer(&Done {});
-                        if let Value::Object(m) = &mut v {
-                            m.extend(fields);
-                        }
-                        v
-                    }
-                    Ok(other) => fail(format!(
-                        "internal: a stage answer that is not an object: {other}"
-                    )),
+                    Ok(answer) => ok_answer(&answer),
                     Err(e) => fail(e),
                 },
             }

@@ -6,7 +6,6 @@
 //! directory too, without its contents). Bounded: past [`MAX_PATHS`] paths
 //! the report says it is incomplete.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
@@ -31,7 +30,7 @@ pub struct Change {
     pub kind: Kind,
 }
 
-/// What an allowed operation will change, once it succeeds.
+/// One path an allowed operation will change, once it succeeds.
 #[derive(Debug, Clone)]
 pub struct Pending {
     zone: String,
@@ -39,64 +38,65 @@ pub struct Pending {
     kind: Kind,
 }
 
-thread_local! {
-    /// What the operation being planned on this thread will change.
-    static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
-}
+/// What a request will change in plain rw zones: what its gate expects,
+/// carried by the request to the point where it succeeds, and recorded
+/// there ([`ChangeLog::record`]).
+#[derive(Debug, Clone, Default)]
+pub struct Expected(Vec<Pending>);
 
-/// Note (for this thread's current request) what an allowed `op` in a
-/// plain rw zone will change.
-pub fn expect(op: &Op<'_>) {
-    let plain = |at: &crate::policy::Loc<'_>| {
-        at.zone
-            .filter(|z| z.access == crate::config::Access::Rw && !z.staged)
-            .map(|z| z.name.clone())
-    };
-    let add = |at: &crate::policy::Loc<'_>, kind: Kind| {
-        if let Some(zone) = plain(at) {
-            PENDING.with(|p| {
-                p.borrow_mut().push(Pending {
-                    zone,
+impl Expected {
+    /// What an allowed `op` will change in plain rw zones.
+    pub fn of(op: &Op<'_>) -> Expected {
+        let mut expected = Vec::new();
+        let mut add = |at: &crate::policy::Loc<'_>, kind: Kind| {
+            let plain = at
+                .zone
+                .filter(|z| z.access == crate::config::Access::Rw && !z.staged);
+            if let Some(z) = plain {
+                expected.push(Pending {
+                    zone: z.name.clone(),
                     path: at.path.to_path_buf(),
                     kind,
-                })
-            });
-        }
-    };
-    match op {
-        Op::WriteContent { at, .. } | Op::Metadata { at } => add(at, Kind::Modified),
-        Op::NewName { at, .. } => add(at, Kind::Added),
-        Op::Remove { at } => add(at, Kind::Deleted),
-        Op::Rename {
-            from,
-            to,
-            to_is_dir,
-            exchange,
-            ..
-        } => {
-            if *exchange {
-                add(from, Kind::Modified);
-                add(to, Kind::Modified);
-            } else {
-                add(from, Kind::Deleted);
-                add(
-                    to,
-                    if to_is_dir.is_some() {
-                        Kind::Modified
-                    } else {
-                        Kind::Added
-                    },
-                );
+                });
             }
+        };
+        match op {
+            Op::WriteContent { at, .. } | Op::Metadata { at } => add(at, Kind::Modified),
+            Op::NewName { at, .. } => add(at, Kind::Added),
+            Op::Remove { at } => add(at, Kind::Deleted),
+            Op::Rename {
+                from,
+                to,
+                to_is_dir,
+                exchange,
+                ..
+            } => {
+                if *exchange {
+                    add(from, Kind::Modified);
+                    add(to, Kind::Modified);
+                } else {
+                    add(from, Kind::Deleted);
+                    add(
+                        to,
+                        if to_is_dir.is_some() {
+                            Kind::Modified
+                        } else {
+                            Kind::Added
+                        },
+                    );
+                }
+            }
+            Op::Link { to, .. } => add(to, Kind::Added),
+            _ => {}
         }
-        Op::Link { to, .. } => add(to, Kind::Added),
-        _ => {}
+        Expected(expected)
     }
-}
 
-/// What this thread's request expects to change (and forget it).
-pub fn take() -> Vec<Pending> {
-    PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()))
+    /// What both requests' parts will change, `self`'s first.
+    pub fn and(mut self, other: Expected) -> Expected {
+        self.0.extend(other.0);
+        self
+    }
 }
 
 /// The report: by zone, by path.
@@ -117,7 +117,8 @@ struct Log {
 
 impl ChangeLog {
     /// Record what a request that succeeded changed.
-    pub fn record(&self, done: Vec<Pending>) {
+    pub fn record(&self, done: Expected) {
+        let Expected(done) = done;
         if done.is_empty() {
             return;
         }
@@ -196,7 +197,7 @@ mod tests {
     #[test]
     fn created_then_deleted_is_nothing_and_deleted_then_made_is_modified() {
         let log = ChangeLog::default();
-        log.record(vec![
+        log.record(Expected(vec![
             p("w", "a", Kind::Added),
             p("w", "a", Kind::Modified),
             p("w", "b", Kind::Added),
@@ -206,7 +207,7 @@ mod tests {
             p("w", "d", Kind::Modified),
             p("w", "d", Kind::Deleted),
             p("x", "e/f", Kind::Added),
-        ]);
+        ]));
         let (w, truncated) = log.changes("w", &[]);
         assert!(!truncated);
         let got: Vec<(&str, Kind)> = w

@@ -2,6 +2,10 @@
 //! that never recycles, sharded so FUSE threads serving different files
 //! rarely wait for each other. A handle of the wrong kind is EISDIR or
 //! ENOTDIR; an unknown one EBADF.
+//!
+//! A file made by a create whose approval is pending carries what the
+//! core keeps of that create (`H`, the core's `HeldCreate`); the table only
+//! holds it, so it knows nothing of approvals.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -28,7 +32,7 @@ pub struct DirItem {
 }
 
 #[derive(Debug)]
-pub enum Handle {
+pub enum Handle<H> {
     File {
         fd: Arc<OwnedFd>,
         /// The zone's index: its size limit applies to every write.
@@ -37,7 +41,7 @@ pub enum Handle {
         /// asked again.
         writable: bool,
         /// Made by a create whose approval is pending: its writes wait.
-        held: Option<Arc<crate::fs::core::held::HeldCreate>>,
+        held: Option<Arc<H>>,
     },
     Dir {
         node: Arc<Node>,
@@ -48,7 +52,7 @@ pub enum Handle {
     },
 }
 
-impl Handle {
+impl<H> Handle<H> {
     /// The open file's fd; EISDIR for a directory.
     pub fn fd(&self) -> FsResult<BorrowedFd<'_>> {
         match self {
@@ -59,12 +63,12 @@ impl Handle {
 }
 
 #[derive(Debug)]
-pub struct Handles {
-    shards: Vec<Mutex<HashMap<u64, Arc<Handle>>>>,
+pub struct Handles<H> {
+    shards: Vec<Mutex<HashMap<u64, Arc<Handle<H>>>>>,
     next: AtomicU64,
 }
 
-impl Default for Handles {
+impl<H> Default for Handles<H> {
     fn default() -> Self {
         Handles {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -73,18 +77,18 @@ impl Default for Handles {
     }
 }
 
-impl Handles {
-    fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Arc<Handle>>> {
+impl<H> Handles<H> {
+    fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, Arc<Handle<H>>>> {
         &self.shards[fh as usize % SHARDS]
     }
 
-    pub fn add(&self, h: Handle) -> u64 {
+    pub fn add(&self, h: Handle<H>) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.shard(fh).lock().insert(fh, Arc::new(h));
         fh
     }
 
-    pub fn get(&self, fh: u64) -> FsResult<Arc<Handle>> {
+    pub fn get(&self, fh: u64) -> FsResult<Arc<Handle<H>>> {
         self.shard(fh)
             .lock()
             .get(&fh)
@@ -93,7 +97,7 @@ impl Handles {
     }
 
     /// An open file and its zone; EISDIR for a directory.
-    pub fn file(&self, fh: u64) -> FsResult<(Arc<Handle>, usize)> {
+    pub fn file(&self, fh: u64) -> FsResult<(Arc<Handle<H>>, usize)> {
         let h = self.get(fh)?;
         match &*h {
             Handle::File { zone, .. } => {
@@ -105,7 +109,7 @@ impl Handles {
     }
 
     /// The fd of `fh` when it is a file opened for writing.
-    pub fn writable_fd(&self, fh: Option<u64>) -> Option<(Arc<Handle>, usize)> {
+    pub fn writable_fd(&self, fh: Option<u64>) -> Option<(Arc<Handle<H>>, usize)> {
         let (h, zone) = self.file(fh?).ok()?;
         matches!(&*h, Handle::File { writable: true, .. }).then_some((h, zone))
     }
@@ -119,7 +123,7 @@ impl Handles {
     }
 
     /// How many open handles `which` picks.
-    pub fn count(&self, which: impl Fn(&Handle) -> bool) -> usize {
+    pub fn count(&self, which: impl Fn(&Handle<H>) -> bool) -> usize {
         self.shards
             .iter()
             .map(|s| s.lock().values().filter(|h| which(h)).count())

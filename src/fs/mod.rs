@@ -1,13 +1,13 @@
 //! The filesystem: the kernel's requests answered from the zones.
 //!
-//! - `adapter`: the `fuser::Filesystem` implementation — decode, call the
-//!   core, encode the reply; nothing else.
+//! - `adapter`: the [`crate::fuse::Filesystem`] implementation: each
+//!   decoded request becomes one core call; INIT's wishes.
 //! - `core`: every operation, testable without the kernel; the one
 //!   request path (resolve → decide → ask → act → answer).
 //! - `inodes`: the node table (ids, lookup counts, where each node is).
 //! - `reach`: how a node reaches its backing object with bounded fds.
 //! - `handles`: open files and directories.
-//! - `reply`: core results encoded as fuser replies.
+//! - `reply`: core results as the FUSE layer's replies (open flags, TTLs).
 //! - `attr`: backing `stat` as FUSE attributes.
 
 pub mod adapter;

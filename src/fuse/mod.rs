@@ -10,16 +10,22 @@
 //! ring's shared buffers) lives in `backing`.
 
 pub mod abi;
+mod channel;
+mod dispatch;
+mod handshake;
+mod queue;
 mod reply;
 mod request;
 mod session;
 mod types;
 mod uring;
 
+pub use dispatch::{Agreed, Filesystem, Offer, Wants};
 pub use reply::{BackingId, DirBuf, Reply, Sink};
 pub use request::{Op, Request};
-pub use session::{
-    Agreed, BackgroundSession, Filesystem, Notifier, Offer, Options, Session, Transport, Wants,
-};
+pub use session::{BackgroundSession, Notifier, Options, Session, Transport};
 pub use types::{FileAttr, FileType, INodeNo, TimeOrNow};
 pub use uring::{QUEUE_MAX, QUEUE_SPARE, QUEUE_START};
+
+#[cfg(test)]
+mod tests;

@@ -212,12 +212,16 @@ impl<'a> Request<'a> {
                 nlookup: a.fixed::<abi::ForgetIn>()?.nlookup,
             },
             op::BATCH_FORGET => {
+                // The entries are all there before any room is made for
+                // them: a count of four billion must not reserve 64 GiB
+                // (an allocation failure aborts the daemon).
                 let n = a.fixed::<abi::BatchForgetIn>()?.count as usize;
-                let mut v = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let b = a.bytes(std::mem::size_of::<abi::ForgetOne>())?;
-                    v.push(abi::ForgetOne::read_from_bytes(b).map_err(|_| Malformed)?);
-                }
+                let one = std::mem::size_of::<abi::ForgetOne>();
+                let all = a.bytes(n.checked_mul(one).ok_or(Malformed)?)?;
+                let v = all
+                    .chunks_exact(one)
+                    .map(|b| abi::ForgetOne::read_from_bytes(b).map_err(|_| Malformed))
+                    .collect::<Result<Vec<_>, _>>()?;
                 Op::BatchForget(v)
             }
             op::GETATTR => {

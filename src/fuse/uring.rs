@@ -38,9 +38,11 @@ use std::thread::{JoinHandle, ThreadId};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{self, NotifyRetrieveOut, OutHeader};
+use super::channel::Channel;
+use super::dispatch::{Filesystem, handle};
+use super::queue::{Queue, Wake};
 use super::reply::{Reply, Sink};
 use super::request::Args;
-use super::session::{Filesystem, handle};
 use crate::backing::{Device, FuseRing, RingEvent, Waker, io_uring_allowed, possible_cpus};
 
 /// Ring entries a queue starts with.
@@ -137,7 +139,7 @@ pub(crate) fn start(
 /// a thread that `statfs`es the mountpoint from the CPU it is asked for,
 /// which the kernel queues there as any caller's request. It ends with
 /// the queues (its channel closes).
-struct StatfsNudger {
+pub(crate) struct StatfsNudger {
     tx: Mutex<Sender<usize>>,
     /// Its thread id: FUSE's `pid` of its requests.
     tid: Arc<AtomicU32>,
@@ -190,14 +192,14 @@ struct Pending {
 }
 
 /// Replies to one queue's requests.
-struct RingSink {
+struct RingSink<W, D> {
     tx: Sender<Pending>,
     owner: ThreadId,
-    waker: Waker,
-    dev: Arc<Device>,
+    waker: W,
+    dev: Arc<D>,
 }
 
-impl Sink for RingSink {
+impl<W: Wake, D: Channel> Sink for RingSink<W, D> {
     fn send(&self, slot: u32, unique: u64, error: i32, body: &[&[u8]]) {
         let body = body.concat();
         if self
@@ -217,8 +219,8 @@ impl Sink for RingSink {
         }
     }
 
-    fn device(&self) -> &Arc<Device> {
-        &self.dev
+    fn device(&self) -> Option<&Arc<Device>> {
+        self.dev.passthrough()
     }
 }
 
@@ -282,7 +284,7 @@ impl Files {
 /// writer runs on. Its entry's commit hands over the first request held
 /// back for want of an entry, if any. False when no file would do (the
 /// kernel forgot them all, or none was seen yet).
-fn nudge(dev: &crate::backing::Device, files: &Files) -> bool {
+fn nudge<D: Channel>(dev: &D, files: &Files) -> bool {
     for &nodeid in files.0.iter().filter(|&&n| n != 0) {
         let out = NotifyRetrieveOut {
             notify_unique: NUDGE_UNIQUE.fetch_sub(2, Ordering::Relaxed),
@@ -308,8 +310,8 @@ fn nudge(dev: &crate::backing::Device, files: &Files) -> bool {
     false
 }
 
-fn serve_queue(
-    mut ring: FuseRing,
+pub(crate) fn serve_queue<Q: Queue>(
+    mut ring: Q,
     fs: Arc<dyn Filesystem>,
     qid: usize,
     stop: &AtomicBool,
@@ -413,7 +415,7 @@ fn serve_queue(
         if again {
             // The new entries first: a nudge must find one free.
             ring.flush()?;
-            if !nudge(&dev, &files) && !statfs.is_some_and(|s| s.nudge(qid)) {
+            if !nudge(dev.as_ref(), &files) && !statfs.is_some_and(|s| s.nudge(qid)) {
                 tracing::debug!(
                     qid,
                     "no nudge: requests held back for want of an entry wait for the next answer on this CPU"

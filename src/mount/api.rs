@@ -36,8 +36,7 @@ use super::session::{self, Background, SessionError, Settings};
 use crate::approval::Approvals;
 pub use crate::approval::channel::{Request, Requests, channel};
 use crate::config::ZoneTable;
-use crate::control::Peer;
-use crate::control::protocol::Request as ControlRequest;
+use crate::stage::service::{Caller, StageService};
 
 /// How to mount.
 #[derive(Debug, Clone)]
@@ -117,44 +116,32 @@ impl Mount {
 
     /// Each rw zone's change report (`paths` as a worker sees them,
     /// `/zone/...`; empty: all), with diffs of staged text files when
-    /// `diff`: the control socket's `changes` answer (`{"zones": [...]}`).
+    /// `diff`: the control socket's `changes` answer (`{"zones": [...]}`,
+    /// a [`ChangesReport`](crate::stage::report::ChangesReport) as JSON).
     pub fn changes(&self, paths: &[String], diff: bool) -> Result<serde_json::Value, String> {
-        self.stage(ControlRequest::Changes {
-            paths: paths.iter().map(PathBuf::from).collect(),
-            diff,
-        })
+        json(self.service().changes(&worker_paths(paths), diff)?)
     }
 
     /// Apply the staged changes under `paths` to the backing dirs (see
     /// `zonemount commit`): the socket's `commit` answer, each zone's
     /// `applied` and `conflicts`.
     pub fn commit(&self, paths: &[String], force: bool) -> Result<serde_json::Value, String> {
-        self.stage(ControlRequest::Commit {
-            paths: paths.iter().map(PathBuf::from).collect(),
-            force,
-        })
+        json(
+            self.service()
+                .commit(&worker_paths(paths), force, supervisor())?,
+        )
     }
 
     /// Drop the staged changes under `paths`.
     pub fn discard(&self, paths: &[String]) -> Result<serde_json::Value, String> {
-        self.stage(ControlRequest::Discard {
-            paths: paths.iter().map(PathBuf::from).collect(),
-        })
+        json(self.service().discard(&worker_paths(paths), supervisor())?)
     }
 
-    fn stage(&self, req: ControlRequest) -> Result<serde_json::Value, String> {
-        let run = super::staging::stage_fn(
+    fn service(&self) -> StageService {
+        super::staging::service(
             self.session.core(),
             self.session.audit().cloned(),
             self.session.broker().side().clone(),
-        );
-        // This process is the supervisor: no worker kin to refuse.
-        run(
-            &req,
-            Peer {
-                uid: rustix::process::geteuid().as_raw(),
-                pid: None,
-            },
         )
     }
 
@@ -166,6 +153,22 @@ impl Mount {
     fn close(&mut self) -> std::io::Result<()> {
         self.session.close("the mount is closing")
     }
+}
+
+fn worker_paths(paths: &[String]) -> Vec<PathBuf> {
+    paths.iter().map(PathBuf::from).collect()
+}
+
+/// This process is the supervisor: no worker kin to refuse.
+fn supervisor() -> Caller {
+    Caller {
+        uid: rustix::process::geteuid().as_raw(),
+        pid: None,
+    }
+}
+
+fn json(report: impl serde::Serialize) -> Result<serde_json::Value, String> {
+    serde_json::to_value(report).map_err(|e| e.to_string())
 }
 
 impl Drop for Mount {

@@ -161,11 +161,11 @@ fn serve_control(
         session.broker().clone(),
         owner_uid,
         status_fn(session, table, record, control.path(), owner_uid),
-        Some(super::staging::stage_fn(
+        Some(super::staging::stage_fn(super::staging::service(
             session.core(),
             session.audit().cloned(),
             session.broker().side().clone(),
-        )),
+        ))),
     );
     let listener = control.listener.try_clone().map_err(DaemonError::Control)?;
     runtime.spawn(control::serve(listener, server));

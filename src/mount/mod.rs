@@ -11,8 +11,9 @@
 //! - `registry`: the JSON records of live mounts in the runtime directory.
 //! - `mountinfo`: which paths are mounted (`/proc/self/mountinfo`).
 //! - `unmount`: detaching a mount and waiting for its daemon.
-//! - `staging`: `changes`, `commit` and `discard` of staged zones, for the
-//!   control socket and on a stage dir no mount holds.
+//! - `staging`: the stage service (`stage::service`) composed for a mount,
+//!   and the control socket's handler that hands it `changes`, `commit`
+//!   and `discard`.
 
 pub mod api;
 pub mod daemon;
@@ -26,6 +27,8 @@ mod unmount;
 
 use std::path::Path;
 
+/// Where what outlives a mount is kept (its stages).
+pub use crate::stage::dir::state_dir;
 pub use mountinfo::{MountEntry, absolute, find_mount, mounts};
 pub use preflight::{
     HOST_FORBIDS, MountError, check_mountpoint, have_dev_fuse, host_allows, preflight,
@@ -33,7 +36,7 @@ pub use preflight::{
 pub use registry::{
     Record, check_runtime_dir, default_control_path, find_record, forget, mount_namespace,
     now_secs, private_dir, read_record, record_file, records, remove_record, runtime_dir,
-    state_dir, sweep_dead_sockets, write_record,
+    sweep_dead_sockets, write_record,
 };
 pub use unmount::{
     DAEMON_EXIT_WAIT, UnmountError, Unmounted, detach, detach_or_lazily, process_alive, unmount,

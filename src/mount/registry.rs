@@ -198,27 +198,6 @@ fn readable_runtime_dir() -> Option<PathBuf> {
         .ok()
 }
 
-/// Root's state directory.
-const ROOT_STATE_DIR: &str = "/var/lib/zonemount";
-
-/// The state directory, for what outlives a mount: `/var/lib/zonemount`
-/// for root, else `$XDG_STATE_HOME/zonemount` (`~/.local/state/zonemount`).
-pub fn state_dir() -> PathBuf {
-    if rustix::process::geteuid().is_root() {
-        return PathBuf::from(ROOT_STATE_DIR);
-    }
-    match std::env::var_os("XDG_STATE_HOME") {
-        Some(d) if !d.is_empty() => PathBuf::from(d).join("zonemount"),
-        _ => match std::env::var_os("HOME") {
-            Some(h) if !h.is_empty() => PathBuf::from(h).join(".local/state/zonemount"),
-            _ => std::env::temp_dir().join(format!(
-                "zonemount-state-{}",
-                rustix::process::geteuid().as_raw()
-            )),
-        },
-    }
-}
-
 /// FNV-1a of the mountpoint: stable, short, filename-safe.
 fn mount_key(mountpoint: &Path) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

@@ -6,7 +6,8 @@
 //! How the mount is made: with CAP_SYS_ADMIN (root) the session opens
 //! `/dev/fuse` and calls mount(2) itself, as `fuse.zonemount` with fsname
 //! `zonemount`, whether or not `fusermount3` exists; others go through
-//! fuser's `fusermount3` path, which gives the same type. Either way a
+//! `fusermount3` (it mounts and passes the device back over a socket),
+//! which gives the same type. Either way a
 //! [`Watcher`] is forked right after the mount exists: if this process
 //! dies without [`Session`]'s clean end, the watcher unmounts the dead
 //! mount lazily and removes the daemon's control socket and registry
@@ -479,7 +480,7 @@ impl Ended {
 /// then the unmount.
 fn log_unmount(audit: Option<&Arc<Audit>>, core: &Arc<Core>) {
     if let Some(a) = audit {
-        super::staging::log_changes(core, a);
+        super::staging::service(core, None, Arc::default()).log_changes(a);
         a.log(Kind::Unmount, &audit::Record::default());
     }
 }

@@ -75,8 +75,8 @@ pub fn detach(path: &Path, lazy: bool) -> Result<(), UnmountError> {
 }
 
 /// [`detach`], lazily when that fails: how a daemon (or the Rust API)
-/// unmounts its own mount (a mount made with mount(2) has no fuser
-/// unmount to fall back on).
+/// unmounts its own mount (a mount made with mount(2) has no `fusermount3 -u`
+/// to fall back on).
 pub fn detach_or_lazily(path: &Path) -> Result<(), UnmountError> {
     detach(path, false).or_else(|e| {
         tracing::warn!("unmount failed ({e}); detaching lazily");

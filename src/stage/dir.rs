@@ -86,9 +86,30 @@ pub fn default_for(mountpoint: &Path) -> PathBuf {
     let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    crate::mount::state_dir()
+    state_dir()
         .join("stages")
         .join(format!("{name}-{:08x}", hash as u32))
+}
+
+/// Root's state directory.
+const ROOT_STATE_DIR: &str = "/var/lib/zonemount";
+
+/// The state directory, for what outlives a mount: `/var/lib/zonemount`
+/// for root, else `$XDG_STATE_HOME/zonemount` (`~/.local/state/zonemount`).
+pub fn state_dir() -> PathBuf {
+    if rustix::process::geteuid().is_root() {
+        return PathBuf::from(ROOT_STATE_DIR);
+    }
+    match std::env::var_os("XDG_STATE_HOME") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("zonemount"),
+        _ => match std::env::var_os("HOME") {
+            Some(h) if !h.is_empty() => PathBuf::from(h).join(".local/state/zonemount"),
+            _ => std::env::temp_dir().join(format!(
+                "zonemount-state-{}",
+                rustix::process::geteuid().as_raw()
+            )),
+        },
+    }
 }
 
 /// A stage dir held by this process: locked until dropped.

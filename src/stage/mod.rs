@@ -2,7 +2,14 @@
 //! upper dir in a state directory) instead of the backing dir, until the
 //! supervisor commits or discards them.
 //!
-//! - `dir`: the stage dir: default place, layout, lock, manifest.
+//! - `dir`: the stage dir: default place (under the state dir), layout,
+//!   lock, manifest.
+//! - `service`: `changes`, `commit` and `discard` of a live mount's
+//!   stages (through the `LiveMount` trait the filesystem core
+//!   implements) and of a stage dir no mount holds; `work`: one zone's
+//!   part of such a request, and the request's paths by zone.
+//! - `report`: their answers as types, shared by the control socket, the
+//!   CLI and the Rust API.
 //! - `tree`: what a stage holds compared to its backing dir (the change
 //!   report, diffs), and applying it to the backing dir or dropping it.
 //!
@@ -11,7 +18,10 @@
 //! directory (see `backing::overlay`).
 
 pub mod dir;
+pub mod report;
+pub mod service;
 pub mod tree;
+mod work;
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

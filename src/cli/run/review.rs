@@ -8,11 +8,10 @@
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 use super::super::approvals::connect;
 use super::super::stage_cmd::{self, EXIT_CONFLICT};
 use crate::control::protocol::Request;
+use crate::stage::report::{Change, ChangesReport, CommitReport, DiscardReport};
 use crate::text;
 
 /// What `run` asked for.
@@ -52,7 +51,7 @@ pub(super) fn decide(mountpoint: &Path, wanted: Wanted, success: bool) -> (After
     let Some(dir) = client.status().ok().and_then(|s| s.stage_dir) else {
         return (After::Nothing, None);
     };
-    let changes = match client.stage(Request::Changes {
+    let changes: ChangesReport = match client.stage(Request::Changes {
         paths: Vec::new(),
         diff: false,
     }) {
@@ -66,7 +65,7 @@ pub(super) fn decide(mountpoint: &Path, wanted: Wanted, success: bool) -> (After
             return (After::Kept(dir), None);
         }
     };
-    if stage_cmd::count(&changes) == 0 {
+    if changes.count() == 0 {
         return (After::Remove(dir), None);
     }
     if wanted.commit_on_success && success {
@@ -92,9 +91,13 @@ pub(super) fn decide(mountpoint: &Path, wanted: Wanted, success: bool) -> (After
         match line.trim() {
             "c" | "commit" => return commit(&mut client, dir),
             "d" | "discard" => {
-                return match client.stage(Request::Discard { paths: Vec::new() }) {
-                    Ok(v) => {
-                        eprint!("{}", indent(&v, "discarded"));
+                return match client.stage::<DiscardReport>(Request::Discard { paths: Vec::new() }) {
+                    Ok(r) => {
+                        let dropped = r
+                            .zones
+                            .iter()
+                            .flat_map(|z| z.discarded.iter().map(move |c| (z.zone.as_str(), c)));
+                        eprint!("{}", indent(dropped, "discarded"));
                         (After::Done(dir), None)
                     }
                     Err(e) => {
@@ -113,18 +116,17 @@ pub(super) fn decide(mountpoint: &Path, wanted: Wanted, success: bool) -> (After
 }
 
 fn commit(client: &mut crate::control::Client, dir: PathBuf) -> (After, Option<u8>) {
-    match client.stage(Request::Commit {
+    match client.stage::<CommitReport>(Request::Commit {
         paths: Vec::new(),
         force: false,
     }) {
-        Ok(v) => {
-            let conflicts: usize = v["zones"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|z| z["conflicts"].as_array().map_or(0, Vec::len))
-                .sum();
-            eprint!("{}", indent(&v, "committed"));
+        Ok(r) => {
+            let conflicts = r.conflicts();
+            let applied = r
+                .zones
+                .iter()
+                .flat_map(|z| z.applied.iter().map(move |c| (z.zone.as_str(), c)));
+            eprint!("{}", indent(applied, "committed"));
             if conflicts > 0 {
                 eprintln!(
                     "zonemount: run: {conflicts} path(s) not committed (changed on the host meanwhile); the stage keeps them"
@@ -144,22 +146,15 @@ fn commit(client: &mut crate::control::Client, dir: PathBuf) -> (After, Option<u
     }
 }
 
-/// The applied or discarded paths of an answer, one per line.
-fn indent(answer: &Value, what: &str) -> String {
-    let key = if what == "committed" {
-        "applied"
-    } else {
-        "discarded"
-    };
+/// The applied or discarded changes of an answer (with their zones), one
+/// per line.
+fn indent<'a>(changes: impl Iterator<Item = (&'a str, &'a Change)>, what: &str) -> String {
     let mut out = String::new();
-    for z in answer["zones"].as_array().into_iter().flatten() {
-        let zone = z["zone"].as_str().unwrap_or("?");
-        for c in z[key].as_array().into_iter().flatten() {
-            out.push_str(&format!(
-                "zonemount: run: {what} {}\n",
-                stage_cmd::change_line(zone, c)
-            ));
-        }
+    for (zone, c) in changes {
+        out.push_str(&format!(
+            "zonemount: run: {what} {}\n",
+            stage_cmd::change_line(zone, c)
+        ));
     }
     out
 }

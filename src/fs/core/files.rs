@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use crate::fuse::{FileAttr, TimeOrNow};
 
-use super::gate::{Gate, Keep};
-use super::{Core, Ctx, Entry, FileOpen, Opening, Respond};
+use super::gate::{Gate, Keep, Pass};
+use super::{Core, Ctx, Entry, FileOpen, Handle, Opening, Respond};
 use crate::backing::{self, AsCaller, Caller, FileType};
 use crate::error::{FsError, FsResult};
 use crate::fs::attr::{root_attr, timespec, to_attr};
-use crate::fs::handles::Handle;
 use crate::fs::inodes::Node;
 use crate::policy::Op;
 
@@ -163,7 +162,7 @@ impl Core {
         let node = self.node(ino)?;
         let w = self.where_node(&node);
         let at = self.loc(&w);
-        let mut asks = Vec::new();
+        let mut gate = Gate::go();
         if let Some(size) = a.size {
             // A truncate through a handle opened (and approved) for writing
             // is not asked again; the size limit still applies.
@@ -181,21 +180,15 @@ impl Core {
                 Op::Grow { .. } => Keep::Nothing,
                 _ => Keep::Ledger,
             };
-            if let Gate::Ask(v) = self.gate(ctx, &op, keep)? {
-                asks.extend(v);
-            }
+            gate = gate.and(self.gate(ctx, &op, keep)?);
         }
         let kills = a.kills_privileges() && self.privileges_to_kill(&node)?.is_some();
         if (a.changes_metadata() && !self.times_of_writes(a)) || kills {
-            if let Gate::Ask(v) = self.gate(ctx, &Op::Metadata { at }, Keep::Ledger)? {
-                asks.extend(v);
-            }
+            gate = gate.and(self.gate(ctx, &Op::Metadata { at }, Keep::Ledger)?);
         }
-        asks.dedup();
-        let gate = match asks.is_empty() {
-            true => Gate::Go,
-            false => Gate::Ask(asks),
-        };
+        if let Pass::Ask(asks) = &mut gate.pass {
+            asks.dedup();
+        }
         Ok((gate, node))
     }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use super::{Core, Ctx, Respond};
 use crate::approval::{AskRequest, Note, Verdict, Wait};
 use crate::error::{FsError, FsResult, Refusal};
+use crate::fs::changes::Expected;
 use crate::policy::{self, Action, AskItem, Class, Decision, Loc, Op, Subject};
 
 /// How long a call that holds its directory's lock in the kernel (mkdir,
@@ -42,24 +43,46 @@ pub struct RecentRefusal {
     pub message: String,
 }
 
-/// What the policy said of an operation that may proceed.
+/// What the policy said of an operation that may proceed, and what it
+/// will change: the request carries both to its end, and records
+/// `expected` in the change report if the operation is done and succeeds.
 #[derive(Debug)]
-pub enum Gate {
+pub struct Gate {
+    pub pass: Pass,
+    pub expected: Expected,
+}
+
+/// Whether an operation may proceed now.
+#[derive(Debug)]
+pub enum Pass {
     Go,
     /// Only once every item is approved.
     Ask(Vec<AskItem>),
 }
 
 impl Gate {
-    /// Both gates: go when both go, else ask for everything either asks.
+    /// Go, changing nothing.
+    pub fn go() -> Gate {
+        Gate {
+            pass: Pass::Go,
+            expected: Expected::default(),
+        }
+    }
+
+    /// Both gates: go when both go, else ask for everything either asks;
+    /// expect what both expect.
     pub fn and(self, other: Gate) -> Gate {
-        match (self, other) {
-            (Gate::Go, Gate::Go) => Gate::Go,
-            (Gate::Ask(a), Gate::Go) | (Gate::Go, Gate::Ask(a)) => Gate::Ask(a),
-            (Gate::Ask(mut a), Gate::Ask(b)) => {
+        let pass = match (self.pass, other.pass) {
+            (Pass::Go, Pass::Go) => Pass::Go,
+            (Pass::Ask(a), Pass::Go) | (Pass::Go, Pass::Ask(a)) => Pass::Ask(a),
+            (Pass::Ask(mut a), Pass::Ask(b)) => {
                 a.extend(b);
-                Gate::Ask(a)
+                Pass::Ask(a)
             }
+        };
+        Gate {
+            pass,
+            expected: self.expected.and(other.expected),
         }
     }
 }
@@ -92,6 +115,11 @@ impl Core {
         decision: Decision,
         keep: Keep,
     ) -> FsResult<Gate> {
+        // Recorded in the change report only if allowed, done and successful.
+        let expected = || match op.changes() {
+            true => Expected::of(op),
+            false => Expected::default(),
+        };
         match decision {
             Decision::Allow => {
                 if keep == Keep::Ledger && op.changes() {
@@ -99,17 +127,16 @@ impl Core {
                 }
                 if op.changes() {
                     self.note_staged(ctx, op);
-                    crate::fs::changes::expect(op);
                 }
-                Ok(Gate::Go)
+                Ok(Gate {
+                    pass: Pass::Go,
+                    expected: expected(),
+                })
             }
-            Decision::Ask(items) => {
-                // Recorded in the change report only if allowed and done.
-                if op.changes() {
-                    crate::fs::changes::expect(op);
-                }
-                Ok(Gate::Ask(items))
-            }
+            Decision::Ask(items) => Ok(Gate {
+                pass: Pass::Ask(items),
+                expected: expected(),
+            }),
             Decision::Refuse(r) => Err(self.refuse(ctx, &Subject::of(op), r, keep)),
         }
     }
@@ -183,17 +210,13 @@ impl Core {
         A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
         R: Respond<T>,
     {
-        // What the plan expects to change (recorded once the act
-        // succeeds): anything left from an earlier call is not ours.
-        let _ = crate::fs::changes::take();
         let planned = self.admit(&ctx).and_then(|()| plan());
-        let expected = crate::fs::changes::take();
-        let (gate, act) = match planned {
+        let (Gate { pass, expected }, act) = match planned {
             Ok(p) => p,
             Err(e) => return respond.respond(Err(e)),
         };
-        let items = match gate {
-            Gate::Go => {
+        let items = match pass {
+            Pass::Go => {
                 let _still = self.acting();
                 let r = act(self);
                 if r.is_ok() {
@@ -201,7 +224,7 @@ impl Core {
                 }
                 return respond.respond(r);
             }
-            Gate::Ask(items) => items,
+            Pass::Ask(items) => items,
         };
         let core = Arc::clone(self);
         let first = items.first().cloned();

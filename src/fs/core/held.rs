@@ -30,12 +30,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Core, Created, Ctx, FileOpen, Opening, Respond};
+use super::{Core, Created, Ctx, FileOpen, Handle, Opening, Respond};
 use crate::approval::{AskRequest, Continuation, Verdict, Wait};
 use crate::backing;
 use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::changes;
-use crate::fs::handles::Handle;
 use crate::fs::inodes::Node;
 use crate::policy::AskItem;
 
@@ -88,7 +87,7 @@ struct Made {
     name: OsString,
     /// (dev, ino) of the file made.
     key: (u64, u64),
-    expected: Vec<changes::Pending>,
+    expected: changes::Expected,
     ctx: Ctx,
     first: Option<AskItem>,
 }
@@ -105,7 +104,7 @@ pub(super) struct CreateAsk {
     pub name: OsString,
     pub mode: u32,
     pub flags: i32,
-    pub expected: Vec<changes::Pending>,
+    pub expected: changes::Expected,
 }
 
 impl Core {

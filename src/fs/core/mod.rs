@@ -9,8 +9,10 @@
 //! holding the thread, then act and answer.
 //!
 //! - `gate`: the request path and the record of refusals.
-//! - `names`: lookup and every operation on names (create, mkdir, link,
-//!   unlink, rename, ...).
+//! - `names`: lookup, forget, and new names (create, mkdir, mknod,
+//!   symlink).
+//! - `moves`: names taken away or moved, and links (unlink, rmdir,
+//!   rename, link).
 //! - `files`: attributes and open files (getattr, setattr, open, read,
 //!   write, ...).
 //! - `io`: how file data moves (kernel passthrough or the daemon).
@@ -22,6 +24,7 @@ mod files;
 mod gate;
 pub(crate) mod held;
 mod io;
+mod moves;
 mod names;
 mod stage;
 mod xattr;
@@ -47,11 +50,15 @@ use crate::approval::Broker;
 use crate::backing::{self, Caller, ProcFds};
 use crate::config::{Access, ZoneTable};
 use crate::error::{FsError, FsResult};
-use crate::fs::handles::Handles;
+use crate::fs::handles::{self, Handles};
 use crate::fs::inodes::{Anchor, Found, HeldFd, Inodes, Node};
 use crate::fs::reach::{FileHandles, Reach};
 use crate::policy::{Loc, ZoneRules};
 use crate::stage::Stages;
+
+/// An open file or directory of the core; a file made by a create whose
+/// approval is pending carries it.
+pub type Handle = handles::Handle<held::HeldCreate>;
 
 /// Who asks, and with which FUSE call: what every operation that may be
 /// refused or asked about receives.
@@ -225,7 +232,7 @@ pub struct Core {
     zone_names: Vec<OsString>,
     inodes: Inodes,
     reach: Reach,
-    handles: Handles,
+    handles: Handles<held::HeldCreate>,
     /// Where `ask` decisions go.
     broker: Arc<dyn Broker>,
     /// [`IoMode`] as negotiated at mount.

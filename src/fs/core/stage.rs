@@ -1,12 +1,13 @@
-//! The core's side of staged zones: mutations run while the stages are
-//! still (a commit or discard holds them still), how many files are open
-//! for writing in a zone, and a zone dir moved onto a fresh overlay after
-//! its stage changed underneath, with the kernel told to forget what it
-//! cached of that zone.
+//! The core's side of staged zones: who changes a stage, and what the
+//! stage service (`stage::service`) asks of a live mount ([`LiveMount`]):
+//! mutations held still while a commit or discard changes the layers, how
+//! many files are open for writing in a zone, a zone dir moved onto a
+//! fresh overlay after its stage changed underneath, with the kernel told
+//! to forget what it cached of that zone, and the plain rw zones' report.
 
 use std::io;
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 
@@ -14,6 +15,8 @@ use super::{Core, Ctx};
 use crate::fs::handles::Handle;
 use crate::fs::inodes::Anchor;
 use crate::policy::Op;
+use crate::stage::report::Change;
+use crate::stage::service::LiveMount;
 
 /// The processes that changed a stage, most recent last, and the thread
 /// ids already looked at.
@@ -75,27 +78,49 @@ impl Core {
         }
     }
 
-    /// The processes that changed this mount's stages (most recent last)
-    /// and the PID namespaces they were in: a commit or discard from their
-    /// side is refused (`approval::side`).
-    pub fn stage_writers(&self) -> (Vec<u32>, Vec<crate::approval::side::NsId>) {
-        let w = self.writers.lock();
-        (w.processes.clone(), w.spaces.clone())
-    }
-
     /// Held while a mutation acts, when the mount has stages: a commit or
     /// discard waits for acting mutations and holds new ones back.
     pub(super) fn acting(&self) -> Option<RwLockReadGuard<'_, ()>> {
         self.stages.as_ref().map(|_| self.still.read())
     }
 
+    /// The kernel connection's notifier, once the session has one.
+    pub fn set_notifier(&self, n: crate::fuse::Notifier) {
+        let _ = self.notifier.set(n);
+    }
+
+    /// The dir fd of zone `zone` as the filesystem uses it (a staged
+    /// zone's overlay root).
+    pub fn zone_dir_fd(&self, zone: usize) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+        let root = self.inodes.zone_root(zone)?;
+        match &root.anchor {
+            Anchor::Held(held) => {
+                let fd = held.get();
+                let _ = fd.as_fd();
+                Some(fd)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What the stage service asks of the mount.
+impl LiveMount for Core {
+    /// The processes that changed this mount's stages (most recent last)
+    /// and the PID namespaces they were in: a commit or discard from their
+    /// side is refused (`approval::side`).
+    fn stage_writers(&self) -> (Vec<u32>, Vec<crate::approval::side::NsId>) {
+        let w = self.writers.lock();
+        (w.processes.clone(), w.spaces.clone())
+    }
+
     /// Hold every mutation back (until dropped): for a commit or discard.
-    pub fn hold_still(&self) -> RwLockWriteGuard<'_, ()> {
+    fn hold_still(&self) -> RwLockWriteGuard<'_, ()> {
         self.still.write()
     }
 
     /// Files of zone `zone` open for writing now.
-    pub fn open_for_writing(&self, zone: usize) -> usize {
+    fn open_for_writing(&self, zone: usize) -> usize {
         self.handles
             .count(|h| matches!(h, Handle::File { zone: z, writable: true, .. } if *z == zone))
     }
@@ -104,7 +129,7 @@ impl Core {
     /// after a commit or discard changed its layers, the old overlay's
     /// cached view is stale. Nodes are reached again from the new one (by
     /// name; the fd cache is emptied); open files keep what they had.
-    pub fn restage(&self, zone: usize) -> io::Result<()> {
+    fn restage(&self, zone: usize) -> io::Result<()> {
         let Some(stage) = self.stages.as_ref().and_then(|s| s.zone(zone)) else {
             return Err(io::Error::other("not a staged zone"));
         };
@@ -126,7 +151,7 @@ impl Core {
     /// names `paths` (relative to the zone dir; e.g. deleted ones, which
     /// the kernel may remember as missing). Must not be called while
     /// mutations are held back (the kernel may wait for one to finish).
-    pub fn forget_cached(&self, zone: usize, paths: &[&Path]) {
+    fn forget_cached(&self, zone: usize, paths: &[&Path]) {
         let Some(n) = self.notifier.get() else {
             return;
         };
@@ -159,22 +184,20 @@ impl Core {
         }
     }
 
-    /// The kernel connection's notifier, once the session has one.
-    pub fn set_notifier(&self, n: crate::fuse::Notifier) {
-        let _ = self.notifier.set(n);
+    fn rw_zones(&self) -> Vec<(String, bool)> {
+        self.zones
+            .iter()
+            .filter(|z| z.access == crate::config::Access::Rw)
+            .map(|z| (z.name.clone(), z.staged))
+            .collect()
     }
 
-    /// The dir fd of zone `zone` as the filesystem uses it (a staged
-    /// zone's overlay root).
-    pub fn zone_dir_fd(&self, zone: usize) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
-        let root = self.inodes.zone_root(zone)?;
-        match &root.anchor {
-            Anchor::Held(held) => {
-                let fd = held.get();
-                let _ = fd.as_fd();
-                Some(fd)
-            }
-            _ => None,
-        }
+    fn plain_changes(&self, zone: &str, filter: &[PathBuf]) -> (Vec<Change>, bool) {
+        let (list, incomplete) = self.changelog.changes(zone, filter);
+        let list = list
+            .into_iter()
+            .map(|c| Change::plain(c.path, c.kind))
+            .collect();
+        (list, incomplete)
     }
 }

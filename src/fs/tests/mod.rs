@@ -19,6 +19,7 @@ use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::core::{Core, CoreOptions, Ctx, Entry, FileOpen, Opening, Respond, SetAttr};
 use crate::fs::inodes::ROOT;
 
+mod changes;
 mod files;
 mod held;
 mod names;

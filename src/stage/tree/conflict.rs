@@ -27,10 +27,9 @@ use std::{io, iter};
 
 use rustix::fs::{FileType, Stat};
 
-use super::apply::Conflict;
 use super::fingerprints::{Fingerprint, Fingerprints};
 use super::fsops;
-use super::{Change, Kind, Layers, is_dir, type_name};
+use super::{Change, ChangeType, Conflict, Kind, Layers, is_dir, type_name};
 
 /// What a parent of a staged path says about the paths below it.
 #[derive(Debug, Clone)]
@@ -122,7 +121,7 @@ impl<'a> Check<'a> {
             // from the backing dir, the host removed it.
             if matches!(parents, Parent::Dir)
                 && c.kind == Kind::Added
-                && c.file_type == "dir"
+                && c.file_type == Some(ChangeType::Dir)
                 && self.fp.get(p).is_none()
                 && stat(self.l, p)?.is_none()
             {
@@ -133,7 +132,8 @@ impl<'a> Check<'a> {
             }
             // Applying it removes a backing directory there: a deletion,
             // a rename's source, anything but a directory put in place.
-            let removes = c.kind == Kind::Deleted || c.file_type != "dir" || p != &c.path;
+            let removes =
+                c.kind == Kind::Deleted || c.file_type != Some(ChangeType::Dir) || p != &c.path;
             if removes {
                 if let Some((why, at)) = self.inside(p)? {
                     return Ok(found(format!("inside it: {why}"), &at));
@@ -355,7 +355,8 @@ impl Guard {
                     Some(_) => {}
                 }
             }
-            let removes = c.kind == Kind::Deleted || c.file_type != "dir" || p != &c.path;
+            let removes =
+                c.kind == Kind::Deleted || c.file_type != Some(ChangeType::Dir) || p != &c.path;
             match stat(l, p)? {
                 // Gone: made again only where the checks saw nothing.
                 None if p != &c.path || c.kind == Kind::Deleted => {}

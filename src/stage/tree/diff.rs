@@ -54,7 +54,7 @@ pub fn diff(l: &Layers, c: &Change) -> io::Result<String> {
             out.push_str(&format!("mode {a:04o} -> {b:04o} {p}\n"));
         }
     }
-    if c.file_type == "symlink" {
+    if c.file_type == Some(super::ChangeType::Symlink) {
         let t = |r: &Root| {
             r.readlink(&c.path)
                 .ok()
@@ -67,7 +67,7 @@ pub fn diff(l: &Layers, c: &Change) -> io::Result<String> {
         ));
         return Ok(out);
     }
-    if c.file_type != "file" {
+    if c.file_type != Some(super::ChangeType::File) {
         return Ok(out);
     }
     let (old_path, old) = match (&c.kind, &c.from) {

@@ -11,7 +11,10 @@
 //! - `fingerprints`: what each backing file was when first changed.
 //! - `conflict`: whether a change can be applied without touching a
 //!   host change (on its path, a parent, or under it).
-//! - `apply`: commit and discard.
+//! - `apply`: commit (checks, journal, the order of its steps).
+//! - `write`: the backing dir written, one applied change at a time.
+//! - `unstage`: discard, and what a commit applied taken out of the
+//!   stage.
 //!
 //! Directory times are not part of a change (any change inside a
 //! directory moves them); a directory is modified when its mode, owner or
@@ -24,20 +27,29 @@ mod fingerprints;
 mod fsops;
 #[cfg(test)]
 mod tests;
+mod unstage;
+mod write;
 
-pub use apply::{CommitReport, Conflict, commit, discard};
+pub use apply::commit;
 pub use diff::diff;
 pub use fingerprints::{Fingerprint, Fingerprints};
+pub use unstage::discard;
 
 use std::io;
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FileType, OFlags, Stat};
-use serde::Serialize;
-
+pub use crate::stage::report::{Change, Conflict, FileType as ChangeType, Kind, What};
 use fsops::Root;
+use rustix::fs::{FileType, OFlags, Stat};
+
+/// What a commit applied, and what it left out (conflicts).
+#[derive(Debug, Clone, Default)]
+pub struct CommitReport {
+    pub applied: Vec<Change>,
+    pub conflicts: Vec<Conflict>,
+}
 
 /// A stage's two trees and where overlayfs keeps its markers.
 #[derive(Debug)]
@@ -58,57 +70,18 @@ impl Layers {
     }
 }
 
-/// What happened to a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    Added,
-    Modified,
-    Deleted,
-    Renamed,
-}
-
-/// One changed path of a zone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Change {
-    /// Relative to the zone dir. In JSON, with `path_b64` beside it when
-    /// it is not UTF-8 (`mount::staging` adds it; likewise `from_b64`).
-    #[serde(serialize_with = "crate::text::serialize_lossy")]
-    pub path: PathBuf,
-    pub kind: Kind,
-    /// A rename's source.
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "crate::text::serialize_lossy_opt"
-    )]
-    pub from: Option<PathBuf>,
-    /// `file`, `dir`, `symlink` or `special` (after the change; before it
-    /// for a deletion).
-    pub file_type: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub size: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mode: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub old_size: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub old_mode: Option<u32>,
-    /// A deleted tree: how many entries it held.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub entries: Option<u64>,
-    /// What differs for a modification: `content`, `mode`, `owner`,
-    /// `times`, `xattrs`, `target`, `type`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub what: Vec<&'static str>,
-}
-
-fn type_name(st: &Stat) -> &'static str {
+fn type_of(st: &Stat) -> ChangeType {
     match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile => "file",
-        FileType::Directory => "dir",
-        FileType::Symlink => "symlink",
-        _ => "special",
+        FileType::RegularFile => ChangeType::File,
+        FileType::Directory => ChangeType::Dir,
+        FileType::Symlink => ChangeType::Symlink,
+        _ => ChangeType::Special,
     }
+}
+
+/// `file`, `dir`, `symlink` or `special`.
+fn type_name(st: &Stat) -> &'static str {
+    type_of(st).as_str()
 }
 
 fn is_dir(st: &Stat) -> bool {
@@ -155,13 +128,14 @@ fn change(path: PathBuf, kind: Kind, new: Option<&Stat>, old: Option<&Stat>) -> 
         path,
         kind,
         from: None,
-        file_type: shown.map_or("file", type_name),
+        file_type: Some(shown.map_or(ChangeType::File, type_of)),
         size: new.filter(|s| !is_dir(s)).map(|s| s.st_size as u64),
         mode: new.map(|s| s.st_mode & 0o7777),
         old_size: old.filter(|s| !is_dir(s)).map(|s| s.st_size as u64),
         old_mode: old.map(|s| s.st_mode & 0o7777),
         entries: None,
         what: Vec::new(),
+        diff: None,
     }
 }
 
@@ -265,7 +239,7 @@ fn walk(
                             c.kind = Kind::Modified;
                             c.old_size = Some(low.st_size as u64);
                             c.old_mode = Some(low.st_mode & 0o7777);
-                            c.what = vec!["type"];
+                            c.what = vec![What::Type];
                         }
                         out.push(c);
                     }
@@ -295,47 +269,41 @@ fn walk(
 }
 
 /// What differs between upper's and lower's `rel`.
-fn differs(
-    l: &Layers,
-    rel: &Path,
-    up: &Stat,
-    low: &Stat,
-    times: bool,
-) -> io::Result<Vec<&'static str>> {
+fn differs(l: &Layers, rel: &Path, up: &Stat, low: &Stat, times: bool) -> io::Result<Vec<What>> {
     let mut what = Vec::new();
     let (tu, tl) = (
         FileType::from_raw_mode(up.st_mode),
         FileType::from_raw_mode(low.st_mode),
     );
     if tu != tl {
-        return Ok(vec!["type"]);
+        return Ok(vec![What::Type]);
     }
     match tu {
         FileType::RegularFile if up.st_size != low.st_size || !same_content(l, rel)? => {
-            what.push("content");
+            what.push(What::Content);
         }
         FileType::Symlink if l.upper.readlink(rel).ok() != l.lower.readlink(rel).ok() => {
-            what.push("target");
+            what.push(What::Target);
         }
         _ => {}
     }
     if tu != FileType::Symlink && up.st_mode & 0o7777 != low.st_mode & 0o7777 {
-        what.push("mode");
+        what.push(What::Mode);
     }
     if (up.st_uid, up.st_gid) != (low.st_uid, low.st_gid) {
-        what.push("owner");
+        what.push(What::Owner);
     }
     if times
         && tu != FileType::Symlink
         && (up.st_mtime, up.st_mtime_nsec) != (low.st_mtime, low.st_mtime_nsec)
     {
-        what.push("times");
+        what.push(What::Times);
     }
     if tu != FileType::Symlink
         && l.upper.user_xattrs(rel).unwrap_or_default()
             != l.lower.user_xattrs(rel).unwrap_or_default()
     {
-        what.push("xattrs");
+        what.push(What::Xattrs);
     }
     Ok(what)
 }
@@ -379,7 +347,7 @@ fn detect_renames(l: &Layers, out: &mut Vec<Change>) {
     let deleted: Vec<(usize, Vec<u8>)> = out
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.kind == Kind::Deleted && c.file_type == "file")
+        .filter(|(_, c)| c.kind == Kind::Deleted && c.file_type == Some(ChangeType::File))
         .filter_map(|(i, c)| {
             let fd = l.lower.open_at(&c.path, OFlags::PATH).ok()?;
             let h = crate::backing::handle_of(fd.as_fd()).ok()?;
@@ -393,7 +361,7 @@ fn detect_renames(l: &Layers, out: &mut Vec<Change>) {
     let mut gone = Vec::new();
     for c in out
         .iter_mut()
-        .filter(|c| c.kind == Kind::Added && c.file_type == "file")
+        .filter(|c| c.kind == Kind::Added && c.file_type == Some(ChangeType::File))
     {
         let Ok(Some(o)) = l.upper.xattr(&c.path, &origin) else {
             continue;

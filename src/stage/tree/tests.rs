@@ -223,7 +223,7 @@ fn every_kind_of_change(elsewhere: Option<&Path>) {
     );
     let by = |p: &str| list.iter().find(|c| c.path == Path::new(p)).unwrap();
     assert_eq!(by("d").entries, Some(2), "d/sub and d/sub/z");
-    assert_eq!(by("keep").what, ["mode"]);
+    assert_eq!(by("keep").what, [super::What::Mode]);
     assert_eq!(by("moved2").from.as_deref(), Some(Path::new("moved")));
     assert_eq!((by("f").old_size, by("f").size), (Some(8), Some(14)));
     // Diffs: text as a unified diff, a mode change in a line.

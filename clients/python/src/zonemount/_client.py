@@ -177,6 +177,11 @@ class Change:
     mode: Optional[int] = None
     old_size: Optional[int] = None
     old_mode: Optional[int] = None
+    #: A deleted tree: how many entries it held (staged zones).
+    entries: Optional[int] = None
+    #: What differs in a modification: ``content``, ``mode``, ``owner``,
+    #: ``times``, ``xattrs``, ``target``, ``type`` (staged zones).
+    what: tuple[str, ...] = ()
     #: A unified diff, when asked for (staged zones).
     diff: Optional[str] = None
     #: ``path``'s and ``from_path``'s exact bytes (the text fields hold
@@ -195,6 +200,8 @@ class Change:
             mode=_opt_int(d.get("mode")),
             old_size=_opt_int(d.get("old_size")),
             old_mode=_opt_int(d.get("old_mode")),
+            entries=_opt_int(d.get("entries")),
+            what=tuple(str(w) for w in d.get("what", [])),
             diff=_opt_str(d.get("diff")),
             path_bytes=exact(d, "path") or b"",
             from_bytes=exact(d, "from"),
@@ -210,6 +217,18 @@ class ZoneChanges:
     zone: str
     staged: bool
     changes: list[Change]
+    #: A plain zone whose workers changed more paths than the mount
+    #: remembers: ``changes`` is not all.
+    incomplete: bool = False
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ZoneChanges":
+        return cls(
+            zone=str(d.get("zone", "")),
+            staged=bool(d.get("staged", False)),
+            changes=[Change.from_json(c) for c in d.get("changes", [])],
+            incomplete=bool(d.get("incomplete", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -221,8 +240,19 @@ class Conflict:
     path: str
     why: str
     at: Optional[str] = None
-    #: ``path``'s exact bytes.
+    #: ``path``'s and ``at``'s exact bytes.
     path_bytes: bytes = field(default=b"", repr=False, compare=False)
+    at_bytes: Optional[bytes] = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Conflict":
+        return cls(
+            path=str(d.get("path", "")),
+            why=str(d.get("why", "")),
+            at=_opt_str(d.get("at")),
+            path_bytes=exact(d, "path") or b"",
+            at_bytes=exact(d, "at"),
+        )
 
 
 @dataclass(frozen=True)
@@ -233,6 +263,26 @@ class ZoneCommit:
     zone: str
     applied: list[Change]
     conflicts: list[Conflict]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ZoneCommit":
+        """A zone of a ``commit`` answer."""
+        return cls(
+            zone=str(d.get("zone", "")),
+            applied=[Change.from_json(c) for c in d.get("applied", [])],
+            conflicts=[Conflict.from_json(c) for c in d.get("conflicts", [])],
+        )
+
+    @classmethod
+    def from_discard_json(cls, d: dict[str, Any]) -> "ZoneCommit":
+        """A zone of a ``discard`` answer: ``applied`` are the dropped
+        changes; ``conflicts`` says why a zone was left alone (files open
+        for writing)."""
+        return cls(
+            zone=str(d.get("zone", "")),
+            applied=[Change.from_json(c) for c in d.get("discarded", [])],
+            conflicts=[Conflict.from_json(c) for c in d.get("conflicts", [])],
+        )
 
 
 def exact(d: dict[str, Any], key: str) -> Optional[bytes]:
@@ -399,49 +449,21 @@ class Client:
         ``/zone/...``) limit it; ``diff`` adds unified diffs of staged text
         files."""
         a = self._stage_call({"op": "changes", "paths": list(paths), "diff": diff})
-        return [
-            ZoneChanges(
-                zone=str(z.get("zone", "")),
-                staged=bool(z.get("staged", False)),
-                changes=[Change.from_json(c) for c in z.get("changes", [])],
-            )
-            for z in a.get("zones", [])
-        ]
+        return [ZoneChanges.from_json(z) for z in a.get("zones", [])]
 
     def commit(self, paths: Sequence[str] = (), force: bool = False) -> list[ZoneCommit]:
         """Apply the staged changes (under ``paths``) to the backing dirs.
         A path the host changed meanwhile is left staged as a conflict
         unless ``force``; check each zone's ``conflicts``."""
         a = self._stage_call({"op": "commit", "paths": list(paths), "force": force})
-        return [
-            ZoneCommit(
-                zone=str(z.get("zone", "")),
-                applied=[Change.from_json(c) for c in z.get("applied", [])],
-                conflicts=[
-                    Conflict(
-                        path=str(c.get("path", "")),
-                        why=str(c.get("why", "")),
-                        at=str(c["at"]) if "at" in c else None,
-                        path_bytes=exact(c, "path") or b"",
-                    )
-                    for c in z.get("conflicts", [])
-                ],
-            )
-            for z in a.get("zones", [])
-        ]
+        return [ZoneCommit.from_json(z) for z in a.get("zones", [])]
 
     def discard(self, paths: Sequence[str] = ()) -> list[ZoneCommit]:
         """Drop the staged changes (under ``paths``); the mount shows the
-        backing dirs' files again. ``applied`` lists what was dropped."""
+        backing dirs' files again. ``applied`` lists what was dropped;
+        ``conflicts`` why a zone was left alone."""
         a = self._stage_call({"op": "discard", "paths": list(paths)})
-        return [
-            ZoneCommit(
-                zone=str(z.get("zone", "")),
-                applied=[Change.from_json(c) for c in z.get("discarded", [])],
-                conflicts=[],
-            )
-            for z in a.get("zones", [])
-        ]
+        return [ZoneCommit.from_discard_json(z) for z in a.get("zones", [])]
 
     def watch(self) -> Iterator[Event]:
         """Every waiting request, then each new request and each end, as

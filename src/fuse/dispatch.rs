@@ -1,0 +1,83 @@
+//! What a filesystem served by this layer implements, and the one step
+//! every transport shares: a request's bytes decoded and handed to the
+//! filesystem with its reply.
+//!
+//! Both transports use it (`session` for `/dev/fuse`, `uring` for the
+//! rings); it uses neither, so the two never import each other.
+
+use std::sync::Arc;
+
+use super::abi::InHeader;
+use super::reply::{Reply, Sink};
+use super::request::{Args, Malformed, Request, has_reply};
+
+/// What the kernel offered at INIT.
+#[derive(Debug, Clone, Copy)]
+pub struct Offer {
+    pub minor: u32,
+    pub flags: u64,
+    pub max_readahead: u32,
+}
+
+/// What the filesystem asks for in INIT's reply. Flags the kernel did not
+/// offer are dropped.
+#[derive(Debug, Clone, Copy)]
+pub struct Wants {
+    pub flags: u64,
+    pub max_write: u32,
+    pub max_pages: u16,
+    pub max_stack_depth: u32,
+    /// How many requests the kernel may have in flight in the background
+    /// (reads ahead, writeback).
+    pub max_background: u16,
+}
+
+/// The settled connection parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Agreed {
+    pub minor: u32,
+    pub flags: u64,
+    pub max_write: u32,
+    pub max_pages: u16,
+}
+
+impl Agreed {
+    pub fn has(&self, flag: u64) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// The largest request: a write of `max_write` bytes with its headers.
+    pub fn request_size(&self) -> usize {
+        let pages = usize::from(self.max_pages.max(1)) * 4096;
+        (self.max_write as usize).max(pages) + 4096
+    }
+}
+
+/// A filesystem served by a [`Session`](super::Session).
+pub trait Filesystem: Send + Sync + 'static {
+    /// What to ask of the kernel, given its offer.
+    fn init(&self, offer: &Offer) -> Wants;
+    /// What the kernel agreed to (called once, before any request).
+    fn agreed(&self, agreed: &Agreed);
+    /// Answer one request (INIT aside). Requests the kernel expects no
+    /// answer to come with a reply that sends nothing.
+    fn dispatch(&self, req: Request<'_>, reply: Reply);
+}
+
+/// Decode one request and hand it to `fs` with its reply.
+pub(crate) fn handle(
+    fs: &dyn Filesystem,
+    h: &InHeader,
+    args: Args<'_>,
+    slot: u32,
+    sink: &Arc<dyn Sink>,
+) {
+    let reply = Reply::new(h.unique, slot, sink.clone(), has_reply(h.opcode));
+    match Request::parse(h, args) {
+        Ok(req) => fs.dispatch(req, reply),
+        Err(Malformed) => {
+            tracing::warn!(opcode = h.opcode, "a malformed request; answered EIO");
+            reply.error(libc::EIO);
+        }
+    }
+}

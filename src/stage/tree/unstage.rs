@@ -1,0 +1,178 @@
+//! Taking changes out of the stage: a discard drops them; a commit
+//! removes what it applied. Either way a sweep then removes what the
+//! stage still holds that is no change, so it holds exactly what is left.
+
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{self as rfs, AtFlags, FileType};
+use rustix::io::Errno;
+
+use super::fingerprints::Fingerprints;
+use super::fsops::{self, split};
+use super::{Change, Layers, changes};
+
+fn io_err(e: Errno, what: &str, p: &Path) -> io::Error {
+    fsops::err(e, what, p)
+}
+
+/// Drop the stage's changes under `filter` (empty: all); returns them.
+pub fn discard(l: &Layers, fp: &Fingerprints, filter: &[PathBuf]) -> io::Result<Vec<Change>> {
+    let dropped = changes(l, filter)?;
+    if filter.is_empty() {
+        for n in l
+            .upper
+            .names(Path::new(""))
+            .map_err(|e| io_err(e, "list", &l.upper.path))?
+        {
+            fsops::remove_all(l.upper.fd(), &n)
+                .map_err(|e| io_err(e, "remove", &l.upper.path.join(&n)))?;
+        }
+        fp.forget(&[PathBuf::new()])?;
+        return Ok(dropped);
+    }
+    for f in filter {
+        unstage_tree(l, f)?;
+    }
+    for c in &dropped {
+        if let Some(from) = &c.from {
+            unstage_tree(l, from)?;
+        }
+    }
+    sweep(l, filter, &HashSet::new())?;
+    let mut forget = filter.to_vec();
+    forget.extend(dropped.iter().filter_map(|c| c.from.clone()));
+    fp.forget(&forget)?;
+    Ok(dropped)
+}
+
+/// Take an applied `rel` out of the stage: a file, symlink or whiteout is
+/// removed; a directory loses its opaque mark (its backing dir now holds
+/// exactly what the stage showed) and goes in the sweep when empty.
+pub(super) fn unstage(l: &Layers, rel: &Path) -> io::Result<()> {
+    let Some(st) = l.upper.stat(rel).ok().flatten() else {
+        return Ok(());
+    };
+    let (parent, name) = split(rel);
+    let Ok(dir) = l.upper.dir(parent) else {
+        return Ok(());
+    };
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        if let Ok(fd) = l.upper.dir(rel) {
+            let _ = rfs::fremovexattr(&fd, format!("{}opaque", l.prefix).as_str());
+        }
+        return Ok(());
+    }
+    match rfs::unlinkat(&dir, name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(e) => Err(io_err(e, "remove", &l.upper.path.join(rel))),
+    }
+}
+
+/// Drop `rel` and everything under it from the stage.
+fn unstage_tree(l: &Layers, rel: &Path) -> io::Result<()> {
+    let (parent, name) = split(rel);
+    match l.upper.dir(parent) {
+        Ok(dir) => fsops::remove_all(dir.as_fd(), name)
+            .map_err(|e| io_err(e, "remove", &l.upper.path.join(rel))),
+        Err(Errno::NOENT | Errno::NOTDIR) => Ok(()),
+        Err(e) => Err(io_err(e, "open", &l.upper.path.join(parent))),
+    }
+}
+
+/// After a commit or discard: what the stage still holds under `filter`
+/// that is no change (a file equal to the backing one, a whiteout of
+/// nothing, a directory that only held applied changes) is removed, so
+/// the stage holds exactly the changes left (`keep`: conflicts).
+pub(super) fn sweep(l: &Layers, filter: &[PathBuf], keep: &HashSet<PathBuf>) -> io::Result<()> {
+    // With nothing kept, every change under the filter was applied: what
+    // is left there is no change (no need to walk both trees again).
+    let left: HashSet<PathBuf> = if keep.is_empty() {
+        HashSet::new()
+    } else {
+        changes(l, filter)?.into_iter().map(|c| c.path).collect()
+    };
+    let starts: Vec<PathBuf> = if filter.is_empty() {
+        vec![PathBuf::new()]
+    } else {
+        // The filter paths and their ancestors (a parent that only held
+        // them may be empty now).
+        let mut s: Vec<PathBuf> = filter.to_vec();
+        for f in filter {
+            s.extend(f.ancestors().skip(1).map(Path::to_path_buf));
+        }
+        s.sort();
+        s.dedup();
+        s
+    };
+    for start in starts.iter().rev() {
+        sweep_at(l, start, &left, keep, filter)?;
+    }
+    Ok(())
+}
+
+fn sweep_at(
+    l: &Layers,
+    rel: &Path,
+    left: &HashSet<PathBuf>,
+    keep: &HashSet<PathBuf>,
+    filter: &[PathBuf],
+) -> io::Result<()> {
+    let Some(st) = l.upper.stat(rel).ok().flatten() else {
+        return Ok(());
+    };
+    let wanted = super::in_filter(rel, filter);
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        if wanted {
+            for n in l.upper.names(rel).unwrap_or_default() {
+                sweep_at(l, &rel.join(n), left, keep, filter)?;
+            }
+        }
+        let empty = l.upper.names(rel).map(|n| n.is_empty()).unwrap_or(false);
+        let lower_dir = l
+            .lower
+            .stat(rel)
+            .ok()
+            .flatten()
+            .is_some_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory);
+        // Outside the filter a directory may be a change of its own (a
+        // chmod) that nobody applied: it stays unless it equals the
+        // backing one.
+        let same = wanted || same_dir(l, rel);
+        if !rel.as_os_str().is_empty()
+            && empty
+            && lower_dir
+            && same
+            && !left.contains(rel)
+            && !keep.contains(rel)
+        {
+            let (parent, name) = split(rel);
+            if let Ok(dir) = l.upper.dir(parent) {
+                let _ = rfs::unlinkat(&dir, name, AtFlags::REMOVEDIR);
+            }
+        }
+        return Ok(());
+    }
+    if wanted && !left.contains(rel) && !keep.contains(rel) {
+        let (parent, name) = split(rel);
+        if let Ok(dir) = l.upper.dir(parent) {
+            let _ = rfs::unlinkat(&dir, name, AtFlags::empty());
+        }
+    }
+    Ok(())
+}
+
+/// Whether directory `rel` has the same mode, owner and user xattrs in
+/// the stage as in the backing dir.
+fn same_dir(l: &Layers, rel: &Path) -> bool {
+    match (l.upper.stat(rel), l.lower.stat(rel)) {
+        (Ok(Some(u)), Ok(Some(w))) => {
+            (u.st_mode, u.st_uid, u.st_gid) == (w.st_mode, w.st_uid, w.st_gid)
+                && l.upper.user_xattrs(rel).unwrap_or_default()
+                    == l.lower.user_xattrs(rel).unwrap_or_default()
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,216 @@
+//! One staged zone's part of a stage request (its layers; its change
+//! report, commit or discard), and a request's paths sorted by zone.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::report::{ZoneChanges, ZoneCommit, ZoneDiscard};
+use super::tree;
+use crate::backing::overlay::Xattrs;
+use crate::text;
+
+/// What one zone's operation needs: its layers and its stage dir.
+pub(super) struct ZoneWork {
+    pub(super) name: String,
+    pub(super) backing: PathBuf,
+    pub(super) upper: PathBuf,
+    pub(super) dir: PathBuf,
+    pub(super) xattrs: Xattrs,
+}
+
+impl ZoneWork {
+    fn layers(&self) -> Result<tree::Layers, String> {
+        tree::Layers::open(&self.backing, &self.upper, self.xattrs.prefix())
+            .map_err(|e| format!("zone '{}': cannot open its layers: {e}", self.name))
+    }
+
+    pub(super) fn changes(&self, filter: &[PathBuf], diff: bool) -> Result<ZoneChanges, String> {
+        let l = self.layers()?;
+        let mut list =
+            tree::changes(&l, filter).map_err(|e| format!("zone '{}': {e}", self.name))?;
+        if diff {
+            for c in &mut list {
+                c.diff = Some(tree::diff(&l, c).map_err(|e| format!("zone '{}': {e}", self.name))?);
+            }
+        }
+        Ok(ZoneChanges {
+            zone: self.name.clone(),
+            staged: true,
+            changes: list,
+            incomplete: false,
+        })
+    }
+
+    pub(super) fn commit(
+        &self,
+        fp: &tree::Fingerprints,
+        filter: &[PathBuf],
+        force: bool,
+    ) -> Result<ZoneCommit, String> {
+        let l = self.layers()?;
+        let report = tree::commit(&l, fp, &self.dir, filter, force).map_err(|e| {
+            format!(
+                "zone '{}': commit: {e} (run it again: it completes)",
+                self.name
+            )
+        })?;
+        Ok(ZoneCommit {
+            zone: self.name.clone(),
+            applied: report.applied,
+            conflicts: report.conflicts,
+            discarded: None,
+        })
+    }
+
+    pub(super) fn discard(
+        &self,
+        fp: &tree::Fingerprints,
+        filter: &[PathBuf],
+    ) -> Result<ZoneDiscard, String> {
+        let l = self.layers()?;
+        let dropped = tree::discard(&l, fp, filter)
+            .map_err(|e| format!("zone '{}': discard: {e}", self.name))?;
+        Ok(ZoneDiscard {
+            zone: self.name.clone(),
+            discarded: dropped,
+            applied: None,
+            conflicts: None,
+        })
+    }
+
+    /// The stage's records read afresh (a stage no mount holds).
+    pub(super) fn fingerprints(&self) -> Result<tree::Fingerprints, String> {
+        tree::Fingerprints::open(&self.dir)
+            .map_err(|e| format!("zone '{}': cannot read its stage's records: {e}", self.name))
+    }
+}
+
+impl std::fmt::Debug for ZoneWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZoneWork")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A zone's answer to a commit or discard.
+pub(super) trait Outcome {
+    /// The zone left alone: `open` files of it are open for writing.
+    fn left_alone(zone: &str, open: usize) -> Self;
+    /// The paths it applied or dropped (the kernel forgets them).
+    fn done(&self) -> Vec<PathBuf>;
+}
+
+impl Outcome for ZoneCommit {
+    fn left_alone(zone: &str, open: usize) -> Self {
+        ZoneCommit::left_alone(zone, open)
+    }
+    fn done(&self) -> Vec<PathBuf> {
+        self.applied.iter().map(|c| c.path.clone()).collect()
+    }
+}
+
+impl Outcome for ZoneDiscard {
+    fn left_alone(zone: &str, open: usize) -> Self {
+        ZoneDiscard::left_alone(zone, open)
+    }
+    fn done(&self) -> Vec<PathBuf> {
+        self.discarded.iter().map(|c| c.path.clone()).collect()
+    }
+}
+
+/// The paths `paths` (worker form, `/zone/rel`, exact) by zone name,
+/// among the zones `zones` (those the request is about); a zone given
+/// alone (or no path at all: every zone) maps to an empty list, meaning
+/// "everything".
+pub(super) fn by_zone(
+    paths: &[PathBuf],
+    zones: &[&str],
+) -> Result<BTreeMap<String, Vec<PathBuf>>, String> {
+    let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    if paths.is_empty() {
+        for z in zones {
+            out.insert((*z).to_owned(), Vec::new());
+        }
+        return Ok(out);
+    }
+    for p in paths {
+        let bytes = p.as_os_str().as_bytes();
+        let start = bytes.iter().position(|b| *b != b'/').unwrap_or(bytes.len());
+        let rel = &bytes[start..];
+        let (zone, rest) = match rel.iter().position(|b| *b == b'/') {
+            Some(i) => (&rel[..i], &rel[i + 1..]),
+            None => (rel, &[][..]),
+        };
+        let shown = text::path(p);
+        if zone.is_empty() {
+            for z in zones {
+                out.insert((*z).to_owned(), Vec::new());
+            }
+            continue;
+        }
+        let Some(zone) = std::str::from_utf8(zone).ok().filter(|z| zones.contains(z)) else {
+            return Err(format!(
+                "{shown}: /{} is not one of the zones this applies to ({})",
+                text::escape(zone),
+                zones
+                    .iter()
+                    .map(|z| format!("/{z}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        };
+        let rest = Path::new(OsStr::from_bytes(rest));
+        if rest
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(format!("{shown}: give a plain path, without '..'"));
+        }
+        let entry = out.entry(zone.to_owned()).or_default();
+        if rest.as_os_str().is_empty() {
+            // The whole zone, whatever else was named.
+            entry.clear();
+            entry.push(PathBuf::new());
+        } else if !entry.iter().any(|e| e.as_os_str().is_empty()) {
+            entry.push(rest.to_path_buf());
+        }
+    }
+    for v in out.values_mut() {
+        v.retain(|p| !p.as_os_str().is_empty());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::os::unix::ffi::OsStringExt;
+
+    use super::*;
+
+    #[test]
+    fn paths_go_to_their_zones() {
+        let z = ["work", "out"];
+        let m = by_zone(&[], &z).unwrap();
+        assert_eq!(m.len(), 2);
+        assert!(m.values().all(Vec::is_empty));
+        let m = by_zone(&["/work/a/b".into(), "/work/c".into()], &z).unwrap();
+        assert_eq!(m["work"], [PathBuf::from("a/b"), PathBuf::from("c")]);
+        assert!(!m.contains_key("out"));
+        let m = by_zone(&["/work/a".into(), "/work".into()], &z).unwrap();
+        assert!(m["work"].is_empty(), "the whole zone wins");
+        let e = by_zone(&["/docs/x".into()], &z).unwrap_err();
+        assert!(
+            e.contains("/docs is not one of the zones this applies to (/work, /out)"),
+            "{e}"
+        );
+        assert!(by_zone(&["/work/../x".into()], &z).is_err());
+        // A name that is not UTF-8 reaches its zone exact.
+        let odd = PathBuf::from(std::ffi::OsString::from_vec(b"/work/a\xff".to_vec()));
+        let m = by_zone(&[odd], &z).unwrap();
+        assert_eq!(m["work"][0].as_os_str().as_bytes(), b"a\xff");
+    }
+}
