@@ -4,11 +4,11 @@
 //! The binary in `main.rs` is a thin shell over [`cli::run`]. The rooms:
 //! - [`config`]: project and worker files, validation, derivation.
 //! - [`policy`]: the pure decision "may this operation proceed here?".
-//! - [`backing`]: fd-relative access to backing dirs; the only `unsafe`.
+//! - [`backing`]: fd-relative access to backing dirs.
 //! - [`fs`]: the filesystem: a testable core, and the adapter that turns
 //!   each FUSE request into one core call.
 //! - [`fuse`]: the FUSE session layer: protocol, handshake, the
-//!   `/dev/fuse` and io_uring transports.
+//!   `/dev/fuse` and io_uring transports, mounting.
 //! - [`approval`]: the broker an `ask` decision is handed to, its
 //!   approvers (prompt, hook, a channel for the Rust API) and their caches.
 //! - [`audit`]: the JSON Lines ledger.
@@ -16,12 +16,14 @@
 //!   client.
 //! - [`mount`]: the one composition root that builds every mount (and a
 //!   mount's defaults), the Rust API, the daemon's record, socket and
-//!   signals, the mount registry, mountinfo, unmounting.
+//!   signals, the mount registry, mountinfo, unmounting, the watcher
+//!   that cleans up after a dead daemon.
 //! - [`error`]: the one place errors become errnos.
 //! - [`cli`]: commands, daemonizing, readiness, exit codes, `run`, `list`.
-//! - [`isolate`]: the bubblewrap command line for `run --isolate`.
+//! - [`isolate`]: the worker boundary: the bubblewrap command line for
+//!   `run --isolate`, and `run`'s PID namespace.
 //! - [`stage`]: staged zones: the stage, its change report, commit and
-//!   discard.
+//!   discard, the overlay and the mapped log.
 //! - [`text`]: what a worker names, escaped for people, exact in JSON.
 
 pub mod approval;

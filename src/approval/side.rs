@@ -21,8 +21,8 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::caller;
-pub use crate::backing::pidns::NsId;
-use crate::backing::pidns::PidNs;
+pub use crate::isolate::pidns::NsId;
+use crate::isolate::pidns::PidNs;
 
 /// How deep PID namespaces nest (the kernel's limit is 32).
 const MAX_DEPTH: usize = 33;

@@ -6,13 +6,16 @@
 //! `enable_uring` on).
 //!
 //! It knows nothing of zones or policy: a [`Filesystem`] gets each decoded
-//! request with its [`Reply`]. The `unsafe` it needs (device ioctls, the
-//! ring's shared buffers) lives in `backing`.
+//! request with its [`Reply`]. The system calls it needs (the device and
+//! its ioctls, the ring's shared buffers, mounting) are its leaf `sys`,
+//! the only part of `fuse` allowed `unsafe`.
 
 pub mod abi;
 mod reply;
 mod request;
 mod session;
+#[allow(unsafe_code)]
+pub mod sys;
 mod types;
 mod uring;
 

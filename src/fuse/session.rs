@@ -18,7 +18,7 @@ use super::abi::{self, InHeader, OutHeader, init};
 use super::reply::{Reply, Sink, send_file_copied};
 use super::request::{Args, Malformed, Op, Request, has_reply};
 use super::uring;
-use crate::backing::{Device, FuseRing};
+use crate::fuse::sys::{Device, FuseRing};
 
 /// What the kernel offered at INIT.
 #[derive(Debug, Clone, Copy)]

@@ -41,7 +41,7 @@ use super::abi::{self, NotifyRetrieveOut, OutHeader};
 use super::reply::{Reply, Sink};
 use super::request::Args;
 use super::session::{Filesystem, handle};
-use crate::backing::{Device, FuseRing, RingEvent, Waker, io_uring_allowed, possible_cpus};
+use crate::fuse::sys::{Device, FuseRing, RingEvent, Waker, io_uring_allowed, possible_cpus};
 
 /// Ring entries a queue starts with.
 pub const QUEUE_START: usize = 8;
@@ -282,7 +282,7 @@ impl Files {
 /// writer runs on. Its entry's commit hands over the first request held
 /// back for want of an entry, if any. False when no file would do (the
 /// kernel forgot them all, or none was seen yet).
-fn nudge(dev: &crate::backing::Device, files: &Files) -> bool {
+fn nudge(dev: &Device, files: &Files) -> bool {
     for &nodeid in files.0.iter().filter(|&&n| n != 0) {
         let out = NotifyRetrieveOut {
             notify_unique: NUDGE_UNIQUE.fetch_sub(2, Ordering::Relaxed),

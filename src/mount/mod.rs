@@ -13,6 +13,7 @@
 //! - `unmount`: detaching a mount and waiting for its daemon.
 //! - `staging`: `changes`, `commit` and `discard` of staged zones, for the
 //!   control socket and on a stage dir no mount holds.
+//! - `watch`: the process that cleans up after a dead daemon or `run`.
 
 pub mod api;
 pub mod daemon;
@@ -23,6 +24,7 @@ mod registry;
 pub mod session;
 pub mod staging;
 mod unmount;
+pub mod watch;
 
 use std::path::Path;
 

@@ -15,10 +15,10 @@ use serde_json::{Value, json};
 
 use crate::approval::side::WorkerSide;
 use crate::audit::{self, Audit, Kind};
-use crate::backing::overlay::Xattrs;
 use crate::control::protocol::Request;
 use crate::control::{Peer, StageFn};
 use crate::fs::core::Core;
+use crate::stage::sys::overlay::Xattrs;
 use crate::stage::{self, Stages, tree};
 use crate::text;
 

@@ -21,7 +21,7 @@
 //! paths otherwise. After the fork the child is single-threaded in a copy
 //! of a multithreaded process: it makes system calls only, on data made
 //! before the fork, never allocates, and leaves through `_exit` (the
-//! watcher's rules, see `watch`).
+//! watcher's rules, see `mount::watch`).
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -74,7 +74,7 @@ const CHILD_PATIENCE: Duration = Duration::from_secs(10);
 /// a directory fd for `*at` calls) and where its markers are kept.
 pub fn mount(layers: &Layers<'_>) -> io::Result<(OwnedFd, Xattrs)> {
     let prep = Prepared::new(layers)?;
-    if super::has_sys_admin() {
+    if crate::backing::has_sys_admin() {
         prep.mount(Xattrs::Trusted)
             .map(|fd| (fd, Xattrs::Trusted))
             .map_err(|(step, e)| failed(step, e, Xattrs::Trusted))
@@ -425,7 +425,7 @@ mod tests {
             }
             Err(e) => panic!("overlay: {e}"),
         };
-        if super::super::has_sys_admin() {
+        if crate::backing::has_sys_admin() {
             assert_eq!(how, Xattrs::Trusted);
         }
         let f = rustix::fs::openat(
