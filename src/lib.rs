@@ -25,6 +25,24 @@
 //! - [`stage`]: staged zones: the stage, its change report, commit and
 //!   discard, the overlay and the mapped log.
 //! - [`text`]: what a worker names, escaped for people, exact in JSON.
+//!
+//! # Unsafe
+//!
+//! `unsafe_code` is denied for the crate (`Cargo.toml`) and allowed only
+//! on these leaves, each holding raw system calls and nothing else that
+//! could live elsewhere; every `unsafe` in them has a `// SAFETY:` note,
+//! and `docs/layout.md` ("Unsafe inventory") lists each one
+//! (`tests/unsafe_inventory.rs` holds the code to this list and to that
+//! table):
+//! - `backing`: fd-relative access to backing dirs (kernel file handles,
+//!   `fchmodat2`).
+//! - `fuse::sys`: the FUSE transport (the device's ioctls, the io_uring
+//!   ring's shared buffers).
+//! - `mount::watch::sys`: the watcher's fork, exec, `close_range`, signal
+//!   dispositions and pre-exec announcement.
+//! - `stage::sys`: the stage's overlay (a forked child in a user
+//!   namespace) and its mapped append log.
+//! - `isolate::pidns`: `run`'s PID namespace (`unshare`, `NS_GET_PARENT`).
 
 pub mod approval;
 pub mod audit;

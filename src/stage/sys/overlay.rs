@@ -39,6 +39,8 @@ use rustix::net::{
     AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
 };
+use rustix::process::{Pid, Signal, WaitOptions};
+use rustix::thread::UnshareFlags;
 
 /// Which xattr namespace the overlay keeps its markers in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,15 +288,16 @@ fn in_user_namespace(prep: &Prepared) -> io::Result<OwnedFd> {
     }
     drop(theirs);
     let got = receive(ours.as_fd());
+    // fork returned a positive pid here.
+    let child = Pid::from_raw(pid);
     // The child exits right after sending; if it hangs (it can't, short
     // of a kernel bug), it is killed so we never wait forever.
-    if got.is_err() {
-        // SAFETY: `pid` is our own child, not yet reaped.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+    if let (Err(_), Some(child)) = (&got, child) {
+        let _ = rustix::process::kill_process(child, Signal::KILL);
     }
-    let mut status = 0;
-    // SAFETY: waitpid on our own child; `status` is a valid out pointer.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if let Some(child) = child {
+        let _ = rustix::process::waitpid(Some(child), WaitOptions::empty());
+    }
     got
 }
 
@@ -345,10 +348,10 @@ fn receive(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 /// mounted there, its fd sent back; or the failing step and errno.
 fn child(prep: &Prepared, sock: BorrowedFd<'_>) -> ! {
     let result = (|| {
-        // SAFETY: unshare(2) on this single-threaded fork child.
-        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
-            return Err((Step::Unshare, Errno::from_raw_os_error(last_errno())));
-        }
+        let flags = UnshareFlags::NEWUSER | UnshareFlags::NEWNS;
+        // SAFETY: unshare(2) on this single-threaded fork child: no other
+        // thread shares its fd table or its cwd.
+        unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(|e| (Step::Unshare, e))?;
         let maps: [(&CStr, &[u8]); 3] = [
             (c"/proc/self/setgroups", b"deny"),
             (c"/proc/self/uid_map", &prep.uid_map),
@@ -381,11 +384,6 @@ fn child(prep: &Prepared, sock: BorrowedFd<'_>) -> ! {
     };
     // SAFETY: leaving the fork child without running destructors.
     unsafe { libc::_exit(if sent.is_ok() { 0 } else { 1 }) }
-}
-
-fn last_errno() -> i32 {
-    // SAFETY: reads this thread's errno.
-    unsafe { *libc::__errno_location() }
 }
 
 fn write_file(path: &CStr, text: &[u8]) -> Result<(), Errno> {
