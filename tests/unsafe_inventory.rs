@@ -217,7 +217,8 @@ fn allowed_leaves(src: &Path, files: &[(PathBuf, String)]) -> (BTreeSet<String>,
             if !l.contains("unsafe_code") {
                 continue;
             }
-            let here = format!("{}:{}", file.display(), n + 1);
+            let rel = file.strip_prefix(repo()).unwrap_or(file);
+            let here = format!("{}:{}", rel.display(), n + 1);
             if l.trim() != "#[allow(unsafe_code)]" {
                 stray.push(format!("{here}: {}", l.trim()));
                 continue;
