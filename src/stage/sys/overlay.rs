@@ -418,7 +418,7 @@ mod tests {
         let (root, how) = match mount(&layers) {
             Ok(m) => m,
             Err(e) if std::env::var_os("CI").is_none() => {
-                println!("ZONEMOUNT-SKIP: backing::overlay: {e}");
+                println!("ZONEMOUNT-SKIP: stage::sys::overlay: {e}");
                 return;
             }
             Err(e) => panic!("overlay: {e}"),
