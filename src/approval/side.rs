@@ -13,7 +13,7 @@
 //!   namespace could be made; `setsid` and a double fork leave it.
 //!
 //! The decision is pure ([`inside`]); the facts come from `/proc` and the
-//! `NS_GET_PARENT` ioctl (`backing::pidns`).
+//! `NS_GET_PARENT` ioctl (`isolate::pidns`).
 
 use std::io;
 

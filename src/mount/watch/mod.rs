@@ -37,7 +37,7 @@
 //!    when busy.
 //!
 //! The watcher forks a guard (`zm-guard`) of its own, which does the same
-//! work if the watcher is killed before it is done (see [`spawn_guard`]):
+//! work if the watcher is killed before it is done (see `child::spawn_guard`):
 //! a SIGKILL of the daemon and its watcher together still leaves no mount.
 //! Only the three killed at once do.
 //!
@@ -73,7 +73,7 @@ use rustix::process::WaitOptions;
 
 use prepared::Prepared;
 
-/// How long a process in [`Plan::stop`] gets between SIGTERM and SIGKILL.
+/// How long a process to stop ([`Announce::Stop`]) gets between SIGTERM and SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long the watcher keeps retrying to remove a busy directory.
 pub const RMDIR_PATIENCE: Duration = Duration::from_secs(10);
