@@ -40,8 +40,10 @@
 //!   ring's shared buffers).
 //! - `mount::watch::sys`: the watcher's fork, exec, `close_range`, signal
 //!   dispositions and pre-exec announcement.
-//! - `stage::sys`: the stage's overlay (a forked child in a user
-//!   namespace) and its mapped append log.
+//! - `stage::sys::child`: the fork, `unshare` and `_exit` of the child
+//!   that mounts a stage's overlay in a user namespace.
+//! - `stage::sys::maplog`: the stage's append log, written through a
+//!   shared mapping.
 //! - `isolate::pidns`: `run`'s PID namespace (`unshare`, `NS_GET_PARENT`).
 
 pub mod approval;

@@ -11,7 +11,6 @@
 //! directory (see `stage::sys::overlay`).
 
 pub mod dir;
-#[allow(unsafe_code)]
 pub mod sys;
 pub mod tree;
 
