@@ -29,8 +29,8 @@
 //! # Unsafe
 //!
 //! `unsafe_code` is denied for the crate (`Cargo.toml`) and allowed only
-//! on these leaves, each holding raw system calls and nothing else that
-//! could live elsewhere; every `unsafe` in them has a `// SAFETY:` note,
+//! on these leaves, the modules that hold the raw system calls of one
+//! capability each; every `unsafe` in them has a `// SAFETY:` note,
 //! and `docs/layout.md` ("Unsafe inventory") lists each one
 //! (`tests/unsafe_inventory.rs` holds the code to this list and to that
 //! table):
