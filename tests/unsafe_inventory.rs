@@ -104,8 +104,9 @@ fn code_only(src: &str) -> String {
             }
             out.push(' ');
             i += 1;
-        } else if c[i] == '\'' && !prev_ident {
-            // A char literal ('a', '\n', '\u{1f}'), or a lifetime ('a).
+        } else if c[i] == '\'' && (!prev_ident || byte_prefix(&c, i)) {
+            // A char or byte literal ('a', b'"', '\n', '\u{1f}'), or a
+            // lifetime ('a).
             let end = if c.get(i + 1) == Some(&'\\') {
                 (i + 2..c.len()).find(|&k| c[k] == '\'')
             } else if c.get(i + 2) == Some(&'\'') {
@@ -131,6 +132,11 @@ fn code_only(src: &str) -> String {
         }
     }
     out
+}
+
+/// Whether the quote at `i` follows a lone `b` (a byte literal `b'x'`).
+fn byte_prefix(c: &[char], i: usize) -> bool {
+    i > 0 && c[i - 1] == 'b' && (i < 2 || !(c[i - 2].is_alphanumeric() || c[i - 2] == '_'))
 }
 
 /// A raw string (`r"`, `r#"`, `br#"`, `cr"`) starting at `i`: the index
@@ -406,7 +412,7 @@ fn the_scanner_tells_code_from_comments_and_strings() {
 /* unsafe { block comment } */
 let s = "unsafe { in a string }";
 let r = r#"unsafe "quoted" "#;
-let c = '"'; let l: &'static str = "x";
+let c = '"'; let l: &'static str = "x"; let b = b'"';
 fn unsafe_for_terminal() {}
 // SAFETY: documented.
 let a = unsafe { f() };
