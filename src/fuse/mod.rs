@@ -3,7 +3,7 @@
 //! the handshake and the serving threads (`session`) over either
 //! transport — `/dev/fuse` reads and writes, or FUSE over io_uring
 //! (`uring`, one ring per CPU, Linux 6.14 and later with the fuse module's
-//! `enable_uring` on).
+//! `enable_uring` on; `queue`, one such ring's entries).
 //!
 //! It knows nothing of zones or policy: a [`Filesystem`] gets each decoded
 //! request with its [`Reply`]. The system calls it needs (the device and
@@ -11,6 +11,7 @@
 //! the only part of `fuse` allowed `unsafe`.
 
 pub mod abi;
+mod queue;
 mod reply;
 mod request;
 mod session;

@@ -15,10 +15,11 @@ use std::thread::JoinHandle;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{self, InHeader, OutHeader, init};
+use super::queue::FuseRing;
 use super::reply::{Reply, Sink, send_file_copied};
 use super::request::{Args, Malformed, Op, Request, has_reply};
 use super::uring;
-use crate::fuse::sys::{Device, FuseRing};
+use crate::fuse::sys::Device;
 
 /// What the kernel offered at INIT.
 #[derive(Debug, Clone, Copy)]

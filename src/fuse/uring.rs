@@ -38,10 +38,11 @@ use std::thread::{JoinHandle, ThreadId};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{self, NotifyRetrieveOut, OutHeader};
+use super::queue::{Event as RingEvent, FuseRing, Waker};
 use super::reply::{Reply, Sink};
 use super::request::Args;
 use super::session::{Filesystem, handle};
-use crate::fuse::sys::{Device, FuseRing, RingEvent, Waker, io_uring_allowed, possible_cpus};
+use crate::fuse::sys::{Device, io_uring_allowed, possible_cpus};
 
 /// Ring entries a queue starts with.
 pub const QUEUE_START: usize = 8;

@@ -1,49 +1,36 @@
-//! One FUSE-over-io_uring queue: an io_uring whose entries are the
-//! kernel's ring entries for one CPU's FUSE requests.
+//! One FUSE-over-io_uring ring's system side: an io_uring whose entries
+//! are the kernel's ring entries for one CPU's FUSE requests, and their
+//! buffers, shared with the kernel ([`Ring`]). What the entries mean
+//! (registering, fetching, committing, the queue's growth) is
+//! `fuse::queue`'s.
 //!
 //! Each entry owns a header buffer (`struct fuse_uring_req_header`: the
 //! in/out header, the opcode's header, the entry's in/out record) and a
 //! payload buffer, registered with the kernel once (`REGISTER`). The
-//! kernel fills them with a request and completes the entry's command;
-//! the answer goes into the same buffers and `COMMIT_AND_FETCH` hands
-//! the entry back for the next request. An eventfd polled on the same
-//! ring wakes the queue's thread when another thread has a reply ready.
-//!
-//! The kernel wants every payload buffer as large as the largest request
+//! kernel wants every payload buffer as large as the largest request
 //! (`max_write`, 1 MiB here). Each entry's buffers are one anonymous
 //! mapping, which takes memory only page by page as the kernel copies a
 //! request in or the daemon writes a reply: an entry costs what its
-//! requests used, an entry never used costs nothing. A queue starts with
-//! a few entries and grows on demand ([`FuseRing::grow`]): the kernel
-//! takes a newly registered entry at once. It has no way to take one
-//! back, so a queue never shrinks.
+//! requests used, an entry never used costs nothing.
 //!
 //! The buffers are shared with the kernel while an entry is registered or
-//! committed: this module reads or writes them only between the entry's
-//! completion and its next submission, and never moves or frees them
-//! while the ring lives.
+//! committed: they are read or written only between the entry's
+//! completion and its next submission (the queue's rule), and never moved
+//! or freed while the ring lives: the ring is dropped before them.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use rustix::mm::{MapFlags, ProtFlags};
-use zerocopy::{FromBytes, IntoBytes};
+use zerocopy::IntoBytes;
 
-use super::Device;
-use crate::fuse::abi::{
-    InHeader, OutHeader, URING_CMD_COMMIT_AND_FETCH, URING_CMD_REGISTER, URING_ENT_OFFSET,
-    URING_HEADER_SZ, URING_IN_OUT_HEADER_SZ, URING_OP_IN_OUT_SZ, UringCmdReq, UringEntInOut,
-};
+use crate::fuse::abi::{URING_CMD_REGISTER, URING_HEADER_SZ, UringCmdReq};
 
 const PAGE: usize = 4096;
 
-/// The completion user-data of the eventfd poll.
-const WAKE: u64 = u64::MAX;
-
 /// Submission slots of a queue's ring: commands beyond this many in one
-/// round are handed to the kernel in turn ([`FuseRing::push`]).
+/// round are handed to the kernel in turn ([`Ring::push`]).
 const SQ_ENTRIES: u32 = 32;
 /// Completion slots. A queue with more entries than this completing at
 /// once leaves the rest with the kernel until there is room (no
@@ -57,8 +44,6 @@ struct Ent {
     pages: usize,
     /// The two iovecs REGISTER points the kernel at.
     iov: Box<[libc::iovec; 2]>,
-    /// What a commit of this entry quotes (the request's unique).
-    commit_id: u64,
 }
 
 impl Ent {
@@ -86,12 +71,7 @@ impl Ent {
                 iov_len: pages * PAGE,
             },
         ]);
-        Ok(Ent {
-            map,
-            pages,
-            iov,
-            commit_id: 0,
-        })
+        Ok(Ent { map, pages, iov })
     }
 
     fn header(&self) -> &[u8] {
@@ -128,117 +108,90 @@ impl Drop for Ent {
     }
 }
 
-/// What a wait brought.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    /// Entry `n` holds a request.
-    Request(usize),
-    /// Another thread has replies for this queue.
-    Wake,
-    /// Entry `n`'s command failed (ENOTCONN: the connection ended).
-    Failed(usize, i32),
-}
-
-/// A queue's ring and entries.
-pub struct FuseRing {
+/// An io_uring and its FUSE entries' buffers.
+pub struct Ring {
     // Dropped first: the kernel lets go of the buffers with the ring.
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     ents: Vec<Ent>,
-    /// Entries handed to the kernel so far (the first `registered` of
-    /// `ents`; the rest wait for [`FuseRing::register_all`]).
-    registered: usize,
-    /// Entries that brought a request not committed yet.
-    held: usize,
     /// Payload pages per entry.
     pages: usize,
-    qid: u16,
-    dev: Arc<Device>,
-    wake: Arc<OwnedFd>,
-    wake_armed: bool,
 }
 
 // SAFETY: the raw pointers are owned buffers, used only by the thread that
-// holds the `FuseRing` (and by the kernel); nothing else aliases them.
-unsafe impl Send for FuseRing {}
+// holds the `Ring` (and by the kernel); nothing else aliases them.
+unsafe impl Send for Ring {}
 
-/// Wakes a queue's thread (an eventfd the ring polls).
-#[derive(Debug, Clone)]
-pub struct Waker(Arc<OwnedFd>);
-
-impl Waker {
-    pub fn wake(&self) {
-        let _ = rustix::io::write(&*self.0, &1u64.to_ne_bytes());
-    }
-}
-
-impl FuseRing {
-    /// A ring for queue `qid` of `dev`'s connection with `depth` entries
-    /// to start with, each with a payload buffer of at least `payload`
-    /// bytes.
-    pub fn new(dev: &Arc<Device>, qid: u16, depth: usize, payload: usize) -> io::Result<FuseRing> {
+impl Ring {
+    /// A ring with `depth` entries, each with a payload buffer of at least
+    /// `payload` bytes.
+    pub fn new(depth: usize, payload: usize) -> io::Result<Ring> {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_cqsize(CQ_ENTRIES)
             .build(SQ_ENTRIES)?;
-        let wake = rustix::event::eventfd(
-            0,
-            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
-        )?;
         let pages = payload.div_ceil(PAGE);
-        Ok(FuseRing {
+        Ok(Ring {
             ring,
             ents: (0..depth)
                 .map(|_| Ent::new(pages))
                 .collect::<io::Result<_>>()?,
-            registered: 0,
-            held: 0,
             pages,
-            qid,
-            dev: dev.clone(),
-            wake: Arc::new(wake),
-            wake_armed: false,
         })
     }
 
-    pub fn waker(&self) -> Waker {
-        Waker(self.wake.clone())
+    /// The entries made so far.
+    pub fn len(&self) -> usize {
+        self.ents.len()
     }
 
-    pub fn device(&self) -> &Arc<Device> {
-        &self.dev
+    /// Whether there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.ents.is_empty()
     }
 
-    /// The entries the kernel has been given.
-    pub fn entries(&self) -> usize {
-        self.registered
+    /// Make one more entry (not yet handed to the kernel).
+    pub fn add(&mut self) -> io::Result<()> {
+        self.ents.push(Ent::new(self.pages)?);
+        Ok(())
     }
 
-    /// The entries that brought a request not answered yet (a request
-    /// whose answer waits elsewhere, as an approval does, holds its entry
-    /// until then).
-    pub fn held(&self) -> usize {
-        self.held
-    }
-
-    /// The command SQE for entry `n`.
-    fn cmd(&self, n: usize, op: u32, commit_id: u64) -> squeue::Entry128 {
+    /// Queue the FUSE command `op` for entry `n` of queue `qid` of the
+    /// connection `dev` (REGISTER points the kernel at the entry's
+    /// buffers; COMMIT_AND_FETCH quotes `commit_id`).
+    pub fn push_cmd(
+        &mut self,
+        dev: BorrowedFd<'_>,
+        qid: u16,
+        n: usize,
+        op: u32,
+        commit_id: u64,
+    ) -> io::Result<()> {
         let req = UringCmdReq {
             flags: 0,
             commit_id,
-            qid: self.qid,
+            qid,
             padding: [0; 6],
         };
         let mut cmd = [0u8; 80];
         cmd[..std::mem::size_of::<UringCmdReq>()].copy_from_slice(req.as_bytes());
-        let mut b = opcode::UringCmd80::new(types::Fd(self.dev.as_fd().as_raw_fd()), op).cmd(cmd);
+        let mut b = opcode::UringCmd80::new(types::Fd(dev.as_raw_fd()), op).cmd(cmd);
         if op == URING_CMD_REGISTER {
             b = b.addr(Some(self.ents[n].iov.as_ptr() as u64));
         }
         let e = b.build().user_data(n as u64);
-        if op == URING_CMD_REGISTER {
+        let e = if op == URING_CMD_REGISTER {
             with_len(e, 2)
         } else {
             e
-        }
+        };
+        self.push(&e)
+    }
+
+    /// Queue a poll for `fd` turning readable, completing as `user_data`.
+    pub fn push_poll(&mut self, fd: BorrowedFd<'_>, user_data: u64) -> io::Result<()> {
+        let poll = opcode::PollAdd::new(types::Fd(fd.as_raw_fd()), libc::POLLIN as u32)
+            .build()
+            .user_data(user_data);
+        self.push(&squeue::Entry128::from(poll))
     }
 
     fn push(&mut self, e: &squeue::Entry128) -> io::Result<()> {
@@ -253,173 +206,40 @@ impl FuseRing {
         }
     }
 
-    fn arm_wake(&mut self) -> io::Result<()> {
-        if !self.wake_armed {
-            let poll = opcode::PollAdd::new(types::Fd(self.wake.as_raw_fd()), libc::POLLIN as u32)
-                .build()
-                .user_data(WAKE);
-            self.push(&squeue::Entry128::from(poll))?;
-            self.wake_armed = true;
-        }
-        Ok(())
+    /// Hand what is queued to the kernel.
+    pub fn submit(&mut self) -> io::Result<usize> {
+        self.ring.submit()
     }
 
-    /// Hand every entry to the kernel (the connection's INIT is done).
-    pub fn register_all(&mut self) -> io::Result<()> {
-        self.register_new()?;
-        self.arm_wake()?;
-        self.ring.submit()?;
-        Ok(())
+    /// Hand what is queued to the kernel and wait for `want` completions.
+    pub fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
+        self.ring.submit_and_wait(want)
     }
 
-    /// Queue a REGISTER of each entry not handed to the kernel yet.
-    fn register_new(&mut self) -> io::Result<()> {
-        while self.registered < self.ents.len() {
-            let e = self.cmd(self.registered, URING_CMD_REGISTER, 0);
-            self.push(&e)?;
-            self.registered += 1;
-        }
-        Ok(())
-    }
-
-    /// Add `n` entries and hand them to the kernel with the next
-    /// submission; the kernel gives the next requests of this queue to
-    /// them (requests it already holds back for want of an entry go to
-    /// the next entry committed). Returns how many were added: fewer when
-    /// memory for their buffers can't be had.
-    pub fn grow(&mut self, n: usize) -> io::Result<usize> {
-        let before = self.ents.len();
-        for _ in 0..n {
-            match Ent::new(self.pages) {
-                Ok(e) => self.ents.push(e),
-                Err(e) => {
-                    tracing::warn!(qid = self.qid, "cannot add a ring entry: {e}");
-                    break;
-                }
-            }
-        }
-        self.register_new()?;
-        Ok(self.ents.len() - before)
-    }
-
-    /// Submit what is queued and wait for at least one completion; the
-    /// completions in `out`.
-    pub fn wait(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
-        match self.ring.submit_and_wait(1) {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) => return Err(e),
-        }
-        self.reap(out)
-    }
-
-    /// Submit what is queued without waiting; the completions there are
-    /// now in `out` (a commit that found a request waiting for an entry
-    /// completes within the submission).
-    pub fn poll(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
-        match self.ring.submit() {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) => return Err(e),
-        }
-        self.reap(out)
-    }
-
-    fn reap(&mut self, out: &mut Vec<Event>) -> io::Result<()> {
-        let done: Vec<(u64, i32)> = self
-            .ring
+    /// The completions there: each one's user data and result.
+    pub fn completions(&mut self) -> Vec<(u64, i32)> {
+        self.ring
             .completion()
             .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (data, res) in done {
-            if data == WAKE {
-                self.wake_armed = false;
-                let mut b = [0u8; 8];
-                let _ = rustix::io::read(&*self.wake, &mut b);
-                self.arm_wake()?;
-                out.push(Event::Wake);
-                continue;
-            }
-            let n = data as usize;
-            if res == -libc::EAGAIN || res == -libc::EINTR {
-                // Not ready yet (registration before INIT settled): again.
-                let e = self.cmd(n, URING_CMD_REGISTER, 0);
-                self.push(&e)?;
-                continue;
-            }
-            if res < 0 {
-                out.push(Event::Failed(n, -res));
-                continue;
-            }
-            let ent = &mut self.ents[n];
-            let io =
-                UringEntInOut::read_from_bytes(&ent.header()[URING_ENT_OFFSET..URING_HEADER_SZ])
-                    .map_err(|_| io::Error::other("ring entry header"))?;
-            ent.commit_id = io.commit_id;
-            self.held += 1;
-            out.push(Event::Request(n));
-        }
-        Ok(())
+            .collect()
     }
 
-    /// Entry `n`'s request: its in-header, the opcode's header and the
-    /// payload. Valid after `Event::Request(n)` until `commit(n, ..)`.
-    pub fn request(&self, n: usize) -> io::Result<(InHeader, &[u8], &[u8])> {
-        let ent = &self.ents[n];
-        let h = ent.header();
-        let (ih, _) = InHeader::read_from_prefix(&h[..URING_IN_OUT_HEADER_SZ])
-            .map_err(|_| io::Error::other("ring in-header"))?;
-        let io = UringEntInOut::read_from_bytes(&h[URING_ENT_OFFSET..URING_HEADER_SZ])
-            .map_err(|_| io::Error::other("ring entry header"))?;
-        let op = &h[URING_IN_OUT_HEADER_SZ..URING_IN_OUT_HEADER_SZ + URING_OP_IN_OUT_SZ];
-        let payload = &ent.payload()[..(io.payload_sz as usize).min(ent.pages * PAGE)];
-        Ok((ih, op, payload))
+    /// Entry `n`'s header buffer.
+    pub fn header(&self, n: usize) -> &[u8] {
+        self.ents[n].header()
     }
 
-    /// Answer entry `n`'s request and ask for the next (queued; sent with
-    /// the next `wait`).
-    pub fn commit(&mut self, n: usize, unique: u64, error: i32, body: &[&[u8]]) -> io::Result<()> {
-        let ent = &mut self.ents[n];
-        let cap = ent.pages * PAGE;
-        let size: usize = body.iter().map(|b| b.len()).sum();
-        let (error, size) = if size > cap {
-            tracing::warn!(
-                size,
-                cap,
-                "a reply larger than the ring's payload buffer; answered EIO"
-            );
-            (-libc::EIO, 0)
-        } else {
-            let p = ent.payload_mut();
-            let mut at = 0;
-            for b in body {
-                p[at..at + b.len()].copy_from_slice(b);
-                at += b.len();
-            }
-            (error, size)
-        };
-        let h = ent.header_mut();
-        let out = OutHeader {
-            len: (std::mem::size_of::<OutHeader>() + size) as u32,
-            error,
-            unique,
-        };
-        h[..std::mem::size_of::<OutHeader>()].copy_from_slice(out.as_bytes());
-        let io = UringEntInOut {
-            payload_sz: size as u32,
-            ..Default::default()
-        };
-        h[URING_ENT_OFFSET..URING_HEADER_SZ].copy_from_slice(io.as_bytes());
-        let commit_id = ent.commit_id;
-        let e = self.cmd(n, URING_CMD_COMMIT_AND_FETCH, commit_id);
-        self.push(&e)?;
-        self.held = self.held.saturating_sub(1);
-        Ok(())
+    pub fn header_mut(&mut self, n: usize) -> &mut [u8] {
+        self.ents[n].header_mut()
     }
 
-    /// Submit what is queued without waiting.
-    pub fn flush(&mut self) -> io::Result<()> {
-        self.ring.submit().map(|_| ())
+    /// Entry `n`'s payload buffer.
+    pub fn payload(&self, n: usize) -> &[u8] {
+        self.ents[n].payload()
+    }
+
+    pub fn payload_mut(&mut self, n: usize) -> &mut [u8] {
+        self.ents[n].payload_mut()
     }
 }
 
