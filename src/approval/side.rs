@@ -13,7 +13,7 @@
 //!   namespace could be made; `setsid` and a double fork leave it.
 //!
 //! The decision is pure ([`inside`]); the facts come from `/proc` and the
-//! `NS_GET_PARENT` ioctl (`backing::pidns`).
+//! `NS_GET_PARENT` ioctl (`isolate::pidns`).
 
 use std::io;
 
@@ -21,8 +21,8 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::caller;
-pub use crate::backing::pidns::NsId;
-use crate::backing::pidns::PidNs;
+pub use crate::isolate::pidns::NsId;
+use crate::isolate::pidns::PidNs;
 
 /// How deep PID namespaces nest (the kernel's limit is 32).
 const MAX_DEPTH: usize = 33;

@@ -1,6 +1,6 @@
 //! Kernel file handles: an inode named by a few bytes
 //! (`name_to_handle_at`) and reopened from them (`open_by_handle_at`), so a
-//! node need not hold an fd. The crate's only `unsafe` blocks live here.
+//! node need not hold an fd.
 
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 

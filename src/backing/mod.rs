@@ -8,51 +8,29 @@
 //! `/proc/self/fd/N`, which names exactly the inode already held (no path
 //! resolution happens there).
 //!
-//! The only raw system interface of the crate, and the only module allowed
-//! `unsafe` (`#[allow(unsafe_code)]` in `lib.rs`, inherited by its
-//! submodules). It is written against `rustix`, whose wrappers are safe;
-//! the few `unsafe` blocks are kernel file handles (`handle`), the
-//! watcher's fork (`watch`) and a file's shared mapping (`maplog`).
+//! A leaf allowed `unsafe` (`#[allow(unsafe_code)]` in `lib.rs`, inherited
+//! by its submodules; the crate's unsafe inventory is in `lib.rs` and
+//! `docs/layout.md`). It is written against `rustix`, whose wrappers are
+//! safe; its `unsafe` blocks are `fchmodat2` (`emptypath`) and kernel file
+//! handles (`handle`). It knows nothing of FUSE, of staging or of workers:
+//! the FUSE transport is `fuse::sys`, the watcher `mount::watch`, the
+//! overlay and the mapped log `stage::sys`, the PID namespace
+//! `isolate::pidns`.
 //!
 //! - this file: names, `/proc/self/fd` reopening, the fd-relative calls.
 //! - `creds`: switching to the caller's credentials ([`AsCaller`]).
 //! - `emptypath`: chmod and utimes on a held fd itself (`AT_EMPTY_PATH`),
 //!   where the kernel allows, before `/proc/self/fd`.
 //! - `handle`: kernel file handles ([`InodeHandle`]).
-//! - `fusemount`: mount(2) of a FUSE device as `fuse.zonemount` ([`FuseMount`]),
-//!   or through `fusermount3` for an unprivileged daemon.
-//! - `fusedev`: the FUSE device: requests, replies, its ioctls ([`Device`]).
-//! - `fusering`: one FUSE-over-io_uring queue and its shared buffers
-//!   ([`FuseRing`]).
-//! - `maplog`: an append-only file of lines, written through a shared
-//!   mapping where the filesystem allows ([`AppendLog`]; a stage's
-//!   fingerprints).
-//! - `watch`: the process that cleans up after a dead daemon ([`Watcher`]).
-//! - [`overlay`]: the detached overlayfs of a staged zone (root, or a
-//!   user namespace).
-//! - [`pidns`]: the worker's PID namespace (`unshare`), and which
-//!   namespaces enclose a process (`NS_GET_PARENT`).
 
 mod creds;
 mod emptypath;
-mod fusedev;
-mod fusemount;
-mod fusering;
 mod handle;
-mod maplog;
-pub mod overlay;
-pub mod pidns;
 #[cfg(test)]
-mod tests;
-mod watch;
+pub(crate) mod tests;
 
 pub use creds::{AsCaller, Caller, caller_has_sys_admin};
-pub use fusedev::Device;
-pub use fusemount::FuseMount;
-pub use fusering::{Event as RingEvent, FuseRing, Waker, io_uring_allowed, possible_cpus};
 pub use handle::{InodeHandle, handle_of, open_by_handle};
-pub use maplog::AppendLog;
-pub use watch::{Announce, GUARD_NAME, Plan as WatchPlan, STOP_GRACE, WATCHER_NAME, Watcher};
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};

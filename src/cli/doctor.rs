@@ -256,7 +256,7 @@ fn passthrough(kernel: &str, admin: bool) -> Check {
 fn uring() -> Check {
     const NAME: &str = "FUSE over io_uring";
     match probe::uring() {
-        probe::Uring::Enabled if !crate::backing::io_uring_allowed() => check(
+        probe::Uring::Enabled if !crate::fuse::sys::io_uring_allowed() => check(
             NAME,
             State::Degraded,
             "the kernel offers it (enable_uring=Y), but this process may not set up an io_uring (kernel.io_uring_disabled): a mount gets /dev/fuse",

@@ -2,7 +2,7 @@
 //! sees it: a [`Channel`] reads one request and writes one reply, and
 //! [`DevSink`] writes each reply back to the channel its request came from.
 //!
-//! The real channel is the FUSE device (`backing::Device`); tests drive the
+//! The real channel is the FUSE device (`sys::Device`); tests drive the
 //! handshake and the serving loop with a scripted one, without a kernel.
 //! The loop is generic over the channel (no dynamic dispatch, no copy more
 //! than the device itself makes).
@@ -15,7 +15,7 @@ use zerocopy::IntoBytes;
 
 use super::abi::OutHeader;
 use super::reply::{Sink, send_file_copied};
-use crate::backing::Device;
+use super::sys::Device;
 
 /// One FUSE connection's request and reply stream, as `/dev/fuse` carries
 /// it: each read returns exactly one whole request, each write takes

@@ -3,11 +3,12 @@
 //! the handshake and the serving threads (`session`) over either
 //! transport — `/dev/fuse` reads and writes, or FUSE over io_uring
 //! (`uring`, one ring per CPU, Linux 6.14 and later with the fuse module's
-//! `enable_uring` on).
+//! `enable_uring` on; `queue`, one such ring's entries).
 //!
 //! It knows nothing of zones or policy: a [`Filesystem`] gets each decoded
-//! request with its [`Reply`]. The `unsafe` it needs (device ioctls, the
-//! ring's shared buffers) lives in `backing`.
+//! request with its [`Reply`]. The system calls it needs (the device and
+//! its ioctls, the ring's shared buffers, mounting) are its leaf `sys`,
+//! the only part of `fuse` allowed `unsafe`.
 
 pub mod abi;
 mod channel;
@@ -17,6 +18,8 @@ mod queue;
 mod reply;
 mod request;
 mod session;
+#[allow(unsafe_code)]
+pub mod sys;
 mod types;
 mod uring;
 

@@ -11,7 +11,7 @@ use zerocopy::IntoBytes;
 
 use super::abi;
 use super::types::{FileAttr, FileType, valid};
-use crate::backing::Device;
+use crate::fuse::sys::Device;
 
 /// Where a reply goes: the device it came from, or its io_uring entry.
 pub trait Sink: Send + Sync {

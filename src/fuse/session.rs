@@ -17,10 +17,11 @@ use super::abi::{self, InHeader, OutHeader, init};
 use super::channel::{Channel, DevSink};
 use super::dispatch::{Agreed, Filesystem, handle};
 use super::handshake::handshake;
+use super::queue::FuseRing;
 use super::reply::{Reply, Sink};
 use super::request::Args;
 use super::uring;
-use crate::backing::{Device, FuseRing};
+use crate::fuse::sys::Device;
 
 /// How requests reach the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -40,10 +40,10 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::abi::{self, NotifyRetrieveOut, OutHeader};
 use super::channel::Channel;
 use super::dispatch::{Filesystem, handle};
-use super::queue::{Queue, Wake};
+use super::queue::{Event as RingEvent, FuseRing, Queue, Wake, Waker};
 use super::reply::{Reply, Sink};
 use super::request::Args;
-use crate::backing::{Device, FuseRing, RingEvent, Waker, io_uring_allowed, possible_cpus};
+use crate::fuse::sys::{Device, io_uring_allowed, possible_cpus};
 
 /// Ring entries a queue starts with.
 pub const QUEUE_START: usize = 8;

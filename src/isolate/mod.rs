@@ -24,6 +24,13 @@
 //!
 //! Homes, `/root`, `/run`, `/var`, `/mnt` and every other host path are
 //! simply never bound, which is how they stay invisible.
+//!
+//! [`pidns`] is the worker boundary's one system-call leaf (allowed
+//! `unsafe`): `run`'s PID namespace, and which namespaces enclose a
+//! process (`approval::side` decides with it who is on the worker's side).
+
+#[allow(unsafe_code)]
+pub mod pidns;
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;

@@ -14,6 +14,7 @@
 //! - `staging`: the stage service (`stage::service`) composed for a mount,
 //!   and the control socket's handler that hands it `changes`, `commit`
 //!   and `discard`.
+//! - `watch`: the process that cleans up after a dead daemon or `run`.
 
 pub mod api;
 pub mod daemon;
@@ -24,6 +25,7 @@ mod registry;
 pub mod session;
 pub mod staging;
 mod unmount;
+pub mod watch;
 
 use std::path::Path;
 

@@ -201,7 +201,7 @@ pub fn staged_overlay() -> Result<&'static str, String> {
     for d in [&lower, &upper, &work] {
         fs::create_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    let (root, how) = crate::backing::overlay::mount(&crate::backing::overlay::Layers {
+    let (root, how) = crate::stage::sys::overlay::mount(&crate::stage::sys::overlay::Layers {
         lower: &lower,
         upper: &upper,
         work: &work,
@@ -218,8 +218,8 @@ pub fn staged_overlay() -> Result<&'static str, String> {
         return Err("a file made through the overlay did not land in its upper dir".into());
     }
     Ok(match how {
-        crate::backing::overlay::Xattrs::Trusted => "as root",
-        crate::backing::overlay::Xattrs::User => "in a user namespace",
+        crate::stage::sys::overlay::Xattrs::Trusted => "as root",
+        crate::stage::sys::overlay::Xattrs::User => "in a user namespace",
     })
 }
 

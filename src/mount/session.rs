@@ -11,7 +11,7 @@
 //! [`Watcher`] is forked right after the mount exists: if this process
 //! dies without [`Session`]'s clean end, the watcher unmounts the dead
 //! mount lazily and removes the daemon's control socket and registry
-//! record (see `backing::watch`). That replaces fusermount3's
+//! record (see `mount::watch`). That replaces fusermount3's
 //! `auto_unmount`, which needed `allow_other` (and so an in-daemon ACL)
 //! and did nothing without fusermount3.
 //!
@@ -32,14 +32,15 @@ use std::time::Duration;
 
 use super::preflight::{MountError, have_dev_fuse};
 use super::unmount::{UnmountError, detach_or_lazily};
+use super::watch::{Plan as WatchPlan, Watcher};
 use super::{probe, show};
 use crate::approval::{self, Approvals, Broker};
 use crate::audit::{self, Audit, Kind};
-use crate::backing::{Device, FuseMount, WatchPlan, Watcher};
 use crate::config::ZoneTable;
 use crate::fs::core::{Core, CoreOptions, OpenError};
 use crate::fs::refusal_log::RefusalLog;
 use crate::fs::{Admission, ZoneFs};
+use crate::fuse::sys::{Device, FuseMount};
 use crate::fuse::{self, Transport};
 use crate::stage::Stages;
 

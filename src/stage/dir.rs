@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::backing::overlay::Xattrs;
+use crate::stage::sys::overlay::Xattrs;
 
 /// The manifest's file name.
 pub const MANIFEST: &str = "stage.json";

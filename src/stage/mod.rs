@@ -15,11 +15,12 @@
 //!
 //! [`Stages`] is what a mount holds: its locked stage dir and, for each
 //! staged zone, the overlay whose root the filesystem uses as the zone's
-//! directory (see `backing::overlay`).
+//! directory (see `stage::sys::overlay`).
 
 pub mod dir;
 pub mod report;
 pub mod service;
+pub mod sys;
 pub mod tree;
 mod work;
 
@@ -28,8 +29,8 @@ use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
 
-use crate::backing::overlay::{self, Xattrs};
 use crate::config::ZoneTable;
+use crate::stage::sys::overlay::{self, Xattrs};
 pub use dir::StageError;
 
 /// One staged zone's part of the stage.

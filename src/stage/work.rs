@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::report::{ZoneChanges, ZoneCommit, ZoneDiscard};
 use super::tree;
-use crate::backing::overlay::Xattrs;
+use crate::stage::sys::overlay::Xattrs;
 use crate::text;
 
 /// What one zone's operation needs: its layers and its stage dir.

@@ -18,7 +18,7 @@
 //!    id) cannot be reused.
 //!
 //! 5. what `Drop` can't cover, a SIGKILL of `zonemount run` itself, its
-//!    watcher (`backing::watch`, forked when the temp dir is made) does:
+//!    watcher (`mount::watch`, forked when the temp dir is made) does:
 //!    it SIGKILLs CMD's process group, SIGTERMs the daemon (which denies
 //!    what is pending and unmounts; SIGKILL after 10 s, and then the
 //!    daemon's own watcher unmounts), and removes the temp dir. CMD and

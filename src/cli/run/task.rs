@@ -14,7 +14,7 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
 use super::super::{Failure, mount_cmd};
 use super::*;
-use crate::backing::{Announce, WatchPlan, Watcher};
+use crate::mount::watch::{Announce, Plan as WatchPlan, Watcher};
 use crate::mount::{self, Unmounted};
 
 /// What the supervising loop hears about.

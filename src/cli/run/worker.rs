@@ -37,7 +37,7 @@ use rustix::process::{Pid, Signal, WaitOptions};
 use super::super::mount_cmd::register_worker;
 use super::user::User;
 use crate::approval::side::Claim;
-use crate::backing::pidns;
+use crate::isolate::pidns;
 
 /// The keeper's subcommand.
 pub(crate) const KEEPER: &str = "__worker";

@@ -19,7 +19,7 @@ use std::time::Duration;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::{HELLO, Script, Toy, parse_reply, within};
-use crate::backing::RingEvent;
+use crate::fuse::queue::Event as RingEvent;
 use crate::fuse::abi::{self, EntryOut, GetattrIn, InHeader, NotifyRetrieveOut, ReadIn, op};
 use crate::fuse::dispatch::{Filesystem, Wants};
 use crate::fuse::queue::{Queue, Wake};

@@ -7,7 +7,7 @@
 //! creation time (see `apply`), which can only call more conflicts.
 //!
 //! The file is appended to through a shared mapping where its filesystem
-//! allows ([`AppendLog`](crate::backing::AppendLog)): a first change to a
+//! allows ([`AppendLog`](crate::stage::sys::AppendLog)): a first change to a
 //! host file is on the request path of every deletion of one, and a
 //! `write` per line cost a tenth of a staged unlink.
 
@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use rustix::fs::Stat;
 use serde::{Deserialize, Serialize};
 
-use crate::backing::AppendLog;
+use crate::stage::sys::AppendLog;
 
 const FILE: &str = "fingerprints";
 const CREATED: &str = "created";

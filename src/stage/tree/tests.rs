@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::*;
-use crate::backing::overlay;
+use crate::stage::sys::overlay;
 
 struct Stage {
     _dir: tempfile::TempDir,

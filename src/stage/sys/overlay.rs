@@ -21,7 +21,8 @@
 //! paths otherwise. After the fork the child is single-threaded in a copy
 //! of a multithreaded process: it makes system calls only, on data made
 //! before the fork, never allocates, and leaves through `_exit` (the
-//! watcher's rules, see `watch`).
+//! watcher's rules, see `mount::watch`). Its fork, `unshare` and `_exit`
+//! are the leaf `stage::sys::child`; this file holds no `unsafe`.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -31,6 +32,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
+use super::child::{self as sys, InChild};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -39,6 +41,7 @@ use rustix::net::{
     AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
 };
+use rustix::process::{Signal, WaitOptions};
 
 /// Which xattr namespace the overlay keeps its markers in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +77,7 @@ const CHILD_PATIENCE: Duration = Duration::from_secs(10);
 /// a directory fd for `*at` calls) and where its markers are kept.
 pub fn mount(layers: &Layers<'_>) -> io::Result<(OwnedFd, Xattrs)> {
     let prep = Prepared::new(layers)?;
-    if super::has_sys_admin() {
+    if crate::backing::has_sys_admin() {
         prep.mount(Xattrs::Trusted)
             .map(|fd| (fd, Xattrs::Trusted))
             .map_err(|(step, e)| failed(step, e, Xattrs::Trusted))
@@ -274,27 +277,17 @@ fn in_user_namespace(prep: &Prepared) -> io::Result<OwnedFd> {
         SocketFlags::CLOEXEC,
         None,
     )?;
-    // SAFETY: fork(2) in a possibly multithreaded process. The child only
-    // runs `child`, which makes system calls on data prepared above and
-    // leaves through `_exit`: no allocation, no lock, no unwinding.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        child(prep, theirs.as_fd());
-    }
+    // The child only runs `child`, which makes system calls on data
+    // prepared above and leaves through `_exit`.
+    let pid = sys::fork(|c| child(prep, theirs.as_fd(), c))?;
     drop(theirs);
     let got = receive(ours.as_fd());
     // The child exits right after sending; if it hangs (it can't, short
     // of a kernel bug), it is killed so we never wait forever.
     if got.is_err() {
-        // SAFETY: `pid` is our own child, not yet reaped.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = rustix::process::kill_process(pid, Signal::KILL);
     }
-    let mut status = 0;
-    // SAFETY: waitpid on our own child; `status` is a valid out pointer.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let _ = rustix::process::waitpid(Some(pid), WaitOptions::empty());
     got
 }
 
@@ -343,12 +336,9 @@ fn receive(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 
 /// The forked child: a user namespace mapping only our ids, the overlay
 /// mounted there, its fd sent back; or the failing step and errno.
-fn child(prep: &Prepared, sock: BorrowedFd<'_>) -> ! {
+fn child(prep: &Prepared, sock: BorrowedFd<'_>, c: InChild) -> ! {
     let result = (|| {
-        // SAFETY: unshare(2) on this single-threaded fork child.
-        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
-            return Err((Step::Unshare, Errno::from_raw_os_error(last_errno())));
-        }
+        sys::unshare_user_and_mount(&c).map_err(|e| (Step::Unshare, e))?;
         let maps: [(&CStr, &[u8]); 3] = [
             (c"/proc/self/setgroups", b"deny"),
             (c"/proc/self/uid_map", &prep.uid_map),
@@ -379,13 +369,8 @@ fn child(prep: &Prepared, sock: BorrowedFd<'_>) -> ! {
             rustix::net::send(sock, &msg, SendFlags::empty())
         }
     };
-    // SAFETY: leaving the fork child without running destructors.
-    unsafe { libc::_exit(if sent.is_ok() { 0 } else { 1 }) }
-}
-
-fn last_errno() -> i32 {
-    // SAFETY: reads this thread's errno.
-    unsafe { *libc::__errno_location() }
+    // Leaving the fork child without running destructors.
+    sys::exit(if sent.is_ok() { 0 } else { 1 })
 }
 
 fn write_file(path: &CStr, text: &[u8]) -> Result<(), Errno> {
@@ -420,12 +405,12 @@ mod tests {
         let (root, how) = match mount(&layers) {
             Ok(m) => m,
             Err(e) if std::env::var_os("CI").is_none() => {
-                println!("ZONEMOUNT-SKIP: backing::overlay: {e}");
+                println!("ZONEMOUNT-SKIP: stage::sys::overlay: {e}");
                 return;
             }
             Err(e) => panic!("overlay: {e}"),
         };
-        if super::super::has_sys_admin() {
+        if crate::backing::has_sys_admin() {
             assert_eq!(how, Xattrs::Trusted);
         }
         let f = rustix::fs::openat(
