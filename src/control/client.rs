@@ -6,6 +6,7 @@ use std::os::unix::net::UnixStream as StdStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -24,6 +25,23 @@ pub enum ClientError {
     /// The daemon answered `ok: false`.
     #[error("{0}")]
     Refused(String),
+}
+
+/// What the client reads of every line from the daemon before handing
+/// it on: the protocol version.
+#[derive(Deserialize)]
+struct Head {
+    v: u64,
+}
+
+/// What the client reads of an answer besides its body: whether it
+/// succeeded (only `true` counts), and if not, why.
+#[derive(Deserialize)]
+struct Outcome {
+    #[serde(default)]
+    ok: bool,
+    #[serde(default)]
+    error: Option<String>,
 }
 
 /// A connection to one daemon.
@@ -66,12 +84,12 @@ impl Client {
                 ));
             }
         };
-        if v["ok"] == true {
-            Ok(v)
-        } else {
-            Err(ClientError::Refused(
-                v["error"].as_str().unwrap_or("refused").to_string(),
-            ))
+        match Outcome::deserialize(&v) {
+            Ok(Outcome { ok: true, .. }) => Ok(v),
+            Ok(Outcome { error, .. }) => Err(ClientError::Refused(
+                error.unwrap_or_else(|| "refused".to_string()),
+            )),
+            Err(e) => Err(ClientError::Protocol(e.to_string())),
         }
     }
 
@@ -122,7 +140,12 @@ impl Client {
         }
         let v: Value =
             serde_json::from_str(&line).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        if v["v"].as_u64() != Some(VERSION) {
+        // An object only (serde would read a struct from an array too).
+        let head = match v {
+            Value::Object(_) => Head::deserialize(&v).ok(),
+            _ => None,
+        };
+        if head.map(|h| h.v) != Some(VERSION) {
             return Err(ClientError::Protocol(line.trim().to_string()));
         }
         Ok(Some(v))
@@ -133,5 +156,79 @@ impl Client {
     pub fn watch(&mut self) -> Result<(), ClientError> {
         let _ = self.reader.get_ref().set_read_timeout(None);
         self.call(Request::Watch).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::os::unix::net::UnixListener;
+
+    use super::*;
+
+    /// What [`Client::deny_pending`] makes of `answer`, sent by a daemon
+    /// that reads one request line and answers with it.
+    fn deny_pending_answered(answer: &str) -> Result<u64, ClientError> {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("control.sock");
+        let listener = UnixListener::bind(&sock).unwrap();
+        let answer = format!("{answer}\n");
+        let daemon = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut request = String::new();
+            BufReader::new(&s).read_line(&mut request).unwrap();
+            (&s).write_all(answer.as_bytes()).unwrap();
+            request
+        });
+        let got = Client::connect(&sock).unwrap().deny_pending();
+        let request = daemon.join().unwrap();
+        assert_eq!(request, "{\"op\":\"deny_pending\",\"v\":1}\n");
+        got
+    }
+
+    fn refusal(answer: &str) -> String {
+        match deny_pending_answered(answer) {
+            Err(ClientError::Refused(why)) => why,
+            other => panic!("{answer}: {other:?}"),
+        }
+    }
+
+    fn protocol_error(answer: &str) -> String {
+        match deny_pending_answered(answer) {
+            Err(e @ ClientError::Protocol(_)) => e.to_string(),
+            other => panic!("{answer}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_answer_is_read_by_its_type() {
+        assert_eq!(
+            deny_pending_answered(r#"{"denied":2,"ok":true,"v":1}"#).unwrap(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_refusal_keeps_the_daemons_words() {
+        assert_eq!(
+            refusal(r#"{"error":"no pending request 9","ok":false,"v":1}"#),
+            "no pending request 9"
+        );
+        // Without a reason, or without `ok` at all: refused all the same.
+        assert_eq!(refusal(r#"{"ok":false,"v":1}"#), "refused");
+        assert_eq!(refusal(r#"{"error":null,"ok":false,"v":1}"#), "refused");
+        assert_eq!(refusal(r#"{"denied":2,"v":1}"#), "refused");
+    }
+
+    #[test]
+    fn a_line_of_another_version_is_a_protocol_error() {
+        for line in [r#"{"ok":true,"v":2}"#, r#"{"ok":true}"#, "[1]", "1"] {
+            assert_eq!(
+                protocol_error(line),
+                format!("the daemon sent something that is not protocol v1: {line}")
+            );
+        }
+        // A refusal's reason that is no text is no protocol answer.
+        assert!(protocol_error(r#"{"error":7,"ok":false,"v":1}"#).contains("invalid type"));
     }
 }

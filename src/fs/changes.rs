@@ -10,7 +10,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use parking_lot::Mutex;
-use serde::Serialize;
 
 use crate::policy::Op;
 
@@ -21,11 +20,10 @@ pub const MAX_PATHS: usize = 100_000;
 /// renames: it shows a delete and an add).
 pub use crate::stage::tree::Kind;
 
-/// One changed path of a zone (the same shape as a staged change).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One changed path of a zone (the stage service turns it into a staged
+/// change's shape for the report).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
-    /// In JSON, with `path_b64` beside it when it is not UTF-8.
-    #[serde(serialize_with = "crate::text::serialize_lossy")]
     pub path: PathBuf,
     pub kind: Kind,
 }

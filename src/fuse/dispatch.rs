@@ -51,7 +51,26 @@ impl Agreed {
         let pages = usize::from(self.max_pages.max(1)) * 4096;
         (self.max_write as usize).max(pages) + 4096
     }
+
+    /// The most data a READ or READDIR(PLUS) asks for under this
+    /// agreement: `max_pages` pages (the kernel's default of 32 when it
+    /// did not agree to `FUSE_MAX_PAGES`), or `max_write` if that is
+    /// more. A kernel never asks for more (it takes at most the pages we
+    /// offered); a request that does is held to this before the
+    /// filesystem sees it, so its answer is never allocated larger.
+    pub fn max_data(&self) -> u32 {
+        let pages = match self.max_pages {
+            0 => DEFAULT_MAX_PAGES,
+            n => u32::from(n),
+        };
+        let page = u32::try_from(rustix::param::page_size()).unwrap_or(u32::MAX);
+        pages.saturating_mul(page).max(self.max_write)
+    }
 }
+
+/// The pages per request of a kernel that did not agree to
+/// `FUSE_MAX_PAGES` (its `FUSE_DEFAULT_MAX_PAGES_PER_REQ`).
+const DEFAULT_MAX_PAGES: u32 = 32;
 
 /// A filesystem served by a [`Session`](super::Session).
 pub trait Filesystem: Send + Sync + 'static {
@@ -64,17 +83,22 @@ pub trait Filesystem: Send + Sync + 'static {
     fn dispatch(&self, req: Request<'_>, reply: Reply);
 }
 
-/// Decode one request and hand it to `fs` with its reply.
+/// Decode one request and hand it to `fs` with its reply, the data it
+/// asks for held to `max_data` ([`Agreed::max_data`]).
 pub(crate) fn handle(
     fs: &dyn Filesystem,
     h: &InHeader,
     args: Args<'_>,
     slot: u32,
     sink: &Arc<dyn Sink>,
+    max_data: u32,
 ) {
     let reply = Reply::new(h.unique, slot, sink.clone(), has_reply(h.opcode));
     match Request::parse(h, args) {
-        Ok(req) => fs.dispatch(req, reply),
+        Ok(mut req) => {
+            req.cap_data(max_data);
+            fs.dispatch(req, reply)
+        }
         Err(Malformed) => {
             tracing::warn!(opcode = h.opcode, "a malformed request; answered EIO");
             reply.error(libc::EIO);

@@ -197,6 +197,15 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
+    /// Hold the size a READ, READDIR or READDIRPLUS asks for to `max`:
+    /// its answer is a buffer of that size, and a malformed request could
+    /// ask for 4 GiB. A kernel asks for no more than it agreed to at INIT.
+    pub(crate) fn cap_data(&mut self, max: u32) {
+        if let Op::Read(r) | Op::Readdir(r) | Op::Readdirplus(r) = &mut self.op {
+            r.size = r.size.min(max);
+        }
+    }
+
     /// Decode the operation of `h` from its arguments.
     pub fn parse(h: &InHeader, mut a: Args<'a>) -> Result<Self, Malformed> {
         let op = match h.opcode {

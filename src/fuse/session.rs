@@ -125,7 +125,12 @@ impl Session {
         // With io_uring the device still carries FORGET and INTERRUPT
         // (and everything, should a queue fail to register): one thread.
         let rings = match self.rings.take() {
-            Some(r) => Some(uring::start(r, &self.fs, self.mountpoint.take())?),
+            Some(r) => Some(uring::start(
+                r,
+                &self.fs,
+                self.agreed.max_data(),
+                self.mountpoint.take(),
+            )?),
             None => None,
         };
         let device_threads = if rings.is_some() { 1 } else { self.threads };
@@ -138,17 +143,17 @@ impl Session {
                 }
             };
             let fs = self.fs.clone();
-            let size = self.agreed.request_size();
+            let agreed = self.agreed;
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("fuse-{i}"))
-                    .spawn(move || serve(dev, fs, size, false))?,
+                    .spawn(move || serve(dev, fs, agreed, false))?,
             );
         }
         let result = serve(
             self.dev.clone(),
             self.fs.clone(),
-            self.agreed.request_size(),
+            self.agreed,
             rings.is_some(),
         );
         for t in threads {
@@ -189,17 +194,18 @@ impl BackgroundSession {
 /// INTERRUPT, the only other request there, waits at most this long.
 const FORGET_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// One device thread: read, dispatch, until the connection ends.
-/// `batch_forgets`: wait [`FORGET_LINGER`] after each FORGET (io_uring
-/// serves everything else).
+/// One device thread: read, dispatch, until the connection ends, within
+/// the limits `agreed` at INIT. `batch_forgets`: wait [`FORGET_LINGER`]
+/// after each FORGET (io_uring serves everything else).
 pub(crate) fn serve<C: Channel>(
     dev: Arc<C>,
     fs: Arc<dyn Filesystem>,
-    size: usize,
+    agreed: Agreed,
     batch_forgets: bool,
 ) -> io::Result<()> {
     let sink: Arc<dyn Sink> = Arc::new(DevSink(dev.clone()));
-    let mut buf = vec![0u8; size];
+    let mut buf = vec![0u8; agreed.request_size()];
+    let max_data = agreed.max_data();
     loop {
         let n = match dev.read(&mut buf) {
             Ok(n) => n,
@@ -223,7 +229,7 @@ pub(crate) fn serve<C: Channel>(
             return Ok(());
         }
         let opcode = h.opcode;
-        handle(fs.as_ref(), &h, Args::joined(body), 0, &sink);
+        handle(fs.as_ref(), &h, Args::joined(body), 0, &sink, max_data);
         if batch_forgets && matches!(opcode, abi::op::FORGET | abi::op::BATCH_FORGET) {
             std::thread::sleep(FORGET_LINGER);
         }

@@ -102,11 +102,13 @@ impl Rings {
     }
 }
 
-/// Start serving from `rings`; `mountpoint` (as this process sees it)
-/// for the nudge of last resort.
+/// Start serving from `rings`, the data a request asks for held to
+/// `max_data` ([`super::Agreed::max_data`]); `mountpoint` (as this
+/// process sees it) for the nudge of last resort.
 pub(crate) fn start(
     rings: Vec<FuseRing>,
     fs: &Arc<dyn Filesystem>,
+    max_data: u32,
     mountpoint: Option<PathBuf>,
 ) -> io::Result<Rings> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -126,7 +128,7 @@ pub(crate) fn start(
         let t = std::thread::Builder::new()
             .name(format!("fuse-ring-{qid}"))
             .spawn(move || {
-                if let Err(e) = serve_queue(ring, fs, qid, &stop2, statfs.as_deref()) {
+                if let Err(e) = serve_queue(ring, fs, max_data, qid, &stop2, statfs.as_deref()) {
                     tracing::warn!(qid, "io_uring queue ended: {e}");
                 }
             })?;
@@ -310,9 +312,11 @@ fn nudge<D: Channel>(dev: &D, files: &Files) -> bool {
     false
 }
 
+/// One queue's loop (as [`start`] runs it on its own thread).
 pub(crate) fn serve_queue<Q: Queue>(
     mut ring: Q,
     fs: Arc<dyn Filesystem>,
+    max_data: u32,
     qid: usize,
     stop: &AtomicBool,
     statfs: Option<&StatfsNudger>,
@@ -360,7 +364,14 @@ pub(crate) fn serve_queue<Q: Queue>(
                         ops.resize(n + 1, 0);
                     }
                     ops[n] = h.opcode;
-                    handle(fs.as_ref(), &h, Args::split(op, payload), n as u32, &sink);
+                    handle(
+                        fs.as_ref(),
+                        &h,
+                        Args::split(op, payload),
+                        n as u32,
+                        &sink,
+                        max_data,
+                    );
                 }
                 RingEvent::Wake => {}
                 RingEvent::Failed(_, e) if e == libc::ENOTCONN || e == libc::ECANCELED => {

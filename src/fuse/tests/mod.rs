@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
+use std::os::fd::AsFd;
 use std::sync::Mutex;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, UNIX_EPOCH};
@@ -16,7 +17,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::abi::{self, InHeader, OutHeader};
 use super::channel::Channel;
 use super::dispatch::{Agreed, Filesystem, Offer, Wants};
-use super::reply::Reply;
+use super::reply::{DirBuf, Reply};
 use super::request::{Op, Request};
 use super::types::{FileAttr, FileType, INodeNo};
 
@@ -189,6 +190,74 @@ impl Filesystem for Toy {
             // No answer is expected: the reply sends nothing.
             Op::Forget { .. } | Op::BatchForget(_) | Op::Interrupt { .. } => drop(reply),
             _ => reply.error(libc::ENOSYS),
+        }
+    }
+}
+
+/// A filesystem that fills whatever a READ or READDIR(PLUS) asks for (a
+/// READ from a sparse file of [`Filler::FILE`] bytes, a directory of
+/// endless entries) and notes the sizes it was handed. A size over
+/// [`Filler::REFUSE`] it answers EFBIG without allocating it, so that an
+/// uncapped request fails a test instead of exhausting the machine.
+pub(super) struct Filler {
+    wants: Wants,
+    file: std::fs::File,
+    pub(super) sizes: Mutex<Vec<u32>>,
+}
+
+impl Filler {
+    pub(super) const FILE: u64 = 4 << 20;
+    const REFUSE: u32 = 16 << 20;
+
+    pub(super) fn new(wants: Wants) -> Filler {
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(Filler::FILE).unwrap();
+        Filler {
+            wants,
+            file,
+            sizes: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Filesystem for Filler {
+    fn init(&self, _offer: &Offer) -> Wants {
+        self.wants
+    }
+
+    fn agreed(&self, _agreed: &Agreed) {}
+
+    fn dispatch(&self, req: Request<'_>, reply: Reply) {
+        let r = match req.op {
+            Op::Read(r) | Op::Readdir(r) | Op::Readdirplus(r) => r,
+            Op::Forget { .. } | Op::BatchForget(_) | Op::Interrupt { .. } => return drop(reply),
+            _ => return reply.error(libc::ENOSYS),
+        };
+        self.sizes.lock().unwrap().push(r.size);
+        if r.size > Filler::REFUSE {
+            return reply.error(libc::EFBIG);
+        }
+        let name = |i: u64| format!("f{i:08}");
+        match req.op {
+            Op::Read(_) => reply.file_data(self.file.as_fd(), r.offset, r.size),
+            Op::Readdir(_) => {
+                let mut buf = DirBuf::new(r.size);
+                for i in 0u64.. {
+                    if buf.add(10 + i, i + 1, FileType::RegularFile, name(i).as_bytes()) {
+                        break;
+                    }
+                }
+                reply.data(buf.bytes());
+            }
+            _ => {
+                let mut buf = DirBuf::new(r.size);
+                for i in 0u64.. {
+                    if buf.add_plus(i + 1, name(i).as_bytes(), TTL, &Toy::attr(HELLO)) {
+                        break;
+                    }
+                }
+                reply.data(buf.bytes());
+            }
         }
     }
 }

@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::{HELLO, Script, Toy, parse_reply, within};
-use crate::fuse::queue::Event as RingEvent;
+use super::{Filler, HELLO, Script, Toy, parse_reply, within};
 use crate::fuse::abi::{self, EntryOut, GetattrIn, InHeader, NotifyRetrieveOut, ReadIn, op};
 use crate::fuse::dispatch::{Filesystem, Wants};
+use crate::fuse::queue::Event as RingEvent;
 use crate::fuse::queue::{Queue, Wake};
 use crate::fuse::uring::{QUEUE_START, serve_queue};
 
@@ -235,7 +235,7 @@ fn serve(ring: FakeRing, hold_reads: bool) -> io::Result<()> {
         });
         toy.hold_reads = hold_reads;
         let fs: Arc<dyn Filesystem> = Arc::new(toy);
-        serve_queue(ring, fs, 0, &AtomicBool::new(false), None)
+        serve_queue(ring, fs, 4096, 0, &AtomicBool::new(false), None)
     })
 }
 
@@ -322,4 +322,51 @@ fn a_queue_short_of_free_entries_grows_nudges_and_answers_everything() {
     let n = NotifyRetrieveOut::read_from_bytes(body).unwrap();
     assert_eq!((n.nodeid, n.offset, n.size), (HELLO, 0, 0));
     assert_eq!(n.notify_unique % 2, 0);
+}
+
+/// Over io_uring too, a READ or READDIR asking for 4 GiB reaches the
+/// filesystem held to the `max_data` the queue serves with, and its
+/// answer holds at most that.
+#[test]
+fn a_read_or_readdir_asking_for_4_gib_is_held_to_max_data() {
+    let huge = ReadIn {
+        fh: 1,
+        offset: 0,
+        size: u32::MAX,
+        read_flags: 0,
+        lock_owner: 0,
+        flags: 0,
+        padding: 0,
+    };
+    let (ring, log, _) = FakeRing::new(vec![vec![
+        req(op::READ, 10, HELLO, huge.as_bytes(), &[]),
+        req(op::READDIR, 12, abi::ROOT_ID, huge.as_bytes(), &[]),
+    ]]);
+    let filler = Arc::new(Filler::new(Wants {
+        flags: 0,
+        max_write: 8192,
+        max_pages: 2,
+        max_stack_depth: 0,
+        max_background: 16,
+    }));
+    let fs: Arc<dyn Filesystem> = filler.clone();
+    within(LIMIT, move || {
+        serve_queue(ring, fs, 8192, 0, &AtomicBool::new(false), None)
+    })
+    .unwrap();
+    assert_eq!(*filler.sizes.lock().unwrap(), [8192, 8192]);
+    let mut got: Vec<(u64, i32, usize)> = log
+        .lock()
+        .unwrap()
+        .commits
+        .iter()
+        .map(|c| (c.unique, c.error, c.body.len()))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got[0], (10, 0, 8192), "READ");
+    let (u, e, len) = got[1];
+    assert!(
+        (u, e) == (12, 0) && len <= 8192 && len + 40 > 8192,
+        "READDIR {len}"
+    );
 }

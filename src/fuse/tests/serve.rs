@@ -8,8 +8,10 @@ use std::time::Duration;
 use proptest::prelude::*;
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::{HELLO, Script, TTL, Toy, parse_reply, request, within};
-use crate::fuse::abi::{self, AttrOut, EntryOut, ForgetIn, GetattrIn, InitInCompat, WriteIn, op};
+use super::{Filler, HELLO, Script, TTL, Toy, parse_reply, request, within};
+use crate::fuse::abi::{
+    self, AttrOut, EntryOut, ForgetIn, GetattrIn, InitInCompat, ReadIn, WriteIn, op,
+};
 use crate::fuse::dispatch::{Agreed, Filesystem, Wants};
 use crate::fuse::handshake::handshake;
 use crate::fuse::request::has_reply;
@@ -42,14 +44,18 @@ fn init() -> Vec<u8> {
 /// `Session::new` and `Session::run` do for one device thread; the
 /// loop's result and the device.
 fn session(script: Script) -> (std::io::Result<()>, Arc<Script>) {
+    session_of(script, Arc::new(Toy::new(wants())))
+}
+
+/// [`session`] serving `fs`.
+fn session_of<F: Filesystem>(script: Script, fs: Arc<F>) -> (std::io::Result<()>, Arc<Script>) {
     let chan = Arc::new(script);
     let c = chan.clone();
     let result = within(LIMIT, move || {
-        let toy = Arc::new(Toy::new(wants()));
         let (agreed, _): (Agreed, Option<()>) =
-            handshake(&c, toy.as_ref(), false, |_| panic!("no io_uring asked for"))?;
-        let fs: Arc<dyn Filesystem> = toy;
-        serve(c, fs, agreed.request_size(), false)
+            handshake(&c, fs.as_ref(), false, |_| panic!("no io_uring asked for"))?;
+        let fs: Arc<dyn Filesystem> = fs;
+        serve(c, fs, agreed, false)
     });
     (result, chan)
 }
@@ -152,6 +158,87 @@ fn the_loop_ends_cleanly_when_the_device_ends_and_fails_on_other_errors() {
     }
     let (result, _) = session(Script::ending(vec![init(), lookup()], libc::EIO));
     assert_eq!(result.unwrap_err().raw_os_error(), Some(libc::EIO));
+}
+
+/// A READ's or READDIR's `fuse_read_in` asking for `size` bytes at 0.
+fn read_in(size: u32) -> ReadIn {
+    ReadIn {
+        fh: 1,
+        offset: 0,
+        size,
+        read_flags: 0,
+        lock_owner: 0,
+        flags: 0,
+        padding: 0,
+    }
+}
+
+/// A READ, READDIR or READDIRPLUS asking for 4 GiB (a kernel asks for no
+/// more than it agreed to at INIT) reaches the filesystem held to what
+/// was agreed, which its answer then holds at most: its buffer is never
+/// made that large. What a kernel asks for is passed on as it is.
+#[test]
+fn a_read_or_readdir_asking_for_4_gib_is_held_to_what_init_agreed() {
+    // wants(): 32 pages agreed, max_write 128 KiB.
+    let page = u32::try_from(rustix::param::page_size()).unwrap();
+    let max = (32 * page).max(128 * 1024);
+    let huge = read_in(u32::MAX);
+    let script = Script::new(vec![
+        init(),
+        request(op::READ, 10, HELLO, huge.as_bytes()),
+        request(op::READDIR, 12, abi::ROOT_ID, huge.as_bytes()),
+        request(op::READDIRPLUS, 14, abi::ROOT_ID, huge.as_bytes()),
+        request(op::READ, 16, HELLO, read_in(4096).as_bytes()),
+        request(op::READ, 18, HELLO, read_in(max).as_bytes()),
+        request(op::READ, 20, HELLO, read_in(max + 1).as_bytes()),
+    ]);
+    let fs = Arc::new(Filler::new(wants()));
+    let (result, chan) = session_of(script, fs.clone());
+    result.unwrap();
+    assert_eq!(*fs.sizes.lock().unwrap(), [max, max, max, 4096, max, max]);
+    let replies: Vec<(u64, i32, usize)> = chan.replies()[1..]
+        .iter()
+        .map(|r| {
+            let (h, body) = parse_reply(r);
+            (h.unique, h.error, body.len())
+        })
+        .collect();
+    let max = max as usize;
+    assert!(Filler::FILE as usize > max, "a READ could fill more");
+    assert_eq!(replies[0], (10, 0, max), "READ");
+    assert_eq!(&replies[3..], [(16, 0, 4096), (18, 0, max), (20, 0, max)]);
+    // The listings filled up to the agreement: a 40-byte READDIR entry,
+    // a 168-byte READDIRPLUS entry would not fit any more.
+    let (u, e, len) = replies[1];
+    assert!(
+        (u, e) == (12, 0) && len <= max && len + 40 > max,
+        "READDIR {len}"
+    );
+    let (u, e, len) = replies[2];
+    assert!(
+        (u, e) == (14, 0) && len <= max && len + 168 > max,
+        "READDIRPLUS {len}"
+    );
+}
+
+/// [`Agreed::max_data`]: the pages agreed at INIT (32 without
+/// `FUSE_MAX_PAGES`) of the system's page size, or `max_write` if more.
+#[test]
+fn max_data_is_the_most_a_kernel_asks_for_under_the_agreement() {
+    let page = u32::try_from(rustix::param::page_size()).unwrap();
+    let max_data = |max_write, max_pages| {
+        Agreed {
+            minor: 31,
+            flags: 0,
+            max_write,
+            max_pages,
+        }
+        .max_data()
+    };
+    assert_eq!(max_data(4096, 0), 32 * page);
+    assert_eq!(max_data(4096, 256), 256 * page);
+    assert_eq!(max_data(1 << 20, 1), (1 << 20).max(page));
+    assert_eq!(max_data(u32::MAX, u16::MAX), u32::MAX);
 }
 
 /// Random requests after INIT: headers with any opcode and bodies of any
