@@ -30,6 +30,15 @@ fn without_trusted(list: &[u8]) -> Vec<u8> {
         .collect()
 }
 
+/// The most Linux keeps in one xattr value or one list of names
+/// (`XATTR_SIZE_MAX`, `XATTR_LIST_MAX`): a kernel never asks for more, and
+/// a malformed request's `size` reserves no more than this.
+const XATTR_MAX: usize = 65536;
+
+fn reserve(size: u32) -> usize {
+    (size as usize).min(XATTR_MAX)
+}
+
 impl Core {
     /// The node whose xattrs `ino` means: none for the root and symlinks,
     /// which carry none of their own here.
@@ -43,7 +52,7 @@ impl Core {
         let Some(node) = self.xattr_target(ino)? else {
             return Err(FsError::Os(libc::ENODATA));
         };
-        let mut buf = Vec::with_capacity(size as usize);
+        let mut buf = Vec::with_capacity(reserve(size));
         let fd = self.reach.fd_of(&node)?;
         let n = self.reach.procfds.getxattr(fd.as_fd(), name, &mut buf)?;
         Ok(sized(size, n, buf))
@@ -56,7 +65,7 @@ impl Core {
         };
         let fd = self.reach.fd_of(&node)?;
         if crate::backing::caller_has_sys_admin(&ctx.caller()) {
-            let mut buf = Vec::with_capacity(size as usize);
+            let mut buf = Vec::with_capacity(reserve(size));
             let n = self.reach.procfds.listxattr(fd.as_fd(), &mut buf)?;
             return Ok(sized(size, n, buf));
         }

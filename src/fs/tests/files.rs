@@ -66,3 +66,46 @@ pub(super) fn small_files_first_read_go_through_the_page_cache() {
         "a file written: passthrough"
     );
 }
+
+/// A GETXATTR or LISTXATTR whose `size` is far beyond what Linux keeps
+/// (64 KiB) reserves no more than that: the value comes back whole, and
+/// the daemon's peak memory does not grow by the size asked for.
+#[test]
+pub(super) fn an_xattr_size_of_4_gib_reserves_no_more_than_an_xattr_can_hold() {
+    use crate::fs::core::XattrReply;
+    let peak_kib = || {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap()
+    };
+    let f = fixture();
+    std::fs::write(f.rw.join("x"), "x").unwrap();
+    if let Err(e) = rustix::fs::setxattr(
+        f.rw.join("x"),
+        "user.k",
+        b"value",
+        rustix::fs::XattrFlags::empty(),
+    ) {
+        panic!("user xattrs on the test's backing dir: {e}");
+    }
+    let ino = found(&f.core, WORK, "x").unwrap().ino.0;
+    let before = peak_kib();
+    let got = f
+        .core
+        .getxattr(&CTX, ino, "user.k".as_ref(), u32::MAX)
+        .unwrap();
+    assert!(
+        matches!(got, XattrReply::Data(ref v) if v == b"value"),
+        "{got:?}"
+    );
+    let got = f.core.listxattr(&CTX, ino, u32::MAX).unwrap();
+    assert!(
+        matches!(got, XattrReply::Data(ref v) if v.starts_with(b"user.k\0")),
+        "{got:?}"
+    );
+    let grew = peak_kib() - before;
+    assert!(grew < 512 * 1024, "peak memory grew by {grew} KiB");
+}
