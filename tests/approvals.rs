@@ -13,10 +13,19 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
+
+/// A mount namespace made while other tests' mounts exist holds copies of
+/// them, which keep their daemons serving after those tests unmount (an
+/// unmount then reports that its daemon has not exited). The one test of
+/// this suite that works in such a namespace for long (a user namespace's,
+/// where the copies are locked and can't be detached) takes this lock to
+/// write; the tests that unmount and wait for their daemon take it to read.
+static NAMESPACE_COPIES: RwLock<()> = RwLock::new(());
 
 const ZONES: &[(&str, &str)] = &[
     ("workspace", "mode: rw"),
@@ -465,6 +474,7 @@ fn unmount_denies_what_is_pending_and_the_daemon_exits() {
     if !fuse_ok() {
         return;
     }
+    let _no_copies = NAMESPACE_COPIES.read().unwrap_or_else(|e| e.into_inner());
     let mut m = setup().dir("final", "one").dir("final", "two").mount();
     let daemon = daemon_pids_for(m.mountpoint());
     assert_eq!(daemon.len(), 1, "{daemon:?}");
@@ -1735,6 +1745,7 @@ fn where_no_pid_namespace_can_be_made_run_says_so_and_the_session_rule_holds() {
     if !fuse_ok() || !root_ok() || !tool_ok("unshare") {
         return;
     }
+    let _copies = NAMESPACE_COPIES.write().unwrap_or_else(|e| e.into_inner());
     let wrap = [
         "unshare",
         "--user",

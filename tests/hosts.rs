@@ -56,7 +56,8 @@ impl Host {
             String::new()
         };
         let script = format!(
-            "set -e\nstage='{stage}'\nmount -t tmpfs -o mode=0755 zmhost \"$stage\"\ncp '{bin}' \"$stage/zonemount\"\n{setup}\ncd '{cwd}'\nexec {who} env HOME=/nonexistent XDG_RUNTIME_DIR= \"$stage/zonemount\" {args}",
+            "{drop}set -e\nstage='{stage}'\nmount -t tmpfs -o mode=0755 zmhost \"$stage\"\ncp '{bin}' \"$stage/zonemount\"\n{setup}\ncd '{cwd}'\nexec {who} env HOME=/nonexistent XDG_RUNTIME_DIR= \"$stage/zonemount\" {args}",
+            drop = DROP_INHERITED_MOUNTS,
             stage = self.path("stage").display(),
             cwd = self.path("cwd").display(),
             bin = BIN,

@@ -710,6 +710,49 @@ echo "left=$(mounted)"
     assert!(row["pid"].as_u64().is_some(), "{row}");
 }
 
+/// A mount namespace made while the mount exists (here `unshare -m`,
+/// private propagation) holds a copy of it: unmounting here doesn't reach
+/// that copy, so the daemon goes on serving it. `unmount` says so, naming
+/// a process of that namespace; once that namespace ends, the daemon
+/// exits.
+#[test]
+fn unmount_names_the_namespace_that_keeps_its_daemon_serving() {
+    if !private_ns_ok() {
+        return;
+    }
+    let ns = PrivateNs::new(false);
+    let out = ns.run(&format!(
+        r#"{NS_PRELUDE}
+"$ZONEMOUNT" mount --config project.yaml --no-approvals "$mnt" || exit 10
+remember
+daemon=$(cat "$ZM_PIDS" | head -1)
+unshare -m --propagation private sleep 60 &
+copy=$!
+echo "$copy" >> "$ZM_PIDS"
+i=0; while [ "$(readlink /proc/$copy/ns/mnt)" = "$(readlink /proc/self/ns/mnt)" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+echo "copy=$copy"
+"$ZONEMOUNT" unmount "$mnt" 2> unmount.err; echo "unmount=$?"
+echo "left=$(mounted)"
+kill $copy; wait $copy
+i=0; while kill -0 "$daemon" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+kill -0 "$daemon" 2>/dev/null && echo "daemon=alive" || echo "daemon=gone"
+"#
+    ));
+    assert!(out.success(), "{}", out.describe());
+    let copy = values(&out.stdout)["copy"].clone();
+    assert_value(&out, "unmount", "1");
+    assert_value(&out, "left", "0");
+    assert_value(&out, "daemon", "gone");
+    let err = fs::read_to_string(ns.path().join("unmount.err")).unwrap();
+    assert!(
+        err.contains("has not exited after 10 s")
+            && err.contains(&format!(
+                "another mount namespace, that of pid {copy} (sleep),"
+            )),
+        "{err}"
+    );
+}
+
 /// In a namespace (fusermount3 hidden or not): mount, SIGKILL the daemon,
 /// and report whether the mount, its record and its socket went.
 fn killed_daemon_in_a_namespace(hide_fusermount: bool) {

@@ -81,9 +81,10 @@ pub(crate) fn unmount(path: &Path, lazy: bool) -> Result<(), Failure> {
         Ok(Unmounted::DaemonLingers(pid)) => Err(Failure::new(
             1,
             format!(
-                "{} is unmounted but its daemon (pid {pid}) has not exited after {} s",
+                "{} is unmounted but its daemon (pid {pid}) has not exited after {} s{}",
                 path.display(),
-                mount::DAEMON_EXIT_WAIT.as_secs()
+                mount::DAEMON_EXIT_WAIT.as_secs(),
+                mount::lingers_because(path)
             ),
         )),
         Err(e) => Err(Failure::new(1, e.to_string())),

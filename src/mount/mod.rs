@@ -31,7 +31,7 @@ use std::path::Path;
 
 /// Where what outlives a mount is kept (its stages).
 pub use crate::stage::dir::state_dir;
-pub use mountinfo::{MountEntry, absolute, find_mount, mounts};
+pub use mountinfo::{Elsewhere, MountEntry, absolute, elsewhere, find_mount, mounts};
 pub use preflight::{
     HOST_FORBIDS, MountError, check_mountpoint, have_dev_fuse, host_allows, preflight,
 };
@@ -41,7 +41,8 @@ pub use registry::{
     sweep_dead_sockets, write_record,
 };
 pub use unmount::{
-    DAEMON_EXIT_WAIT, UnmountError, Unmounted, detach, detach_or_lazily, process_alive, unmount,
+    DAEMON_EXIT_WAIT, UnmountError, Unmounted, detach, detach_or_lazily, lingers_because,
+    process_alive, unmount,
 };
 
 /// The filesystem type mounts show in /proc/mounts.

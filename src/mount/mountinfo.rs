@@ -51,6 +51,10 @@ pub fn mounts() -> Vec<MountEntry> {
     let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return Vec::new();
     };
+    parse(&text)
+}
+
+fn parse(text: &str) -> Vec<MountEntry> {
     text.lines()
         .filter_map(|line| {
             let mut fields = line.split(' ');
@@ -65,6 +69,60 @@ pub fn mounts() -> Vec<MountEntry> {
             })
         })
         .collect()
+}
+
+/// A process of another mount namespace in which a zonemount mount at
+/// the same path still exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elsewhere {
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`).
+    pub comm: String,
+}
+
+/// One process of each other mount namespace that still holds a
+/// zonemount mount at `path` (as far as this process may read
+/// `/proc/PID/mountinfo`). A namespace made while the mount existed (e.g.
+/// `unshare -m`) holds a copy of it; with private propagation, unmounting
+/// here does not reach that copy, and the daemon serves it until that
+/// namespace ends or unmounts it.
+pub fn elsewhere(path: &Path) -> Vec<Elsewhere> {
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    let Some(own) = ns("self") else {
+        return Vec::new();
+    };
+    let mut seen = vec![own];
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    let mut pids: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    for pid in pids {
+        let Some(theirs) = ns(&pid.to_string()) else {
+            continue;
+        };
+        if seen.contains(&theirs) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")) else {
+            continue;
+        };
+        seen.push(theirs);
+        if parse(&text)
+            .iter()
+            .any(|m| m.mountpoint == path && m.is_zonemount())
+        {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            out.push(Elsewhere {
+                pid,
+                comm: comm.trim_end().to_string(),
+            });
+        }
+    }
+    out
 }
 
 /// The topmost mount at exactly `path`, if any.

@@ -29,6 +29,24 @@ pub enum Unmounted {
     DaemonLingers(u32),
 }
 
+/// Why a daemon may outlive its unmount, in words (empty when no cause
+/// is seen): a copy of the mount in another mount namespace.
+pub fn lingers_because(path: &Path) -> String {
+    let others = super::mountinfo::elsewhere(&absolute(path));
+    let Some(first) = others.first() else {
+        return String::new();
+    };
+    let more = match others.len() {
+        1 => String::new(),
+        n => format!(" and {} more", n - 1),
+    };
+    format!(
+        ": the mount lives on in another mount namespace, that of pid {} ({}){more}, made while it was mounted; the daemon serves it there until that namespace ends or unmounts it",
+        first.pid,
+        crate::text::message(&first.comm),
+    )
+}
+
 /// How long [`unmount`] waits for the daemon to exit.
 pub const DAEMON_EXIT_WAIT: Duration = Duration::from_secs(10);
 

@@ -30,6 +30,17 @@ if command -v fusermount3 >/dev/null 2>&1 && fusermount3 -V >/dev/null 2>&1; the
 fi
 "#;
 
+/// Detaches, in a new private mount namespace, the copies it got of every
+/// zonemount mount made before it (other tests' mounts; the originals stay,
+/// propagation being private). A copy held here would keep another test's
+/// daemon serving after that test unmounts (its `unmount` then fails:
+/// "has not exited after 10 s").
+pub const DROP_INHERITED_MOUNTS: &str = r#"
+awk '$0 ~ / - fuse[.]zonemount / { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
+    umount -l "$m" 2>/dev/null || true
+done
+"#;
+
 /// A private mount namespace's scratch dir and the processes its scripts
 /// left running.
 pub struct PrivateNs {
@@ -62,6 +73,7 @@ impl PrivateNs {
     /// fusermount3 when asked), cwd the scratch dir.
     pub fn command(&self, script: &str) -> Command {
         let mut full = String::from("set -u\n");
+        full.push_str(DROP_INHERITED_MOUNTS);
         if self.hide_fusermount {
             full.push_str(HIDE_FUSERMOUNT);
         }

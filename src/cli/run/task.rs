@@ -143,8 +143,9 @@ impl TaskMount {
             match done {
                 Ok(Unmounted::Done | Unmounted::NotMounted) => {}
                 Ok(Unmounted::DaemonLingers(pid)) => eprintln!(
-                    "zonemount: run: {} is unmounted but its daemon (pid {pid}) is still running",
-                    self.dir.display()
+                    "zonemount: run: {} is unmounted but its daemon (pid {pid}) is still running{}",
+                    self.dir.display(),
+                    mount::lingers_because(&self.dir)
                 ),
                 Err(e) => eprintln!("zonemount: run: {e}"),
             }
