@@ -38,10 +38,12 @@
 //!   `fchmodat2`).
 //! - `fuse::sys`: the FUSE transport (the device's ioctls, the io_uring
 //!   ring's shared buffers).
-//! - `mount::watch::sys`: the watcher's fork, exec, `close_range`, signal
+//! - `fork`: a forked child (fork, `_exit`, the `InChild` proof), for the
+//!   watcher and the overlay's user-namespace child.
+//! - `mount::watch::sys`: the watcher's exec, `close_range`, signal
 //!   dispositions and pre-exec announcement.
-//! - `stage::sys::child`: the fork, `unshare` and `_exit` of the child
-//!   that mounts a stage's overlay in a user namespace.
+//! - `stage::sys::child`: the `unshare` of the child that mounts a
+//!   stage's overlay in a user namespace.
 //! - `stage::sys::maplog`: the stage's append log, written through a
 //!   shared mapping.
 //! - `isolate::pidns`: `run`'s PID namespace (`unshare`, `NS_GET_PARENT`).
@@ -54,6 +56,8 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod error;
+#[allow(unsafe_code)]
+pub mod fork;
 pub mod fs;
 pub mod fuse;
 pub mod isolate;

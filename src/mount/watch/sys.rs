@@ -7,7 +7,6 @@
 //! else can make: what is sound only in such a child (closing every fd,
 //! resetting signals, exec) asks for one.
 
-use std::convert::Infallible;
 use std::ffi::c_char;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
@@ -15,43 +14,11 @@ use std::os::unix::process::CommandExt;
 
 use rustix::process::{Pid, WaitOptions};
 
-/// Proof that this code runs in a child made by [`fork`]: a
-/// single-threaded process whose Rust objects are never dropped (it
-/// leaves through [`exit`]).
-pub(super) struct InChild(());
-
-/// fork(2): the parent gets the child's pid; the child runs `child`,
-/// which never returns (`Infallible`: it leaves through [`exit`]).
-///
-/// Every caller in `mount::watch` passes a child that keeps the rule of
-/// the module header: system calls only, on data prepared before the
-/// fork, leaving through [`exit`].
-pub(super) fn fork(child: impl FnOnce(InChild) -> Infallible) -> io::Result<Pid> {
-    // SAFETY: fork(2) in a possibly multithreaded process. The child runs
-    // only `child`, which (by this module's contract with its callers,
-    // all in `mount::watch`) makes system calls on data prepared before
-    // the fork and leaves through `_exit`: no allocation, no lock, no
-    // unwinding, no destructor.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        child(InChild(()));
-    }
-    Ok(pid_of(pid))
-}
+pub(super) use crate::fork::{InChild, exit, fork};
 
 fn pid_of(raw: libc::pid_t) -> Pid {
     // fork returned a positive pid here.
     Pid::from_raw(raw).unwrap_or(Pid::INIT)
-}
-
-/// Leave the process now, without atexit handlers or destructors (which
-/// belong to the parent's copy of the program).
-pub(super) fn exit(code: i32) -> ! {
-    // SAFETY: _exit(2) ends the process at once; nothing runs after it.
-    unsafe { libc::_exit(code) }
 }
 
 /// Close every fd from 3 up except those in `keep`.

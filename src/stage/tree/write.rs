@@ -247,16 +247,7 @@ fn copy_file(
             }
         }
     }
-    if root {
-        rfs::fchown(
-            &dst,
-            Some(rfs::Uid::from_raw(up.st_uid)),
-            Some(rfs::Gid::from_raw(up.st_gid)),
-        )
-        .map_err(|e| io_err(e, "chown", &lower_p))?;
-    }
-    rfs::fchmod(&dst, Mode::from_raw_mode(up.st_mode & 0o7777))
-        .map_err(|e| io_err(e, "chmod", &lower_p))?;
+    owner_and_mode(&dst, up, root, &lower_p)?;
     for (name, value) in l.upper.user_xattrs(rel).unwrap_or_default() {
         rfs::fsetxattr(&dst, name.as_str(), &value, rfs::XattrFlags::empty())
             .map_err(|e| io_err(e, "setxattr", &lower_p))?;
@@ -282,16 +273,7 @@ pub(super) fn dir_attrs(l: &Layers, rel: &Path, root: bool) -> io::Result<()> {
     };
     let p = l.lower.path.join(rel);
     let fd = l.lower.dir(rel).map_err(|e| io_err(e, "open", &p))?;
-    if root {
-        rfs::fchown(
-            &fd,
-            Some(rfs::Uid::from_raw(up.st_uid)),
-            Some(rfs::Gid::from_raw(up.st_gid)),
-        )
-        .map_err(|e| io_err(e, "chown", &p))?;
-    }
-    rfs::fchmod(&fd, Mode::from_raw_mode(up.st_mode & 0o7777))
-        .map_err(|e| io_err(e, "chmod", &p))?;
+    owner_and_mode(&fd, &up, root, &p)?;
     let want = l.upper.user_xattrs(rel).unwrap_or_default();
     for (name, _) in l.lower.user_xattrs(rel).unwrap_or_default() {
         if !want.iter().any(|(n, _)| *n == name) {
@@ -303,4 +285,18 @@ pub(super) fn dir_attrs(l: &Layers, rel: &Path, root: bool) -> io::Result<()> {
             .map_err(|e| io_err(e, "setxattr", &p))?;
     }
     Ok(())
+}
+
+/// The staged owner (as root) and mode given to `fd`, the backing
+/// object at `p`.
+fn owner_and_mode(fd: &OwnedFd, up: &rfs::Stat, root: bool, p: &Path) -> io::Result<()> {
+    if root {
+        rfs::fchown(
+            fd,
+            Some(rfs::Uid::from_raw(up.st_uid)),
+            Some(rfs::Gid::from_raw(up.st_gid)),
+        )
+        .map_err(|e| io_err(e, "chown", p))?;
+    }
+    rfs::fchmod(fd, Mode::from_raw_mode(up.st_mode & 0o7777)).map_err(|e| io_err(e, "chmod", p))
 }

@@ -1,0 +1,46 @@
+//! A forked child, for the two capabilities that need one (the watcher in
+//! `mount::watch`, the overlay's user-namespace child in `stage::sys`):
+//! fork(2), `_exit(2)`, and the [`InChild`] proof that code runs in such a
+//! child. A leaf allowed `unsafe` (`#[allow(unsafe_code)]` on `mod fork`
+//! in `lib.rs`).
+//!
+//! The rule for every caller: the child makes system calls on data
+//! prepared before the fork and leaves through [`exit`]: no allocation, no
+//! lock, no unwinding, no destructor (another thread of the parent may
+//! have held a lock at the fork).
+
+use std::convert::Infallible;
+use std::io;
+
+use rustix::process::Pid;
+
+/// Proof that this code runs in a child made by [`fork`]: a
+/// single-threaded process whose Rust objects are never dropped (it
+/// leaves through [`exit`]). Only [`fork`] makes one.
+pub struct InChild(());
+
+/// fork(2): the parent gets the child's pid; the child runs `child`,
+/// which never returns (`Infallible`: it leaves through [`exit`]).
+pub fn fork(child: impl FnOnce(InChild) -> Infallible) -> io::Result<Pid> {
+    // SAFETY: fork(2) in a possibly multithreaded process. The child runs
+    // only `child`, which (by this module's rule, kept by its callers in
+    // `mount::watch` and `stage::sys::overlay`) makes system calls on data
+    // prepared before the fork and leaves through `_exit`: no allocation,
+    // no lock, no unwinding, no destructor.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        child(InChild(()));
+    }
+    // fork returned a positive pid here.
+    Ok(Pid::from_raw(pid).unwrap_or(Pid::INIT))
+}
+
+/// Leave the process now, without atexit handlers or destructors (which
+/// belong to the parent's copy of the program).
+pub fn exit(code: i32) -> ! {
+    // SAFETY: _exit(2) ends the process at once; nothing runs after it.
+    unsafe { libc::_exit(code) }
+}
