@@ -83,11 +83,11 @@ impl Channel for Script {
     }
 }
 
-/// A request as the kernel writes it to `/dev/fuse`: the in-header
-/// (`struct fuse_in_header`, 40 bytes) and then `body`.
-pub(super) fn request(opcode: u32, unique: u64, nodeid: u64, body: &[u8]) -> Vec<u8> {
-    let h = InHeader {
-        len: (std::mem::size_of::<InHeader>() + body.len()) as u32,
+/// The in-header of a request from uid and gid 1000, pid 4242, with
+/// `after` bytes after it.
+pub(super) fn header(opcode: u32, unique: u64, nodeid: u64, after: usize) -> InHeader {
+    InHeader {
+        len: (std::mem::size_of::<InHeader>() + after) as u32,
         opcode,
         unique,
         nodeid,
@@ -96,8 +96,15 @@ pub(super) fn request(opcode: u32, unique: u64, nodeid: u64, body: &[u8]) -> Vec
         pid: 4242,
         total_extlen: 0,
         padding: 0,
-    };
-    let mut v = h.as_bytes().to_vec();
+    }
+}
+
+/// A request as the kernel writes it to `/dev/fuse`: the in-header
+/// (`struct fuse_in_header`, 40 bytes) and then `body`.
+pub(super) fn request(opcode: u32, unique: u64, nodeid: u64, body: &[u8]) -> Vec<u8> {
+    let mut v = header(opcode, unique, nodeid, body.len())
+        .as_bytes()
+        .to_vec();
     v.extend_from_slice(body);
     v
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::{Filler, HELLO, Script, Toy, parse_reply, within};
+use super::{Filler, HELLO, Script, Toy, header, parse_reply, within};
 use crate::fuse::abi::{self, EntryOut, GetattrIn, InHeader, NotifyRetrieveOut, ReadIn, op};
 use crate::fuse::dispatch::{Filesystem, Wants};
 use crate::fuse::queue::Event as RingEvent;
@@ -36,17 +36,7 @@ struct Req {
 
 fn req(opcode: u32, unique: u64, nodeid: u64, op: &[u8], payload: &[u8]) -> Req {
     Req {
-        h: InHeader {
-            len: (std::mem::size_of::<InHeader>() + op.len() + payload.len()) as u32,
-            opcode,
-            unique,
-            nodeid,
-            uid: 1000,
-            gid: 1000,
-            pid: 4242,
-            total_extlen: 0,
-            padding: 0,
-        },
+        h: header(opcode, unique, nodeid, op.len() + payload.len()),
         op: op.to_vec(),
         payload: payload.to_vec(),
     }
