@@ -1,0 +1,392 @@
+// The client against real mounts of the zonemount binary.
+
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as path from "node:path";
+import { test } from "node:test";
+
+import * as zm from "../src/index.js";
+import { REPO, canMount, collect, exited, isMounted, project, tmpDir, waitFor, worker, zmBin } from "./helpers.js";
+
+const LIMIT = { timeout: 90_000 };
+
+test("mount, status and unmount", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  await zm.run({ mountpoint: p.mnt, config: p.config }, async (m) => {
+    assert.ok(isMounted(p.mnt));
+    assert.equal(fs.readFileSync(path.join(m.mountpoint, "data/readme.txt"), "utf8"), "hello\n");
+    const st = await m.client.status();
+    assert.equal(st.mountpoint, m.mountpoint);
+    assert.deepEqual(
+      st.zones.map((z) => z.name),
+      ["data", "final"],
+    );
+    assert.equal(st.zones[1]?.policy.approval.write, "ask");
+    assert.equal(st.zones[0]?.policy.access, "ro");
+    assert.equal(st.control, m.client.socketPath);
+    assert.deepEqual(st.pending, []);
+    assert.deepEqual(await m.client.requests(), []);
+  });
+  assert.ok(!isMounted(p.mnt), "run() unmounts");
+});
+
+test("a fresh temporary mountpoint is made and removed", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  const m = await zm.mount({ config: p.config });
+  const mp = m.mountpoint;
+  try {
+    assert.ok(isMounted(mp));
+  } finally {
+    await m.unmount();
+  }
+  assert.ok(!fs.existsSync(mp), `${mp} is removed`);
+  await m.unmount(); // a second unmount does nothing
+});
+
+test("an allow lets the waiting write finish", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  await zm.run({ mountpoint: p.mnt, config: p.config, args: ["--approval-timeout", "60"] }, async (m) => {
+    const c = m.client;
+    const w = worker(t, "echo hi > final/report.md", m.mountpoint);
+    const r = (await waitFor("a pending request", () => c.requests().then((rs) => rs[0])))!;
+    assert.deepEqual([r.zone, r.class, r.op, r.path], ["final", "write", "create", "/final/report.md"]);
+    assert.ok(r.pid > 0);
+    assert.equal(r.uid, process.geteuid?.());
+    assert.deepEqual(r.items[0], { class: "write", zone: "final", path: "/final/report.md" });
+    assert.ok(r.timeout_secs > 0 && r.timeout_secs <= 60, `timeout_secs ${r.timeout_secs}`);
+    assert.equal(w.proc.exitCode, null, "the write waits for the decision");
+    await c.allow(r.id, { scope: "path" });
+    const done = await exited(w);
+    assert.equal(done.code, 0, done.stderr);
+    assert.equal(fs.readFileSync(path.join(p.final, "report.md"), "utf8"), "hi\n");
+    // The path scope covers the next write of the same file: no new ask.
+    const again = await exited(worker(t, "echo again >> final/report.md", m.mountpoint));
+    assert.equal(again.code, 0, again.stderr);
+    assert.deepEqual(await c.requests(), []);
+    assert.equal(fs.readFileSync(path.join(p.final, "report.md"), "utf8"), "hi\nagain\n");
+  });
+});
+
+test("a deny refuses the syscall", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  await zm.run({ mountpoint: p.mnt, config: p.config, args: ["--approval-timeout", "60"] }, async (m) => {
+    const w = worker(t, "/bin/echo hi > final/secret.md", m.mountpoint);
+    const r = (await waitFor("a pending request", () => m.client.requests().then((rs) => rs[0])))!;
+    await m.client.deny(r.id);
+    const done = await exited(w);
+    assert.notEqual(done.code, 0);
+    assert.match(done.stderr, /Permission denied/);
+    assert.ok(!fs.existsSync(path.join(p.final, "secret.md")));
+  });
+});
+
+test("a name that is not UTF-8 comes exact", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  await zm.run({ mountpoint: p.mnt, config: p.config, args: ["--approval-timeout", "60"] }, async (m) => {
+    const w = worker(t, "echo hi > \"final/$(printf 'a\\033\\377.md')\"", m.mountpoint);
+    const r = (await waitFor("a pending request", () => m.client.requests().then((rs) => rs[0])))!;
+    assert.equal(r.path, "/final/a\x1b\ufffd.md");
+    assert.deepEqual(zm.exact(r, "path"), Buffer.from("/final/a\x1b\xff.md", "latin1"));
+    assert.equal(r.path_b64, Buffer.from("/final/a\x1b\xff.md", "latin1").toString("base64"));
+    assert.ok(zm.exact(r, "cmdline")?.toString("latin1").startsWith("sh -c "));
+    assert.equal(zm.exact(r, "target"), null);
+    assert.deepEqual(zm.exact(r.items[0]!, "path"), Buffer.from("/final/a\x1b\xff.md", "latin1"));
+    // Shown to people as the binary shows it.
+    const shown = zm.escape(zm.exact(r, "path")!);
+    assert.equal(shown, "/final/a\\x1b\\xff.md");
+    assert.ok((await zm.runCli(["approvals", "list", m.mountpoint])).includes(shown));
+    await m.client.allow(r.id);
+    assert.equal((await exited(w)).code, 0);
+    assert.deepEqual(fs.readdirSync(p.final, { encoding: "buffer" }), [Buffer.from("a\x1b\xff.md", "latin1")]);
+  });
+});
+
+test("errors carry the daemon's message", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  await zm.run({ mountpoint: p.mnt, config: p.config }, async (m) => {
+    await assert.rejects(m.client.allow(424242), (e: unknown) => {
+      assert.ok(e instanceof zm.RefusedError && e instanceof zm.ZonemountError);
+      assert.match(e.message, /^no pending request 424242/);
+      return true;
+    });
+    await assert.rejects(m.client.deny(424242), zm.RefusedError);
+    await assert.rejects(m.client.allow(1, { scope: "forever" as zm.Scope }), TypeError);
+    await assert.rejects(m.client.allow(-1), TypeError);
+    // A mount without a staged zone has nothing to commit.
+    assert.deepEqual(await m.client.commit(), { zones: [] });
+    assert.throws(() => zm.Client.forMount(p.data), zm.NotMountedError);
+    await assert.rejects(new zm.Client(path.join(p.data, "no.sock")).status(), (e: unknown) => {
+      assert.ok(e instanceof zm.ZonemountError);
+      assert.match(e.message, /cannot reach the control socket .*no\.sock: ENOENT/);
+      return true;
+    });
+  });
+});
+
+test("a bad config is a CommandError with exit status 2", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const dir = tmpDir(t);
+  const p = project(dir);
+  const bad = path.join(dir, "bad.yaml");
+  fs.writeFileSync(bad, "sandbox:\n  zones: 3\n");
+  let called = false;
+  await assert.rejects(
+    zm.run({ mountpoint: p.mnt, config: bad }, () => {
+      called = true;
+    }),
+    (e: unknown) => {
+      assert.ok(e instanceof zm.CommandError);
+      assert.equal(e.exitCode, 2);
+      assert.match(e.message, /bad\.yaml/);
+      assert.doesNotMatch(e.message, /^zonemount: /);
+      return true;
+    },
+  );
+  assert.ok(!called);
+  assert.ok(!isMounted(p.mnt));
+});
+
+test("watch streams requests and their ends", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  await zm.run({ mountpoint: p.mnt, config: p.config, args: ["--approval-timeout", "60"] }, async (m) => {
+    const watch = m.client.watch();
+    await watch.ready();
+    const w = worker(t, "echo hi > final/watched.md", m.mountpoint);
+    const seen: zm.Event[] = [];
+    for await (const ev of watch) {
+      seen.push(ev);
+      if (ev.event === "request") await m.client.deny(ev.request.id);
+      if (ev.event === "resolved") break;
+    }
+    assert.notEqual((await exited(w)).code, 0);
+    assert.deepEqual(
+      seen.map((e) => e.event),
+      ["request", "resolved"],
+    );
+    const [asked, ended] = seen;
+    assert.ok(asked?.event === "request" && ended?.event === "resolved");
+    assert.equal(ended.id, asked.request.id);
+    assert.equal(ended.outcome, "deny");
+    assert.equal(ended.approver_uid, process.geteuid?.());
+    // The break closed the watch: it stays ended.
+    assert.deepEqual(await watch.next(), { done: true, value: undefined });
+  });
+});
+
+test("a closed watch ends a waiting iteration, and one ends with its mount", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  const m = await zm.mount({ mountpoint: p.mnt, config: p.config });
+  try {
+    const watch = m.client.watch();
+    await watch.ready();
+    const pending = watch.next();
+    watch.close();
+    assert.deepEqual(await pending, { done: true, value: undefined });
+    const other = m.client.watch();
+    await other.ready();
+    const rest = (async () => {
+      const evs: zm.Event[] = [];
+      for await (const ev of other) evs.push(ev);
+      return evs;
+    })();
+    await m.unmount();
+    assert.deepEqual(await rest, []);
+  } finally {
+    await m.unmount();
+  }
+});
+
+test("another protocol version is refused", LIMIT, async (t) => {
+  const sock = path.join(tmpDir(t), "fake.sock");
+  const srv = net.createServer((conn) => {
+    conn.once("data", () => conn.end('{"v":2,"ok":true,"requests":[]}\n'));
+  });
+  await new Promise<void>((r) => srv.listen(sock, r));
+  t.after(() => srv.close());
+  await assert.rejects(new zm.Client(sock).requests(), (e: unknown) => {
+    assert.ok(e instanceof zm.ProtocolError);
+    assert.match(e.message, /version 2, this client version 1/);
+    return true;
+  });
+});
+
+test("a daemon that doesn't answer in time is an error, not a hang", LIMIT, async (t) => {
+  const sock = path.join(tmpDir(t), "mute.sock");
+  const held: net.Socket[] = [];
+  const srv = net.createServer((conn) => void held.push(conn));
+  await new Promise<void>((r) => srv.listen(sock, r));
+  t.after(() => {
+    for (const c of held) c.destroy();
+    srv.close();
+  });
+  const started = Date.now();
+  await assert.rejects(new zm.Client(sock, { timeoutMs: 300 }).status(), /no answer to status .* within 0\.3 s/);
+  assert.ok(Date.now() - started < 5_000);
+});
+
+test("zones on the command line", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  await zm.run({ mountpoint: p.mnt, zones: [`out=${p.final}:rw`, `in=${p.data}`] }, async (m) => {
+    const st = await m.client.status();
+    assert.deepEqual(
+      st.zones.map((z) => z.name),
+      ["out", "in"],
+    );
+    fs.writeFileSync(path.join(m.mountpoint, "out/new.txt"), "x");
+    assert.throws(() => fs.writeFileSync(path.join(m.mountpoint, "in/new.txt"), "x"), /EROFS/);
+    const report = await m.client.changes();
+    assert.deepEqual(report.zones[0], { zone: "out", staged: false, changes: [{ path: "new.txt", kind: "added" }] });
+  });
+  assert.equal(fs.readFileSync(path.join(p.final, "new.txt"), "utf8"), "x");
+});
+
+test("a staged zone is reviewed, then discarded in part and committed", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const dir = tmpDir(t);
+  const p = project(dir);
+  fs.writeFileSync(path.join(p.final, "keep.txt"), "old\n");
+  await zm.run(
+    { mountpoint: p.mnt, zones: [`out=${p.final}:staged`], args: ["--stage-dir", path.join(dir, "stage")] },
+    async (m) => {
+      // The worker's writes, in a session of its own (a commit from the
+      // writer's own session is refused).
+      const w = await exited(
+        worker(t, "echo new > new.txt && echo more >> keep.txt && echo x > drop.txt && printf y > \"$(printf 'b\\377')\"", path.join(m.mountpoint, "out")),
+      );
+      assert.equal(w.code, 0, w.stderr);
+      assert.ok(!fs.existsSync(path.join(p.final, "new.txt")), "nothing reaches the backing dir");
+      const report = await m.client.changes({ diff: true });
+      assert.deepEqual(
+        report.zones.map((z) => [z.zone, z.staged]),
+        [["out", true]],
+      );
+      const kinds = Object.fromEntries(report.zones[0]!.changes.map((c) => [c.path, c.kind]));
+      assert.deepEqual(kinds, { "new.txt": "added", "keep.txt": "modified", "drop.txt": "added", "b\ufffd": "added" });
+      const keep = report.zones[0]!.changes.find((c) => c.path === "keep.txt")!;
+      assert.match(keep.diff ?? "", /\+more/);
+      assert.ok(keep.what?.includes("content"), JSON.stringify(keep));
+      assert.equal(keep.file_type, "file");
+      // Limited to paths.
+      const one = await m.client.changes({ paths: ["/out/new.txt"] });
+      assert.deepEqual(
+        one.zones[0]!.changes.map((c) => c.path),
+        ["new.txt"],
+      );
+      // A path that is not UTF-8, named by its bytes.
+      const odd = Buffer.from("/out/b\xff", "latin1");
+      const gone = await m.client.discard({ paths: [odd, "/out/drop.txt"] });
+      const dropped = gone.zones[0]!.discarded;
+      assert.deepEqual(dropped.map((c) => zm.exact(c, "path")?.toString("latin1")).sort(), ["b\xff", "drop.txt"]);
+      assert.equal(gone.zones[0]!.conflicts, undefined);
+      assert.ok(!fs.existsSync(path.join(m.mountpoint, "out/drop.txt")));
+      const done = await m.client.commit();
+      assert.deepEqual(done.zones[0]!.conflicts, []);
+      assert.deepEqual(done.zones[0]!.applied.map((c) => c.path).sort(), ["keep.txt", "new.txt"]);
+      assert.deepEqual((await m.client.changes()).zones[0]!.changes, []);
+    },
+  );
+  assert.equal(fs.readFileSync(path.join(p.final, "new.txt"), "utf8"), "new\n");
+  assert.equal(fs.readFileSync(path.join(p.final, "keep.txt"), "utf8"), "old\nmore\n");
+  assert.ok(!fs.existsSync(path.join(p.final, "drop.txt")));
+  assert.deepEqual(fs.readdirSync(p.final).sort(), ["keep.txt", "new.txt"]);
+});
+
+test("a commit leaves what the host changed meanwhile as a conflict unless forced", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const dir = tmpDir(t);
+  const p = project(dir);
+  fs.writeFileSync(path.join(p.final, "a.txt"), "old\n");
+  await zm.run(
+    { mountpoint: p.mnt, zones: [`out=${p.final}:staged`], args: ["--stage-dir", path.join(dir, "stage")] },
+    async (m) => {
+      assert.equal((await exited(worker(t, "echo worker > a.txt", path.join(m.mountpoint, "out")))).code, 0);
+      fs.writeFileSync(path.join(p.final, "a.txt"), "host\n");
+      const first = await m.client.commit();
+      assert.deepEqual(first.zones[0]!.applied, []);
+      assert.equal(first.zones[0]!.conflicts[0]?.path, "a.txt");
+      assert.ok((first.zones[0]!.conflicts[0]?.why ?? "") !== "");
+      assert.equal(fs.readFileSync(path.join(p.final, "a.txt"), "utf8"), "host\n");
+      const forced = await m.client.commit({ force: true });
+      assert.deepEqual(
+        forced.zones[0]!.applied.map((c) => c.path),
+        ["a.txt"],
+      );
+    },
+  );
+  assert.equal(fs.readFileSync(path.join(p.final, "a.txt"), "utf8"), "worker\n");
+});
+
+test("run() unmounts when the function throws", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  let inside = false;
+  await assert.rejects(
+    zm.run({ mountpoint: p.mnt, config: p.config }, () => {
+      inside = isMounted(p.mnt);
+      throw new Error("boom");
+    }),
+    /^Error: boom$/,
+  );
+  assert.ok(inside, "it was mounted inside");
+  assert.ok(!isMounted(p.mnt), "and is not any more");
+});
+
+/** A node process that mounts with the client, says so, then `then`. */
+function mounter(t: import("node:test").TestContext, mnt: string, config: string, then: string) {
+  const index = path.join(REPO, "clients/node/dist/src/index.js");
+  const script =
+    `import { mount } from ${JSON.stringify(index)};\n` +
+    `const m = await mount({ mountpoint: ${JSON.stringify(mnt)}, config: ${JSON.stringify(config)} });\n` +
+    `console.log("mounted " + m.mountpoint);\n` +
+    then;
+  return collect(t, spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["pipe", "pipe", "pipe"] }));
+}
+
+test("a mount is unmounted when its process gets SIGTERM", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  const child = mounter(t, p.mnt, p.config, "setInterval(() => {}, 1000);\n");
+  child.proc.stdin.end();
+  await waitFor("the child's mount", () => isMounted(p.mnt), 30_000);
+  child.proc.kill("SIGTERM");
+  const done = await exited(child, 60_000);
+  assert.equal(done.signal, "SIGTERM", `it dies of the signal: ${JSON.stringify(done)}`);
+  assert.ok(!isMounted(p.mnt), "unmounted on SIGTERM");
+});
+
+test("a mount is unmounted when its process exits without unmounting", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  const child = mounter(t, p.mnt, p.config, "process.exitCode = 7;\n");
+  child.proc.stdin.end();
+  const done = await exited(child, 60_000);
+  assert.equal(done.code, 7, done.stderr);
+  assert.match(done.stdout, /^mounted /);
+  assert.ok(!isMounted(p.mnt), "unmounted on exit");
+});
