@@ -7,6 +7,7 @@
 #      temporary directories)
 #   3. cargo test --doc (the doc examples compile, and run unless no_run)
 #   4. the Python client (scripts/test-python.sh: mypy --strict, pytest)
+#      and the TypeScript client (scripts/test-node.sh: tsc, node --test)
 #   5. the suites every environment must pass, again as root without
 #      fusermount3, as an unprivileged user, and over FUSE over io_uring
 #      (scripts/test-envs.sh)
@@ -27,6 +28,7 @@ LIMIT_TEST=${ZONEMOUNT_LIMIT_TEST:-2400}
 LIMIT_DOC=${ZONEMOUNT_LIMIT_DOC:-900}
 LIMIT_ENV=${ZONEMOUNT_LIMIT_ENV:-1200}
 LIMIT_PY=${ZONEMOUNT_LIMIT_PY:-900}
+LIMIT_NODE=${ZONEMOUNT_LIMIT_NODE:-900}
 LIMIT_CONFORMANCE=${ZONEMOUNT_LIMIT_CONFORMANCE:-3600}
 
 missing=()
@@ -74,8 +76,8 @@ step() {
 failed_steps=()
 rc_build=0 rc_test=0 rc_doc=0 rc_conf=0
 test_log="$work/cargo-test.log" doc_log="$work/cargo-doc.log" envs_log="$work/envs.log"
-py_log="$work/python.log"
-: > "$test_log"; : > "$doc_log"; : > "$envs_log"; : > "$py_log"
+py_log="$work/python.log" node_log="$work/node.log"
+: > "$test_log"; : > "$doc_log"; : > "$envs_log"; : > "$py_log"; : > "$node_log"
 step "cargo build" "$LIMIT_BUILD" cargo build --locked --all-targets || rc_build=$?
 if [ $rc_build -eq 0 ]; then
   step "cargo test" "$LIMIT_TEST" cargo test --locked --all-targets 2>&1 | tee "$test_log" || rc_test=$?
@@ -94,6 +96,15 @@ else
   rc_py=1
 fi
 [ $rc_py -eq 0 ] || failed_steps+=("python client")
+
+# The TypeScript client: tsc (strict) and node --test against real mounts.
+rc_node=0
+if [ $rc_build -eq 0 ]; then
+  step "node client" "$LIMIT_NODE" bash scripts/test-node.sh "$work/node" 2>&1 | tee "$node_log" || rc_node=$?
+else
+  rc_node=1
+fi
+[ $rc_node -eq 0 ] || failed_steps+=("node client")
 
 # The suites every environment must pass, again: as root where fusermount3
 # is unusable (a private mount namespace with it covered), as an
@@ -136,7 +147,7 @@ fi
 #    expected failures, the device-node cases, count as skipped) and each
 #    fsx run; shown as environment `conformance`.
 awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test" \
-    -v rc_doc="$rc_doc" -v rc_conf="$rc_conf" -v rc_envs="$rc_envs" -v rc_py="$rc_py" '
+    -v rc_doc="$rc_doc" -v rc_conf="$rc_conf" -v rc_envs="$rc_envs" -v rc_py="$rc_py" -v rc_node="$rc_node" '
   function flush_pjd() {
     if (have_pjd) { pjd_p += cur_p; pjd_f += cur_f; pjd_s += cur_s; have_pjd = 0 }
   }
@@ -187,6 +198,7 @@ awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test"
     if (rc_doc != 0 && ff[ARGV[2]] == 0) f++
     if (rc_envs != 0 && ff[ARGV[3]] == 0) f++
     if (rc_py != 0 && ff[ARGV[4]] == 0) f++
+    if (rc_node != 0 && ff[ARGV[6]] == 0) f++
     pe["conformance"] += pjd_p; fe["conformance"] += pjd_f; se["conformance"] += pjd_s
     s = 0
     for (e in seen) {
@@ -200,7 +212,7 @@ awk -v skips="$ZONEMOUNT_SKIP_LOG" -v rc_build="$rc_build" -v rc_test="$rc_test"
     if (rc_conf == 3) s++
     else if (rc_conf != 0 && fe["conformance"] == 0) f++
     printf "summary: %d passed, %d failed, %d skipped\n", p, f, s
-  }' "$test_log" "$doc_log" "$envs_log" "$py_log" "$work/conformance.log"
+  }' "$test_log" "$doc_log" "$envs_log" "$py_log" "$work/conformance.log" "$node_log"
 
 if [ ${#failed_steps[@]} -gt 0 ]; then
   echo "test.sh: FAILED: ${failed_steps[*]}" >&2

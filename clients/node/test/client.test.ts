@@ -8,7 +8,7 @@ import * as path from "node:path";
 import { test } from "node:test";
 
 import * as zm from "../src/index.js";
-import { REPO, canMount, collect, exited, isMounted, project, tmpDir, waitFor, worker, zmBin } from "./helpers.js";
+import { PKG, canMount, collect, exited, isMounted, project, tmpDir, waitFor, worker, zmBin } from "./helpers.js";
 
 const LIMIT = { timeout: 90_000 };
 
@@ -357,7 +357,7 @@ test("run() unmounts when the function throws", LIMIT, async (t) => {
 
 /** A node process that mounts with the client, says so, then `then`. */
 function mounter(t: import("node:test").TestContext, mnt: string, config: string, then: string) {
-  const index = path.join(REPO, "clients/node/dist/src/index.js");
+  const index = path.join(PKG, "dist/src/index.js");
   const script =
     `import { mount } from ${JSON.stringify(index)};\n` +
     `const m = await mount({ mountpoint: ${JSON.stringify(mnt)}, config: ${JSON.stringify(config)} });\n` +

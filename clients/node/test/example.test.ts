@@ -6,7 +6,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { test } from "node:test";
 
-import { REPO, canMount, collect, exited, tmpDir, zmBin } from "./helpers.js";
+import { PKG, canMount, collect, exited, tmpDir, zmBin } from "./helpers.js";
 
 test("the example supervisor allows under one directory, denies the rest, reports", { timeout: 90_000 }, async (t) => {
   zmBin();
@@ -14,7 +14,7 @@ test("the example supervisor allows under one directory, denies the rest, report
   const dir = path.join(tmpDir(t), "task");
   fs.mkdirSync(dir);
   fs.writeFileSync(path.join(dir, "old.txt"), "keep\n");
-  const example = path.join(REPO, "clients/node/dist/examples/supervisor.js");
+  const example = path.join(PKG, "dist/examples/supervisor.js");
   const child = collect(
     t,
     spawn(

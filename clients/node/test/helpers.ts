@@ -8,8 +8,8 @@ import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { TestContext } from "node:test";
 
-/** The repository (this file is clients/node/dist/test/helpers.js). */
-export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
+/** The package's directory (this file is dist/test/helpers.js in it). */
+export const PKG = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 
 /** The zonemount binary: $ZONEMOUNT_BIN, else `zonemount` on PATH; a
  * test without one fails. Sets $ZONEMOUNT_BIN for the client. */
