@@ -4,7 +4,9 @@
  * {@link run} mounts, calls a function with the mount, and unmounts however
  * the function ends. {@link mount} returns the mount for the caller to
  * {@link Mount.unmount}; until then it is also unmounted when the process
- * exits normally or gets SIGINT, SIGTERM or SIGHUP. (Nothing runs on
+ * exits normally or gets SIGINT, SIGTERM or SIGHUP, also while
+ * `zonemount mount` is still making it (the handler waits for that command,
+ * up to 30 s, then unmounts what it made). (Nothing runs on
  * SIGKILL: the mount then stays until `zonemount unmount MOUNTPOINT`.)
  */
 
@@ -54,10 +56,16 @@ function firstLine(stderr: string, fallback: string): string {
 /** Run `zonemount ARGS`: its stdout, or a {@link CommandError} with its
  * one-line message and exit status. */
 export function runCli(args: string[], options: RunCliOptions = {}): Promise<string> {
+  return runChild(args, options, () => undefined);
+}
+
+/** {@link runCli}, telling `spawned` the child's pid. */
+function runChild(args: string[], options: RunCliOptions, spawned: (pid: number) => void): Promise<string> {
   const exe = binary(options.bin);
   const timeoutMs = options.timeoutMs ?? 120_000;
   return new Promise((resolve, reject) => {
     const child = spawn(exe, args, { stdio: ["ignore", "pipe", "pipe"] });
+    if (child.pid !== undefined) spawned(child.pid);
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     let timedOut = false;
@@ -119,10 +127,54 @@ function unmountNow(bin: string, mp: string): void {
 
 /** Mounts not yet unmounted, unmounted on exit and on signals. */
 const live = new Set<Mount>();
+/** Mounts being made: the `zonemount mount` command's pid, the binary and
+ * the mountpoint. */
+const mounting = new Map<number, { bin: string; mp: string }>();
 const SIGNALS: NodeJS.Signals[] = ["SIGINT", "SIGTERM", "SIGHUP"];
 let hooked = false;
 
+/** Sleep `ms` without the event loop (exit and signal handlers can't
+ * wait for it). */
+function sleepSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/** Wait (bounded) until process `pid` has ended: gone, or a zombie
+ * nobody reaped yet. */
+function waitGone(pid: number, limitMs: number): void {
+  const deadline = Date.now() + limitMs;
+  while (Date.now() < deadline) {
+    let stat: string;
+    try {
+      stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    } catch {
+      return;
+    }
+    // `pid (comm) S ...`: the state follows the last ')'.
+    if (stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")) return;
+    sleepSync(20);
+  }
+}
+
+/** Whether `mp` is a mountpoint in this mount namespace now. */
+function mountedAt(mp: string): boolean {
+  let info: string;
+  try {
+    info = fs.readFileSync("/proc/self/mountinfo", "utf8");
+  } catch {
+    return true; // can't tell: try the unmount
+  }
+  const unescape = (f: string): string => f.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+  return info.split("\n").some((l) => unescape(l.split(" ")[4] ?? "") === mp);
+}
+
 function onExit(): void {
+  // A mount being made: let its command finish, then unmount what it made.
+  for (const [pid, { bin, mp }] of [...mounting]) {
+    waitGone(pid, 30_000);
+    if (mountedAt(mp)) unmountNow(bin, mp);
+    mounting.delete(pid);
+  }
   for (const m of [...live]) m.unmountSync();
 }
 
@@ -195,7 +247,7 @@ export class Mount {
 
   private forget(): void {
     live.delete(this);
-    if (live.size === 0) unhook();
+    if (live.size === 0 && mounting.size === 0) unhook();
     removeMade(this.made);
   }
 }
@@ -233,11 +285,25 @@ export async function mount(options: MountOptions = {}): Promise<Mount> {
     if (options.preset !== undefined) argv.push("--preset", options.preset);
     for (const z of options.zones ?? []) argv.push("--zone", z);
     argv.push(...(options.args ?? []), mp);
-    await runCli(argv, { bin: exe });
+    // Hooked before the command runs: a signal while it mounts still
+    // unmounts what it made.
+    hook();
+    const where = mp;
+    let pid: number | null = null;
+    try {
+      await runChild(argv, { bin: exe }, (p) => {
+        pid = p;
+        mounting.set(p, { bin: exe, mp: where });
+      });
+    } finally {
+      if (pid !== null) mounting.delete(pid);
+    }
   } catch (e) {
+    if (live.size === 0 && mounting.size === 0) unhook();
     removeMade(made);
     throw e;
   }
+  // From here to `live.add` nothing waits: no signal handler runs between.
   let client: Client;
   try {
     client = Client.forMount(mp);
@@ -245,12 +311,12 @@ export async function mount(options: MountOptions = {}): Promise<Mount> {
     // Mounted, but its record can't be read: unmount it rather than
     // leave it behind.
     unmountNow(exe, mp);
+    if (live.size === 0 && mounting.size === 0) unhook();
     removeMade(made);
     throw e;
   }
   const mounted = new Mount(mp, client, exe, made);
   live.add(mounted);
-  hook();
   return mounted;
 }
 

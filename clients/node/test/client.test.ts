@@ -372,11 +372,51 @@ test("a mount is unmounted when its process gets SIGTERM", LIMIT, async (t) => {
   const p = project(tmpDir(t));
   const child = mounter(t, p.mnt, p.config, "setInterval(() => {}, 1000);\n");
   child.proc.stdin.end();
-  await waitFor("the child's mount", () => isMounted(p.mnt), 30_000);
+  let said = "";
+  child.proc.stdout.on("data", (d: Buffer) => (said += d.toString("utf8")));
+  await waitFor("the child's mount", () => said.startsWith("mounted "), 30_000);
+  assert.ok(isMounted(p.mnt));
   child.proc.kill("SIGTERM");
   const done = await exited(child, 60_000);
   assert.equal(done.signal, "SIGTERM", `it dies of the signal: ${JSON.stringify(done)}`);
   assert.ok(!isMounted(p.mnt), "unmounted on SIGTERM");
+});
+
+test("a signal while zonemount mount runs still unmounts what it made", LIMIT, async (t) => {
+  const real = zmBin();
+  if (!canMount(t)) return;
+  const dir = tmpDir(t);
+  const p = project(dir);
+  // A binary whose `mount` takes a second longer: the signal comes while
+  // it runs.
+  const slow = path.join(dir, "slow-zonemount");
+  fs.writeFileSync(slow, `#!/bin/sh\n[ "$1" = mount ] && sleep 1\nexec ${JSON.stringify(real)} "$@"\n`, { mode: 0o755 });
+  const index = path.join(PKG, "dist/src/index.js");
+  const script =
+    `import { mount } from ${JSON.stringify(index)};\n` +
+    `console.log("start");\n` +
+    `await mount({ mountpoint: ${JSON.stringify(p.mnt)}, config: ${JSON.stringify(p.config)}, bin: ${JSON.stringify(slow)} });\n` +
+    `console.log("mounted");\n` +
+    `setInterval(() => {}, 1000);\n`;
+  const child = collect(t, spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["pipe", "pipe", "pipe"] }));
+  child.proc.stdin.end();
+  let said = "";
+  child.proc.stdout.on("data", (d: Buffer) => (said += d.toString("utf8")));
+  await waitFor("the child's start", () => said.startsWith("start"), 30_000);
+  await new Promise((r) => setTimeout(r, 300));
+  child.proc.kill("SIGTERM");
+  const done = await exited(child, 60_000);
+  assert.equal(done.signal, "SIGTERM", JSON.stringify(done));
+  assert.ok(!done.stdout.includes("mounted"), "the signal came before mount() returned");
+  // The handler waited for the command and unmounted what it made: no
+  // mount shows up later either (without the wait, one would within the
+  // command's second or two).
+  const until = Date.now() + 5_000;
+  while (Date.now() < until) {
+    assert.ok(!isMounted(p.mnt), "what the command mounted is unmounted");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.ok(!isMounted(p.mnt), "what the command mounted is unmounted");
 });
 
 test("a mount is unmounted when its process exits without unmounting", LIMIT, async (t) => {

@@ -20,7 +20,7 @@ test("the example supervisor allows under one directory, denies the rest, report
     spawn(
       process.execPath,
       [example, "--dir", dir, "--allow-under", "out", "--timeout", "20", "--",
-        "sh", "-c", "mkdir out && echo ok > out/a.txt; echo no > b.txt; rm old.txt; mv out/a.txt c.txt; exit 3"],
+        "sh", "-c", "mkdir out && echo ok > out/a.txt; echo no > b.txt; echo no > outside.txt; rm old.txt; mv out/a.txt c.txt; exit 3"],
       { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, LC_ALL: "C" } },
     ),
   );
@@ -32,6 +32,7 @@ test("the example supervisor allows under one directory, denies the rest, report
     "allow write /work/out",
     "allow write /work/out/a.txt",
     "deny  write /work/b.txt",
+    "deny  write /work/outside.txt",
     "deny  delete /work/old.txt",
     "deny  write+delete /work/out/a.txt",
     "changes:",

@@ -1,7 +1,7 @@
 // What the tests share: the binary, a project on disk, workers, bounded
 // waits. Every wait has a limit and fails when it runs out.
 
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:child_process";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -61,6 +61,18 @@ export function canMount(t: TestContext): boolean {
 export function tmpDir(t: TestContext): string {
   const d = fs.mkdtempSync(path.join(os.tmpdir(), "zmnode-"));
   t.after(() => {
+    // A mount a failed test left under it: unmounted by its exact path.
+    const left = fs
+      .readFileSync("/proc/self/mountinfo", "utf8")
+      .split("\n")
+      .map((l) => l.split(" ")[4] ?? "")
+      .filter((mp) => mp.startsWith(`${d}/`));
+    for (const mp of left) {
+      const bin = process.env["ZONEMOUNT_BIN"] ?? "zonemount";
+      if (spawnSync(bin, ["unmount", mp], { stdio: "ignore", timeout: 30_000 }).status !== 0) {
+        spawnSync(bin, ["unmount", "--lazy", mp], { stdio: "ignore", timeout: 30_000 });
+      }
+    }
     try {
       fs.rmSync(d, { recursive: true, force: true });
     } catch {
