@@ -14,7 +14,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd -P)
-work=${1:-$(mktemp -d /tmp/zmnode.XXXXXX)}
+if [ $# -ge 1 ]; then
+  work=$1
+else
+  work=$(mktemp -d /tmp/zmnode.XXXXXX)
+  trap 'rm -rf "$work"' EXIT
+fi
 mkdir -p "$work"
 
 result() { # STATUS PASSED FAILED IGNORED
