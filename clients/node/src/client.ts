@@ -306,6 +306,8 @@ export class Watch implements AsyncIterableIterator<Event> {
   private started: Promise<void> | null = null;
   private closed = false;
   private sock: net.Socket | null = null;
+  /** The last `next()`: each waits for the one before (one reader). */
+  private turn: Promise<unknown> = Promise.resolve();
 
   constructor(readonly socketPath: string) {
     this.conn = connect(socketPath).then((c) => {
@@ -328,7 +330,15 @@ export class Watch implements AsyncIterableIterator<Event> {
     return this.started;
   }
 
-  async next(): Promise<IteratorResult<Event, undefined>> {
+  /** The next event; calls made before one resolves are answered in
+   * order. */
+  next(): Promise<IteratorResult<Event, undefined>> {
+    const mine = this.turn.then(() => this.read());
+    this.turn = mine.catch(() => undefined);
+    return mine;
+  }
+
+  private async read(): Promise<IteratorResult<Event, undefined>> {
     if (this.closed) return { done: true, value: undefined };
     try {
       await this.ready();

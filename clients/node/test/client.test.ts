@@ -229,6 +229,37 @@ test("another protocol version is refused", LIMIT, async (t) => {
   });
 });
 
+test("a watch's events come in order to calls made at once, and a refused watch throws", LIMIT, async (t) => {
+  const sock = path.join(tmpDir(t), "events.sock");
+  let refuse = false;
+  const srv = net.createServer((conn) => {
+    conn.once("data", () => {
+      if (refuse) {
+        conn.end('{"v":1,"ok":false,"error":"not yours"}\n');
+        return;
+      }
+      conn.write('{"v":1,"ok":true}\n');
+      // Split mid-line: a line is whole before it is read.
+      conn.write('{"v":1,"event":"resolved","id":1,"outco');
+      setTimeout(() => conn.end('me":"timeout"}\n\n{"v":1,"event":"lagged","missed":3}\n'), 50);
+    });
+  });
+  await new Promise<void>((r) => srv.listen(sock, r));
+  t.after(() => srv.close());
+  const watch = new zm.Client(sock).watch();
+  const [a, b, c] = await Promise.all([watch.next(), watch.next(), watch.next()]);
+  assert.deepEqual(a, { done: false, value: { v: 1, event: "resolved", id: 1, outcome: "timeout" } });
+  assert.deepEqual(b, { done: false, value: { v: 1, event: "lagged", missed: 3 } });
+  assert.deepEqual(c, { done: true, value: undefined });
+  refuse = true;
+  await assert.rejects(
+    (async () => {
+      for await (const ev of new zm.Client(sock).watch()) void ev;
+    })(),
+    (e: unknown) => e instanceof zm.RefusedError && e.message === "not yours",
+  );
+});
+
 test("a daemon that doesn't answer in time is an error, not a hang", LIMIT, async (t) => {
   const sock = path.join(tmpDir(t), "mute.sock");
   const held: net.Socket[] = [];
