@@ -278,7 +278,12 @@ export async function mount(options: MountOptions = {}): Promise<Mount> {
     mp = made;
   }
   try {
-    mp = fs.realpathSync(mp);
+    try {
+      mp = fs.realpathSync(mp);
+    } catch {
+      // Missing or unreachable: the command says so, with its exit status.
+      mp = path.resolve(mp);
+    }
     const argv = ["mount", "-q"];
     if (options.config !== undefined) argv.push("--config", options.config);
     for (const w of options.workers ?? []) argv.push("--worker", w);

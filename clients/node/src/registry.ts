@@ -138,9 +138,11 @@ export function findRecord(mountpoint: string): MountRecord {
   const problems: string[] = [];
   for (const [base, owner] of bases) {
     const mounts = path.join(base, "mounts");
-    const why = unfit(base, owner) ?? unfit(mounts, owner);
+    const baseWhy = unfit(base, owner);
+    const mountsWhy = baseWhy === null ? unfit(mounts, owner) : null;
+    const why = baseWhy !== null ? `${base} ${baseWhy}` : mountsWhy !== null ? `${mounts} ${mountsWhy}` : null;
     if (why !== null) {
-      if (base === own) problems.push(`${base} ${why}`);
+      if (base === own) problems.push(why);
       continue;
     }
     const rec = readRecord(path.join(mounts, name));

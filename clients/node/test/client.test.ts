@@ -1,7 +1,7 @@
 // The client against real mounts of the zonemount binary.
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
@@ -159,6 +159,62 @@ test("a bad config is a CommandError with exit status 2", LIMIT, async (t) => {
   );
   assert.ok(!called);
   assert.ok(!isMounted(p.mnt));
+});
+
+test("a mountpoint that doesn't exist is the command's error", LIMIT, async (t) => {
+  zmBin();
+  if (!canMount(t)) return;
+  const p = project(tmpDir(t));
+  const missing = path.join(p.mnt, "no/such/dir");
+  await assert.rejects(zm.mount({ mountpoint: missing, config: p.config }), (e: unknown) => {
+    assert.ok(e instanceof zm.CommandError, String(e));
+    assert.notEqual(e.exitCode, 0);
+    assert.match(e.message, /no\/such\/dir/);
+    return true;
+  });
+});
+
+test("the registry is read only from a runtime directory nobody else could write", LIMIT, async (t) => {
+  const dir = tmpDir(t);
+  const rt = path.join(dir, "rt");
+  const root = process.geteuid?.() === 0;
+  // As root the client looks in /run/zonemount: the child plays uid 4242,
+  // whose runtime directory is $XDG_RUNTIME_DIR/zonemount.
+  const uid = root ? 4242 : process.geteuid?.() ?? 0;
+  const index = path.join(PKG, "dist/src/index.js");
+  const lookup = (): string => {
+    const script =
+      (root ? `process.geteuid = () => ${uid};\n` : "") +
+      `const { controlSocket } = await import(${JSON.stringify(index)});\n` +
+      `try { console.log("found " + controlSocket(${JSON.stringify(dir)})); }\n` +
+      `catch (e) { console.log(e.name + ": " + e.message); }\n`;
+    const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+      env: { ...process.env, XDG_RUNTIME_DIR: rt },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    return r.stdout.trim();
+  };
+  const zmdir = path.join(rt, "zonemount");
+  fs.mkdirSync(path.join(zmdir, "mounts"), { recursive: true });
+  for (const d of [rt, zmdir, path.join(zmdir, "mounts")]) fs.chownSync(d, uid, uid);
+  const record = path.join(zmdir, "mounts", `${zm.mountKey(fs.realpathSync(dir))}.json`);
+  fs.writeFileSync(record, JSON.stringify({ mountpoint: fs.realpathSync(dir), pid: 1, control: "/some/control.sock" }));
+  fs.chmodSync(zmdir, 0o700);
+  fs.chmodSync(path.join(zmdir, "mounts"), 0o700);
+  assert.equal(lookup(), "found /some/control.sock");
+  // Others may write in it: another user could have swapped the record.
+  fs.chmodSync(path.join(zmdir, "mounts"), 0o777);
+  assert.match(lookup(), /^NotMountedError: the runtime directory .*mounts has mode 0777: others may write in it/);
+  fs.chmodSync(path.join(zmdir, "mounts"), 0o700);
+  // Someone else's.
+  fs.chownSync(zmdir, uid + 1, uid + 1);
+  assert.match(lookup(), new RegExp(`^NotMountedError: the runtime directory .*zonemount belongs to uid ${uid + 1}, not to uid ${uid}`));
+  // A symbolic link to a fit one.
+  fs.renameSync(zmdir, path.join(rt, "real"));
+  fs.chownSync(path.join(rt, "real"), uid, uid);
+  fs.symlinkSync("real", zmdir);
+  assert.match(lookup(), /^NotMountedError: the runtime directory .*zonemount is a symbolic link/);
 });
 
 test("watch streams requests and their ends", LIMIT, async (t) => {
