@@ -181,6 +181,7 @@ test("the registry is read only from a runtime directory nobody else could write
   // As root the client looks in /run/zonemount: the child plays uid 4242,
   // whose runtime directory is $XDG_RUNTIME_DIR/zonemount.
   const uid = root ? 4242 : process.geteuid?.() ?? 0;
+  const gid = root ? 4242 : process.getegid?.() ?? 0;
   const index = path.join(PKG, "dist/src/index.js");
   const lookup = (): string => {
     const script =
@@ -197,7 +198,7 @@ test("the registry is read only from a runtime directory nobody else could write
   };
   const zmdir = path.join(rt, "zonemount");
   fs.mkdirSync(path.join(zmdir, "mounts"), { recursive: true });
-  for (const d of [rt, zmdir, path.join(zmdir, "mounts")]) fs.chownSync(d, uid, uid);
+  for (const d of [rt, zmdir, path.join(zmdir, "mounts")]) fs.chownSync(d, uid, gid);
   const record = path.join(zmdir, "mounts", `${zm.mountKey(fs.realpathSync(dir))}.json`);
   fs.writeFileSync(record, JSON.stringify({ mountpoint: fs.realpathSync(dir), pid: 1, control: "/some/control.sock" }));
   fs.chmodSync(zmdir, 0o700);
@@ -207,12 +208,14 @@ test("the registry is read only from a runtime directory nobody else could write
   fs.chmodSync(path.join(zmdir, "mounts"), 0o777);
   assert.match(lookup(), /^NotMountedError: the runtime directory .*mounts has mode 0777: others may write in it/);
   fs.chmodSync(path.join(zmdir, "mounts"), 0o700);
-  // Someone else's.
-  fs.chownSync(zmdir, uid + 1, uid + 1);
-  assert.match(lookup(), new RegExp(`^NotMountedError: the runtime directory .*zonemount belongs to uid ${uid + 1}, not to uid ${uid}`));
+  // Someone else's (only root can give it away).
+  if (root) {
+    fs.chownSync(zmdir, uid + 1, gid);
+    assert.match(lookup(), new RegExp(`^NotMountedError: the runtime directory .*zonemount belongs to uid ${uid + 1}, not to uid ${uid}`));
+    fs.chownSync(zmdir, uid, gid);
+  }
   // A symbolic link to a fit one.
   fs.renameSync(zmdir, path.join(rt, "real"));
-  fs.chownSync(path.join(rt, "real"), uid, uid);
   fs.symlinkSync("real", zmdir);
   assert.match(lookup(), /^NotMountedError: the runtime directory .*zonemount is a symbolic link/);
 });
