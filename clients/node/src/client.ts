@@ -15,18 +15,22 @@ import { controlSocket } from "./registry.js";
 import {
   PROTOCOL_VERSION,
   readChangesReport,
+  readCheckpointsReport,
   readCommitReport,
   readDiscardReport,
   readEvent,
   readRequest,
+  readRewindReport,
   readStatus,
 } from "./types.js";
 import type {
   ChangesReport,
+  CheckpointsReport,
   CommitReport,
   DiscardReport,
   Event,
   Request,
+  RewindReport,
   Scope,
   Status,
 } from "./types.js";
@@ -229,24 +233,61 @@ export class Client {
 
   /** Each rw zone's change report; `paths` (as a worker sees them,
    * `/zone/...`) limit it; `diff` adds unified diffs of staged text
-   * files. */
-  async changes(options: { paths?: PathArg[]; diff?: boolean; timeoutMs?: number } = {}): Promise<ChangesReport> {
+   * files. `since` (a checkpoint's id): what differs between that
+   * checkpoint's view and the zone now; `between` ([older, newer]): between
+   * two checkpoints' views (staged zones that have them). */
+  async changes(
+    options: { paths?: PathArg[]; diff?: boolean; since?: number; between?: [number, number]; timeoutMs?: number } = {},
+  ): Promise<ChangesReport> {
+    const span: Record<string, unknown> = {};
+    if (options.since !== undefined) span["since"] = checkId(options.since);
+    if (options.between !== undefined) span["between"] = options.between.map(checkId);
     const a = await this.call(
-      { op: "changes", ...paths(options.paths), diff: options.diff ?? false },
+      { op: "changes", ...paths(options.paths), diff: options.diff ?? false, ...span },
       options.timeoutMs ?? null,
     );
     return readChangesReport(a);
   }
 
-  /** Apply the staged changes (under `paths`) to the backing dirs. A path
-   * the host changed meanwhile is left staged as a conflict unless
-   * `force`: check each zone's `conflicts`. */
-  async commit(options: { paths?: PathArg[]; force?: boolean; timeoutMs?: number } = {}): Promise<CommitReport> {
+  /** Apply the staged changes (under `paths`) to the backing dirs; with
+   * `upto` (a checkpoint's id), what the zones showed at that checkpoint
+   * (the later changes stay staged). A path the host changed meanwhile is
+   * left staged as a conflict unless `force`: check each zone's
+   * `conflicts`. */
+  async commit(
+    options: { paths?: PathArg[]; force?: boolean; upto?: number; timeoutMs?: number } = {},
+  ): Promise<CommitReport> {
+    const upto = options.upto === undefined ? {} : { upto: checkId(options.upto) };
     const a = await this.call(
-      { op: "commit", ...paths(options.paths), force: options.force ?? false },
+      { op: "commit", ...paths(options.paths), force: options.force ?? false, ...upto },
       options.timeoutMs ?? null,
     );
     return readCommitReport(a);
+  }
+
+  /** Take a checkpoint of the staged zones (`paths`: `/zone` of the ones
+   * to take it of; none: all): one id for all of them, `report.id`. */
+  async checkpoint(options: { paths?: PathArg[]; label?: string; timeoutMs?: number } = {}): Promise<CheckpointsReport> {
+    const label = options.label === undefined ? {} : { label: options.label };
+    const a = await this.call({ op: "checkpoint", ...paths(options.paths), ...label }, options.timeoutMs ?? null);
+    return readCheckpointsReport(a);
+  }
+
+  /** Each staged zone's checkpoints (`paths`: `/zone` of the ones to
+   * list), oldest first. */
+  async checkpoints(options: { paths?: PathArg[]; timeoutMs?: number } = {}): Promise<CheckpointsReport> {
+    const a = await this.call({ op: "checkpoints", ...paths(options.paths) }, options.timeoutMs ?? null);
+    return readCheckpointsReport(a);
+  }
+
+  /** Make each staged zone that has checkpoint `id` show what it showed
+   * then (the checkpoints after it and every later change are dropped);
+   * with `paths` (as a worker sees them), only those paths, keeping every
+   * checkpoint. A zone with files open for writing is left alone
+   * (`left_alone` says why). */
+  async rewind(id: number, options: { paths?: PathArg[]; timeoutMs?: number } = {}): Promise<RewindReport> {
+    const a = await this.call({ op: "rewind", id: checkId(id), ...paths(options.paths) }, options.timeoutMs ?? null);
+    return readRewindReport(a);
   }
 
   /** Drop the staged changes (under `paths`); the mount shows the backing
@@ -265,10 +306,12 @@ export class Client {
   }
 }
 
-function checkId(id: number): void {
+/** `id` (a request's or a checkpoint's), checked. */
+function checkId(id: number): number {
   if (!Number.isSafeInteger(id) || id < 0) {
-    throw new TypeError(`a request id is a non-negative integer, not ${String(id)}`);
+    throw new TypeError(`an id is a non-negative integer, not ${String(id)}`);
   }
+  return id;
 }
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });

@@ -248,6 +248,52 @@ export interface DiscardReport {
   zones: ZoneDiscard[];
 }
 
+/** One checkpoint of a staged zone. */
+export interface CheckpointInfo {
+  /** Never reused in a stage. */
+  id: number;
+  /** When it was taken (RFC 3339, UTC). */
+  time: string;
+  label?: string;
+  /** `checkpoints` only: how many paths changed since the checkpoint
+   * before it (the oldest: since the backing dir). */
+  paths?: number;
+}
+
+/** One staged zone's checkpoints, oldest first. */
+export interface ZoneCheckpoints {
+  zone: string;
+  checkpoints: CheckpointInfo[];
+  /** `checkpoint` only, when the zone took none: why. */
+  skipped?: string;
+}
+
+/** The answer to `checkpoint` (`id`: the one taken, the same in every
+ * zone) and to `checkpoints` (no `id`). */
+export interface CheckpointsReport {
+  id?: number;
+  zones: ZoneCheckpoints[];
+}
+
+/** One staged zone's rewind. */
+export interface ZoneRewind {
+  zone: string;
+  /** The checkpoint the zone (or `paths`) now shows. */
+  to: number;
+  /** The checkpoints after it, dropped (a whole-zone rewind). */
+  dropped: number[];
+  /** A rewind of some paths: those, relative to the zone's directory. */
+  paths?: string[];
+  /** The zone was left alone: why (a worker has files of it open for
+   * writing). */
+  left_alone?: string;
+}
+
+/** The answer to `rewind`. */
+export interface RewindReport {
+  zones: ZoneRewind[];
+}
+
 /**
  * The exact bytes of field `key` of a protocol object: its `<key>_b64`
  * sibling when present (the bytes are not UTF-8), else the text's UTF-8;
@@ -400,6 +446,43 @@ export function readDiscardReport(answer: Json): DiscardReport {
     // Only a zone left alone carries an (empty) `applied`.
     delete o["applied"];
     return o as unknown as ZoneDiscard;
+  });
+}
+
+/** A `checkpoint` or `checkpoints` answer, checked. */
+export function readCheckpointsReport(answer: Json): CheckpointsReport {
+  maybe(answer, "id", "number", "a checkpoints answer");
+  const report = zones(answer, "a checkpoints answer", (o) => {
+    maybe(o, "skipped", "string", "a zone's checkpoints");
+    o["checkpoints"] = list(o, "checkpoints", "a zone's checkpoints", (c) => {
+      const cp = object(c, "a checkpoint");
+      want(cp, "id", "number", "a checkpoint");
+      want(cp, "time", "string", "a checkpoint");
+      maybe(cp, "label", "string", "a checkpoint");
+      maybe(cp, "paths", "number", "a checkpoint");
+      return cp as unknown as CheckpointInfo;
+    });
+    return o as unknown as ZoneCheckpoints;
+  });
+  return typeof answer["id"] === "number" ? { id: answer["id"], zones: report.zones } : report;
+}
+
+/** A `rewind` answer, checked. */
+export function readRewindReport(answer: Json): RewindReport {
+  return zones(answer, "a rewind answer", (o) => {
+    want(o, "to", "number", "a zone's rewind");
+    maybe(o, "left_alone", "string", "a zone's rewind");
+    o["dropped"] = list(o, "dropped", "a zone's rewind", (d) => {
+      if (typeof d !== "number") throw new ProtocolError(`a zone's rewind whose "dropped" holds ${show(d)}`);
+      return d;
+    });
+    if (o["paths"] !== undefined) {
+      o["paths"] = list(o, "paths", "a zone's rewind", (p) => {
+        if (typeof p !== "string") throw new ProtocolError(`a zone's rewind whose "paths" holds ${show(p)}`);
+        return p;
+      });
+    }
+    return o as unknown as ZoneRewind;
   });
 }
 
