@@ -89,8 +89,29 @@ async function decide(client: Client, watch: ReturnType<Client["watch"]>, dir: B
   }
 }
 
+/** The worker's process group, and the signal that ended the supervisor. */
+let workerPid: number | null = null;
+let signalled: NodeJS.Signals | null = null;
+
+/** Ctrl-C or a TERM stops the worker (its whole session) too; the mount's
+ * own handler, which runs next, unmounts (lazily while the worker is
+ * still in it). */
+function stop(sig: NodeJS.Signals): void {
+  signalled = sig;
+  if (workerPid !== null) {
+    try {
+      process.kill(-workerPid, "SIGTERM");
+    } catch {
+      // already gone
+    }
+  }
+}
+
 async function main(): Promise<number> {
   const args = parseArgs(process.argv.slice(2));
+  // Before the mount's own handlers, so that the worker is stopped first.
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
   const dir = fs.realpathSync(args.dir);
   const conf = fs.mkdtempSync(path.join(os.tmpdir(), "supervisor-"));
   const config = path.join(conf, "project.yaml");
@@ -112,11 +133,7 @@ async function main(): Promise<number> {
         detached: true,
         stdio: ["ignore", "inherit", "inherit"],
       });
-      // Ctrl-C or a TERM stops the worker too (the mount's own handler
-      // then unmounts).
-      const stop = (): void => void (worker.pid !== undefined && process.kill(-worker.pid, "SIGTERM"));
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
+      workerPid = worker.pid ?? null;
       const code = await new Promise<number>((resolve) => {
         worker.on("error", (e) => {
           console.error(`supervisor: cannot run ${cmd}: ${e.message}`);
@@ -137,10 +154,12 @@ async function main(): Promise<number> {
   }
 }
 
+const died = (): number | null => (signalled === null ? null : 128 + os.constants.signals[signalled]);
+
 main().then(
-  (code) => process.exit(code),
+  (code) => process.exit(died() ?? code),
   (e: unknown) => {
     console.error(`supervisor: ${(e as Error).message}`);
-    process.exit(1);
+    process.exit(died() ?? 1);
   },
 );
