@@ -50,6 +50,8 @@ export interface ClientOptions {
 /** One line read at a time from a socket; `null` at its end. */
 class Lines {
   private chunks: Buffer[] = [];
+  /** How many of `chunks` hold no newline. */
+  private scanned = 0;
   private ended = false;
   private failure: Error | null = null;
   private waiter: (() => void) | null = null;
@@ -79,22 +81,30 @@ class Lines {
     w?.();
   }
 
-  /** The next line without its newline, or null once the peer closed. */
+  /** The next line without its newline, or null once the peer closed.
+   * Each chunk is searched once, and a line copied once, however long it
+   * is (a status or a diff can be megabytes). */
   async next(): Promise<Buffer | null> {
     for (;;) {
-      const buf = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
-      const nl = buf.indexOf(0x0a);
-      if (nl >= 0) {
-        const rest = buf.subarray(nl + 1);
-        this.chunks = rest.length > 0 ? [rest] : [];
-        return buf.subarray(0, nl);
+      for (; this.scanned < this.chunks.length; this.scanned++) {
+        const c = this.chunks[this.scanned]!;
+        const nl = c.indexOf(0x0a);
+        if (nl < 0) continue;
+        const head = this.chunks.slice(0, this.scanned);
+        head.push(c.subarray(0, nl));
+        const rest = c.subarray(nl + 1);
+        const after = this.chunks.slice(this.scanned + 1);
+        this.chunks = rest.length > 0 ? [rest, ...after] : after;
+        this.scanned = 0;
+        return Buffer.concat(head);
       }
-      this.chunks = buf.length > 0 ? [buf] : [];
       if (this.failure !== null) throw this.failure;
       if (this.ended) {
         // A last line without its newline still counts.
+        const last = Buffer.concat(this.chunks);
         this.chunks = [];
-        return buf.length > 0 ? buf : null;
+        this.scanned = 0;
+        return last.length > 0 ? last : null;
       }
       await new Promise<void>((resolve) => {
         this.waiter = resolve;

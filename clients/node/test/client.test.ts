@@ -319,6 +319,23 @@ test("a watch's events come in order to calls made at once, and a refused watch 
   );
 });
 
+test("a long answer arriving in many pieces reads back whole", LIMIT, async (t) => {
+  const sock = path.join(tmpDir(t), "long.sock");
+  const diff = "+".concat("x".repeat(99), "\n").repeat(80_000); // 8 MB
+  const body = JSON.stringify({ v: 1, ok: true, zones: [{ zone: "w", staged: true, changes: [{ path: "a", kind: "modified", diff }] }] });
+  const srv = net.createServer((conn) => {
+    conn.once("data", () => {
+      const bytes = Buffer.from(`${body}\n`);
+      for (let i = 0; i < bytes.length; i += 4096) conn.write(bytes.subarray(i, i + 4096));
+      conn.end();
+    });
+  });
+  await new Promise<void>((r) => srv.listen(sock, r));
+  t.after(() => srv.close());
+  const got = await new zm.Client(sock).changes({ diff: true });
+  assert.equal(got.zones[0]?.changes[0]?.diff, diff);
+});
+
 test("a daemon that doesn't answer in time is an error, not a hang", LIMIT, async (t) => {
   const sock = path.join(tmpDir(t), "mute.sock");
   const held: net.Socket[] = [];
