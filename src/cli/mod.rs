@@ -138,11 +138,12 @@ pub(crate) struct ConfigArgs {
     #[arg(long, value_name = "F")]
     pub(crate) config: Option<PathBuf>,
     /// A zone from the command line: an existing directory PATH
-    /// (relative to the current directory), read-only unless `:rw`.
-    /// Repeatable. Added to the --config file's zones (a name in both is
+    /// (relative to the current directory), read-only unless `:rw` (or
+    /// `:staged`: writable, with the changes kept in a stage until
+    /// committed). Repeatable. Added to the --config file's zones (a name in both is
     /// an error); with no --config and no ./zonemount.yaml, these are the
     /// only zones (nothing is created).
-    #[arg(long, value_name = "NAME=PATH[:ro|rw]")]
+    #[arg(long, value_name = "NAME=PATH[:ro|rw|staged]")]
     pub(crate) zone: Vec<String>,
     /// A preset instead of a config file (same as `--config preset:NAME`):
     /// read-only, workspace-write, full, sandbox, permissive-sandbox,

@@ -82,7 +82,7 @@ pub struct Status {
     /// The project file; `None`: the embedded default.
     pub config: Option<PathBuf>,
     pub workers: Vec<PathBuf>,
-    /// The `--zone NAME=PATH[:ro|rw]` arguments the mount was given, as
+    /// The `--zone NAME=PATH[:ro|rw|staged]` arguments the mount was given, as
     /// given (absent when none, and from older daemons).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zone_args: Vec<String>,
