@@ -190,6 +190,37 @@ fn unmount_of_unmounted_path_is_ok_with_a_note() {
     assert!(!out.stderr.contains("panicked"));
 }
 
+/// A path that does not exist is no mountpoint (a typo, not "already
+/// unmounted"), and a mount that is not ours is left alone: both exit 2,
+/// as `unmount --help` says, and touch nothing.
+#[test]
+fn unmount_of_a_missing_path_or_a_foreign_mount_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("no-such-dir");
+    let out = zonemount(dir.path(), &["unmount", &gone.to_string_lossy()]);
+    assert_eq!(out.code(), Some(2), "{}", out.describe());
+    assert_eq!(
+        out.stderr.trim(),
+        format!(
+            "zonemount: {} does not exist, so nothing is mounted there: not a mountpoint",
+            gone.display()
+        )
+    );
+    let out = zonemount(dir.path(), &["unmount", "/proc"]);
+    assert_eq!(out.code(), Some(2), "{}", out.describe());
+    assert_eq!(
+        out.stderr.trim(),
+        "zonemount: /proc is a proc mount, not a zonemount mount: not touching it"
+    );
+    assert!(Path::new("/proc/self").exists());
+    let help = zonemount(dir.path(), &["unmount", "--help"]);
+    assert!(
+        help.stdout.contains("2 bad usage, a path that does not\nexist, or a mount that is not a zonemount mount"),
+        "{}",
+        help.stdout
+    );
+}
+
 #[test]
 fn two_mounts_at_once_are_independent() {
     if !fuse_ok() {

@@ -19,8 +19,9 @@ Examples:
   zonemount unmount --lazy /tmp/task-42                # busy: detach now, go when unused
   zonemount unmount --stale                            # every mount whose daemon is gone
 
-Exit status: 0 unmounted (or not mounted: a note); 1 busy without --lazy, or
-the unmount failed; 2 bad usage, or not a zonemount mount.";
+Exit status: 0 unmounted (or nothing mounted on that directory: a note); 1 busy
+without --lazy, or the unmount failed; 2 bad usage, a path that does not
+exist, or a mount that is not a zonemount mount.";
 
 pub(crate) const LIST: &str = "\
 Examples:
