@@ -163,6 +163,9 @@ pub struct PolicyStatus {
     /// Patterns of paths hidden in the zone (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hide: Vec<String>,
+    /// Patterns of paths whose reads wait for approval (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ask_read: Vec<String>,
     /// Sensitive roots hidden inside the backing dir, relative to it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hidden: Vec<PathBuf>,
@@ -184,6 +187,7 @@ impl From<&Zone> for ZoneStatus {
                 max_file_bytes: p.max_file_bytes,
                 protect: p.protect.clone(),
                 hide: p.hide.clone(),
+                ask_read: p.ask_read.clone(),
                 hidden: p.hidden.clone(),
                 staged: p.staged,
             },
