@@ -75,19 +75,23 @@ pub(crate) fn zone_table(
 
 /// What a zone table's columns leave out, one line per zone and kind:
 /// `hide` and `ask_read` patterns, and the sensitive roots hidden in it.
+/// Patterns a worker's declaration may add are escaped, as every name a
+/// worker chose is in human views.
 pub(crate) fn zone_patterns(zones: &[ZoneStatus]) -> String {
+    let shown = |v: &[String]| {
+        v.iter()
+            .map(|p| crate::text::escape_str(p))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let mut out = String::new();
     for z in zones {
         let p = &z.policy;
         if !p.hide.is_empty() {
-            out.push_str(&format!("hide in {}: {}\n", z.name, p.hide.join(", ")));
+            out.push_str(&format!("hide in {}: {}\n", z.name, shown(&p.hide)));
         }
         if !p.ask_read.is_empty() {
-            out.push_str(&format!(
-                "ask_read in {}: {}\n",
-                z.name,
-                p.ask_read.join(", ")
-            ));
+            out.push_str(&format!("ask_read in {}: {}\n", z.name, shown(&p.ask_read)));
         }
         if !p.hidden.is_empty() {
             let names: Vec<String> = p.hidden.iter().map(|h| h.display().to_string()).collect();
