@@ -428,6 +428,45 @@ fn error_bad_usage_exits_2() {
     assert!(!out.stderr.contains("panicked"));
 }
 
+/// A mountpoint that holds files is refused (exit 2, naming --nonempty),
+/// touching nothing; with --nonempty the mount hides them until unmounted,
+/// and they are there again after.
+#[test]
+fn a_non_empty_mountpoint_is_refused_unless_nonempty() {
+    if !fuse_ok() {
+        return;
+    }
+    let setup = |nonempty: bool| {
+        let s = Setup::zones(Mode::Sandboxed, &[("ws", "mode: rw")]);
+        let s = if nonempty { s.arg("--nonempty") } else { s };
+        let mnt = s.root().join("mnt");
+        fs::create_dir_all(&mnt).unwrap();
+        fs::write(mnt.join("keep.txt"), "mine\n").unwrap();
+        (s, mnt)
+    };
+    let (s, mnt) = setup(false);
+    let (out, m) = s.try_mount();
+    assert_one_line_error(&out, &[2], "non-empty mountpoint");
+    assert!(
+        out.stderr.contains(&format!(
+            "mountpoint {} is not empty: the mount would hide what it holds until unmounted; choose an empty directory, or add --nonempty to mount over it anyway",
+            mnt.display()
+        )),
+        "{}",
+        out.describe()
+    );
+    assert!(!m.is_mounted());
+    assert_eq!(names(&mnt).unwrap(), ["keep.txt"]);
+    assert!(!m.backing("ws", "").exists(), "nothing made for a refused mount");
+
+    let (s, mnt) = setup(true);
+    let mut m = s.mount();
+    assert_eq!(names(&mnt).unwrap(), ["ws"]);
+    let out = m.unmount();
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(fs::read_to_string(mnt.join("keep.txt")).unwrap(), "mine\n");
+}
+
 // ----- --foreground and signals
 
 fn foreground_signal(signal: &str) {

@@ -10,8 +10,12 @@ Examples:
   zonemount mount --zone work=.:rw --zone docs=../docs /tmp/m  # no file: these zones only (docs ro)
   zonemount mount --preset read-only /tmp/m            # a built-in config (see the README)
 
+A MOUNTPOINT that holds files is refused (exit 2): the mount would hide them
+until unmounted. --nonempty mounts over it anyway; the files are untouched.
+
 Exit status: 0 mounted; 1 the mount failed; 2 bad usage or configuration
-(file:line named); 5 this machine doesn't allow it (see `zonemount doctor`).";
+(file:line named), or a missing, non-empty or mounted MOUNTPOINT; 5 this
+machine doesn't allow it (see `zonemount doctor`).";
 
 pub(crate) const UNMOUNT: &str = "\
 Examples:

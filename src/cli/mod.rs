@@ -250,10 +250,14 @@ pub(crate) struct MountArgs {
     /// parent has.
     #[arg(short, long)]
     pub(crate) quiet: bool,
+    /// Mount even on a directory that holds files: they are hidden (not
+    /// touched) until the unmount. Without it such a mountpoint is refused.
+    #[arg(long)]
+    pub(crate) nonempty: bool,
     /// Internal: report readiness on stdout (used by the detaching parent).
     #[arg(long, hide = true)]
     pub(crate) notify_ready: bool,
-    /// An existing, empty directory to mount on.
+    /// An existing, empty directory to mount on (see --nonempty).
     pub(crate) mountpoint: PathBuf,
 }
 

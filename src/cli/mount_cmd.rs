@@ -388,6 +388,9 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     // What the machine allows and the mountpoint, before anything
     // (./.sandbox included) is made.
     mount::check_mountpoint(&a.mountpoint, settings.allow_other)?;
+    if !a.nonempty {
+        mount::check_empty(&a.mountpoint)?;
+    }
     let (table, notes) = zone_table_noted(&a.config, &super::cwd()?)?;
     let created = config::prepare_backing(&table)?;
     let mountpoint = mount::preflight(&a.mountpoint, &table, settings.allow_other)?;
