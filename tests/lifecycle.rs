@@ -215,7 +215,9 @@ fn unmount_of_a_missing_path_or_a_foreign_mount_is_a_usage_error() {
     assert!(Path::new("/proc/self").exists());
     let help = zonemount(dir.path(), &["unmount", "--help"]);
     assert!(
-        help.stdout.contains("2 bad usage, a path that does not\nexist, or a mount that is not a zonemount mount"),
+        help.stdout.contains(
+            "2 bad usage, a path that does not\nexist, or a mount that is not a zonemount mount"
+        ),
         "{}",
         help.stdout
     );
@@ -457,7 +459,10 @@ fn a_non_empty_mountpoint_is_refused_unless_nonempty() {
     );
     assert!(!m.is_mounted());
     assert_eq!(names(&mnt).unwrap(), ["keep.txt"]);
-    assert!(!m.backing("ws", "").exists(), "nothing made for a refused mount");
+    assert!(
+        !m.backing("ws", "").exists(),
+        "nothing made for a refused mount"
+    );
 
     let (s, mnt) = setup(true);
     let mut m = s.mount();

@@ -961,7 +961,9 @@ fn each_stage_command_names_itself_in_its_errors() {
     for cmd in ["changes", "commit", "discard"] {
         let out = m.zonemount(&[cmd, &mnt, "/etc/hostname"]);
         assert_eq!(out.code(), Some(2), "{cmd}: {}", out.describe());
-        let want = format!("zonemount: {cmd}: /etc/hostname (/etc/hostname) is outside the mount {mnt}; give a path under it");
+        let want = format!(
+            "zonemount: {cmd}: /etc/hostname (/etc/hostname) is outside the mount {mnt}; give a path under it"
+        );
         assert!(out.stderr.starts_with(&want), "{cmd}: {}", out.describe());
     }
     assert_eq!(fs::read_to_string(m.backing("work", "f")).unwrap(), "old\n");

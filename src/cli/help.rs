@@ -146,3 +146,16 @@ Examples:
 
 Exit status: 0 denied; 1 not pending, the daemon can't be reached, or asked
 from the worker's own side; 2 bad usage.";
+
+pub(crate) const STAGES: &str = "\
+Examples:
+  zonemount stages                                     # every stage dir under the state dir
+  zonemount stages --json | jq '.[] | select(.changes == 0)'
+  zonemount stages --prune                             # remove the unused ones that keep nothing
+  zonemount stages /srv/stages                         # stage dirs given as --stage-dir /srv/stages/NAME
+
+--prune never removes a stage dir a mount holds, nor one that keeps changes:
+commit or discard them first (zonemount discard STAGE_DIR).
+
+Exit status: 0; 1 a stage dir could not be removed, or DIR could not be
+read; 2 bad usage.";

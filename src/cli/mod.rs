@@ -19,6 +19,7 @@ mod mount_cmd;
 mod run;
 mod sd_notify;
 mod stage_cmd;
+mod stages;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -104,6 +105,11 @@ enum Cmd {
     /// Drop staged changes: the mount shows the backing dirs' files again.
     #[command(after_help = help::DISCARD)]
     Discard(stage_cmd::DiscardArgs),
+    /// The stage dirs under the state dir: the mountpoint each was made
+    /// for, whether a mount holds it, its changes, size and last change;
+    /// --prune removes those no mount holds that keep no change.
+    #[command(after_help = help::STAGES)]
+    Stages(stages::StagesArgs),
     /// What this machine allows (FUSE, fusermount3, privilege, passthrough,
     /// io_uring, file handles, the --isolate sandbox, state dirs) and what
     /// zonemount does about each; exit 0 when a mount can be made here, 5
@@ -339,6 +345,10 @@ pub fn run() -> ExitCode {
         Cmd::Approvals(c) => approvals::run(&c),
         Cmd::Completions { shell } => manuals::completions(shell),
         Cmd::Man { dir } => manuals::man(dir.as_deref()),
+        Cmd::Stages(a) => match stages::stages(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
         Cmd::Doctor { json } => match doctor::doctor(json) {
             Ok(code) => return ExitCode::from(code),
             Err(f) => Err(f),
