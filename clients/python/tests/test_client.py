@@ -20,10 +20,11 @@ def test_mount_status_and_unmount(project: Path, zm_bin: str) -> None:
         assert is_mounted(project / "mnt")
         assert (m.mountpoint / "data/readme.txt").read_text() == "hello\n"
         st = m.client.status()
-        assert st["mountpoint"] == str(m.mountpoint)
-        assert [z["name"] for z in st["zones"]] == ["data", "final"]
-        assert st["zones"][1]["policy"]["approval"]["write"] == "ask"
-        assert st["pending"] == []
+        assert isinstance(st, zonemount.Status)
+        assert st.mountpoint == str(m.mountpoint)
+        assert [z.name for z in st.zones] == ["data", "final"]
+        assert st.zones[1].policy.approval == zonemount.ApprovalPolicy(write="ask", delete="ask")
+        assert st.pending == ()
         assert m.client.requests() == []
     assert not is_mounted(project / "mnt")
 
@@ -198,7 +199,8 @@ def test_zones_on_the_command_line(project: Path, zm_bin: str) -> None:
         project / "mnt", zones=[f"out={project / 'final'}:rw", f"in={project / 'data'}"]
     ) as m:
         st = m.client.status()
-        assert [z["name"] for z in st["zones"]] == ["out", "in"]
+        assert [z.name for z in st.zones] == ["out", "in"]
+        assert st.zone_args == (f"out={project / 'final'}:rw", f"in={project / 'data'}")
         (m.mountpoint / "out/new.txt").write_text("x")
         with pytest.raises(OSError):
             (m.mountpoint / "in/new.txt").write_text("x")

@@ -16,10 +16,13 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, Literal, Optional, Sequence, Union
 
 from ._errors import ProtocolError, ZonemountError
 from ._registry import control_socket
+
+if TYPE_CHECKING:
+    from ._status import Status
 
 #: The protocol version this client speaks.
 PROTOCOL_VERSION = 1
@@ -406,13 +409,15 @@ class Client:
                 self._sock = None
             return _answer(line)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> "Status":
         """The mount's status: zones, settings, pending requests, counters
-        (the protocol's ``status`` object)."""
+        (the protocol's ``status`` object, typed; ``.raw`` has it as sent)."""
+        from ._status import Status
+
         st = self._call({"op": "status"}).get("status")
         if not isinstance(st, dict):
             raise ProtocolError("a status answer without a status object")
-        return st
+        return Status.from_json(st)
 
     def requests(self) -> list[Request]:
         """The requests waiting for a decision now."""
