@@ -50,8 +50,8 @@ rm -rf "$venv"; python3 -m venv "$venv"
 
 # The tests find the binary as the client does (ZONEMOUNT_BIN, else PATH).
 export PATH="$repo/target/debug:$PATH"
-echo "== mypy --strict clients/python"
-if (cd "$repo/clients/python" && "$venv/bin/python" -m mypy --strict src/zonemount tests _backend); then
+echo "== mypy --strict clients/python examples/supervisor.py"
+if (cd "$repo/clients/python" && "$venv/bin/python" -m mypy --strict src/zonemount tests _backend ../../examples/supervisor.py); then
   extra_passed=$((extra_passed + 1))
 else
   extra_failed=$((extra_failed + 1)); rc=1

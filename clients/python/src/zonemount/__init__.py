@@ -21,6 +21,7 @@ from ._client import (
     ZoneChanges,
     ZoneCommit,
     exact,
+    is_under,
 )
 from ._escape import escape
 from ._errors import CommandError, NotMountedError, ProtocolError, ZonemountError
@@ -71,6 +72,7 @@ __all__ = [
     "escape",
     "exact",
     "find_record",
+    "is_under",
     "mount",
     "run",
     "run_cli",

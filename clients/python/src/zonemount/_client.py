@@ -288,6 +288,19 @@ class ZoneCommit:
         )
 
 
+def is_under(path: str, directory: str) -> bool:
+    """Whether the worker path ``path`` is ``directory`` itself or inside
+    it: ``/workspace/out`` and ``/workspace/out/a.txt`` are under
+    ``/workspace/out/`` (or ``/workspace/out``), ``/workspace/outside`` is
+    not. A path with a ``..`` component is under nothing (the daemon never
+    sends one), and nothing is under ``/`` or an empty ``directory``: to
+    allow everything, allow without asking this."""
+    top = directory.rstrip("/")
+    if not top or ".." in path.split("/"):
+        return False
+    return path == top or path.startswith(top + "/")
+
+
 def exact(d: dict[str, Any], key: str) -> Optional[bytes]:
     """The exact bytes of field ``key`` of a protocol object: its
     ``<key>_b64`` sibling (present when the bytes are not UTF-8), else the
