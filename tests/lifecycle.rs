@@ -665,17 +665,19 @@ fn unmount_stale_leaves_no_socket_and_no_record() {
     let m = simple(Mode::Sandboxed).mount();
     let (pid, sock) = record_and_socket(m.mountpoint());
     // The watcher first, so nothing cleans up by itself: a stale mount as
-    // an older zonemount (or a killed watcher) leaves it.
-    for w in watcher_pids_for(m.mountpoint()) {
-        let _ = run(
-            Command::new("kill").arg("-KILL").arg(w.to_string()),
-            Duration::from_secs(5),
-        );
-    }
-    assert!(wait_until(MOUNT_TIMEOUT, || watcher_pids_for(
-        m.mountpoint()
-    )
-    .is_empty()));
+    // an older zonemount (or a killed watcher) leaves it. Killed until none
+    // is left: the watcher forks its guard a moment after the mount is
+    // live, so one look may find the watcher alone (and miss the guard).
+    assert!(wait_until(MOUNT_TIMEOUT, || {
+        let left = watcher_pids_for(m.mountpoint());
+        for w in &left {
+            let _ = run(
+                Command::new("kill").arg("-KILL").arg(w.to_string()),
+                Duration::from_secs(5),
+            );
+        }
+        left.is_empty()
+    }));
     let _ = run(
         Command::new("kill").arg("-KILL").arg(pid.to_string()),
         Duration::from_secs(5),
