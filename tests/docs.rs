@@ -155,3 +155,152 @@ fn the_doctor_output_shown_names_every_fact() {
         );
     }
 }
+
+/// `zonemount ARGS... --help`'s stdout.
+fn help(args: &[&str]) -> String {
+    let out = run(
+        Command::new(BIN).args(args).arg("--help"),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{args:?} --help: {}", out.describe());
+    out.stdout
+}
+
+/// The names listed under `Commands:` in a `--help` (without `help`).
+fn commands_of(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+/// Each long option a `--help` lists (not --help, --version), with the
+/// name of its value if it takes one.
+fn options_of(help: &str) -> Vec<(String, Option<String>)> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Options:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l.strip_prefix("-q, ").unwrap_or(l);
+            let l = if l.len() > 4 && l.as_bytes()[0] == b'-' && &l[2..4] == ", " {
+                &l[4..]
+            } else {
+                l
+            };
+            let flag: String = l
+                .strip_prefix("--")?
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            let rest = &l[2 + flag.len()..];
+            let value = rest
+                .strip_prefix(" <")
+                .and_then(|r| r.split_once('>'))
+                .map(|(v, _)| v.to_string());
+            Some((format!("--{flag}"), value))
+        })
+        .filter(|(f, _)| f != "--help" && f != "--version")
+        .collect()
+}
+
+/// The synopsis at the top of docs/usage.md: each command (`approvals
+/// allow` for a subcommand) and the text of its lines.
+fn synopsis() -> Vec<(String, String)> {
+    let doc = fs::read_to_string(repo().join("docs/usage.md")).unwrap();
+    let block = doc
+        .split("```\n")
+        .find(|b| b.starts_with("zonemount "))
+        .expect("docs/usage.md has a synopsis block");
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in block.lines() {
+        if let Some(rest) = line.strip_prefix("zonemount ") {
+            let mut words = rest.split_whitespace();
+            let mut cmd = words.next().unwrap_or_default().to_string();
+            if cmd == "approvals" {
+                cmd = format!("approvals {}", words.next().unwrap_or_default());
+            }
+            out.push((cmd, rest.to_string()));
+        } else if let Some((_, text)) = out.last_mut() {
+            text.push(' ');
+            text.push_str(line.trim());
+        }
+    }
+    out
+}
+
+/// The long options a synopsis text names (`-- CMD` is not one).
+fn flags_in(text: &str) -> Vec<String> {
+    let mut flags = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("--") {
+        rest = &rest[i + 2..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+            flags.push(format!("--{name}"));
+        }
+    }
+    flags
+}
+
+/// docs/usage.md's synopsis names every command and subcommand, each with
+/// exactly the options its `--help` lists (and their values' names):
+/// nothing missing, nothing that isn't there.
+#[test]
+fn the_usage_synopsis_matches_the_command_line() {
+    let mut commands = Vec::new();
+    for c in commands_of(&help(&[])) {
+        if c == "approvals" {
+            for sub in commands_of(&help(&["approvals"])) {
+                commands.push(format!("approvals {sub}"));
+            }
+        } else {
+            commands.push(c);
+        }
+    }
+    let synopsis = synopsis();
+    let shown: Vec<&str> = synopsis.iter().map(|(c, _)| c.as_str()).collect();
+    let mut want = commands.clone();
+    want.sort();
+    let mut have: Vec<&str> = shown.clone();
+    have.sort();
+    assert_eq!(
+        have, want,
+        "docs/usage.md's synopsis lists other commands than --help"
+    );
+    for cmd in &commands {
+        let text = synopsis
+            .iter()
+            .filter(|(c, _)| c == cmd)
+            .map(|(_, t)| t.as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let args: Vec<&str> = cmd.split(' ').collect();
+        let options = options_of(&help(&args));
+        let mut documented = flags_in(&text);
+        documented.sort();
+        documented.dedup();
+        let mut real: Vec<String> = options.iter().map(|(f, _)| f.clone()).collect();
+        real.sort();
+        assert_eq!(
+            documented, real,
+            "docs/usage.md's synopsis of `zonemount {cmd}` ({text}) names other options than its --help"
+        );
+        for (flag, value) in &options {
+            if let Some(v) = value {
+                assert!(
+                    text.contains(&format!("{flag} {v}")),
+                    "docs/usage.md's synopsis of `zonemount {cmd}` should write `{flag} {v}`: {text}"
+                );
+            }
+        }
+    }
+}

@@ -332,7 +332,11 @@ fn derive_and_mount_note_each_tightening() {
         .find(|l| l.starts_with("final "))
         .unwrap();
     let cells: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(cells[2..7], ["rw", "ask", "blocked", ".md", "100"], "{row}");
+    assert_eq!(
+        cells[2..8],
+        ["rw", "preApproved", "ask", "blocked", ".md", "100"],
+        "{row}"
+    );
     // Nothing looser: nothing said.
     fs::write(
         d.join("tight.worker"),

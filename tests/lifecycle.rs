@@ -190,6 +190,39 @@ fn unmount_of_unmounted_path_is_ok_with_a_note() {
     assert!(!out.stderr.contains("panicked"));
 }
 
+/// A path that does not exist is no mountpoint (a typo, not "already
+/// unmounted"), and a mount that is not ours is left alone: both exit 2,
+/// as `unmount --help` says, and touch nothing.
+#[test]
+fn unmount_of_a_missing_path_or_a_foreign_mount_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("no-such-dir");
+    let out = zonemount(dir.path(), &["unmount", &gone.to_string_lossy()]);
+    assert_eq!(out.code(), Some(2), "{}", out.describe());
+    assert_eq!(
+        out.stderr.trim(),
+        format!(
+            "zonemount: {} does not exist, so nothing is mounted there: not a mountpoint",
+            gone.display()
+        )
+    );
+    let out = zonemount(dir.path(), &["unmount", "/proc"]);
+    assert_eq!(out.code(), Some(2), "{}", out.describe());
+    assert_eq!(
+        out.stderr.trim(),
+        "zonemount: /proc is a proc mount, not a zonemount mount: not touching it"
+    );
+    assert!(Path::new("/proc/self").exists());
+    let help = zonemount(dir.path(), &["unmount", "--help"]);
+    assert!(
+        help.stdout.contains(
+            "2 bad usage, a path that does not\nexist, or a mount that is not a zonemount mount"
+        ),
+        "{}",
+        help.stdout
+    );
+}
+
 #[test]
 fn two_mounts_at_once_are_independent() {
     if !fuse_ok() {
@@ -397,6 +430,48 @@ fn error_bad_usage_exits_2() {
     assert!(!out.stderr.contains("panicked"));
 }
 
+/// A mountpoint that holds files is refused (exit 2, naming --nonempty),
+/// touching nothing; with --nonempty the mount hides them until unmounted,
+/// and they are there again after.
+#[test]
+fn a_non_empty_mountpoint_is_refused_unless_nonempty() {
+    if !fuse_ok() {
+        return;
+    }
+    let setup = |nonempty: bool| {
+        let s = Setup::zones(Mode::Sandboxed, &[("ws", "mode: rw")]);
+        let s = if nonempty { s.arg("--nonempty") } else { s };
+        let mnt = s.root().join("mnt");
+        fs::create_dir_all(&mnt).unwrap();
+        fs::write(mnt.join("keep.txt"), "mine\n").unwrap();
+        (s, mnt)
+    };
+    let (s, mnt) = setup(false);
+    let (out, m) = s.try_mount();
+    assert_one_line_error(&out, &[2], "non-empty mountpoint");
+    assert!(
+        out.stderr.contains(&format!(
+            "mountpoint {} is not empty: the mount would hide what it holds until unmounted; choose an empty directory, or add --nonempty to mount over it anyway",
+            mnt.display()
+        )),
+        "{}",
+        out.describe()
+    );
+    assert!(!m.is_mounted());
+    assert_eq!(names(&mnt).unwrap(), ["keep.txt"]);
+    assert!(
+        !m.backing("ws", "").exists(),
+        "nothing made for a refused mount"
+    );
+
+    let (s, mnt) = setup(true);
+    let mut m = s.mount();
+    assert_eq!(names(&mnt).unwrap(), ["ws"]);
+    let out = m.unmount();
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(fs::read_to_string(mnt.join("keep.txt")).unwrap(), "mine\n");
+}
+
 // ----- --foreground and signals
 
 fn foreground_signal(signal: &str) {
@@ -590,17 +665,19 @@ fn unmount_stale_leaves_no_socket_and_no_record() {
     let m = simple(Mode::Sandboxed).mount();
     let (pid, sock) = record_and_socket(m.mountpoint());
     // The watcher first, so nothing cleans up by itself: a stale mount as
-    // an older zonemount (or a killed watcher) leaves it.
-    for w in watcher_pids_for(m.mountpoint()) {
-        let _ = run(
-            Command::new("kill").arg("-KILL").arg(w.to_string()),
-            Duration::from_secs(5),
-        );
-    }
-    assert!(wait_until(MOUNT_TIMEOUT, || watcher_pids_for(
-        m.mountpoint()
-    )
-    .is_empty()));
+    // an older zonemount (or a killed watcher) leaves it. Killed until none
+    // is left: the watcher forks its guard a moment after the mount is
+    // live, so one look may find the watcher alone (and miss the guard).
+    assert!(wait_until(MOUNT_TIMEOUT, || {
+        let left = watcher_pids_for(m.mountpoint());
+        for w in &left {
+            let _ = run(
+                Command::new("kill").arg("-KILL").arg(w.to_string()),
+                Duration::from_secs(5),
+            );
+        }
+        left.is_empty()
+    }));
     let _ = run(
         Command::new("kill").arg("-KILL").arg(pid.to_string()),
         Duration::from_secs(5),

@@ -948,3 +948,23 @@ fn an_empty_stage_mounted_over_a_new_backing_dir_commits_into_it() {
     assert!(out.success(), "{}", out.describe());
     assert_eq!(fs::read_to_string(m.backing("work", "g")).unwrap(), "n\n");
 }
+
+/// A path outside the mount is refused (exit 2) in the name of the command
+/// that was given it, not another's.
+#[test]
+fn each_stage_command_names_itself_in_its_errors() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: ask, delete: ask }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    for cmd in ["changes", "commit", "discard"] {
+        let out = m.zonemount(&[cmd, &mnt, "/etc/hostname"]);
+        assert_eq!(out.code(), Some(2), "{cmd}: {}", out.describe());
+        let want = format!(
+            "zonemount: {cmd}: /etc/hostname (/etc/hostname) is outside the mount {mnt}; give a path under it"
+        );
+        assert!(out.stderr.starts_with(&want), "{cmd}: {}", out.describe());
+    }
+    assert_eq!(fs::read_to_string(m.backing("work", "f")).unwrap(), "old\n");
+}

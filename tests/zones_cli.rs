@@ -1,4 +1,4 @@
-//! `--zone NAME=PATH[:ro|rw]` on real mounts: `mount` and `run` with no
+//! `--zone NAME=PATH[:ro|rw|staged]` on real mounts: `mount` and `run` with no
 //! config file at all, relative paths taken from the caller's directory
 //! (the detached daemon included), and `status`, `list`, `check` and the
 //! mount's own line saying the zones came from the command line.
@@ -242,7 +242,11 @@ fn a_bad_zone_is_refused_before_mounting() {
         ),
         (
             vec!["run", "--zone", "work", "--", "true"],
-            "zonemount: --zone work: expected NAME=PATH[:ro|rw]",
+            "zonemount: --zone work: expected NAME=PATH[:ro|rw|staged]",
+        ),
+        (
+            vec!["mount", "--zone", "a=sub:rx", mnt],
+            "zonemount: --zone a=sub:rx: unknown mode ':rx' for zone 'a': expected :ro, :rw or :staged",
         ),
     ] {
         let out = h.zonemount(&args);

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::Failure;
-use super::columns::{columns, zone_table};
+use super::columns::{columns, zone_patterns, zone_table};
 use crate::approval::{Decision, RequestInfo, Scope};
 use crate::control::protocol::{Status, WatchEvent};
 use crate::control::{Client, ClientError};
@@ -319,7 +319,8 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
         out.push_str(&format!("stage dir: {}\n", dir.display()));
     }
     out.push_str("zones:\n");
-    for line in zone_table(&s.zones, list_or_dash).lines() {
+    let table = zone_table(&s.zones, list_or_dash) + &zone_patterns(&s.zones);
+    for line in table.lines() {
         out.push_str(&format!("  {line}\n"));
     }
     out.push_str(&format!("pending: {}\n", s.pending.len()));
@@ -511,9 +512,10 @@ approvals: asked; timeout 120 s
 file data: daemon (--no-passthrough)
 cache ttl: 30.5 s in rw zones, 180 s in ro zones
 zones:
-  ZONE   BACKING            MODE  WRITE        DELETE       SUFFIXES  MAX BYTES  PROTECT
-  data   /t/.sandbox/data   ro    preApproved  preApproved  -         -          -
-  final  /t/.sandbox/final  rw    ask          blocked      .md,.txt  1000       *.lock
+  ZONE   BACKING            MODE  READ         WRITE        DELETE       SUFFIXES  MAX BYTES  PROTECT
+  data   /t/.sandbox/data   ro    preApproved  preApproved  preApproved  -         -          -
+  final  /t/.sandbox/final  rw    preApproved  ask          blocked      .md,.txt  1000       *.lock
+  hidden in data (sensitive roots): .ssh
 pending: 1
   ID  AGE  ZONE   CLASS  OP      PATH         PID   UID  COMMAND
   1   12s  final  write  create  /final/a.md  4242  0    sh -c echo hi > final/a.md

@@ -99,7 +99,7 @@ pub(crate) fn check(a: &CheckArgs) -> Result<u8, Failure> {
     let zones = mounted_zones(&mp)?;
     let cwd = super::cwd()?;
     let names: Vec<&str> = zones.iter().map(|z| z.name.as_str()).collect();
-    let comps = worker_path(&mp, &a.mountpoint, &a.path, &cwd, &names)?;
+    let comps = worker_path("check", &mp, &a.mountpoint, &a.path, &cwd, &names)?;
     let answer = answer(&mp, &zones, &comps, asked)?;
     if a.json {
         let text = crate::text::json_pretty(&answer)
@@ -203,8 +203,10 @@ fn normalized(path: &Path) -> Vec<OsString> {
 /// 2. Otherwise an absolute PATH whose first name is one of the mount's
 ///    `zones` is a worker's view of it, from the mount's root
 ///    (`/data/new.txt`), as refusal messages write paths.
-/// 3. Anything else is outside the mount: refused (exit 2).
+/// 3. Anything else is outside the mount: refused (exit 2), the message
+///    led by `cmd`, the command that was given the path.
 pub(crate) fn worker_path(
+    cmd: &str,
     mp: &Path,
     given_mp: &Path,
     path: &Path,
@@ -235,7 +237,7 @@ pub(crate) fn worker_path(
     Err(Failure::new(
         2,
         format!(
-            "check: {} ({}) is outside the mount {}; give a path under it{worker_form}",
+            "{cmd}: {} ({}) is outside the mount {}; give a path under it{worker_form}",
             path.display(),
             shown.display(),
             mp.display()
@@ -440,6 +442,7 @@ mod tests {
 
     fn resolved(mp: &str, given_mp: &str, path: &str, cwd: &str) -> Result<Vec<OsString>, String> {
         worker_path(
+            "check",
             Path::new(mp),
             Path::new(given_mp),
             Path::new(path),

@@ -5,10 +5,11 @@
 use crate::control::protocol::ZoneStatus;
 
 /// The columns of a zone table.
-const ZONE_HEADER: [&str; 8] = [
+const ZONE_HEADER: [&str; 9] = [
     "ZONE",
     "BACKING",
     "MODE",
+    "READ",
     "WRITE",
     "DELETE",
     "SUFFIXES",
@@ -39,7 +40,7 @@ pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
 }
 
 /// The zone table of `derive` and `status`: zone, backing dir, mode,
-/// write/delete policy, suffixes (as `suffixes` writes the list, or its
+/// read/write/delete policy, suffixes (as `suffixes` writes the list, or its
 /// absence), max bytes, protect.
 pub(crate) fn zone_table(
     zones: &[ZoneStatus],
@@ -56,6 +57,7 @@ pub(crate) fn zone_table(
             } else {
                 p.access.to_string()
             },
+            p.approval.read.to_string(),
             p.approval.write.to_string(),
             p.approval.delete.to_string(),
             suffixes(p.suffixes.as_deref()),
@@ -69,6 +71,38 @@ pub(crate) fn zone_table(
         ]);
     }
     columns(&rows)
+}
+
+/// What a zone table's columns leave out, one line per zone and kind:
+/// `hide` and `ask_read` patterns, and the sensitive roots hidden in it.
+/// Patterns a worker's declaration may add are escaped, as every name a
+/// worker chose is in human views.
+pub(crate) fn zone_patterns(zones: &[ZoneStatus]) -> String {
+    let shown = |v: &[String]| {
+        v.iter()
+            .map(|p| crate::text::escape_str(p))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = String::new();
+    for z in zones {
+        let p = &z.policy;
+        if !p.hide.is_empty() {
+            out.push_str(&format!("hide in {}: {}\n", z.name, shown(&p.hide)));
+        }
+        if !p.ask_read.is_empty() {
+            out.push_str(&format!("ask_read in {}: {}\n", z.name, shown(&p.ask_read)));
+        }
+        if !p.hidden.is_empty() {
+            let names: Vec<String> = p.hidden.iter().map(|h| h.display().to_string()).collect();
+            out.push_str(&format!(
+                "hidden in {} (sensitive roots): {}\n",
+                z.name,
+                names.join(", ")
+            ));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

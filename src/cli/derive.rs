@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::columns::zone_table;
+use super::columns::{zone_patterns, zone_table};
 use super::{ConfigArgs, Failure};
 use crate::config::ZoneTable;
 use crate::control::protocol::ZoneStatus;
@@ -44,8 +44,9 @@ pub(crate) fn json(table: &ZoneTable, zone_args: &[String]) -> String {
     serde_json::to_string_pretty(&v).unwrap_or_default()
 }
 
-/// The table for people: zone, backing dir, mode, write/delete policy,
-/// suffixes, max bytes, protect; then what each zone hides.
+/// The table for people: zone, backing dir, mode, read/write/delete
+/// policy, suffixes, max bytes, protect; then each zone's `hide` and
+/// `ask_read` patterns and the sensitive roots it hides.
 pub(crate) fn render(table: &ZoneTable, zone_args: &[String]) -> String {
     let source = super::config_origin(table.source.as_deref(), zone_args);
     let mut out = format!("config: {source}\nmode: {}\n", table.mode);
@@ -56,19 +57,7 @@ pub(crate) fn render(table: &ZoneTable, zone_args: &[String]) -> String {
     let zones: Vec<ZoneStatus> = table.zones.iter().map(ZoneStatus::from).collect();
     let every_name = |s: Option<&[String]>| s.map_or_else(|| "*".to_owned(), |s| s.join(","));
     out.push_str(&zone_table(&zones, every_name));
-    for z in table.zones.iter().filter(|z| !z.policy.hidden.is_empty()) {
-        let names: Vec<String> = z
-            .policy
-            .hidden
-            .iter()
-            .map(|h| h.display().to_string())
-            .collect();
-        out.push_str(&format!(
-            "hidden in {} (sensitive roots): {}\n",
-            z.name,
-            names.join(", ")
-        ));
-    }
+    out.push_str(&zone_patterns(&zones));
     out
 }
 
@@ -98,18 +87,29 @@ mod tests {
         fin.policy.suffixes = Some(vec![".md".into(), ".pdf".into()]);
         fin.policy.max_file_bytes = Some(10_000_000);
         fin.policy.protect = vec![".git".into(), "/docs/final".into()];
+        fin.policy.hide = vec!["*.pem".into(), "/secrets".into()];
+        fin.policy.ask_read = vec!["*.key".into()];
+        let mut data = zone("data", Access::Ro);
+        data.policy.approval.read = Approval::Ask;
         let t = ZoneTable {
             mode: SandboxMode::Sandboxed,
-            zones: vec![fin, zone("data", Access::Ro)],
+            zones: vec![fin, data],
             source: Some("/p/project.yaml".into()),
         };
         assert_eq!(
             render(&t, &[]),
             "config: /p/project.yaml\nmode: sandboxed\n\
-             ZONE   BACKING   MODE  WRITE        DELETE       SUFFIXES  MAX BYTES  PROTECT\n\
-             final  /b/final  rw    ask          blocked      .md,.pdf  10000000   .git,/docs/final\n\
-             data   /b/data   ro    preApproved  preApproved  *         -          -\n"
+             ZONE   BACKING   MODE  READ         WRITE        DELETE       SUFFIXES  MAX BYTES  PROTECT\n\
+             final  /b/final  rw    preApproved  ask          blocked      .md,.pdf  10000000   .git,/docs/final\n\
+             data   /b/data   ro    ask          preApproved  preApproved  *         -          -\n\
+             hide in final: *.pem, /secrets\n\
+             ask_read in final: *.key\n"
         );
+        let v: serde_json::Value = serde_json::from_str(&json(&t, &[])).unwrap_or_default();
+        let fin = &v["zones"][0]["policy"];
+        assert_eq!(fin["hide"], serde_json::json!(["*.pem", "/secrets"]));
+        assert_eq!(fin["ask_read"], serde_json::json!(["*.key"]));
+        assert_eq!(v["zones"][1]["policy"]["approval"]["read"], "ask");
     }
 
     #[test]

@@ -10,8 +10,12 @@ Examples:
   zonemount mount --zone work=.:rw --zone docs=../docs /tmp/m  # no file: these zones only (docs ro)
   zonemount mount --preset read-only /tmp/m            # a built-in config (see the README)
 
+A MOUNTPOINT that holds files is refused (exit 2): the mount would hide them
+until unmounted. --nonempty mounts over it anyway; the files are untouched.
+
 Exit status: 0 mounted; 1 the mount failed; 2 bad usage or configuration
-(file:line named); 5 this machine doesn't allow it (see `zonemount doctor`).";
+(file:line named), or a missing, non-empty or mounted MOUNTPOINT; 5 this
+machine doesn't allow it (see `zonemount doctor`).";
 
 pub(crate) const UNMOUNT: &str = "\
 Examples:
@@ -19,8 +23,9 @@ Examples:
   zonemount unmount --lazy /tmp/task-42                # busy: detach now, go when unused
   zonemount unmount --stale                            # every mount whose daemon is gone
 
-Exit status: 0 unmounted (or not mounted: a note); 1 busy without --lazy, or
-the unmount failed; 2 bad usage, or not a zonemount mount.";
+Exit status: 0 unmounted (or nothing mounted on that directory: a note); 1 busy
+without --lazy, or the unmount failed; 2 bad usage, a path that does not
+exist, or a mount that is not a zonemount mount.";
 
 pub(crate) const LIST: &str = "\
 Examples:
@@ -141,3 +146,16 @@ Examples:
 
 Exit status: 0 denied; 1 not pending, the daemon can't be reached, or asked
 from the worker's own side; 2 bad usage.";
+
+pub(crate) const STAGES: &str = "\
+Examples:
+  zonemount stages                                     # every stage dir under the state dir
+  zonemount stages --json | jq '.[] | select(.changes == 0)'
+  zonemount stages --prune                             # remove the unused ones that keep nothing
+  zonemount stages /srv/stages                         # stage dirs given as --stage-dir /srv/stages/NAME
+
+--prune never removes a stage dir a mount holds, nor one that keeps changes:
+commit or discard them first (zonemount discard STAGE_DIR).
+
+Exit status: 0; 1 a stage dir could not be removed, or DIR could not be
+read; 2 bad usage.";

@@ -123,6 +123,7 @@ fn option(opt: &str) -> Result<Vec<OsString>, String> {
         "io_uring" => return flag("--io-uring"),
         "no_io_uring" => return flag("--no-io-uring"),
         "quiet" => return flag("--quiet"),
+        "nonempty" => return flag("--nonempty"),
         "ro" => {
             return Err(
                 "ro: a zonemount mount is not read-only as a whole; its zones say what is (mode: ro)"

@@ -19,6 +19,7 @@ mod mount_cmd;
 mod run;
 mod sd_notify;
 mod stage_cmd;
+mod stages;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -104,6 +105,11 @@ enum Cmd {
     /// Drop staged changes: the mount shows the backing dirs' files again.
     #[command(after_help = help::DISCARD)]
     Discard(stage_cmd::DiscardArgs),
+    /// The stage dirs under the state dir: the mountpoint each was made
+    /// for, whether a mount holds it, its changes, size and last change;
+    /// --prune removes those no mount holds that keep no change.
+    #[command(after_help = help::STAGES)]
+    Stages(stages::StagesArgs),
     /// What this machine allows (FUSE, fusermount3, privilege, passthrough,
     /// io_uring, file handles, the --isolate sandbox, state dirs) and what
     /// zonemount does about each; exit 0 when a mount can be made here, 5
@@ -138,11 +144,12 @@ pub(crate) struct ConfigArgs {
     #[arg(long, value_name = "F")]
     pub(crate) config: Option<PathBuf>,
     /// A zone from the command line: an existing directory PATH
-    /// (relative to the current directory), read-only unless `:rw`.
-    /// Repeatable. Added to the --config file's zones (a name in both is
+    /// (relative to the current directory), read-only unless `:rw` (or
+    /// `:staged`: writable, with the changes kept in a stage until
+    /// committed). Repeatable. Added to the --config file's zones (a name in both is
     /// an error); with no --config and no ./zonemount.yaml, these are the
     /// only zones (nothing is created).
-    #[arg(long, value_name = "NAME=PATH[:ro|rw]")]
+    #[arg(long, value_name = "NAME=PATH[:ro|rw|staged]")]
     pub(crate) zone: Vec<String>,
     /// A preset instead of a config file (same as `--config preset:NAME`):
     /// read-only, workspace-write, full, sandbox, permissive-sandbox,
@@ -249,10 +256,14 @@ pub(crate) struct MountArgs {
     /// parent has.
     #[arg(short, long)]
     pub(crate) quiet: bool,
+    /// Mount even on a directory that holds files: they are hidden (not
+    /// touched) until the unmount. Without it such a mountpoint is refused.
+    #[arg(long)]
+    pub(crate) nonempty: bool,
     /// Internal: report readiness on stdout (used by the detaching parent).
     #[arg(long, hide = true)]
     pub(crate) notify_ready: bool,
-    /// An existing, empty directory to mount on.
+    /// An existing, empty directory to mount on (see --nonempty).
     pub(crate) mountpoint: PathBuf,
 }
 
@@ -334,6 +345,10 @@ pub fn run() -> ExitCode {
         Cmd::Approvals(c) => approvals::run(&c),
         Cmd::Completions { shell } => manuals::completions(shell),
         Cmd::Man { dir } => manuals::man(dir.as_deref()),
+        Cmd::Stages(a) => match stages::stages(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
         Cmd::Doctor { json } => match doctor::doctor(json) {
             Ok(code) => return ExitCode::from(code),
             Err(f) => Err(f),

@@ -68,9 +68,19 @@ pub(crate) fn pending_count(path: &Path) -> Option<u64> {
     Some(requests.len() as u64)
 }
 
+/// `unmount MOUNTPOINT`: 0 unmounted, or nothing mounted on an existing
+/// path (a note); 2 for a path that does not exist (a typo: nothing can be
+/// mounted there) or a mount that is not ours; 1 when the unmount fails.
 pub(crate) fn unmount(path: &Path, lazy: bool) -> Result<(), Failure> {
     match unmount_denying(path, lazy) {
         Ok(Unmounted::Done) => Ok(()),
+        Ok(Unmounted::NotMounted) if missing(path) => Err(Failure::new(
+            2,
+            format!(
+                "{} does not exist, so nothing is mounted there: not a mountpoint",
+                path.display()
+            ),
+        )),
         Ok(Unmounted::NotMounted) => {
             eprintln!(
                 "zonemount: note: {} is not mounted; nothing to do",
@@ -87,8 +97,14 @@ pub(crate) fn unmount(path: &Path, lazy: bool) -> Result<(), Failure> {
                 mount::lingers_because(path)
             ),
         )),
+        Err(e @ mount::UnmountError::NotOurs(..)) => Err(Failure::new(2, e.to_string())),
         Err(e) => Err(Failure::new(1, e.to_string())),
     }
+}
+
+/// Nothing at all at `path` (a dead FUSE mount's ENOTCONN is something).
+fn missing(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// Absolute form of a path argument, for the re-executed daemon.
@@ -372,6 +388,9 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     // What the machine allows and the mountpoint, before anything
     // (./.sandbox included) is made.
     mount::check_mountpoint(&a.mountpoint, settings.allow_other)?;
+    if !a.nonempty {
+        mount::check_empty(&a.mountpoint)?;
+    }
     let (table, notes) = zone_table_noted(&a.config, &super::cwd()?)?;
     let created = config::prepare_backing(&table)?;
     let mountpoint = mount::preflight(&a.mountpoint, &table, settings.allow_other)?;

@@ -70,7 +70,7 @@ enum Target {
 }
 
 pub(crate) fn changes(a: &ChangesArgs) -> Result<u8, Failure> {
-    let (target, paths) = open(&a.target, &a.paths, false)?;
+    let (target, paths) = open("changes", &a.target, &a.paths, false)?;
     let report: ChangesReport = match target {
         Target::Mount(mut c) => c
             .stage(Request::Changes {
@@ -85,7 +85,7 @@ pub(crate) fn changes(a: &ChangesArgs) -> Result<u8, Failure> {
 }
 
 pub(crate) fn commit(a: &CommitArgs) -> Result<u8, Failure> {
-    let (target, paths) = open(&a.target, &a.paths, true)?;
+    let (target, paths) = open("commit", &a.target, &a.paths, true)?;
     let report: CommitReport = match target {
         Target::Mount(mut c) => c
             .stage(Request::Commit {
@@ -104,7 +104,7 @@ pub(crate) fn commit(a: &CommitArgs) -> Result<u8, Failure> {
 }
 
 pub(crate) fn discard(a: &DiscardArgs) -> Result<u8, Failure> {
-    let (target, paths) = open(&a.target, &a.paths, true)?;
+    let (target, paths) = open("discard", &a.target, &a.paths, true)?;
     let report: DiscardReport = match target {
         Target::Mount(mut c) => c.stage(Request::Discard { paths }).map_err(refused)?,
         Target::Stage(s) => s.discard(&paths).map_err(offline)?,
@@ -125,8 +125,14 @@ fn offline(e: String) -> Failure {
     Failure::new(1, e)
 }
 
-/// The mount or stage dir `t`, and the worker-form paths of `paths` there.
-fn open(t: &Path, paths: &[PathBuf], needs_stage: bool) -> Result<(Target, Vec<PathBuf>), Failure> {
+/// The mount or stage dir `t`, and the worker-form paths of `paths` there
+/// (a path outside the mount refused in the name of `cmd`).
+fn open(
+    cmd: &str,
+    t: &Path,
+    paths: &[PathBuf],
+    needs_stage: bool,
+) -> Result<(Target, Vec<PathBuf>), Failure> {
     if !t.join(MANIFEST).is_file() {
         let mp = mount::absolute(t);
         let mut client = super::approvals::connect(t)?;
@@ -144,7 +150,7 @@ fn open(t: &Path, paths: &[PathBuf], needs_stage: bool) -> Result<(Target, Vec<P
         let cwd = super::cwd()?;
         let paths = paths
             .iter()
-            .map(|p| worker_form(&mp, t, p, &cwd, &zones))
+            .map(|p| worker_form(cmd, &mp, t, p, &cwd, &zones))
             .collect::<Result<Vec<_>, _>>()?;
         return Ok((Target::Mount(client), paths));
     }
@@ -181,13 +187,14 @@ fn open(t: &Path, paths: &[PathBuf], needs_stage: bool) -> Result<(Target, Vec<P
 
 /// `p` (in the mount, or `/zone/...`) as the worker sees it, exact.
 fn worker_form(
+    cmd: &str,
     mp: &Path,
     given: &Path,
     p: &Path,
     cwd: &Path,
     zones: &[&str],
 ) -> Result<PathBuf, Failure> {
-    let comps = super::check::worker_path(mp, given, p, cwd, zones)?;
+    let comps = super::check::worker_path(cmd, mp, given, p, cwd, zones)?;
     Ok(std::iter::once(std::ffi::OsStr::new("/"))
         .chain(comps.iter().map(|c| c.as_os_str()))
         .collect())

@@ -20,8 +20,12 @@ pub struct CliZone {
 }
 
 impl CliZone {
-    /// Parses `NAME=PATH[:ro|rw|staged]`. A PATH that itself ends in one
-    /// of those needs the suffix written out (`d=./x:ro:rw`).
+    /// Parses `NAME=PATH[:ro|rw|staged]`. Whatever follows the last `:`
+    /// is read as the mode unless it holds a `/`: an unknown one (`d:rx`)
+    /// is an error naming the valid ones, not part of the path, so a typo
+    /// never becomes a read-only zone on a path that happens to exist. A
+    /// PATH that itself contains a `:` in its last part needs the mode
+    /// written out (`d=./x:y:ro`, `d=./x:ro:rw`).
     pub fn parse(arg: &str) -> Result<CliZone, ConfigError> {
         let fail = |m: String| ConfigError {
             arg: Some(arg.to_owned()),
@@ -29,7 +33,7 @@ impl CliZone {
         };
         let Some((name, rest)) = arg.split_once('=') else {
             return Err(fail(
-                "expected NAME=PATH[:ro|rw], e.g. --zone docs=../docs:ro".to_owned(),
+                "expected NAME=PATH[:ro|rw|staged], e.g. --zone docs=../docs:ro".to_owned(),
             ));
         };
         parse::check_name(name).map_err(fail)?;
@@ -37,11 +41,18 @@ impl CliZone {
             Some((p, "ro")) => (p, Access::Ro, false),
             Some((p, "rw")) => (p, Access::Rw, false),
             Some((p, "staged")) => (p, Access::Rw, true),
+            Some((p, mode)) if !mode.contains('/') => {
+                return Err(fail(format!(
+                    "unknown mode ':{mode}' for zone '{name}': expected :ro, :rw or :staged \
+                     (a PATH whose last part contains ':' needs the mode written out, \
+                     e.g. --zone {name}={p}:{mode}:ro)"
+                )));
+            }
             _ => (rest, Access::Ro, false),
         };
         if path.is_empty() || path.contains('\0') {
             return Err(fail(format!(
-                "zone '{name}' needs a directory: expected NAME=PATH[:ro|rw], e.g. --zone {name}=.:rw"
+                "zone '{name}' needs a directory: expected NAME=PATH[:ro|rw|staged], e.g. --zone {name}=.:rw"
             )));
         }
         Ok(CliZone {

@@ -56,6 +56,10 @@ pub struct Options {
     /// Where staged zones keep their changes (default: per mountpoint in
     /// the state directory).
     pub stage_dir: Option<PathBuf>,
+    /// Mount even on a directory that holds files (hidden, untouched,
+    /// until the unmount); otherwise such a mountpoint is refused, as by
+    /// `zonemount mount` without `--nonempty`.
+    pub nonempty: bool,
 }
 
 impl Options {
@@ -67,6 +71,7 @@ impl Options {
             audit_log: None,
             ttl: defaults.ttl,
             stage_dir: None,
+            nonempty: false,
         }
     }
 }
@@ -183,6 +188,9 @@ impl Drop for Mount {
 /// every `ask` arrives on the returned receiver.
 pub fn mount(table: &ZoneTable, opts: Options) -> Result<(Mount, Requests), ApiError> {
     let mp = super::preflight(&opts.mountpoint, table, false)?;
+    if !opts.nonempty {
+        super::check_empty(&mp)?;
+    }
     let settings = Settings {
         ttl: opts.ttl,
         approval_timeout: opts.timeout,

@@ -33,7 +33,7 @@ use std::path::Path;
 pub use crate::stage::dir::state_dir;
 pub use mountinfo::{Elsewhere, MountEntry, absolute, elsewhere, find_mount, mounts};
 pub use preflight::{
-    HOST_FORBIDS, MountError, check_mountpoint, have_dev_fuse, host_allows, preflight,
+    HOST_FORBIDS, MountError, check_empty, check_mountpoint, have_dev_fuse, host_allows, preflight,
 };
 pub use registry::{
     Record, check_runtime_dir, default_control_path, find_record, forget, mount_namespace,

@@ -24,6 +24,10 @@ pub enum MountError {
     )]
     AlreadyMounted(String, String),
     #[error(
+        "mountpoint {0} is not empty: the mount would hide what it holds until unmounted; choose an empty directory, or add --nonempty to mount over it anyway"
+    )]
+    NotEmpty(String),
+    #[error(
         "mountpoint {mountpoint} is inside zone '{zone}' backing dir {backing}: choose a mountpoint outside every backing dir"
     )]
     InsideBacking {
@@ -80,6 +84,7 @@ impl MountError {
             MountError::NoMountpoint(_)
             | MountError::NotADirectory(_)
             | MountError::AlreadyMounted(..)
+            | MountError::NotEmpty(_)
             | MountError::InsideBacking { .. }
             | MountError::BackingInside { .. }
             | MountError::Backing(_)
@@ -165,6 +170,18 @@ pub fn check_mountpoint(mountpoint: &Path, allow_other: bool) -> Result<PathBuf,
         return Err(MountError::MountpointForbidden(why));
     }
     Ok(mp)
+}
+
+/// Refuse a mountpoint that holds anything: a mount over it hides its
+/// files (untouched, but out of sight of whoever looks there, worker or
+/// person) until the unmount, which nobody who reads "mounted on DIR"
+/// expects. A directory that can't be listed is let through: the mount
+/// itself says what is wrong with it.
+pub fn check_empty(mountpoint: &Path) -> Result<(), MountError> {
+    match std::fs::read_dir(mountpoint).map(|mut d| d.next()) {
+        Ok(Some(_)) => Err(MountError::NotEmpty(show(mountpoint))),
+        _ => Ok(()),
+    }
 }
 
 /// Check everything that can be checked before mounting; returns the

@@ -23,7 +23,7 @@ pub struct Record {
     pub pid: u32,
     pub config: Option<PathBuf>,
     pub workers: Vec<PathBuf>,
-    /// The `--zone NAME=PATH[:ro|rw]` arguments as given (paths relative
+    /// The `--zone NAME=PATH[:ro|rw|staged]` arguments as given (paths relative
     /// to `cwd`); absent in older records.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zone_args: Vec<String>,

@@ -1,6 +1,6 @@
-"""Fixtures: real mounts of the zonemount binary ($ZONEMOUNT_BIN, else
-target/debug/zonemount of this repo) under temporary directories, always
-unmounted."""
+"""Fixtures: real mounts of the zonemount binary (found as the client
+finds it: $ZONEMOUNT_BIN, else ``zonemount`` on PATH) under temporary
+directories, always unmounted."""
 
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ T = TypeVar("T")
 
 @pytest.fixture(scope="session")
 def zm_bin() -> str:
-    b = os.environ.get("ZONEMOUNT_BIN") or str(REPO / "target/debug/zonemount")
+    try:
+        b = zonemount.binary()
+    except zonemount.ZonemountError as e:
+        pytest.fail(f"{e} (scripts/test-python.sh puts target/debug on PATH)")
     if not os.access(b, os.X_OK):
         pytest.fail(f"no zonemount binary at {b}: build it (cargo build) or set ZONEMOUNT_BIN")
-    os.environ["ZONEMOUNT_BIN"] = b
     return b
 
 

@@ -20,10 +20,11 @@ def test_mount_status_and_unmount(project: Path, zm_bin: str) -> None:
         assert is_mounted(project / "mnt")
         assert (m.mountpoint / "data/readme.txt").read_text() == "hello\n"
         st = m.client.status()
-        assert st["mountpoint"] == str(m.mountpoint)
-        assert [z["name"] for z in st["zones"]] == ["data", "final"]
-        assert st["zones"][1]["policy"]["approval"]["write"] == "ask"
-        assert st["pending"] == []
+        assert isinstance(st, zonemount.Status)
+        assert st.mountpoint == str(m.mountpoint)
+        assert [z.name for z in st.zones] == ["data", "final"]
+        assert st.zones[1].policy.approval == zonemount.ApprovalPolicy(write="ask", delete="ask")
+        assert st.pending == ()
         assert m.client.requests() == []
     assert not is_mounted(project / "mnt")
 
@@ -169,28 +170,97 @@ def test_another_protocol_version_is_refused_on_connect(tmp_path: Path) -> None:
     srv.close()
 
 
-def test_the_example_supervisor_allows_under_one_path_and_reports(tmp_path: Path, zm_bin: str) -> None:
-    import shutil
+def docstring_command() -> list[str]:
+    """The command examples/supervisor.py's docstring shows, as argv."""
+    import ast
+    import shlex
+
+    from conftest import REPO
+
+    doc = ast.get_docstring(ast.parse((REPO / "examples/supervisor.py").read_text())) or ""
+    lines = doc.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.strip().startswith("python3 examples/supervisor.py"))
+    text = ""
+    for line in lines[i:]:
+        text += line.strip().removesuffix("\\")
+        if not line.rstrip().endswith("\\"):
+            break
+    argv = shlex.split(text)
+    assert argv[:2] == ["python3", "examples/supervisor.py"], argv
+    return argv[2:]
+
+
+def run_example(args: list[str], cwd: Path, tmp: Path, zm_bin: str) -> "subprocess.CompletedProcess[str]":
     import subprocess
     import sys
 
     from conftest import REPO
 
-    shutil.copy(REPO / "examples/supervisor.yaml", tmp_path / "supervisor.yaml")
-    backing = tmp_path / ".sandbox-supervisor/workspace"
-    (backing / "out").mkdir(parents=True)
-    done = subprocess.run(
-        [sys.executable, str(REPO / "examples/supervisor.py"), "--config", "supervisor.yaml",
-         "--allow-under", "/workspace/out/", "--",
-         "sh", "-c", "echo ok > out/a.txt; echo no > b.txt; exit 3"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(tmp), "LC_ALL": "C",
+           "PATH": f"{Path(zm_bin).parent}:{os.environ.get('PATH', '')}"}
+    return subprocess.run(
+        [sys.executable, str(REPO / "examples/supervisor.py"), *args],
+        cwd=cwd, capture_output=True, text=True, timeout=120, env=env,
     )
-    assert done.returncode == 3, done.stderr
+
+
+def test_the_example_supervisor_does_what_its_docstring_says(tmp_path: Path, zm_bin: str) -> None:
+    from conftest import REPO
+
+    left_before = (REPO / "examples/.sandbox-supervisor").exists()
+    work = tmp_path / "cwd"
+    work.mkdir()
+    done = run_example(docstring_command(), work, tmp_path / "tmp", zm_bin)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in ["allow write /workspace/out\n", "allow write /workspace/out/a.txt\n",
+                 "deny  write /workspace/b.txt\n", "added /workspace/out\n",
+                 "added /workspace/out/a.txt\n"]:
+        assert line in done.stdout, done.stdout + done.stderr
+    assert "added /workspace/b.txt" not in done.stdout
+    assert "supervisor: denied write /workspace/b.txt" in done.stderr
+    # It cleans up after itself: nothing in its cwd, its temp dir or the repo.
+    assert list(work.iterdir()) == []
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert (REPO / "examples/.sandbox-supervisor").exists() == left_before
+
+
+def test_the_example_supervisor_keeps_the_zones_when_asked(tmp_path: Path, zm_bin: str) -> None:
+    keep = tmp_path / "kept"
+    done = run_example(["--keep", str(keep), *docstring_command()], tmp_path, tmp_path / "tmp", zm_bin)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ws = keep / ".sandbox-supervisor/workspace"
+    assert (ws / "out/a.txt").read_text() == "ok\n"
+    assert not (ws / "b.txt").exists()
+    assert f"the zones are kept in {keep / '.sandbox-supervisor'}" in done.stdout
+
+
+def test_the_example_supervisor_with_a_config_and_a_worker_that_fails(tmp_path: Path, zm_bin: str) -> None:
+    import shutil
+
+    from conftest import REPO
+
+    shutil.copy(REPO / "examples/supervisor.yaml", tmp_path / "supervisor.yaml")
+    done = run_example(
+        ["--config", "supervisor.yaml", "--allow-under", "/workspace/out/", "--",
+         "sh", "-c", "mkdir out || { sleep 1; mkdir out; }; echo ok > out/a.txt; echo no > outside.txt; exit 3"],
+        tmp_path, tmp_path / "tmp", zm_bin,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    backing = tmp_path / ".sandbox-supervisor/workspace"
     assert (backing / "out/a.txt").read_text() == "ok\n"
-    assert not (backing / "b.txt").exists()
-    assert "allow write /workspace/out/a.txt" in done.stdout, done.stdout
-    assert "deny  write /workspace/b.txt" in done.stdout, done.stdout
-    assert "added /workspace/out/a.txt" in done.stdout, done.stdout
+    assert not (backing / "outside.txt").exists(), "/workspace/outside is not under /workspace/out/"
+    assert "deny  write /workspace/outside.txt" in done.stdout, done.stdout
+
+
+def test_is_under_matches_the_directory_and_what_is_inside_it() -> None:
+    for d in ("/workspace/out", "/workspace/out/"):
+        assert zonemount.is_under("/workspace/out", d)
+        assert zonemount.is_under("/workspace/out/a/b.txt", d)
+        assert not zonemount.is_under("/workspace/outside", d)
+        assert not zonemount.is_under("/workspace", d)
+        assert not zonemount.is_under("/workspace/out/../b.txt", d)
+    assert not zonemount.is_under("/anything", "/")
 
 
 def test_zones_on_the_command_line(project: Path, zm_bin: str) -> None:
@@ -198,7 +268,8 @@ def test_zones_on_the_command_line(project: Path, zm_bin: str) -> None:
         project / "mnt", zones=[f"out={project / 'final'}:rw", f"in={project / 'data'}"]
     ) as m:
         st = m.client.status()
-        assert [z["name"] for z in st["zones"]] == ["out", "in"]
+        assert [z.name for z in st.zones] == ["out", "in"]
+        assert st.zone_args == (f"out={project / 'final'}:rw", f"in={project / 'data'}")
         (m.mountpoint / "out/new.txt").write_text("x")
         with pytest.raises(OSError):
             (m.mountpoint / "in/new.txt").write_text("x")

@@ -59,7 +59,7 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
     override_usage = "zonemount run [MOUNT OPTIONS] [--isolate] [--network] [--env NAME[=VALUE]]... \
 [--timeout SECS] [--user UID[:GID]] [--review] [--commit-on-success] -- CMD ARGS...",
     after_help = "Mount options are those of `zonemount mount` (--config F, \
---zone NAME=PATH[:ro|rw], --preset NAME, --worker F, --no-approvals, --cache-ttl SECS, ...), without the mountpoint: \
+--zone NAME=PATH[:ro|rw|staged], --preset NAME, --worker F, --no-approvals, --cache-ttl SECS, ...), without the mountpoint: \
 run mounts on a fresh directory under $TMPDIR (or /tmp). CMD runs with its \
 working directory in the first rw zone (or the mount's root).
 

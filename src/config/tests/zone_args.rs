@@ -1,4 +1,4 @@
-//! `--zone NAME=PATH[:ro|rw]`: parsing, and the config's own checks applied
+//! `--zone NAME=PATH[:ro|rw|staged]`: parsing, and the config's own checks applied
 //! to zones from the command line (alone, or added to a file's).
 
 use super::*;
@@ -27,9 +27,14 @@ fn parses_name_path_and_access_read_only_by_default() {
     assert_eq!(zone("work=.:rw").access, Access::Rw);
     let plain = zone("work=.");
     assert_eq!((plain.path.as_str(), plain.access), (".", Access::Ro));
-    // Only a trailing :ro/:rw is the access; other colons are the path's.
-    let odd = zone("x=/a:b");
-    assert_eq!((odd.path.as_str(), odd.access), ("/a:b", Access::Ro));
+    let staged = zone("work=.:staged");
+    assert_eq!((staged.access, staged.staged), (Access::Rw, true));
+    // Only what follows the last ':' is the mode; other colons, and a last
+    // part with a '/', are the path's.
+    let odd = zone("x=/a:b/c");
+    assert_eq!((odd.path.as_str(), odd.access), ("/a:b/c", Access::Ro));
+    let colon = zone("x=/a:b:rw");
+    assert_eq!((colon.path.as_str(), colon.access), ("/a:b", Access::Rw));
     let written_out = zone("x=./d:rw:ro");
     assert_eq!(
         (written_out.path.as_str(), written_out.access),
@@ -40,7 +45,15 @@ fn parses_name_path_and_access_read_only_by_default() {
 #[test]
 fn malformed_arguments_say_the_form() {
     for (arg, want) in [
-        ("work", "--zone work: expected NAME=PATH[:ro|rw]"),
+        ("work", "--zone work: expected NAME=PATH[:ro|rw|staged]"),
+        (
+            "a=d:rx",
+            "--zone a=d:rx: unknown mode ':rx' for zone 'a': expected :ro, :rw or :staged \
+             (a PATH whose last part contains ':' needs the mode written out, e.g. --zone a=d:rx:ro)",
+        ),
+        ("a=/x:b", "--zone a=/x:b: unknown mode ':b' for zone 'a'"),
+        ("a=d:RW", "--zone a=d:RW: unknown mode ':RW' for zone 'a'"),
+        ("w=:rx", "--zone w=:rx: unknown mode ':rx'"),
         ("=.", "--zone =.: zone name is empty"),
         ("a b=.", "--zone a b=.: zone name 'a b' contains ' '"),
         ("..=.", "--zone ..=.: zone name '..' is not allowed"),

@@ -82,7 +82,7 @@ pub struct Status {
     /// The project file; `None`: the embedded default.
     pub config: Option<PathBuf>,
     pub workers: Vec<PathBuf>,
-    /// The `--zone NAME=PATH[:ro|rw]` arguments the mount was given, as
+    /// The `--zone NAME=PATH[:ro|rw|staged]` arguments the mount was given, as
     /// given (absent when none, and from older daemons).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zone_args: Vec<String>,
@@ -163,6 +163,9 @@ pub struct PolicyStatus {
     /// Patterns of paths hidden in the zone (absent: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hide: Vec<String>,
+    /// Patterns of paths whose reads wait for approval (absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ask_read: Vec<String>,
     /// Sensitive roots hidden inside the backing dir, relative to it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hidden: Vec<PathBuf>,
@@ -184,6 +187,7 @@ impl From<&Zone> for ZoneStatus {
                 max_file_bytes: p.max_file_bytes,
                 protect: p.protect.clone(),
                 hide: p.hide.clone(),
+                ask_read: p.ask_read.clone(),
                 hidden: p.hidden.clone(),
                 staged: p.staged,
             },

@@ -1,6 +1,6 @@
-"""A client for zonemount: find a mount's control socket, read its status,
-watch and decide its approval requests, and run mounts that are always
-unmounted.
+"""A client for zonemount: find a mount's control socket, read its status
+(typed), watch and decide its approval requests, check what a worker may
+do, and run mounts (and commands in them) that are always unmounted.
 
 >>> from zonemount import Client
 >>> with Client.for_mount("/tmp/task-42") as c:        # doctest: +SKIP
@@ -21,34 +21,60 @@ from ._client import (
     ZoneChanges,
     ZoneCommit,
     exact,
+    is_under,
 )
 from ._escape import escape
 from ._errors import CommandError, NotMountedError, ProtocolError, ZonemountError
-from ._mount import Mount, binary, mount, run_cli
+from ._mount import Check, Mount, Operation, binary, check, mount, run, run_cli
+from ._status import (
+    ApprovalPolicy,
+    CacheTtls,
+    Degraded,
+    IoStatus,
+    RecentRefusal,
+    Status,
+    WorkerBoundary,
+    ZonePolicy,
+    ZoneStatus,
+)
 from ._registry import control_socket, find_record, runtime_dir
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "ApprovalPolicy",
+    "CacheTtls",
     "Change",
+    "Check",
     "Client",
     "Conflict",
     "CommandError",
+    "Degraded",
     "Event",
+    "IoStatus",
     "Item",
     "Mount",
     "NotMountedError",
+    "Operation",
     "ProtocolError",
+    "RecentRefusal",
     "Request",
     "Scope",
+    "Status",
+    "WorkerBoundary",
     "ZoneChanges",
     "ZoneCommit",
+    "ZonePolicy",
+    "ZoneStatus",
     "ZonemountError",
     "binary",
+    "check",
     "control_socket",
     "escape",
     "exact",
     "find_record",
+    "is_under",
     "mount",
+    "run",
     "run_cli",
     "runtime_dir",
 ]

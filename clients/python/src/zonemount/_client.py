@@ -16,10 +16,13 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, Literal, Optional, Sequence, Union
 
 from ._errors import ProtocolError, ZonemountError
 from ._registry import control_socket
+
+if TYPE_CHECKING:
+    from ._status import Status
 
 #: The protocol version this client speaks.
 PROTOCOL_VERSION = 1
@@ -285,6 +288,19 @@ class ZoneCommit:
         )
 
 
+def is_under(path: str, directory: str) -> bool:
+    """Whether the worker path ``path`` is ``directory`` itself or inside
+    it: ``/workspace/out`` and ``/workspace/out/a.txt`` are under
+    ``/workspace/out/`` (or ``/workspace/out``), ``/workspace/outside`` is
+    not. A path with a ``..`` component is under nothing (the daemon never
+    sends one), and nothing is under ``/`` or an empty ``directory``: to
+    allow everything, allow without asking this."""
+    top = directory.rstrip("/")
+    if not top or ".." in path.split("/"):
+        return False
+    return path == top or path.startswith(top + "/")
+
+
 def exact(d: dict[str, Any], key: str) -> Optional[bytes]:
     """The exact bytes of field ``key`` of a protocol object: its
     ``<key>_b64`` sibling (present when the bytes are not UTF-8), else the
@@ -406,13 +422,15 @@ class Client:
                 self._sock = None
             return _answer(line)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> "Status":
         """The mount's status: zones, settings, pending requests, counters
-        (the protocol's ``status`` object)."""
+        (the protocol's ``status`` object, typed; ``.raw`` has it as sent)."""
+        from ._status import Status
+
         st = self._call({"op": "status"}).get("status")
         if not isinstance(st, dict):
             raise ProtocolError("a status answer without a status object")
-        return st
+        return Status.from_json(st)
 
     def requests(self) -> list[Request]:
         """The requests waiting for a decision now."""

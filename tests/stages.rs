@@ -1,0 +1,216 @@
+//! `zonemount stages [--json] [--prune] [DIR]` on real stage dirs: one a
+//! live mount holds, one left empty by an unmounted mount, one left with
+//! changes; `--prune` removes only the empty unused one, and nothing that
+//! is not a stage dir.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// A staged zone `work` over `<tmp>/b`, its stage at `stages/NAME`.
+fn staged(stages: &Path, name: &str) -> Setup {
+    Setup::new(
+        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n",
+    )
+    .backing_dir("work", "b")
+    .file("work", "f", "old\n")
+    .arg("--stage-dir")
+    .arg(&stages.join(name).to_string_lossy())
+}
+
+/// A worker's write, from a session of its own (as `run` starts one).
+fn write(m: &TestMount, name: &str) {
+    let out = m.sh_in("work", &format!("setsid -w sh -c 'echo new > {name}'"), &[]);
+    assert!(out.success(), "{}", out.describe());
+}
+
+/// The stages dir, removed on the way out (an ordinary user's stage holds
+/// the overlay's mode-0 work dirs, which a temp dir's removal can't enter).
+struct Stages(tempfile::TempDir);
+
+impl Drop for Stages {
+    fn drop(&mut self) {
+        let _ = zonemount::stage::dir::remove(self.0.path());
+    }
+}
+
+fn rows(out: &Out) -> Vec<serde_json::Value> {
+    assert!(out.success(), "{}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", out.describe()));
+    v.as_array().cloned().unwrap()
+}
+
+fn by_name<'a>(rows: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
+    rows.iter()
+        .find(|r| {
+            r["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with(&format!("/{name}")))
+        })
+        .unwrap_or_else(|| panic!("no row for {name}: {rows:?}"))
+}
+
+#[test]
+fn stages_lists_each_and_prune_removes_only_the_empty_unused_ones() {
+    if !fuse_ok() {
+        return;
+    }
+    let stages = Stages(tempfile::tempdir().unwrap());
+    let dir = stages.0.path().to_path_buf();
+    let d = dir.to_string_lossy().into_owned();
+
+    let mut empty = staged(&dir, "empty").mount();
+    assert!(empty.unmount().success());
+    let mut kept = staged(&dir, "kept").mount();
+    write(&kept, "a");
+    assert!(kept.unmount().success());
+    let live = staged(&dir, "live").mount();
+    write(&live, "a");
+    write(&live, "b");
+    // Not a stage dir (no manifest): neither listed nor pruned.
+    fs::create_dir_all(dir.join("other")).unwrap();
+    fs::write(dir.join("other/mine"), "x").unwrap();
+
+    let listed = rows(&live.zonemount(&["stages", "--json", &d]));
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    let names: Vec<PathBuf> = listed
+        .iter()
+        .map(|r| PathBuf::from(r["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, ["empty", "kept", "live"].map(|n| dir.join(n)));
+    let l = by_name(&listed, "live");
+    assert_eq!(l["in_use"], true, "{l}");
+    assert_eq!(
+        l["pid"].as_u64(),
+        daemon_pids_for(live.mountpoint())
+            .first()
+            .map(|p| u64::from(*p)),
+        "{l}"
+    );
+    assert_eq!(l["changes"], 2, "{l}");
+    assert_eq!(l["mountpoint"], live.mountpoint().to_str().unwrap(), "{l}");
+    let k = by_name(&listed, "kept");
+    assert_eq!(
+        (k["in_use"].as_bool(), k["changes"].as_u64()),
+        (Some(false), Some(1)),
+        "{k}"
+    );
+    let e = by_name(&listed, "empty");
+    assert_eq!(
+        (e["in_use"].as_bool(), e["changes"].as_u64()),
+        (Some(false), Some(0)),
+        "{e}"
+    );
+    assert_eq!(e["mountpoint"], empty.mountpoint().to_str().unwrap(), "{e}");
+    for r in &listed {
+        assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["modified"].as_u64().unwrap() > 1_600_000_000, "{r}");
+        assert_eq!(r["pruned"], false, "{r}");
+    }
+
+    let table = live.zonemount(&["stages", &d]);
+    assert!(table.success(), "{}", table.describe());
+    let head: Vec<&str> = table
+        .stdout
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        head,
+        [
+            "STAGE",
+            "MOUNTPOINT",
+            "IN",
+            "USE",
+            "CHANGES",
+            "SIZE",
+            "MODIFIED"
+        ],
+        "{}",
+        table.stdout
+    );
+    let live_row = table
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{} ", dir.join("live").display())))
+        .unwrap_or_else(|| panic!("{}", table.stdout));
+    let cells: Vec<&str> = live_row.split_whitespace().collect();
+    assert_eq!((cells[2], cells[4]), ("pid", "2"), "{live_row}");
+
+    let out = live.zonemount(&["stages", "--prune", &d]);
+    assert!(out.success(), "{}", out.describe());
+    let want = [
+        format!(
+            "{} (for {}): removed",
+            dir.join("empty").display(),
+            empty.mountpoint().display()
+        ),
+        format!(
+            "{} (for {}): kept: keeps 1 change(s): commit or discard them first",
+            dir.join("kept").display(),
+            kept.mountpoint().display()
+        ),
+        format!(
+            "{} (for {}): kept: in use by a mount (pid ",
+            dir.join("live").display(),
+            live.mountpoint().display()
+        ),
+        "removed 1 of 3 stage dir(s)".to_string(),
+    ];
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), want.len(), "{}", out.stdout);
+    for (line, want) in lines.iter().zip(&want) {
+        assert!(line.starts_with(want.as_str()), "{line:?} is not {want:?}");
+    }
+    assert!(!dir.join("empty").exists());
+    assert!(dir.join("kept/stage.json").is_file());
+    assert_eq!(fs::read_to_string(dir.join("other/mine")).unwrap(), "x");
+    assert!(
+        !fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with('.'))
+    );
+    // The live mount goes on, its stage whole.
+    assert_eq!(fs::read_to_string(live.path("work/a")).unwrap(), "new\n");
+    let out = live.zonemount(&["changes", "--json", live.mountpoint().to_str().unwrap()]);
+    assert!(
+        out.success() && out.stdout.contains("\"b\""),
+        "{}",
+        out.describe()
+    );
+
+    // Once discarded, the kept one goes too.
+    let out = live.zonemount(&["discard", &dir.join("kept").to_string_lossy()]);
+    assert!(out.success(), "{}", out.describe());
+    let after = rows(&live.zonemount(&["stages", "--json", "--prune", &d]));
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert_eq!(by_name(&after, "kept")["pruned"], true);
+    assert_eq!(by_name(&after, "live")["pruned"], false);
+    assert!(!dir.join("kept").exists());
+    assert!(dir.join("live/stage.json").is_file());
+}
+
+#[test]
+fn stages_of_a_dir_with_none_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("nothing-here");
+    let out = run(
+        std::process::Command::new(BIN).args(["stages", &d.to_string_lossy()]),
+        std::time::Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout, format!("no stage dirs in {}\n", d.display()));
+    let out = run(
+        std::process::Command::new(BIN).args(["stages", "--json", &d.to_string_lossy()]),
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(out.stdout.trim(), "[]", "{}", out.describe());
+}
