@@ -186,3 +186,192 @@ fn version_names_what_the_build_does() {
         );
     }
 }
+
+/// `man --dir`'s pages, read back: (file name, roff source).
+fn pages() -> (tempfile::TempDir, Vec<(String, String)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = zm(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert!(out.success(), "{}", out.describe());
+    let mut pages: Vec<(String, String)> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect();
+    pages.sort();
+    (dir, pages)
+}
+
+/// Every page has the sections a reader looks for, in man-pages(7)'s
+/// order, and none called EXTRA.
+#[test]
+fn every_man_page_has_the_standard_sections() {
+    let (_dir, pages) = pages();
+    assert!(
+        pages.iter().any(|(n, _)| n == "zonemount.yaml.5"),
+        "no zonemount.yaml(5)"
+    );
+    assert!(
+        pages.len() >= 20,
+        "{:?}",
+        pages.iter().map(|p| &p.0).collect::<Vec<_>>()
+    );
+    for (name, text) in &pages {
+        let heads: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(".SH "))
+            .map(|h| h.trim_matches('"'))
+            .collect();
+        let mut want = vec!["NAME", "SYNOPSIS", "DESCRIPTION"];
+        if name.ends_with(".1") {
+            want.push("OPTIONS");
+        }
+        want.extend([
+            "EXAMPLES",
+            "EXIT STATUS",
+            "ENVIRONMENT",
+            "FILES",
+            "SEE ALSO",
+        ]);
+        let mut at = 0;
+        for w in &want {
+            let i = heads[at..].iter().position(|h| h == w).unwrap_or_else(|| {
+                panic!(
+                    "{name}: no {w} section after {:?} in {heads:?}",
+                    heads.get(at.saturating_sub(1))
+                )
+            });
+            at += i + 1;
+        }
+        assert!(!heads.contains(&"EXTRA"), "{name}: {heads:?}");
+    }
+}
+
+/// The config page restates every key a project or worker file may have
+/// (src/config/parse.rs: PROJECT_ZONE_KEYS, WORKER_ZONE_KEYS, the sandbox
+/// section's keys) and every preset.
+#[test]
+fn the_config_page_names_every_key_and_preset() {
+    let (_dir, pages) = pages();
+    let page = &pages
+        .iter()
+        .find(|(n, _)| n == "zonemount.yaml.5")
+        .unwrap()
+        .1;
+    for key in [
+        "sandbox",
+        "mode",
+        "root",
+        "zones",
+        "name",
+        "path",
+        "approval",
+        "suffixes",
+        "max_file_bytes",
+        "protect",
+        "hide",
+        "ask_read",
+        "staged",
+        "preApproved",
+        "ask",
+        "blocked",
+        "read",
+        "write",
+        "delete",
+        "sandboxed",
+        "direct",
+    ] {
+        assert!(
+            page.contains(&format!(".B {key}\n")) || page.contains(&format!("\\fB{key}")),
+            "zonemount.yaml(5) lacks {key}"
+        );
+    }
+    for preset in zonemount::config::presets::PRESETS {
+        let roff = preset.name.replace('-', "\\-");
+        assert!(
+            page.contains(&format!(".B {roff}\n")),
+            "zonemount.yaml(5) lacks preset {}",
+            preset.name
+        );
+    }
+}
+
+/// `man -l` renders every page without a warning (groff's and man's), and
+/// each command's examples come out as its `--help` writes them: one
+/// command per line, or broken with a trailing `\` between words, never
+/// wrapped mid-command, no line past 80 columns.
+#[test]
+fn man_renders_every_page_without_warnings_and_examples_whole() {
+    if !tool_ok("man") || !tool_ok("groff") {
+        return;
+    }
+    let (dir, pages) = pages();
+    for (name, _) in &pages {
+        let path = dir.path().join(name);
+        let out = run(
+            Command::new("man")
+                .args(["--warnings", "-l"])
+                .arg(&path)
+                .env("MANWIDTH", "80")
+                .env("MAN_KEEP_FORMATTING", "")
+                .env("LC_ALL", "C.UTF-8"),
+            Duration::from_secs(60),
+        );
+        assert!(
+            out.success() && out.stderr.is_empty(),
+            "{name}: {}",
+            out.describe()
+        );
+        let examples = out
+            .stdout
+            .split("\nEXAMPLES\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{name}: no EXAMPLES"))
+            .split("\nEXIT STATUS\n")
+            .next()
+            .unwrap();
+        let mut joined: Vec<String> = Vec::new();
+        let mut cont = false;
+        for line in examples.lines() {
+            assert!(
+                line.chars().count() <= 80,
+                "{name}: a line past 80 columns: {line:?}"
+            );
+            let l = line.trim();
+            let (text, more) = match l.strip_suffix(" \\") {
+                Some(t) => (t, true),
+                None => (l, false),
+            };
+            match joined.last_mut() {
+                Some(last) if cont => {
+                    last.push(' ');
+                    last.push_str(text);
+                }
+                _ => joined.push(text.to_string()),
+            }
+            cont = more;
+        }
+        // The command's --help examples, each found whole.
+        let Some(cmd) = name.strip_suffix(".1") else {
+            continue;
+        };
+        let words: Vec<&str> = cmd.split('-').skip(1).collect();
+        if words.is_empty() {
+            continue;
+        }
+        let mut args = words.clone();
+        args.push("--help");
+        let help = zm(&args);
+        let block = help.stdout.split("Examples:\n").nth(1).unwrap_or("");
+        for ex in block.lines().take_while(|l| l.starts_with("  ")) {
+            let ex = ex.trim();
+            let ex = ex.split("  #").next().unwrap().trim();
+            assert!(
+                joined.iter().any(|l| l == ex),
+                "{name}: the example {ex:?} is not whole in:\n{examples}"
+            );
+        }
+    }
+}

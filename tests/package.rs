@@ -73,12 +73,18 @@ echo "left=$(grep -c " $mnt " /proc/self/mounts)"
     assert_value(&out, "read", "hi");
     // A read-only preset: the write is refused, and `check` (which loads
     // the preset again from the mount's record) says so.
-    assert_ne!(values(&out.stdout).get("write").map(String::as_str), Some("0"));
+    assert_ne!(
+        values(&out.stdout).get("write").map(String::as_str),
+        Some("0")
+    );
     assert_value(&out, "check", "4");
     assert_value(&out, "umount", "0");
     assert_value(&out, "left", "0");
     assert!(!ns.path().join("proj/b.txt").exists());
-    assert_ne!(values(&out.stdout).get("nodir").map(String::as_str), Some("0"));
+    assert_ne!(
+        values(&out.stdout).get("nodir").map(String::as_str),
+        Some("0")
+    );
     let err = fs::read_to_string(ns.path().join("nodir.err")).unwrap();
     assert!(err.contains("-o dir=/path/to/project"), "{err}");
 }
