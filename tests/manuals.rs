@@ -375,3 +375,66 @@ fn man_renders_every_page_without_warnings_and_examples_whole() {
         }
     }
 }
+
+/// What bash's completion (the generated script, sourced) offers after
+/// `zonemount WORDS `, in a directory holding a file, so file names
+/// offered would show.
+fn bash_completes(words: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let script = zm(&["completions", "bash"]);
+    assert!(script.success(), "{}", script.describe());
+    std::fs::write(dir.path().join("zm.bash"), &script.stdout).unwrap();
+    std::fs::write(dir.path().join("a-file.txt"), "").unwrap();
+    let out = run(
+        Command::new("bash")
+            .current_dir(dir.path())
+            .arg("-c")
+            .arg(format!(
+                r#"source ./zm.bash
+read -ra W <<< "zonemount {words}"
+COMP_WORDS=("${{W[@]}}" ""); COMP_CWORD=${{#W[@]}}
+COMP_LINE="zonemount {words} "; COMP_POINT=${{#COMP_LINE}}
+COMPREPLY=()
+_zonemount zonemount "" "${{W[-1]}}"
+echo "${{COMPREPLY[*]}}""#
+            )),
+        Duration::from_secs(60),
+    );
+    assert!(out.success(), "{}", out.describe());
+    out.stdout.trim().to_string()
+}
+
+/// `--preset` completes to the presets' names and `--scope` to its three
+/// values, not to file names, in bash (run), zsh and fish (the scripts
+/// name them as values, with files off).
+#[test]
+fn preset_and_scope_complete_to_their_values() {
+    let names: Vec<&str> = zonemount::config::presets::PRESETS
+        .iter()
+        .map(|p| p.name)
+        .collect();
+    for cmd in ["mount --preset", "derive --preset"] {
+        assert_eq!(bash_completes(cmd), names.join(" "), "bash: {cmd}");
+    }
+    assert_eq!(bash_completes("approvals allow --scope"), "once path zone");
+    let zsh = zm(&["completions", "zsh"]).stdout;
+    assert!(
+        zsh.contains(&format!(":NAME:({})'", names.join(" "))),
+        "zsh --preset: {zsh}"
+    );
+    assert!(
+        zsh.contains(":once|path|zone:(once path zone)'"),
+        "zsh --scope"
+    );
+    let fish = zm(&["completions", "fish"]).stdout;
+    for (opt, first) in [("preset", names[0]), ("scope", "once")] {
+        let line = fish
+            .lines()
+            .find(|l| l.contains(&format!(" -l {opt} ")))
+            .unwrap_or_else(|| panic!("fish: no -l {opt}"));
+        assert!(
+            line.contains(&format!("-r -f -a \"{first}")),
+            "fish --{opt} offers files: {line}"
+        );
+    }
+}

@@ -148,7 +148,8 @@ pub(crate) struct ConfigArgs {
     /// read-only, workspace-write, full, sandbox, permissive-sandbox,
     /// auto-approve, code-unit; paths are taken from the current
     /// directory; the README has what each allows.
-    #[arg(long, value_name = "NAME", conflicts_with = "config")]
+    #[arg(long, value_name = "NAME", conflicts_with = "config",
+          value_parser = manuals::PresetName, hide_possible_values = true)]
     pub(crate) preset: Option<String>,
     /// Allow the presets that let a worker change everything unasked
     /// (full, auto-approve).

@@ -35,6 +35,35 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> Result<(), Failure> {
         .map_err(|e| Failure::new(1, format!("cannot write the completions: {e}")))
 }
 
+/// `--preset`'s values: any name (an unknown one is refused where the
+/// preset is loaded, naming the known ones), with the embedded presets'
+/// names as its possible values, so completions offer them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PresetName;
+
+impl clap::builder::TypedValueParser for PresetName {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            crate::config::presets::PRESETS
+                .iter()
+                .map(|p| clap::builder::PossibleValue::new(p.name)),
+        ))
+    }
+}
+
 /// A reader that stopped reading (`| head`) is not an error.
 fn quiet_pipe(r: std::io::Result<()>) -> std::io::Result<()> {
     match r {
