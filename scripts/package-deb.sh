@@ -19,7 +19,7 @@
 # units (system: /lib/systemd/system/zonemount@.service, user:
 # /usr/lib/systemd/user/zonemount@.service, both running
 # /usr/bin/zonemount); the copyright (MIT), README and changelog in
-# /usr/share/doc/zonemount. Version from Cargo.toml, Architecture from
+# /usr/share/doc/zonemount (gzipped). Version from Cargo.toml, Architecture from
 # `dpkg --print-architecture`, Depends from dpkg-shlibdeps where dpkg-dev
 # is installed (else libc6, libgcc-s1) plus fuse3; Recommends bubblewrap
 # (for `run --isolate`). Maintainer: $DEBFULLNAME <$DEBEMAIL> when set.
@@ -60,6 +60,8 @@ if [ "$reported" != "zonemount $version" ]; then
   exit 1
 fi
 arch=$(dpkg --print-architecture)
+# File times in the package: the commit's (dpkg-deb clamps to it).
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/zonemount-deb.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
@@ -103,7 +105,7 @@ for u in "$root/lib/systemd/system/zonemount@.service" "$root/usr/lib/systemd/us
   grep -q '^ExecStart=/usr/bin/zonemount ' "$u" || { echo "package-deb.sh: $u: ExecStart not pinned" >&2; exit 1; }
 done
 
-cp README.md "$doc/README.md"
+gzip -9n < README.md > "$doc/README.md.gz"
 {
   echo "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
   echo "Upstream-Name: zonemount"
@@ -123,7 +125,7 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
   echo
   echo "  * Built by scripts/package-deb.sh from commit $commit."
   echo
-  echo " -- $maintainer  $(date -R -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")"
+  echo " -- $maintainer  $(date -R -d "@$SOURCE_DATE_EPOCH")"
 } | gzip -9n > "$doc/changelog.Debian.gz"
 
 # Depends: the shared libraries the binary links, as dpkg-shlibdeps works

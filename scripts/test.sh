@@ -4,7 +4,9 @@
 #
 #   1. cargo build (all targets)
 #   2. cargo test (unit and integration tests; they really mount under
-#      temporary directories)
+#      temporary directories; tests/package.rs builds the .deb from the
+#      debug binary with scripts/package-deb.sh and installs it into a
+#      scratch root)
 #   3. cargo test --doc (the doc examples compile, and run unless no_run)
 #   4. the Python client (scripts/test-python.sh: mypy --strict, pytest)
 #   5. the suites every environment must pass, again as root without
@@ -35,6 +37,12 @@ command -v setfattr >/dev/null || missing+=(attr)
 command -v git >/dev/null || missing+=(git)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v timeout >/dev/null || missing+=(coreutils)
+# man pages rendered (tests/manuals.rs), units verified and the .deb
+# installed into a scratch root (tests/package.rs, tests/lifecycle.rs).
+command -v man >/dev/null || missing+=(man-db)
+command -v groff >/dev/null || missing+=(groff-base)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v dpkg-deb >/dev/null || missing+=(dpkg)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   if [ "$(id -u)" -eq 0 ]; then

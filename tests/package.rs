@@ -10,7 +10,7 @@ use common::*;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -87,4 +87,220 @@ echo "left=$(grep -c " $mnt " /proc/self/mounts)"
     );
     let err = fs::read_to_string(ns.path().join("nodir.err")).unwrap();
     assert!(err.contains("-o dir=/path/to/project"), "{err}");
+}
+
+/// Run a command (bounded) and insist it succeeded.
+#[track_caller]
+fn ok(cmd: &mut Command) -> Out {
+    let out = run(cmd, Duration::from_secs(300));
+    assert!(out.success(), "{cmd:?}: {}", out.describe());
+    out
+}
+
+/// `scripts/package-deb.sh` packages the binary under test (gzip, for
+/// time); `dpkg --root` installs it into a scratch root (its dependencies
+/// are the host's, not the root's: --force-depends) and removes it again;
+/// the binary runs from there, and the man pages, completions, units,
+/// helper link and docs are where Debian's tools look for them.
+#[test]
+fn the_deb_installs_into_a_scratch_root_and_runs() {
+    for tool in ["dpkg-deb", "dpkg", "gzip", "man", "systemd-analyze"] {
+        if !require(Need::Tool(tool)) {
+            return;
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    let built = ok(Command::new("bash")
+        .arg(repo().join("scripts/package-deb.sh"))
+        .args(["--compression", "gzip", "--binary", BIN, "--out"])
+        .arg(&out_dir));
+    let deb = PathBuf::from(built.stdout.lines().last().unwrap_or_default());
+    let arch = ok(Command::new("dpkg").arg("--print-architecture")).stdout;
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        deb,
+        out_dir.join(format!("zonemount_{version}_{}.deb", arch.trim()))
+    );
+
+    // The control file: as Cargo.toml and dpkg say, and what it needs.
+    let field = |f: &str| {
+        ok(Command::new("dpkg-deb").arg("-f").arg(&deb).arg(f))
+            .stdout
+            .trim()
+            .to_string()
+    };
+    assert_eq!(field("Package"), "zonemount");
+    assert_eq!(field("Version"), version);
+    assert_eq!(field("Architecture"), arch.trim());
+    let depends = field("Depends");
+    for d in ["libc6", "fuse3"] {
+        assert!(
+            depends.split(", ").any(|x| x.starts_with(d)),
+            "Depends: {depends}"
+        );
+    }
+    assert_eq!(field("Recommends"), "bubblewrap");
+    // Every file root's, whoever built it.
+    let listing = ok(Command::new("dpkg-deb").arg("-c").arg(&deb)).stdout;
+    for line in listing.lines() {
+        assert!(line.contains(" root/root "), "not root's: {line}");
+    }
+
+    // Installed into a scratch root.
+    let root = tmp.path().join("root");
+    let admin = root.join("var/lib/dpkg");
+    for d in ["info", "updates", "triggers"] {
+        fs::create_dir_all(admin.join(d)).unwrap();
+    }
+    fs::write(admin.join("status"), "").unwrap();
+    fs::write(admin.join("available"), "").unwrap();
+    let dpkg = |args: &[&str]| {
+        let mut c = Command::new("dpkg");
+        c.arg(format!("--root={}", root.display()))
+            .args(["--log=/dev/null", "--force-not-root"])
+            .args(args);
+        c
+    };
+    ok(dpkg(&["--force-depends", "-i"]).arg(&deb));
+    let st = ok(&mut dpkg(&["-s", "zonemount"])).stdout;
+    assert!(st.contains("Status: install ok installed"), "{st}");
+
+    let zm = root.join("usr/bin/zonemount");
+    let v = ok(Command::new(&zm).arg("--version")).stdout;
+    assert!(
+        v.starts_with(&format!("zonemount {version}\nfeatures:")),
+        "{v}"
+    );
+
+    for f in [
+        "usr/share/man/man1/zonemount.1.gz",
+        "usr/share/man/man1/zonemount-mount.1.gz",
+        "usr/share/man/man1/zonemount-approvals-allow.1.gz",
+        "usr/share/man/man5/zonemount.yaml.5.gz",
+        "usr/share/doc/zonemount/changelog.Debian.gz",
+        "usr/share/doc/zonemount/README.md.gz",
+    ] {
+        ok(Command::new("gzip").arg("-t").arg(root.join(f)));
+    }
+    for page in ["man1/zonemount-run.1.gz", "man5/zonemount.yaml.5.gz"] {
+        let out = run(
+            Command::new("man")
+                .args(["--warnings", "-l"])
+                .arg(root.join("usr/share/man").join(page))
+                .env("MANWIDTH", "80"),
+            Duration::from_secs(60),
+        );
+        assert!(
+            out.success() && out.stderr.is_empty(),
+            "{page}: {}",
+            out.describe()
+        );
+        assert!(out.stdout.contains("EXAMPLES"), "{page}: {}", out.stdout);
+    }
+    let read = |f: &str| fs::read_to_string(root.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    assert!(read("usr/share/bash-completion/completions/zonemount").contains("_zonemount()"));
+    assert!(read("usr/share/zsh/vendor-completions/_zonemount").starts_with("#compdef zonemount"));
+    assert!(
+        read("usr/share/fish/vendor_completions.d/zonemount.fish")
+            .contains("complete -c zonemount")
+    );
+    assert!(read("usr/share/doc/zonemount/copyright").contains("License: MIT"));
+    assert_eq!(
+        fs::read_link(root.join("sbin/mount.fuse.zonemount")).unwrap(),
+        PathBuf::from("mount.fuse3")
+    );
+
+    // The units run the package's binary; each verifies (its man pages
+    // found in the package, its binary the scratch root's).
+    for (unit, user) in [
+        ("lib/systemd/system/zonemount@.service", false),
+        ("usr/lib/systemd/user/zonemount@.service", true),
+    ] {
+        let text = read(unit);
+        assert!(
+            text.contains("\nExecStart=/usr/bin/zonemount mount --foreground "),
+            "{unit}"
+        );
+        let dir = tmp.path().join(if user { "user-units" } else { "units" });
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("zonemount@srv-task.service");
+        fs::write(
+            &path,
+            text.replace(
+                "ExecStart=/usr/bin/zonemount ",
+                &format!("ExecStart={} ", zm.display()),
+            ),
+        )
+        .unwrap();
+        let rt = tmp.path().join("runtime");
+        fs::create_dir_all(&rt).unwrap();
+        let mut c = Command::new("systemd-analyze");
+        if user {
+            c.arg("--user").env("XDG_RUNTIME_DIR", &rt);
+        }
+        let out = run(
+            c.arg("verify")
+                .arg(&path)
+                .env("MANPATH", root.join("usr/share/man")),
+            Duration::from_secs(60),
+        );
+        assert!(
+            out.success() && !out.stderr.contains("zonemount@"),
+            "{unit}: {}",
+            out.describe()
+        );
+    }
+
+    // And it goes away whole.
+    ok(&mut dpkg(&["-r", "zonemount"]));
+    assert!(!zm.exists());
+    assert!(!root.join("usr/share/man/man5/zonemount.yaml.5.gz").exists());
+}
+
+/// The units' start conditions: a missing mountpoint fails the start (an
+/// assertion, which `systemctl` reports as a failure), never a condition
+/// (which skips the unit silently); an existing one passes. Checked with
+/// `systemd-analyze condition` on the units' own lines.
+#[test]
+fn a_unit_fails_loudly_on_a_missing_mountpoint() {
+    if !tool_ok("systemd-analyze") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    for unit in [
+        "contrib/systemd/zonemount@.service",
+        "contrib/systemd/user/zonemount@.service",
+    ] {
+        let text = fs::read_to_string(repo().join(unit)).unwrap();
+        let checks: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("Condition") || l.starts_with("Assert"))
+            .collect();
+        assert!(
+            checks.iter().all(|l| !l.starts_with("Condition")),
+            "{unit}: a Condition skips the unit silently: {checks:?}"
+        );
+        assert!(
+            checks.contains(&"AssertPathIsDirectory=%f"),
+            "{unit}: {checks:?}"
+        );
+        let with = |mnt: &Path| {
+            let mut c = Command::new("systemd-analyze");
+            c.arg("condition");
+            for l in &checks {
+                c.arg(l.replace("%f", &mnt.to_string_lossy()));
+            }
+            run(&mut c, Duration::from_secs(60))
+        };
+        let missing = with(&tmp.path().join("no-such-mountpoint"));
+        assert!(
+            !missing.success() && missing.stderr.contains("Asserts failed"),
+            "{unit}: {}",
+            missing.describe()
+        );
+        let there = with(tmp.path());
+        assert!(there.success(), "{unit}: {}", there.describe());
+        assert!(text.contains("\nRestartPreventExitStatus=2 5\n"), "{unit}");
+    }
 }
