@@ -157,7 +157,11 @@ fn the_deb_installs_into_a_scratch_root_and_runs() {
     fs::write(admin.join("available"), "").unwrap();
     let dpkg = |args: &[&str]| {
         let mut c = Command::new("dpkg");
-        c.arg(format!("--root={}", root.display()))
+        // dpkg looks for ldconfig and start-stop-daemon on PATH, which an
+        // ordinary user's lacks.
+        let path = std::env::var("PATH").unwrap_or_default();
+        c.env("PATH", format!("{path}:/usr/local/sbin:/usr/sbin:/sbin"))
+            .arg(format!("--root={}", root.display()))
             .args(["--log=/dev/null", "--force-not-root"])
             .args(args);
         c
