@@ -121,11 +121,12 @@ enum Cmd {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
-    /// Print the zonemount(1) man page, or write it and one page per
-    /// command into DIR.
+    /// Print the zonemount(1) man page, or write it, one page per command
+    /// and zonemount.yaml(5) (the config format) into DIR.
     #[command(after_help = help::MAN)]
     Man {
-        /// Write zonemount.1, zonemount-mount.1, ... here instead.
+        /// Write zonemount.1, zonemount-mount.1, ..., zonemount.yaml.5 here
+        /// instead.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
