@@ -438,3 +438,68 @@ fn preset_and_scope_complete_to_their_values() {
         );
     }
 }
+
+/// zonemount.yaml(5)'s example project and worker files, as a reader
+/// copies them from the rendered page, load: `derive` accepts the pair.
+#[test]
+fn the_config_page_examples_load() {
+    if !tool_ok("man") || !tool_ok("groff") {
+        return;
+    }
+    let (dir, _) = pages();
+    let out = run(
+        Command::new("man")
+            .arg("-l")
+            .arg(dir.path().join("zonemount.yaml.5"))
+            .env("MANWIDTH", "200")
+            .env("LC_ALL", "C.UTF-8"),
+        Duration::from_secs(60),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let text = out.stdout.split("\nEXAMPLES\n").nth(1).unwrap();
+    // The lines of the indented block after the line `intro`.
+    let block = |intro: &str| -> String {
+        let after = text
+            .split(intro)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {intro:?}"));
+        let lines: Vec<&str> = after
+            .lines()
+            .skip_while(|l| l.trim().is_empty())
+            .take_while(|l| !l.trim().is_empty())
+            .collect();
+        let indent = lines[0].len() - lines[0].trim_start().len();
+        lines
+            .iter()
+            .map(|l| format!("{}\n", &l[indent..]))
+            .collect()
+    };
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(work.path().join("project.yaml"), block("A project file:")).unwrap();
+    std::fs::write(
+        work.path().join("formatter.worker"),
+        block("A worker file:"),
+    )
+    .unwrap();
+    let derive = run(
+        Command::new(BIN)
+            .args([
+                "derive",
+                "--config",
+                "project.yaml",
+                "--worker",
+                "formatter.worker",
+            ])
+            .current_dir(work.path()),
+        Duration::from_secs(60),
+    );
+    assert!(derive.success(), "{}", derive.describe());
+    for zone in ["data", "final"] {
+        assert!(derive.stdout.contains(zone), "{}", derive.describe());
+    }
+    assert!(
+        !derive.stdout.contains("workspace"),
+        "{}",
+        derive.describe()
+    );
+}
