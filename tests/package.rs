@@ -39,8 +39,9 @@ fn assert_value(out: &Out, key: &str, want: &str) {
 /// An fstab line with a preset as its source mounts the preset's zones
 /// from its `dir=`, wherever `mount` runs (here `/`, as at boot); without
 /// `dir=` it is refused, naming the option. Through `mount.fuse3` with
-/// mount's own PATH: the binary is put in `/usr/local/bin`, in a private
-/// namespace only.
+/// mount's own PATH (the binary is put in `/usr/local/bin`, in a private
+/// namespace only), and through it as `mount.fuse.zonemount`, the name
+/// the package links it by.
 #[test]
 fn an_fstab_line_with_a_preset_mounts_from_its_dir() {
     if !fuse_ok() || !require(Need::Root) || !tool_ok("unshare") || !tool_ok("mount.fuse3") {
@@ -65,6 +66,13 @@ echo "read=$(cat "$mnt/work/a.txt")"
 echo x > "$mnt/work/b.txt" 2>/dev/null; echo "write=$?"
 "$ZONEMOUNT" check "$mnt" "$mnt/work/a.txt" --write >/dev/null; echo "check=$?"
 umount "$mnt"; echo "umount=$?"
+# The package's /sbin/mount.fuse.zonemount: mount.fuse3 by another name,
+# which takes the type from it (no -t).
+ln -s "$(command -v mount.fuse3)" "$here/bin/mount.fuse.zonemount"
+"$here/bin/mount.fuse.zonemount" preset:read-only "$mnt" -o "rw,dir=$proj"; echo "helper=$?"
+ps -eo pid=,args= | grep -F -- "$mnt" | grep -v grep | awk '{print $1}' >> "$ZM_PIDS"
+echo "helper_read=$(cat "$mnt/work/a.txt")"
+umount "$mnt"
 echo "left=$(grep -c " $mnt " /proc/self/mounts)"
 "#,
     );
@@ -79,6 +87,8 @@ echo "left=$(grep -c " $mnt " /proc/self/mounts)"
     );
     assert_value(&out, "check", "4");
     assert_value(&out, "umount", "0");
+    assert_value(&out, "helper", "0");
+    assert_value(&out, "helper_read", "hi");
     assert_value(&out, "left", "0");
     assert!(!ns.path().join("proj/b.txt").exists());
     assert_ne!(
