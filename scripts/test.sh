@@ -4,7 +4,9 @@
 #
 #   1. cargo build (all targets)
 #   2. cargo test (unit and integration tests; they really mount under
-#      temporary directories)
+#      temporary directories; tests/package.rs builds the .deb from the
+#      debug binary with scripts/package-deb.sh and installs it into a
+#      scratch root)
 #   3. cargo test --doc (the doc examples compile, and run unless no_run)
 #   4. the Python client (scripts/test-python.sh: mypy --strict, pytest)
 #      and the TypeScript client (scripts/test-node.sh: tsc, node --test)
@@ -37,6 +39,12 @@ command -v setfattr >/dev/null || missing+=(attr)
 command -v git >/dev/null || missing+=(git)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v timeout >/dev/null || missing+=(coreutils)
+# man pages rendered (tests/manuals.rs), units verified and the .deb
+# installed into a scratch root (tests/package.rs, tests/lifecycle.rs).
+command -v man >/dev/null || missing+=(man-db)
+command -v groff >/dev/null || missing+=(groff-base)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v dpkg-deb >/dev/null || missing+=(dpkg)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   if [ "$(id -u)" -eq 0 ]; then
@@ -110,7 +118,7 @@ fi
 # is unusable (a private mount namespace with it covered), as an
 # unprivileged user with the setuid fusermount3, and as root over FUSE
 # over io_uring where the kernel has it (scripts/test-envs.sh).
-ENV_SUITES=(errno_table lifecycle run approvals escape bounded_fds staged data_path moves ask_lock stages)
+ENV_SUITES=(errno_table lifecycle run approvals escape bounded_fds staged data_path moves ask_lock stages package)
 rc_envs=0
 for env_name in nofusermount user uring; do
   rc_env=0

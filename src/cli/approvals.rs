@@ -51,7 +51,17 @@ pub(crate) enum ApprovalsCmd {
     Allow {
         /// once: this request; path: this class on this path; zone: this
         /// class anywhere in the zone.
-        #[arg(long, default_value = "once", value_name = "once|path|zone")]
+        #[arg(
+            long,
+            default_value = "once",
+            value_name = "once|path|zone",
+            // Named, so completions offer them (not file names).
+            value_parser = clap::builder::TypedValueParser::try_map(
+                clap::builder::PossibleValuesParser::new(["once", "path", "zone"]),
+                |s| s.parse::<Scope>()
+            ),
+            hide_possible_values = true
+        )]
         scope: Scope,
         /// The mount's directory.
         mountpoint: PathBuf,

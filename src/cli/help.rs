@@ -86,7 +86,7 @@ Exit status: 0; 2 an unknown shell.";
 pub(crate) const MAN: &str = "\
 Examples:
   zonemount man | man -l -
-  zonemount man --dir /usr/local/share/man/man1
+  zonemount man --dir pages && man -l pages/zonemount.yaml.5   # the config format
 
 Exit status: 0; 1 the pages can't be written.";
 

@@ -4,8 +4,14 @@
 //! to `zonemount mount`: SOURCE is the config (a file, or `preset:NAME`),
 //! and the `-o` options map to `mount`'s.
 //!
+//! A preset takes its paths from the current directory, which for an fstab
+//! line is whatever `mount(8)` ran in (`/` at boot, where every preset
+//! fails: its zone would hold the mountpoint). So a `preset:NAME` source
+//! needs `dir=DIR`, and the helper runs `zonemount mount` in DIR.
+//!
 //! | `-o` option | means |
 //! |---|---|
+//! | `dir=DIR` (absolute) | run in DIR: a preset's paths, a relative SOURCE and relative `zone=` paths are taken from it; needed with `preset:NAME` |
 //! | `zone=NAME=PATH[:ro\|rw\|staged]` | `--zone` (repeatable) |
 //! | `worker=F`, `stage_dir=D`, `audit_log=F`, `refusal_log=F`, `control=S`, `cache_ttl=S` | the `mount` option of that name |
 //! | `allow_other`, `no_approvals`, `no_passthrough`, `writeback_cache`, `io_uring`, `no_io_uring`, `quiet` | the `mount` flag |
@@ -40,11 +46,31 @@ fn is_ordinary(first: &str) -> bool {
         )
 }
 
-/// `argv` in the helper form rewritten to `zonemount mount ...`; any other
-/// argv as it is. Err: an option this form doesn't know (the message).
+/// The helper form, read: the `zonemount mount` command line, and the
+/// directory to run it in (`dir=`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct HelperForm {
+    pub(crate) argv: Vec<OsString>,
+    pub(crate) dir: Option<std::path::PathBuf>,
+}
+
+/// `argv` in the helper form rewritten to `zonemount mount ...`, with the
+/// current directory moved to its `dir=`; any other argv as it is. Err:
+/// an option this form doesn't know, or a `dir=` that can't be entered
+/// (the message).
 pub(crate) fn rewrite(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    let form = parse(argv)?;
+    if let Some(dir) = &form.dir {
+        std::env::set_current_dir(dir)
+            .map_err(|e| format!("dir={}: cannot enter it: {e}", dir.display()))?;
+    }
+    Ok(form.argv)
+}
+
+/// [`rewrite`] without its effect: what to run, and where.
+pub(crate) fn parse(argv: Vec<OsString>) -> Result<HelperForm, String> {
     let Some(first) = argv.get(1).map(|a| a.to_string_lossy().into_owned()) else {
-        return Ok(argv);
+        return Ok(HelperForm { argv, dir: None });
     };
     // mount.fuse3 always passes -o; a SOURCE naming a file or preset
     // is enough too. A mistyped command (`zonemount umount /mnt`) is left
@@ -57,12 +83,13 @@ pub(crate) fn rewrite(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
         || first.contains('.')
         || first.starts_with("preset:");
     if is_ordinary(&first) || argv.len() < 3 || !looks_helper {
-        return Ok(argv);
+        return Ok(HelperForm { argv, dir: None });
     }
     let prog = argv[0].clone();
     let source = argv[1].clone();
     let mountpoint = argv[2].clone();
     let mut out: Vec<OsString> = vec![prog, "mount".into(), "--config".into(), source];
+    let mut dir = None;
     let mut rest = argv.into_iter().skip(3);
     while let Some(a) = rest.next() {
         let s = a.to_string_lossy().into_owned();
@@ -78,11 +105,31 @@ pub(crate) fn rewrite(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
             ));
         };
         for opt in opts.split(',').filter(|o| !o.is_empty()) {
+            if let Some(d) = opt.strip_prefix("dir=") {
+                dir = Some(working_dir(d)?);
+                continue;
+            }
             out.extend(option(opt)?);
         }
     }
+    if first.starts_with(crate::config::presets::PREFIX) && dir.is_none() {
+        return Err(format!(
+            "{first}: a preset takes its paths from the directory it runs in, which for a mount helper \
+             is wherever mount(8) ran (/ at boot); name the project directory: -o dir=/path/to/project"
+        ));
+    }
     out.push(mountpoint);
-    Ok(out)
+    Ok(HelperForm { argv: out, dir })
+}
+
+/// `dir=`'s value: an absolute path (an fstab line must not depend on
+/// where `mount` ran).
+fn working_dir(d: &str) -> Result<std::path::PathBuf, String> {
+    let p = std::path::PathBuf::from(d);
+    if !p.is_absolute() {
+        return Err(format!("dir={d}: give an absolute path"));
+    }
+    Ok(p)
 }
 
 /// One `-o` option as `mount` arguments.
@@ -202,5 +249,85 @@ mod tests {
                 .contains("unknown mount option 'bogus=1'")
         );
         assert!(rewrite(args(&["zonemount", "c.yaml", "m", "-v"])).is_err());
+    }
+
+    #[test]
+    fn a_preset_source_runs_in_its_dir() {
+        let got = parse(args(&[
+            "zonemount",
+            "preset:workspace-write",
+            "/srv/task",
+            "-o",
+            "rw,nosuid,nodev,dir=/srv/project,no_approvals",
+        ]))
+        .unwrap();
+        assert_eq!(
+            got,
+            HelperForm {
+                argv: args(&[
+                    "zonemount",
+                    "mount",
+                    "--config",
+                    "preset:workspace-write",
+                    "--no-approvals",
+                    "/srv/task"
+                ]),
+                dir: Some("/srv/project".into()),
+            }
+        );
+        // Without dir= a preset would take its paths from wherever mount(8)
+        // ran: refused, naming the fix.
+        let e = parse(args(&[
+            "zonemount",
+            "preset:read-only",
+            "/srv/task",
+            "-o",
+            "rw",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("-o dir=/path/to/project"), "{e}");
+        let e = parse(args(&[
+            "zonemount",
+            "preset:read-only",
+            "m",
+            "-o",
+            "dir=proj",
+        ]))
+        .unwrap_err();
+        assert_eq!(e, "dir=proj: give an absolute path");
+        // A file source may have dir= too (for relative zone= paths).
+        let got = parse(args(&[
+            "zonemount",
+            "/e/p.yaml",
+            "m",
+            "-odir=/p,zone=w=work:rw",
+        ]))
+        .unwrap();
+        assert_eq!(got.dir, Some("/p".into()));
+        assert_eq!(
+            got.argv,
+            args(&[
+                "zonemount",
+                "mount",
+                "--config",
+                "/e/p.yaml",
+                "--zone",
+                "w=work:rw",
+                "m"
+            ])
+        );
+        // A dir that can't be entered is an error of rewrite, not a panic.
+        let e = rewrite(args(&[
+            "zonemount",
+            "preset:read-only",
+            "m",
+            "-o",
+            "dir=/nonexistent/zm",
+        ]))
+        .unwrap_err();
+        assert!(
+            e.starts_with("dir=/nonexistent/zm: cannot enter it: "),
+            "{e}"
+        );
     }
 }

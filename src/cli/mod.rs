@@ -127,11 +127,12 @@ enum Cmd {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
-    /// Print the zonemount(1) man page, or write it and one page per
-    /// command into DIR.
+    /// Print the zonemount(1) man page, or write it, one page per command
+    /// and zonemount.yaml(5) (the config format) into DIR.
     #[command(after_help = help::MAN)]
     Man {
-        /// Write zonemount.1, zonemount-mount.1, ... here instead.
+        /// Write zonemount.1, zonemount-mount.1, ..., zonemount.yaml.5 here
+        /// instead.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
@@ -155,7 +156,8 @@ pub(crate) struct ConfigArgs {
     /// read-only, workspace-write, full, sandbox, permissive-sandbox,
     /// auto-approve, code-unit; paths are taken from the current
     /// directory; the README has what each allows.
-    #[arg(long, value_name = "NAME", conflicts_with = "config")]
+    #[arg(long, value_name = "NAME", conflicts_with = "config",
+          value_parser = manuals::PresetName, hide_possible_values = true)]
     pub(crate) preset: Option<String>,
     /// Allow the presets that let a worker change everything unasked
     /// (full, auto-approve).
