@@ -69,6 +69,15 @@ pub(crate) fn render(table: &ZoneTable, zone_args: &[String]) -> String {
             names.join(", ")
         ));
     }
+    // What `run --isolate` would do with each zone (nothing keeping it on
+    // the daemon).
+    out.push_str("under run --isolate:\n");
+    for z in &table.zones {
+        let eligible =
+            crate::policy::direct::route(&z.policy) == crate::policy::direct::Route::Direct;
+        let r = crate::control::protocol::IsolateRoute::of(&z.policy, eligible);
+        out.push_str(&format!("  {}\n", r.line(&z.name, &z.backing)));
+    }
     out
 }
 

@@ -203,6 +203,11 @@ pub(crate) struct MountArgs {
     /// mountpoint (where the worker sees the mount, e.g. / in a sandbox).
     #[arg(long, value_name = "DIR", requires = "refusal_log")]
     pub(crate) refusal_log_root: Option<PathBuf>,
+    /// Set by `run --isolate` for its own daemon: the zones it bound
+    /// straight from their backing dirs (comma-separated, maybe none), so
+    /// `status` says which zone went which way.
+    #[arg(long, value_name = "ZONES", hide = true)]
+    pub(crate) isolate_direct: Option<String>,
     /// Seconds a request waits for a decision before it is denied.
     #[arg(long, value_name = "SECS", default_value_t = session::DEFAULT_APPROVAL_TIMEOUT.as_secs_f64())]
     pub(crate) approval_timeout: f64,

@@ -399,6 +399,12 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         workers: a.config.worker.iter().map(|w| abs(w)).collect(),
         zone_args: a.config.zone.clone(),
         allow_sensitive_roots: a.config.allow_sensitive_roots,
+        isolate_direct: a.isolate_direct.as_ref().map(|l| {
+            l.split(',')
+                .filter(|n| !n.is_empty())
+                .map(String::from)
+                .collect()
+        }),
     };
     let daemon = Daemon::start(session, &table, control, origin)
         .map_err(|e| Failure::new(1, e.to_string()))?;
