@@ -40,7 +40,10 @@
 #   zm-isolate  `zonemount run --isolate` with the fixtures as a ro zone
 #            (a fresh run per repetition; only the read-only workloads
 #            grep_r, git_status, find_ls, real_grep, real_status, timed
-#            inside the sandbox after the same warm-up runs)
+#            inside the sandbox after the same warm-up runs): the zone is
+#            bound straight from its backing dir
+#   zm-isolate-daemon  the same with --no-direct: the zone through the
+#            daemon, as run --isolate served every zone before issue 31
 # The real-tree workloads real_grep (`grep -r`, warm) and real_status (`git
 # status`, warm) run over a source-like tree of 12,000 files, about 110 MB
 # (2,000 with --quick), with a git repository: generated deterministically
@@ -113,7 +116,7 @@ json=${json:-$repo/target/bench.json}
 ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls real_grep real_status create unlink ask_pending fds commit"
 WORKLOADS=${only//,/ }
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
-ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring zm-user zm-user-wb zm-caller zm-isolate"
+ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon"
 TARGETS="native"
 for t in ${targets_opt//,/ }; do
   case " $ALL_TARGETS " in *" $t "*) ;; *) echo "bench: unknown target $t (known: $ALL_TARGETS)" >&2; exit 2 ;; esac
@@ -130,7 +133,7 @@ fi
 # for the read workloads; a staged target's lands in its stage) and the
 # fixtures: 8 targets filled 8 GB.
 [ $quick = 1 ] || IMG_GB=$(( 4 + 2 * $(wc -w <<< "$TARGETS") ))
-want zm-isolate && { command -v bwrap >/dev/null || apt-get install -y -qq bubblewrap >/dev/null; }
+{ want zm-isolate || want zm-isolate-daemon; } && { command -v bwrap >/dev/null || apt-get install -y -qq bubblewrap >/dev/null; }
 
 export PATH="$HOME/.cargo/bin:$PATH"
 # git status must not rewrite the shared fixture's index; the fixture is
@@ -278,7 +281,7 @@ root_of() {
     zm-caller) echo "$mnt_c/w" ;;
     zm-base) echo "$mnt_o/w" ;;
     # In the sandbox: the fixtures are the zone /fixture.
-    zm-isolate) echo "" ;;
+    zm-isolate|zm-isolate-daemon) echo "" ;;
   esac
 }
 
@@ -436,7 +439,7 @@ if [ $ops_ok = 1 ]; then
   old_buf=$(cut -d' ' -f1 < "$tr/buffer_size_kb")
   echo 65536 > "$tr/buffer_size_kb" 2>/dev/null || ops_ok=0
 fi
-conn_of() { case "$1" in native|zm-isolate) echo "" ;; zm-user|zm-user-wb) "${as_user[@]}" stat -c %d "$(root_of "$1")" ;; *) stat -c %d "$(root_of "$1")" ;; esac; }
+conn_of() { case "$1" in native|zm-isolate|zm-isolate-daemon) echo "" ;; zm-user|zm-user-wb) "${as_user[@]}" stat -c %d "$(root_of "$1")" ;; *) stat -c %d "$(root_of "$1")" ;; esac; }
 ops_begin() {
   [ $ops_ok = 1 ] && [ -n "$1" ] || return 0
   echo "connection == $1" > "$ev/filter"; : > "$tr/trace"; echo 1 > "$ev/enable"
@@ -453,9 +456,9 @@ ops_end() { # conn placement workload target
 # (the fixtures as the ro zone /fixture), its caches dropped before; the
 # sandbox prints the timed run's seconds last.
 ISOLATE_WORKLOADS=" grep_r git_status find_ls real_grep real_status "
-isolated() { # workload taskset-prefix
+isolated() { # workload taskset-prefix [run option]
   drop
-  $2 "$bin" run -q --isolate --zone "fixture=$data/fixture:ro" \
+  $2 "$bin" run -q --isolate ${3:-} --zone "fixture=$data/fixture:ro" \
     --env GIT_OPTIONAL_LOCKS --env GIT_CONFIG_COUNT --env GIT_CONFIG_KEY_0 --env GIT_CONFIG_VALUE_0 \
     -- bash -c "$(declare -f now since timed "w_$1"); drop() { :; }; w_$1 '' s-iso ''" | tail -1
 }
@@ -477,9 +480,9 @@ run_workload() { # placement workload
       ops_begin "$conn"
       local as="$prefix"
       case "$t" in zm-user|zm-user-wb|zm-caller) as="${as_user[*]} $prefix" ;; esac
-      if [ "$t" = zm-isolate ]; then
+      if [ "$t" = zm-isolate ] || [ "$t" = zm-isolate-daemon ]; then
         [[ "$ISOLATE_WORKLOADS" == *" $w "* ]] || continue
-        secs=$(isolated "$w" "$prefix")
+        secs=$(isolated "$w" "$prefix" "$([ "$t" = zm-isolate-daemon ] && echo --no-direct)")
       else
         secs=$("w_$w" "$(root_of "$t")" "s-$t" "$as" | tail -1)
       fi
@@ -623,7 +626,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-isolate": "zm (run --isolate)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
