@@ -301,3 +301,25 @@ fn derive_says_which_zones_run_isolate_binds_straight_from_backing() {
         out.stdout
     );
 }
+
+/// `--user` runs CMD as a uid that may not reach a backing dir's path (the
+/// root daemon reaches it for CMD): every zone stays on the daemon, and
+/// `run` says why.
+#[test]
+fn run_as_another_user_keeps_every_zone_on_the_daemon() {
+    if !ready() || !require(Need::Root) {
+        return;
+    }
+    let t = Task::new();
+    let (out, devs) = t.devs(&["--user", "65534:65534"]);
+    for z in ["docs", "ws", "hid", "asky"] {
+        assert!(!t.direct_in(&devs, z), "{z}: {devs:?}");
+    }
+    assert!(
+        out.stderr.contains(
+            "docs: through the daemon (kept on the daemon: --user runs CMD as a uid that may not reach the backing dir)"
+        ),
+        "{}",
+        out.describe()
+    );
+}
