@@ -323,3 +323,63 @@ fn run_as_another_user_keeps_every_zone_on_the_daemon() {
         out.describe()
     );
 }
+
+/// A bwrap without `--bind-fd` (before 0.10, unless backported) could only
+/// bind a backing dir by path, which something may swap under it: every
+/// zone then stays on the daemon, and `run` says why.
+#[test]
+fn a_bwrap_without_bind_fd_keeps_every_zone_on_the_daemon() {
+    if !ready() {
+        return;
+    }
+    let t = Task::new();
+    let real = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v bwrap"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let fake = t.root.join("oldbwrap");
+    fs::create_dir(&fake).unwrap();
+    fs::write(
+        fake.join("bwrap"),
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = --help ]; then echo 'usage: bwrap [OPTIONS...] [--] COMMAND'; echo '    --ro-bind SRC DEST'; exit 0; fi\nexec {} \"$@\"\n",
+            real.trim()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(fake.join("bwrap"), fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        fake.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = run(
+        t.command(
+            &[],
+            "for z in docs ws; do echo \"$z $(stat -c %d /$z)\"; done",
+        )
+        .env("PATH", &path),
+        Duration::from_secs(60),
+    );
+    assert!(out.success(), "{}", out.describe());
+    for z in ["docs", "ws"] {
+        let dev: u64 = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{z} ")))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_ne!(dev, t.dev(z), "{z} is bound straight: {}", out.describe());
+    }
+    assert!(
+        out.stderr
+            .contains("docs: through the daemon (kept on the daemon: this bwrap has no --bind-fd"),
+        "{}",
+        out.describe()
+    );
+}

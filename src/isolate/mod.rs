@@ -419,6 +419,17 @@ pub fn bwrap_args(iso: &Isolation, host: &HostFacts) -> Result<Vec<OsString>, Is
     Ok(a)
 }
 
+/// Whether `bwrap` takes `--ro-bind-fd`/`--bind-fd` (bubblewrap 0.10, and
+/// older ones where a distribution backported it), as its `--help` says.
+pub fn bwrap_binds_fds(bwrap: &Path) -> bool {
+    std::process::Command::new(bwrap)
+        .arg("--help")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--ro-bind-fd"))
+}
+
 /// `bwrap` on PATH, if installed.
 pub fn find_bwrap() -> Option<PathBuf> {
     find_on_path("bwrap")

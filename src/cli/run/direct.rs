@@ -25,6 +25,9 @@ pub(super) struct Keep {
     /// `--user`: the worker is another uid, which may not reach the
     /// backing dir the mount's daemon reaches for it.
     pub(super) other_user: bool,
+    /// The installed bwrap has no `--bind-fd` (before 0.10, unless
+    /// backported): a bind by path could be swapped under it.
+    pub(super) no_bind_fd: bool,
 }
 
 /// For each zone of `table`, in order, whether it is bound straight from
@@ -54,6 +57,7 @@ pub(super) fn chosen(table: &ZoneTable, keep: &Keep) -> Result<Vec<bool>, Failur
         .map(|z| {
             !keep.all
                 && !keep.other_user
+                && !keep.no_bind_fd
                 && !keep.zones.contains(&z.name)
                 && direct::route(&z.policy) == Route::Direct
         })
@@ -68,8 +72,12 @@ pub(super) fn lines(table: &ZoneTable, chosen: &[bool], keep: &Keep) -> Vec<Stri
         .zip(chosen)
         .map(|(z, bound)| {
             let mut r = IsolateRoute::of(&z.policy, *bound);
-            if keep.other_user && !bound && direct::route(&z.policy) == Route::Direct {
-                r.why = "kept on the daemon: --user runs CMD as a uid that may not reach the backing dir".into();
+            if !bound && direct::route(&z.policy) == Route::Direct {
+                if keep.other_user {
+                    r.why = "kept on the daemon: --user runs CMD as a uid that may not reach the backing dir".into();
+                } else if keep.no_bind_fd {
+                    r.why = "kept on the daemon: this bwrap has no --bind-fd (bubblewrap 0.10 or later has)".into();
+                }
             }
             r.line(&z.name, &z.backing)
         })

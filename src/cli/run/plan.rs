@@ -213,6 +213,9 @@ impl Plan {
             all: a.no_direct,
             zones: a.via_daemon,
             other_user: user.is_some(),
+            no_bind_fd: isolate
+                .as_ref()
+                .is_some_and(|(bwrap, _)| !isolate::bwrap_binds_fds(bwrap)),
         };
         let chosen = direct::chosen(&table, &keep)?;
         let plan = Plan {
