@@ -7,6 +7,9 @@
 #                         [--threads N]   (zonemount's FUSE threads, default 4)
 #                         [--targets T1,T2]  (default: all; native always runs)
 #                         [--base BIN]  (adds zm-base: another zonemount binary)
+#                         [--cpus LIST]  (the CPUs "pinned" runs on, default 0)
+#                         [--real-tree DIR]  (the real-tree workloads over a
+#                                            copy of DIR, not the generated tree)
 #
 # Builds release, makes a journaled ext4 image on a loop device under
 # /var/tmp (the root fs here has no journal and mounts with `discard`, which
@@ -34,12 +37,25 @@
 #   zm-base  with --base BIN only: the zonemount binary BIN (e.g. one built
 #            from an earlier commit) mounted as zm is, so a change is
 #            measured against what it replaces in the same interleaved run
-# and, with the workload `commit`: a 10,000-file untar into the staged zone,
+#   zm-isolate  `zonemount run --isolate` with the fixtures as a ro zone
+#            (a fresh run per repetition; only the read-only workloads
+#            grep_r, git_status, find_ls, real_grep, real_status, timed
+#            inside the sandbox after the same warm-up runs): the zone is
+#            bound straight from its backing dir
+#   zm-isolate-daemon  the same with --no-direct: the zone through the
+#            daemon, as run --isolate served every zone before issue 31
+# The real-tree workloads real_grep (`grep -r`, warm) and real_status (`git
+# status`, warm) run over a source-like tree of 12,000 files, about 110 MB
+# (2,000 with --quick), with a git repository: generated deterministically
+# once and cached as a tarball under /var/tmp/zonemount-bench-cache (kept
+# across runs), or a copy of --real-tree DIR (e.g. ~/.cargo/registry/src).
+# And, with the workload `commit`: a 10,000-file untar into the staged zone,
 # then `zonemount commit` timed against `cp -a` of the same tree.
 # Each workload runs REPS times; within a repetition the targets take turns
 # (the order rotates), with dentries and inodes dropped before each run.
-# "pinned": the daemons and the workload on CPU 0 (protocol cost, stable);
-# "unpinned": anywhere (what users get; pays cross-CPU wake-ups).
+# "pinned": the daemons and the workload on CPU 0, or the CPUs of --cpus
+# (protocol cost, stable); "unpinned": anywhere (what users get; pays
+# cross-CPU wake-ups). Both run by default, in one run (--placements).
 # Prints a table of median times and ratios to native, and writes JSON.
 #
 # --quick: small sizes, one repetition (for development).
@@ -59,6 +75,8 @@ threads=4
 placements="pinned,unpinned"
 targets_opt=""
 base_bin=""
+pinned_cpus=0
+real_src=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -70,6 +88,8 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift ;;
     --targets) targets_opt=$2; shift ;;
     --base) base_bin=$(realpath "$2"); shift ;;
+    --cpus) pinned_cpus=$2; shift ;;
+    --real-tree) real_src=$(realpath "$2"); shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench: unknown option $1" >&2; exit 2 ;;
   esac
@@ -83,17 +103,20 @@ fi
 if [ $quick = 1 ]; then
   SEQ_MB=64; RAND_MB=16; RAND_N=2000; TAR_FILES=600; TREE_ENTRIES=3000
   CREATE_N=500; ASK_N=500; FD_ENTRIES=${fd_entries:-20000}; FD_GIT=2000
-  REPS=${reps:-1}; IMG_GB=2
+  REAL_FILES=2000
+  REPS=${reps:-1}; IMG_GB=3
 else
   SEQ_MB=1024; RAND_MB=256; RAND_N=50000; TAR_FILES=10000; TREE_ENTRIES=100000
   CREATE_N=10000; ASK_N=5000; FD_ENTRIES=${fd_entries:-200000}; FD_GIT=20000
+  REAL_FILES=12000
   REPS=${reps:-3}; IMG_GB=8
 fi
+[[ "$pinned_cpus" =~ ^[0-9]+([,-][0-9]+)*$ ]] || { echo "bench: --cpus $pinned_cpus: a CPU list as taskset takes it (0 or 0,1 or 0-1)" >&2; exit 2; }
 json=${json:-$repo/target/bench.json}
-ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls create unlink ask_pending fds commit"
+ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls real_grep real_status create unlink ask_pending fds commit"
 WORKLOADS=${only//,/ }
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
-ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring zm-user zm-user-wb zm-caller"
+ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon"
 TARGETS="native"
 for t in ${targets_opt//,/ }; do
   case " $ALL_TARGETS " in *" $t "*) ;; *) echo "bench: unknown target $t (known: $ALL_TARGETS)" >&2; exit 2 ;; esac
@@ -110,6 +133,7 @@ fi
 # for the read workloads; a staged target's lands in its stage) and the
 # fixtures: 8 targets filled 8 GB.
 [ $quick = 1 ] || IMG_GB=$(( 4 + 2 * $(wc -w <<< "$TARGETS") ))
+{ want zm-isolate || want zm-isolate-daemon; } && { command -v bwrap >/dev/null || apt-get install -y -qq bubblewrap >/dev/null; }
 
 export PATH="$HOME/.cargo/bin:$PATH"
 # git status must not rewrite the shared fixture's index; the fixture is
@@ -204,6 +228,37 @@ elif op == "tree":
             # (git would re-read every file, natively too).
             os.utime(f"{dp}/f{j}.txt", (time.time() - 3600, time.time() - 3600))
             made += 1
+elif op == "realtree":
+    # n source-like files: nested dirs of ~40, log-normal sizes (median
+    # ~5 KB, mean ~9 KB, at most 400 KB), lines of code-ish words; a line
+    # in ~0.5% holds grep's word. Deterministic: the same tree every time.
+    rng = random.Random(31)
+    words = ["fn", "let", "mut", "self", "return", "match", "impl", "struct",
+             "if", "else", "for", "in", "while", "pub", "use", "mod", "const",
+             "Some", "None", "Ok", "Err", "value", "index", "buffer", "len",
+             "config", "zone", "path", "open", "read", "write", "close", "map",
+             "iter", "collect", "into", "from", "=", "==", "+", "{", "}", "(",
+             ")", ";", "&", "->", "::", "0", "1", "42", "\"text\"", "// note"]
+    lines = []
+    for _ in range(4000):
+        line = "    " * rng.randrange(4) + " ".join(rng.choice(words) for _ in range(rng.randrange(2, 14)))
+        lines.append(line + "\n")
+    exts = [".rs", ".c", ".h", ".py", ".js", ".ts", ".go", ".md", ".toml", ".json"]
+    old = time.time() - 3600
+    for i in range(n):
+        dp = f"{path}/p{i // 4000}/m{(i // 200) % 20}/s{(i // 40) % 5}"
+        if i % 40 == 0:
+            os.makedirs(dp, exist_ok=True)
+        size = min(400_000, int(rng.lognormvariate(8.5, 1.1)))
+        out = []; got = 0
+        while got < size:
+            l = lines[rng.randrange(len(lines))]
+            if rng.random() < 0.005: l = "needle " + l
+            out.append(l); got += len(l)
+        fp = f"{dp}/f{i}{exts[i % len(exts)]}"
+        with open(fp, "w") as f:
+            f.write("".join(out))
+        os.utime(fp, (old, old))
 else:
     sys.exit("unknown op " + op)
 print(f"{time.perf_counter() - t:.6f}")
@@ -225,6 +280,8 @@ root_of() {
     zm-user-wb) echo "$mnt_w/w" ;;
     zm-caller) echo "$mnt_c/w" ;;
     zm-base) echo "$mnt_o/w" ;;
+    # In the sandbox: the fixtures are the zone /fixture.
+    zm-isolate|zm-isolate-daemon) echo "" ;;
   esac
 }
 
@@ -252,7 +309,7 @@ place() { # pin or unpin every daemon's threads
     # Unpinned, an io_uring queue's thread stays on its own CPU (as the
     # daemon keeps it: the kernel queues each request on the ring of the
     # CPU it was made on).
-    [ "$cpus" = 0 ] && continue
+    [ "$cpus" = "$pinned_cpus" ] && continue
     for t in /proc/"$p"/task/*; do
       n=$(cat "$t/comm" 2>/dev/null) || continue
       case "$n" in fuse-ring-*) taskset -p -c "${n#fuse-ring-}" "${t##*/}" >/dev/null 2>&1 || true ;; esac
@@ -310,6 +367,30 @@ case " $WORKLOADS " in *" git_status "*|*" grep_r "*|*" find_ls "*)
   python3 "$helper" tree "$fx/tree" "$TREE_ENTRIES" >/dev/null
   ( cd "$fx/tree" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm fixture && git repack -adq && git prune ) ;;
 esac
+case " $WORKLOADS " in *" real_grep "*|*" real_status "*)
+  if [ -n "$real_src" ]; then
+    echo "== real tree: a copy of $real_src"
+    mkdir -p "$fx/real"; cp -a "$real_src/." "$fx/real/"
+    [ -d "$fx/real/.git" ] || ( cd "$fx/real" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm fixture && git repack -adq && git prune )
+  else
+    cache=/var/tmp/zonemount-bench-cache
+    real_tar="$cache/realtree-v1-$REAL_FILES.tar"
+    if [ ! -f "$real_tar" ]; then
+      echo "== real tree: generating $REAL_FILES files once (cached in $real_tar)"
+      mkdir -p "$cache"; rm -rf "$cache/gen"
+      python3 "$helper" realtree "$cache/gen/real" "$REAL_FILES" >/dev/null
+      ( cd "$cache/gen/real" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm fixture && git repack -adq && git prune )
+      tar -C "$cache/gen" -cf "$real_tar.part" real && mv "$real_tar.part" "$real_tar"
+      rm -rf "$cache/gen"
+    fi
+    tar -C "$fx" -xf "$real_tar"
+  fi
+  # Copied or extracted files have new ctimes: refresh the index once (a
+  # plain `git status` here may not write it: GIT_OPTIONAL_LOCKS=0), or
+  # every status would re-read every file.
+  env -u GIT_OPTIONAL_LOCKS git -C "$fx/real" update-index -q --refresh >/dev/null || true
+  echo "== real tree: $(find "$fx/real" -path "$fx/real/.git" -prune -o -type f -print | wc -l) files, $(du -sm --exclude=.git "$fx/real" | cut -f1) MB" ;;
+esac
 head -c $((RAND_MB << 20)) /dev/urandom > "$fx/rand.bin"
 mkdir -p "$work/src"
 python3 "$helper" tree "$work/src/t" "$TAR_FILES" >/dev/null
@@ -338,6 +419,8 @@ w_git_status() { local d="$1/fixture/tree"; drop; $3 git -C "$d" status --porcel
 # Two untimed runs: reads leave the kernel's cached atime stale, so the
 # second run refreshes attributes; from the third on a warm grep is steady.
 w_grep_r() { local d="$1/fixture/tree"; drop; $3 grep -r -c needle "$d" >/dev/null; $3 grep -r -c needle "$d" >/dev/null; timed $3 grep -r -c needle "$d"; }
+w_real_grep() { local d="$1/fixture/real"; drop; $3 grep -r -c needle "$d" >/dev/null; $3 grep -r -c needle "$d" >/dev/null; timed $3 grep -r -c needle "$d"; }
+w_real_status() { local d="$1/fixture/real"; drop; $3 git -C "$d" status --porcelain >/dev/null; timed $3 git -C "$d" status --porcelain; }
 w_find_ls() { local d="$1/fixture/tree"; drop; $3 find "$d" -ls >/dev/null; timed $3 find "$d" -ls; }
 w_create() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; own "$2"; drop; $3 python3 "$helper" create "$d" "$CREATE_N"; }
 w_unlink() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; python3 "$helper" create "$data/$2" "$CREATE_N" >/dev/null; own "$2"; sync; drop; $3 python3 "$helper" unlink "$d" "$CREATE_N"; }
@@ -356,7 +439,7 @@ if [ $ops_ok = 1 ]; then
   old_buf=$(cut -d' ' -f1 < "$tr/buffer_size_kb")
   echo 65536 > "$tr/buffer_size_kb" 2>/dev/null || ops_ok=0
 fi
-conn_of() { case "$1" in native) echo "" ;; zm-user|zm-user-wb) "${as_user[@]}" stat -c %d "$(root_of "$1")" ;; *) stat -c %d "$(root_of "$1")" ;; esac; }
+conn_of() { case "$1" in native|zm-isolate|zm-isolate-daemon) echo "" ;; zm-user|zm-user-wb) "${as_user[@]}" stat -c %d "$(root_of "$1")" ;; *) stat -c %d "$(root_of "$1")" ;; esac; }
 ops_begin() {
   [ $ops_ok = 1 ] && [ -n "$1" ] || return 0
   echo "connection == $1" > "$ev/filter"; : > "$tr/trace"; echo 1 > "$ev/enable"
@@ -369,13 +452,24 @@ ops_end() { # conn placement workload target
   echo 0 > "$ev/filter"; : > "$tr/trace"
 }
 
+# zm-isolate: the workload's function run whole in `zonemount run --isolate`
+# (the fixtures as the ro zone /fixture), its caches dropped before; the
+# sandbox prints the timed run's seconds last.
+ISOLATE_WORKLOADS=" grep_r git_status find_ls real_grep real_status "
+isolated() { # workload taskset-prefix [run option]
+  drop
+  $2 "$bin" run -q --isolate ${3:-} --zone "fixture=$data/fixture:ro" \
+    --env GIT_OPTIONAL_LOCKS --env GIT_CONFIG_COUNT --env GIT_CONFIG_KEY_0 --env GIT_CONFIG_VALUE_0 \
+    -- bash -c "$(declare -f now since timed "w_$1"); drop() { :; }; w_$1 '' s-iso ''" | tail -1
+}
+
 cleanup_scratch() { rm -rf "$data"/s-* 2>/dev/null || true; }
 
 # ---- the interleaved run ------------------------------------------------------
 : > "$raw"
 run_workload() { # placement workload
   local placement=$1 w=$2 prefix="" rep t i order
-  [ "$placement" = pinned ] && prefix="taskset -c 0"
+  [ "$placement" = pinned ] && prefix="taskset -c $pinned_cpus"
   for rep in $(seq 1 "$REPS"); do
     # Rotate the order so no target always runs first (or after another).
     order=($TARGETS)
@@ -386,7 +480,12 @@ run_workload() { # placement workload
       ops_begin "$conn"
       local as="$prefix"
       case "$t" in zm-user|zm-user-wb|zm-caller) as="${as_user[*]} $prefix" ;; esac
-      secs=$("w_$w" "$(root_of "$t")" "s-$t" "$as" | tail -1)
+      if [ "$t" = zm-isolate ] || [ "$t" = zm-isolate-daemon ]; then
+        [[ "$ISOLATE_WORKLOADS" == *" $w "* ]] || continue
+        secs=$(isolated "$w" "$prefix" "$([ "$t" = zm-isolate-daemon ] && echo --no-direct)")
+      else
+        secs=$("w_$w" "$(root_of "$t")" "s-$t" "$as" | tail -1)
+      fi
       ops_end "$conn" "$placement" "$w" "$t"
       # A staged run's changes are dropped (untimed), as after a task.
       [ "$t" = zm-staged ] && "$bin" discard "$mnt_s" >/dev/null
@@ -400,7 +499,7 @@ run_workload() { # placement workload
 # `ask` pending in zone askz while zone w creates and unlinks files.
 ask_pending() { # placement
   local placement=$1 prefix="" rep secs have_approvals=no
-  [ "$placement" = pinned ] && prefix="taskset -c 0"
+  [ "$placement" = pinned ] && prefix="taskset -c $pinned_cpus"
   "$bin" --help 2>/dev/null | grep -qw approvals && have_approvals=yes
   for rep in $(seq 1 "$REPS"); do
     for pending in none one; do
@@ -482,7 +581,7 @@ YAML
 # same tree natively on the same filesystem.
 commit_bench() { # placement
   local placement=$1 prefix="" rep secs
-  [ "$placement" = pinned ] && prefix="taskset -c 0"
+  [ "$placement" = pinned ] && prefix="taskset -c $pinned_cpus"
   for rep in $(seq 1 "$REPS"); do
     rm -rf "$data/s-commit" "$fs/cp-src" "$fs/cp-dst"
     mkdir -p "$mnt_s/w/s-commit"
@@ -502,7 +601,7 @@ commit_bench() { # placement
 
 IFS=, read -r -a places <<< "$placements"
 for placement in "${places[@]}"; do
-  if [ "$placement" = pinned ]; then place 0; else place "0-$(( $(nproc) - 1 ))"; fi
+  if [ "$placement" = pinned ]; then place "$pinned_cpus"; else place "0-$(( $(nproc) - 1 ))"; fi
   echo "== $placement"
   for w in $WORKLOADS; do
     case "$w" in
@@ -517,7 +616,7 @@ place "0-$(( $(nproc) - 1 ))"
 case " $WORKLOADS " in *" fds "*) echo "== bounded fds"; fds_check ;; esac
 
 # ---- report -------------------------------------------------------------------
-python3 - "$raw" "$json" "$work" "$quick" "$REPS" "$orig_args" "$threads" <<'PY'
+python3 - "$raw" "$json" "$work" "$quick" "$REPS" "$orig_args" "$threads" "$pinned_cpus" <<'PY'
 import json, os, platform, statistics, sys, time
 raw, out, work, quick, reps = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", int(sys.argv[5])
 rows = [l.rstrip("\n").split("\t") for l in open(raw) if l.strip()]
@@ -527,7 +626,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
@@ -535,7 +634,7 @@ for placement, w, t, _ in rows:
 results = []
 lines = []
 for placement in dict.fromkeys(p for p, _ in order):
-    lines.append(f"\n{placement}: median seconds (min-max), and ratio to native")
+    lines.append(f"\n{placement}: median seconds (min-max), and ratio to native (zm: and to bindfs)")
     lines.append("| workload | " + " | ".join(names[t] for t in targets) + " |")
     lines.append("|---|" + "---:|" * len(targets))
     for p, w in order:
@@ -563,9 +662,13 @@ for placement in dict.fromkeys(p for p, _ in order):
             ratio = s["median"] / statistics.median(nat) if nat and statistics.median(nat) > 0 else None
             results.append({"placement": p, "workload": w, "target": t, **s, "ratio_to_native": ratio})
             zm = res.get((p, w, "zm"))
+            bf = res.get((p, w, "bindfs"))
+            vs_bindfs = s["median"] / statistics.median(bf) if bf and t != "bindfs" and statistics.median(bf) > 0 else None
+            if vs_bindfs is not None: results[-1]["ratio_to_bindfs"] = vs_bindfs
             # Staged and unprivileged are also compared with the root daemon's plain zone.
             vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-user", "zm-user-wb", "zm-caller", "zm-base") and zm and statistics.median(zm) > 0 else ""
-            cells.append(f"{s['median']:.3f}s ({s['min']:.2f}-{s['max']:.2f})" + ("" if t == "native" or ratio is None else f" **{ratio:.2f}x**{vs_zm}"))
+            vs_bf = f" ({vs_bindfs:.2f}x bindfs)" if t == "zm" and vs_bindfs is not None else ""
+            cells.append(f"{s['median']:.3f}s ({s['min']:.2f}-{s['max']:.2f})" + ("" if t == "native" or ratio is None else f" **{ratio:.2f}x**{vs_zm}{vs_bf}"))
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
 fds = None
 if os.path.exists(f"{work}/fds.result"):
@@ -588,7 +691,7 @@ doc = {
     "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     "kernel": platform.release(), "cpus": os.cpu_count(), "quick": quick, "reps": reps,
     "command": "bash scripts/bench.sh " + sys.argv[6], "results": results, "bounded_fds": fds,
-    "approvals_built": approvals == "yes", "fuse_ops": ops, "zonemount_threads": int(sys.argv[7]),
+    "approvals_built": approvals == "yes", "fuse_ops": ops, "zonemount_threads": int(sys.argv[7]), "pinned_cpus": sys.argv[8],
 }
 os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
 json.dump(doc, open(out, "w"), indent=1)

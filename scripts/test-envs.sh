@@ -9,9 +9,10 @@
 #                 /dev/fuse is made 0666 (Debian's default) for the run
 #                 and put back afterwards
 #   uring         root, with the fuse module's enable_uring switched on
-#                 for the run (set back afterwards): every mount is
-#                 served over FUSE over io_uring. Skipped on a kernel
-#                 without it (before 6.14).
+#                 for the run (set back afterwards) and
+#                 ZONEMOUNT_IO_URING=1 (a mount's default is /dev/fuse):
+#                 every mount is served over FUSE over io_uring. Skipped
+#                 on a kernel without it (before 6.14).
 #
 #   bash scripts/test-envs.sh ENV SUITE...     (needs root)
 #
@@ -85,6 +86,8 @@ if [ "$env_name" = uring ]; then
   fi
   uring_was=$(cat "$uring_param")
   echo Y > "$uring_param"
+  # Every mount of the suites asks for it, as `--io-uring` would.
+  run_env+=("ZONEMOUNT_IO_URING=1")
   prepare="true"
   as=()
 elif [ "$env_name" = user ]; then

@@ -67,7 +67,7 @@ fn mount_over_uring(setup: Setup) -> Option<TestMount> {
         };
         // The handshake is over when `mount` returns: the connection
         // keeps io_uring after the switch is set back.
-        setup.mount()
+        setup.arg("--io-uring").mount()
     };
     assert_eq!(
         transport(&m),
@@ -320,6 +320,7 @@ fn doctor_says_which_transport_a_mount_would_get() {
             .unwrap()
     };
     let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+    let asked = std::env::var("ZONEMOUNT_IO_URING").as_deref() == Ok("1");
     let Ok(was) = fs::read_to_string(ENABLE_URING) else {
         let d = detail();
         assert!(d.contains("a mount gets /dev/fuse"), "{d}");
@@ -339,9 +340,53 @@ fn doctor_says_which_transport_a_mount_would_get() {
         Restore(Some(was.trim().to_string()))
     };
     let d = detail();
-    assert!(
-        d.starts_with("a mount gets it, as the kernel offers it (enable_uring=Y)")
-            && d.contains("grown up to 1024 while requests wait for a decision (asks)"),
-        "{d}"
-    );
+    if asked {
+        assert!(
+            d.starts_with("a mount gets it, asked for by ZONEMOUNT_IO_URING=1")
+                && d.contains("grown up to 1024 while requests wait for a decision (asks)"),
+            "{d}"
+        );
+    } else {
+        // Offered is not used: /dev/fuse unless asked for.
+        assert!(
+            d.starts_with(
+                "the kernel offers it (enable_uring=Y); a mount gets it only with `--io-uring`"
+            ) && d.contains("by default a mount gets /dev/fuse"),
+            "{d}"
+        );
+    }
+}
+
+/// Offered is not used: with the kernel's enable_uring on, a mount that
+/// doesn't ask (no `--io-uring`, no ZONEMOUNT_IO_URING=1) serves
+/// /dev/fuse, which measured faster (issue 31); `--io-uring` gets it.
+#[test]
+fn a_mount_gets_io_uring_only_when_it_asks() {
+    if !fuse_ok() || !root_ok() {
+        return;
+    }
+    let zones = [("workspace", "mode: rw")];
+    let plain = {
+        let _one = SWITCH.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(was) = fs::read_to_string(ENABLE_URING) else {
+            skip(&format!(
+                "this kernel has no FUSE over io_uring ({ENABLE_URING})"
+            ));
+            return;
+        };
+        let _back = if was.trim() == "Y" {
+            Restore(None)
+        } else {
+            fs::write(ENABLE_URING, "Y").expect("switch enable_uring on");
+            Restore(Some(was.trim().to_string()))
+        };
+        Setup::zones(Mode::Sandboxed, &zones)
+            .env("ZONEMOUNT_IO_URING", "0")
+            .mount()
+    };
+    assert_eq!(transport(&plain), "/dev/fuse");
+    let Some(ring) = mount_over_uring(Setup::zones(Mode::Sandboxed, &zones)) else {
+        return;
+    };
+    assert_eq!(transport(&ring), "io_uring");
 }

@@ -333,6 +333,14 @@ pub(crate) fn render_status(s: &Status, now: SystemTime) -> String {
     for line in table.lines() {
         out.push_str(&format!("  {line}\n"));
     }
+    if s.zones.iter().any(|z| z.isolate.is_some()) {
+        out.push_str("under run --isolate:\n");
+        for z in &s.zones {
+            if let Some(r) = &z.isolate {
+                out.push_str(&format!("  {}\n", r.line(&z.name, &z.backing)));
+            }
+        }
+    }
     out.push_str(&format!("pending: {}\n", s.pending.len()));
     if !s.pending.is_empty() {
         for line in render_list(&s.pending, now).lines() {

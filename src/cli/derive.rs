@@ -26,6 +26,7 @@ pub(crate) fn derive(a: &DeriveArgs) -> Result<(), Failure> {
         println!("{}", json(&table, &a.config.zone));
     } else {
         print!("{}", render(&table, &a.config.zone));
+        print!("{}", isolate_routes(&table));
     }
     Ok(())
 }
@@ -58,6 +59,23 @@ pub(crate) fn render(table: &ZoneTable, zone_args: &[String]) -> String {
     let every_name = |s: Option<&[String]>| s.map_or_else(|| "*".to_owned(), |s| s.join(","));
     out.push_str(&zone_table(&zones, every_name));
     out.push_str(&zone_patterns(&zones));
+    out
+}
+
+/// What `run --isolate` would do with each zone, nothing keeping it on the
+/// daemon: bound straight from its backing dir, or through the daemon
+/// and why.
+pub(crate) fn isolate_routes(table: &ZoneTable) -> String {
+    use crate::policy::direct::{Route, route};
+    if table.zones.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("under run --isolate:\n");
+    for z in &table.zones {
+        let eligible = route(&z.policy) == Route::Direct;
+        let r = crate::control::protocol::IsolateRoute::of(&z.policy, eligible);
+        out.push_str(&format!("  {}\n", r.line(&z.name, &z.backing)));
+    }
     out
 }
 

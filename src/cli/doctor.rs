@@ -252,33 +252,54 @@ fn passthrough(kernel: &str, admin: bool) -> Check {
     )
 }
 
-/// Which transport a mount made now would get, and why.
+/// Which transport a mount made now would get, and why. /dev/fuse unless
+/// asked (`--io-uring`, or ZONEMOUNT_IO_URING=1): FUSE over io_uring
+/// measured slower on the machines we have (docs/performance.md), so not
+/// having it costs nothing by default.
 fn uring() -> Check {
     const NAME: &str = "FUSE over io_uring";
+    let asked = probe::uring_from_env();
+    let how = if asked {
+        "asked for by ZONEMOUNT_IO_URING=1"
+    } else {
+        "only with `--io-uring` (or ZONEMOUNT_IO_URING=1); by default a mount gets /dev/fuse, which measured faster here (docs/performance.md)"
+    };
     match probe::uring() {
         probe::Uring::Enabled if !crate::fuse::sys::io_uring_allowed() => check(
             NAME,
-            State::Degraded,
+            if asked { State::Degraded } else { State::Ok },
             "the kernel offers it (enable_uring=Y), but this process may not set up an io_uring (kernel.io_uring_disabled): a mount gets /dev/fuse",
         ),
-        probe::Uring::Enabled => check(
+        probe::Uring::Enabled if asked => check(
             NAME,
             State::Ok,
             format!(
-                "a mount gets it, as the kernel offers it (enable_uring=Y): one queue per CPU, of {} entries to start with, grown up to {} while requests wait for a decision (asks); `--no-io-uring` keeps a mount on /dev/fuse",
+                "a mount gets it, {how}, as the kernel offers it (enable_uring=Y): one queue per CPU, of {} entries to start with, grown up to {} while requests wait for a decision (asks); `--no-io-uring` keeps a mount on /dev/fuse",
                 crate::fuse::QUEUE_START,
                 crate::fuse::QUEUE_MAX
             ),
         ),
+        probe::Uring::Enabled => check(
+            NAME,
+            State::Ok,
+            format!("the kernel offers it (enable_uring=Y); a mount gets it {how}"),
+        ),
         probe::Uring::Disabled => check(
             NAME,
-            State::Degraded,
-            "the kernel has it switched off (enable_uring=N): a mount gets /dev/fuse; as root, `zonemount mount --io-uring` switches it on",
+            State::Ok,
+            format!(
+                "the kernel has it switched off (enable_uring=N): a mount gets /dev/fuse; as root, `zonemount mount --io-uring` switches it on and uses it{}",
+                if asked {
+                    " (ZONEMOUNT_IO_URING=1 asks for it: as root the mount switches it on, as a user it fails)"
+                } else {
+                    ""
+                }
+            ),
         ),
         probe::Uring::Absent => check(
             NAME,
-            State::Missing,
-            "this kernel has no FUSE over io_uring (Linux 6.14+): a mount gets /dev/fuse",
+            State::Ok,
+            "this kernel has no FUSE over io_uring (Linux 6.14+): a mount gets /dev/fuse, the default anyway",
         ),
     }
 }

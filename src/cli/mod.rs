@@ -212,6 +212,11 @@ pub(crate) struct MountArgs {
     /// mountpoint (where the worker sees the mount, e.g. / in a sandbox).
     #[arg(long, value_name = "DIR", requires = "refusal_log")]
     pub(crate) refusal_log_root: Option<PathBuf>,
+    /// Set by `run --isolate` for its own daemon: the zones it bound
+    /// straight from their backing dirs (comma-separated, maybe none), so
+    /// `status` says which zone went which way.
+    #[arg(long, value_name = "ZONES", hide = true)]
+    pub(crate) isolate_direct: Option<String>,
     /// Seconds a request waits for a decision before it is denied.
     #[arg(long, value_name = "SECS", default_value_t = session::DEFAULT_APPROVAL_TIMEOUT.as_secs_f64())]
     pub(crate) approval_timeout: f64,
@@ -239,14 +244,15 @@ pub(crate) struct MountArgs {
     /// cache.
     #[arg(long)]
     pub(crate) writeback_cache: bool,
-    /// Serve FUSE over io_uring (one ring per CPU): as root, first turn on
-    /// the fuse module's enable_uring (it then stays on for every FUSE
-    /// mount made after, until reboot). Without this flag io_uring is used
-    /// whenever the kernel already offers it.
+    /// Serve FUSE over io_uring (one ring per CPU) instead of /dev/fuse:
+    /// as root, first turn on the fuse module's enable_uring (it then
+    /// stays on for every FUSE mount made after, until reboot). Off by
+    /// default: /dev/fuse measured faster (docs/performance.md).
+    /// ZONEMOUNT_IO_URING=1 in the environment asks for it too.
     #[arg(long, conflicts_with = "no_io_uring")]
     pub(crate) io_uring: bool,
-    /// Serve through /dev/fuse reads and writes even where the kernel
-    /// offers FUSE over io_uring.
+    /// Serve through /dev/fuse reads and writes (the default), even with
+    /// ZONEMOUNT_IO_URING=1.
     #[arg(long)]
     pub(crate) no_io_uring: bool,
     /// FUSE threads serving requests.

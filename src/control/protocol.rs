@@ -50,8 +50,8 @@ mod event;
 #[cfg(test)]
 pub(crate) use answer::STATUS_V1_SAMPLE;
 pub use answer::{
-    CacheTtls, Degraded, Denied, Done, IoStatus, Listed, PolicyStatus, RecentRefusalInfo, Status,
-    StatusAnswer, ZoneStatus, fail_answer, ok_answer,
+    CacheTtls, Degraded, Denied, Done, IoStatus, IsolateRoute, Listed, PolicyStatus,
+    RecentRefusalInfo, Status, StatusAnswer, ZoneStatus, fail_answer, ok_answer,
 };
 pub use event::{Outcome, WatchEvent, event_json};
 

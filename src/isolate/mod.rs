@@ -6,7 +6,10 @@
 //! bwrap's argv, so every rule below is unit-tested without a sandbox:
 //! - each zone of the mount appears at `/<zone>` (a ro zone also bound
 //!   read-only, so the kernel refuses writes before FUSE is asked; the mount
-//!   itself refuses them too);
+//!   itself refuses them too); a zone whose every rule the kernel enforces
+//!   by itself (`policy::direct`) is bound straight from its backing dir,
+//!   through a directory fd `run` opened and checked, so nothing can swap
+//!   the path between the check and the bind;
 //! - `/usr`, `/bin`, `/sbin`, `/lib*` read-only (as symlinks where the host
 //!   has merged `/usr`), and a minimal `/etc` of files programs need to run
 //!   (users, name resolution, the dynamic linker, certificates);
@@ -84,6 +87,10 @@ pub struct ZoneBind {
     pub staged: bool,
     /// The zone's backing dir on the host (hidden if a system dir holds it).
     pub backing: PathBuf,
+    /// Bound straight from the backing dir, open at this fd (bwrap's
+    /// `--bind-fd`/`--ro-bind-fd`, which closes it before CMD runs): no
+    /// rule of the zone needs the daemon. `None`: the mount's zone dir.
+    pub direct: Option<i32>,
 }
 
 /// A top-level system entry of the host.
@@ -381,10 +388,22 @@ pub fn bwrap_args(iso: &Isolation, host: &HostFacts) -> Result<Vec<OsString>, Is
     }
     // The zones.
     for z in iso.zones {
-        let src = iso.mountpoint.join(&z.name);
         let dst = Path::new("/").join(&z.name);
-        let how = if z.writable { "--bind" } else { "--ro-bind" };
-        push(&mut a, &[OsStr::new(how), src.as_os_str(), dst.as_os_str()]);
+        let (how, src) = match z.direct {
+            Some(fd) => (
+                if z.writable {
+                    "--bind-fd"
+                } else {
+                    "--ro-bind-fd"
+                },
+                OsString::from(fd.to_string()),
+            ),
+            None => (
+                if z.writable { "--bind" } else { "--ro-bind" },
+                iso.mountpoint.join(&z.name).into_os_string(),
+            ),
+        };
+        push(&mut a, &[OsStr::new(how), &src, dst.as_os_str()]);
     }
     a.push(s("--remount-ro"));
     a.push(s("/"));
@@ -398,6 +417,17 @@ pub fn bwrap_args(iso: &Isolation, host: &HostFacts) -> Result<Vec<OsString>, Is
     a.push(s("--"));
     a.extend(iso.command.iter().cloned());
     Ok(a)
+}
+
+/// Whether `bwrap` takes `--ro-bind-fd`/`--bind-fd` (bubblewrap 0.10, and
+/// older ones where a distribution backported it), as its `--help` says.
+pub fn bwrap_binds_fds(bwrap: &Path) -> bool {
+    std::process::Command::new(bwrap)
+        .arg("--help")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--ro-bind-fd"))
 }
 
 /// `bwrap` on PATH, if installed.

@@ -9,6 +9,7 @@ fn zone(name: &str, writable: bool) -> ZoneBind {
         writable,
         staged: false,
         backing: PathBuf::from("/srv/proj").join(name),
+        direct: None,
     }
 }
 
@@ -264,4 +265,23 @@ fn env_without_host_path_gets_a_default_and_home_the_zone() {
 fn host_facts_on_this_machine_include_usr() {
     let h = HostFacts::read();
     assert!(h.system.contains(&SystemEntry::Dir("/usr".into())));
+}
+
+#[test]
+fn a_direct_zone_is_bound_from_its_fd_the_others_from_the_mount() {
+    let mut ro = zone("docs", false);
+    ro.direct = Some(7);
+    let mut rw = zone("ws", true);
+    rw.direct = Some(8);
+    let via = zone("data", false);
+    let argv = build(&[ro, rw, via], false);
+    assert!(has(&argv, &["--ro-bind-fd", "7", "/docs"]), "{argv:?}");
+    assert!(has(&argv, &["--bind-fd", "8", "/ws"]), "{argv:?}");
+    assert!(
+        has(&argv, &["--ro-bind", "/tmp/zonemount-run.x/data", "/data"]),
+        "{argv:?}"
+    );
+    // Nothing of a direct zone comes from the mount.
+    assert!(!argv.iter().any(|a| a == "/tmp/zonemount-run.x/docs"));
+    assert!(!argv.iter().any(|a| a == "/tmp/zonemount-run.x/ws"));
 }

@@ -15,7 +15,7 @@ use super::registry::{self, Record};
 use super::session::{Session, Stopper};
 use crate::config::ZoneTable;
 use crate::control::protocol::{
-    CacheTtls, Degraded, IoStatus, RecentRefusalInfo, Status, ZoneStatus,
+    CacheTtls, Degraded, IoStatus, IsolateRoute, RecentRefusalInfo, Status, ZoneStatus,
 };
 use crate::control::{self, BindError, StatusFn};
 
@@ -64,6 +64,9 @@ pub struct Origin {
     /// The `--zone` arguments, as given.
     pub zone_args: Vec<String>,
     pub allow_sensitive_roots: bool,
+    /// A mount made by `run --isolate`: the zones it bound straight from
+    /// their backing dirs (the others reach the worker through this mount).
+    pub isolate_direct: Option<Vec<String>>,
 }
 
 /// Why the daemon could not start serving.
@@ -93,6 +96,7 @@ impl Daemon {
         control: Control,
         origin: Origin,
     ) -> Result<Daemon, DaemonError> {
+        let isolate_direct = origin.isolate_direct.clone();
         let record = Record {
             mountpoint: session.mountpoint().to_path_buf(),
             pid: std::process::id(),
@@ -109,7 +113,7 @@ impl Daemon {
         if let Err(e) = registry::write_record(&record) {
             tracing::warn!("cannot write the mount record: {e}");
         }
-        let started = serve_control(&session, table, &record, &control)
+        let started = serve_control(&session, table, &record, &control, isolate_direct)
             .and_then(|runtime| unmount_on_signals(session.stopper()).map(|()| runtime));
         match started {
             Ok(runtime) => Ok(Daemon {
@@ -149,6 +153,7 @@ fn serve_control(
     table: &ZoneTable,
     record: &Record,
     control: &Control,
+    isolate_direct: Option<Vec<String>>,
 ) -> Result<tokio::runtime::Runtime, DaemonError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -160,7 +165,14 @@ fn serve_control(
     let server = control::Server::with_stage(
         session.broker().clone(),
         owner_uid,
-        status_fn(session, table, record, control.path(), owner_uid),
+        status_fn(
+            session,
+            table,
+            record,
+            control.path(),
+            owner_uid,
+            isolate_direct,
+        ),
         Some(super::staging::stage_fn(super::staging::service(
             session.core(),
             session.audit().cloned(),
@@ -181,6 +193,7 @@ fn status_fn(
     record: &Record,
     control: &Path,
     owner_uid: u32,
+    isolate_direct: Option<Vec<String>>,
 ) -> StatusFn {
     let broker = session.broker().clone();
     let core = session.core().clone();
@@ -197,7 +210,17 @@ fn status_fn(
         no_approvals: broker.settings().no_approvals,
         owner_uid,
         sandbox_mode: table.mode,
-        zones: table.zones.iter().map(ZoneStatus::from).collect(),
+        zones: table
+            .zones
+            .iter()
+            .map(|z| {
+                let mut s = ZoneStatus::from(z);
+                s.isolate = isolate_direct
+                    .as_ref()
+                    .map(|d| IsolateRoute::of(&z.policy, d.contains(&z.name)));
+                s
+            })
+            .collect(),
         pending: Vec::new(),
         counters: Default::default(),
         io: None,

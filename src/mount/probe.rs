@@ -108,6 +108,15 @@ pub fn enable_uring() -> std::io::Result<()> {
     fs::write(ENABLE_URING, "Y")
 }
 
+/// The environment variable that asks every mount made with it for FUSE
+/// over io_uring, as `--io-uring` does.
+pub const IO_URING_ENV: &str = "ZONEMOUNT_IO_URING";
+
+/// Whether [`IO_URING_ENV`] is `1`.
+pub fn uring_from_env() -> bool {
+    std::env::var_os(IO_URING_ENV).is_some_and(|v| v == "1")
+}
+
 pub fn uring() -> Uring {
     match fs::read_to_string(ENABLE_URING) {
         Ok(v) if v.trim() == "Y" || v.trim() == "1" => Uring::Enabled,

@@ -10,8 +10,11 @@
 //! - `rules`: a zone's rules compiled once at mount ([`ZoneRules`]).
 //! - `decide`: the decision, in DESIGN §3's order of precedence.
 //! - `explain`: a refusal (or any decision) in words for an LLM.
+//! - `direct`: which zones need the daemon at all (the rest are bound
+//!   straight from their backing dirs under `run --isolate`).
 
 mod decide;
+pub mod direct;
 mod explain;
 mod rules;
 #[cfg(test)]

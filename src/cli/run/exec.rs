@@ -289,6 +289,7 @@ mod sandbox_tests {
             writable: true,
             staged: false,
             backing: "/b/ws".into(),
+            direct: None,
         }]
     }
 

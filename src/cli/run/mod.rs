@@ -26,6 +26,7 @@
 //!    their exec, so no instant is left between their start and the
 //!    watcher knowing them.
 
+mod direct;
 mod exec;
 mod plan;
 mod review;
@@ -57,7 +58,7 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug, Args)]
 #[command(
     override_usage = "zonemount run [MOUNT OPTIONS] [--isolate] [--network] [--env NAME[=VALUE]]... \
-[--timeout SECS] [--user UID[:GID]] [--review] [--commit-on-success] -- CMD ARGS...",
+[--no-direct] [--via-daemon ZONE]... [--timeout SECS] [--user UID[:GID]] [--review] [--commit-on-success] -- CMD ARGS...",
     after_help = "Mount options are those of `zonemount mount` (--config F, \
 --zone NAME=PATH[:ro|rw|staged], --preset NAME, --worker F, --no-approvals, --cache-ttl SECS, ...), without the mountpoint: \
 run mounts on a fresh directory under $TMPDIR (or /tmp). CMD runs with its \
@@ -84,6 +85,15 @@ pub(crate) struct RunArgs {
     /// With --isolate: keep the host's network.
     #[arg(long, requires = "isolate")]
     pub(crate) network: bool,
+    /// With --isolate: keep every zone on the daemon (by default a zone
+    /// whose every rule the kernel enforces by itself is bound straight
+    /// from its backing dir).
+    #[arg(long, requires = "isolate")]
+    pub(crate) no_direct: bool,
+    /// With --isolate: keep ZONE on the daemon (e.g. to have its change
+    /// report). Repeatable.
+    #[arg(long, value_name = "ZONE", requires = "isolate")]
+    pub(crate) via_daemon: Vec<String>,
     /// Pass NAME (the host's value) or NAME=VALUE to CMD; under --isolate
     /// the only way past the scrubbed environment. Repeatable.
     #[arg(long, value_name = "NAME[=VALUE]")]
@@ -125,17 +135,37 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
         // The sandbox sees the zones at /<zone>.
         daemon_args.push("--refusal-log-root".into());
         daemon_args.push("/".into());
+        // For `status`: which zones the worker reaches without the daemon.
+        let bound: Vec<&str> = (plan.table.zones.iter().zip(&plan.direct))
+            .filter(|(_, d)| **d)
+            .map(|(z, _)| z.name.as_str())
+            .collect();
+        daemon_args.push("--isolate-direct".into());
+        daemon_args.push(bound.join(",").into());
+        if !plan.quiet() {
+            for l in direct::lines(&plan.table, &plan.direct, &plan.keep) {
+                eprintln!("zonemount: run --isolate: {l}");
+            }
+        }
     }
     task.mount(&daemon_args)?;
     // A signal while mounting: stop here, tearing down.
     if let Ok(Event::Signal(sig)) = rx.try_recv() {
         return Ok(exit_code(ExitStatus::from_raw(sig)));
     }
-    let mut cmd = plan.command_at(&task.dir, Some(&task.refusals))?;
+    // Opened now, after the mount: bwrap binds them and closes them
+    // before CMD runs; ours close once it has started.
+    let fds = plan.direct_fds()?;
+    let raw: Vec<Option<i32>> = fds
+        .iter()
+        .map(|f| f.as_ref().map(std::os::fd::AsRawFd::as_raw_fd))
+        .collect();
+    let mut cmd = plan.command_at(&task.dir, Some(&task.refusals), &raw)?;
     task.watch_group_of(&mut cmd);
     let child = cmd
         .spawn()
         .map_err(|e| spawn_failure(cmd.get_program(), &e))?;
+    drop(fds);
     if plan.isolate.is_some() {
         // Said for `status`; the sandbox doesn't hold the socket anyway.
         if let Err(e) = mount_cmd::register_worker(&task.dir, crate::approval::side::Claim::Isolate)

@@ -14,7 +14,7 @@ use clap::Parser;
 use super::super::{Cli, Cmd, Failure, MountArgs, zone_table};
 use super::user::{User, check_user};
 use super::*;
-use super::{exec, worker};
+use super::{direct, exec, worker};
 use crate::config::{Access, ZoneTable};
 use crate::isolate::{self, EnvSpec, HostFacts, Isolation, ZoneBind};
 
@@ -24,11 +24,12 @@ pub(super) const RUN_FLAGS: &[&str] = &[
     "--network",
     "--review",
     "--commit-on-success",
+    "--no-direct",
     "-h",
     "--help",
 ];
 /// Run options that take a value.
-pub(super) const RUN_VALUED: &[&str] = &["--env", "--timeout", "--user"];
+pub(super) const RUN_VALUED: &[&str] = &["--env", "--timeout", "--user", "--via-daemon"];
 
 /// Rewrite `zonemount run ARGS... -- CMD...` so clap can parse it: every
 /// argument before `--` that is not a run option (or a run option's value)
@@ -80,15 +81,24 @@ pub(super) struct Plan {
     pub(super) command: Vec<OsString>,
     /// What to do with staged changes when CMD exits.
     pub(super) review: super::review::Wanted,
+    /// Under --isolate: what keeps zones on the daemon, and for each zone
+    /// of `table` whether it is bound straight from its backing dir.
+    pub(super) keep: direct::Keep,
+    pub(super) direct: Vec<bool>,
 }
 
 impl Plan {
+    /// `-q` among the mount options.
+    pub(super) fn quiet(&self) -> bool {
+        self.daemon_args.iter().any(|a| a == "-q" || a == "--quiet")
+    }
+
     /// Whether `run` says so on stderr when no PID namespace can be made
     /// for CMD: a zone asks or is staged (so a decision is at stake), and
     /// not `-q`.
     pub(super) fn note_without_namespace(&self) -> bool {
         use crate::config::Approval;
-        let quiet = self.daemon_args.iter().any(|a| a == "-q" || a == "--quiet");
+        let quiet = self.quiet();
         let at_stake = self.table.zones.iter().any(|z| {
             z.policy.approval.write == Approval::Ask
                 || z.policy.approval.delete == Approval::Ask
@@ -199,8 +209,23 @@ impl Plan {
                 ),
             ));
         }
+        let keep = direct::Keep {
+            all: a.no_direct,
+            zones: a.via_daemon,
+            other_user: user.is_some(),
+            no_bind_fd: isolate
+                .as_ref()
+                .is_some_and(|(bwrap, _)| !isolate::bwrap_binds_fds(bwrap)),
+        };
+        let chosen = direct::chosen(&table, &keep)?;
         let plan = Plan {
             daemon_args,
+            direct: if isolate.is_some() {
+                chosen
+            } else {
+                vec![false; table.zones.len()]
+            },
+            keep,
             table,
             isolate,
             network: a.network,
@@ -216,31 +241,52 @@ impl Plan {
         // Refuse a zone named like a system dir now, before mounting.
         if let Some((_, host)) = &plan.isolate {
             let placeholder = Path::new("/zonemount-run-placeholder");
-            plan.bwrap_argv(placeholder, &plan.zone_binds(), host, None)?;
+            plan.bwrap_argv(placeholder, &plan.zone_binds(&[]), host, None)?;
         }
         Ok(plan)
     }
 
-    pub(super) fn zone_binds(&self) -> Vec<ZoneBind> {
+    /// The zones as bwrap binds them: `fds[i]`, where given, is zone i's
+    /// backing dir opened for a direct bind.
+    pub(super) fn zone_binds(&self, fds: &[Option<i32>]) -> Vec<ZoneBind> {
         self.table
             .zones
             .iter()
-            .map(|z| ZoneBind {
+            .enumerate()
+            .map(|(i, z)| ZoneBind {
                 name: z.name.clone(),
                 writable: z.policy.access == Access::Rw,
                 staged: z.policy.staged,
                 backing: z.backing.clone(),
+                direct: fds.get(i).copied().flatten(),
             })
             .collect()
     }
 
-    /// The command to spawn for a mount at `mp`.
+    /// Under --isolate, the backing dirs of the zones bound straight from
+    /// them, opened (one per zone of the table; `None`: through the mount).
+    pub(super) fn direct_fds(&self) -> Result<Vec<Option<std::os::fd::OwnedFd>>, Failure> {
+        self.table
+            .zones
+            .iter()
+            .zip(&self.direct)
+            .map(|(z, bound)| {
+                bound
+                    .then(|| direct::open_backing(&z.name, &z.backing))
+                    .transpose()
+            })
+            .collect()
+    }
+
+    /// The command to spawn for a mount at `mp` (`fds`: see
+    /// [`zone_binds`](Self::zone_binds)).
     pub(super) fn command_at(
         &self,
         mp: &Path,
         refusals: Option<&Path>,
+        fds: &[Option<i32>],
     ) -> Result<Command, Failure> {
-        let zones = self.zone_binds();
+        let zones = self.zone_binds(fds);
         let mut cmd = match &self.isolate {
             Some((bwrap, host)) => self.isolated(mp, &zones, bwrap, host, refusals)?,
             None => {

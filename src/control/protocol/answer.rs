@@ -149,6 +149,52 @@ pub struct ZoneStatus {
     pub name: String,
     pub backing: PathBuf,
     pub policy: PolicyStatus,
+    /// How the zone reaches the worker of a `run --isolate` (absent: not
+    /// such a mount, or an older daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolate: Option<IsolateRoute>,
+}
+
+/// How a zone reaches the worker under `run --isolate`: `direct`, bound
+/// straight from its backing dir (no daemon on the path), or through the
+/// daemon; `why` says why, for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IsolateRoute {
+    pub direct: bool,
+    pub why: String,
+}
+
+impl IsolateRoute {
+    /// The route of a zone with policy `p`, `bound` when `run` bound it
+    /// straight from its backing dir.
+    pub fn of(p: &crate::config::ZonePolicy, bound: bool) -> IsolateRoute {
+        use crate::policy::direct;
+        let why = if bound {
+            direct::direct_note(p.access).to_owned()
+        } else {
+            match direct::route(p) {
+                direct::Route::Direct => {
+                    "kept on the daemon (--no-direct or --via-daemon)".to_owned()
+                }
+                direct::Route::Daemon(why) => format!("needs the daemon: {}", why.join(", ")),
+            }
+        };
+        IsolateRoute { direct: bound, why }
+    }
+
+    /// One line for people: `NAME: bound straight from BACKING (WHY)` or
+    /// `NAME: through the daemon (WHY)`.
+    pub fn line(&self, name: &str, backing: &std::path::Path) -> String {
+        if self.direct {
+            format!(
+                "{name}: bound straight from {} ({})",
+                crate::text::path(backing),
+                self.why
+            )
+        } else {
+            format!("{name}: through the daemon ({})", self.why)
+        }
+    }
 }
 
 /// A zone's policy, as the config has it.
@@ -191,6 +237,7 @@ impl From<&Zone> for ZoneStatus {
                 hidden: p.hidden.clone(),
                 staged: p.staged,
             },
+            isolate: None,
         }
     }
 }

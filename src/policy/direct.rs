@@ -1,0 +1,150 @@
+//! Which zones need the daemon at all: where zonemount builds the
+//! worker's world (`run --isolate`), a zone whose every rule the kernel
+//! enforces by itself is bound straight from its backing dir (DESIGN §7).
+//!
+//! Pure: a zone's effective policy in, the route and its reasons out.
+
+use crate::config::{Access, Approval, ZonePolicy};
+
+/// How a zone reaches the worker under `run --isolate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Bound straight from the backing dir: the kernel enforces every
+    /// rule the zone has (a ro bind refuses writes with EROFS).
+    Direct,
+    /// Through the daemon, for these rules (each in a few words).
+    Daemon(Vec<String>),
+}
+
+/// The rules of `p` that only the daemon can enforce (empty: none). A ro
+/// zone needs it for `hide`, read approval (`approval.read`, `ask_read`),
+/// sensitive roots inside it, a suffix filter and a size limit (EFBIG on
+/// read); a rw zone also for write or delete that is not preApproved,
+/// `protect`, staging, and the change report it would lose.
+pub fn needs_daemon(p: &ZonePolicy) -> Vec<String> {
+    let mut why = Vec::new();
+    let mut say = |cond: bool, what: &str| {
+        if cond {
+            why.push(what.to_owned());
+        }
+    };
+    say(!p.hide.is_empty(), "hide patterns");
+    say(!p.hidden.is_empty(), "sensitive roots inside it");
+    say(p.approval.read != Approval::PreApproved, "read approval");
+    say(!p.ask_read.is_empty(), "ask_read patterns");
+    say(p.suffixes.is_some(), "a suffix filter");
+    say(p.max_file_bytes.is_some(), "max_file_bytes");
+    if p.access == Access::Rw {
+        say(p.approval.write != Approval::PreApproved, "write approval");
+        say(
+            p.approval.delete != Approval::PreApproved,
+            "delete approval",
+        );
+        say(!p.protect.is_empty(), "protect patterns");
+        say(p.staged, "staged");
+    }
+    why
+}
+
+/// The route `p` takes when nothing keeps it on the daemon.
+pub fn route(p: &ZonePolicy) -> Route {
+    let why = needs_daemon(p);
+    if why.is_empty() {
+        Route::Direct
+    } else {
+        Route::Daemon(why)
+    }
+}
+
+/// What a zone bound straight from its backing dir gives up, in words.
+pub fn direct_note(access: Access) -> &'static str {
+    match access {
+        Access::Ro => "read-only: the kernel refuses writes with EROFS",
+        Access::Rw => "no rule needs the daemon; no change report for it",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ApprovalPolicy;
+
+    fn with(access: Access, f: impl FnOnce(&mut ZonePolicy)) -> Route {
+        let mut p = ZonePolicy::plain(access);
+        f(&mut p);
+        route(&p)
+    }
+
+    fn daemon(r: Route) -> Vec<String> {
+        match r {
+            Route::Daemon(w) => w,
+            Route::Direct => panic!("expected the daemon"),
+        }
+    }
+
+    #[test]
+    fn plain_zones_are_direct() {
+        assert_eq!(with(Access::Ro, |_| {}), Route::Direct);
+        assert_eq!(with(Access::Rw, |_| {}), Route::Direct);
+        // protect means nothing more in a ro zone: everything is EROFS.
+        assert_eq!(
+            with(Access::Ro, |p| p.protect = vec!["*.lock".into()]),
+            Route::Direct
+        );
+    }
+
+    #[test]
+    fn every_rule_the_kernel_cannot_enforce_keeps_the_daemon() {
+        type Set = fn(&mut ZonePolicy);
+        let ro: &[(Set, &str)] = &[
+            (|p| p.hide = vec!["secrets/".into()], "hide patterns"),
+            (
+                |p| p.hidden = vec![".ssh".into()],
+                "sensitive roots inside it",
+            ),
+            (|p| p.approval.read = Approval::Ask, "read approval"),
+            (|p| p.approval.read = Approval::Blocked, "read approval"),
+            (|p| p.ask_read = vec!["*.env".into()], "ask_read patterns"),
+            (|p| p.suffixes = Some(vec![".md".into()]), "a suffix filter"),
+            (|p| p.max_file_bytes = Some(10), "max_file_bytes"),
+        ];
+        for access in [Access::Ro, Access::Rw] {
+            for (set, why) in ro {
+                assert_eq!(
+                    daemon(with(access, set)),
+                    vec![why.to_string()],
+                    "{access:?}"
+                );
+            }
+        }
+        let rw: &[(Set, &str)] = &[
+            (|p| p.approval.write = Approval::Ask, "write approval"),
+            (|p| p.approval.write = Approval::Blocked, "write approval"),
+            (|p| p.approval.delete = Approval::Ask, "delete approval"),
+            (|p| p.approval.delete = Approval::Blocked, "delete approval"),
+            (|p| p.protect = vec!["*.lock".into()], "protect patterns"),
+            (|p| p.staged = true, "staged"),
+        ];
+        for (set, why) in rw {
+            assert_eq!(daemon(with(Access::Rw, set)), vec![why.to_string()]);
+        }
+        // Write and delete policies mean nothing in a ro zone.
+        assert_eq!(
+            with(Access::Ro, |p| p.approval = ApprovalPolicy {
+                write: Approval::Blocked,
+                delete: Approval::Ask,
+                read: Approval::PreApproved
+            }),
+            Route::Direct
+        );
+    }
+
+    #[test]
+    fn every_reason_is_listed() {
+        let why = daemon(with(Access::Rw, |p| {
+            p.hide = vec!["a".into()];
+            p.staged = true;
+        }));
+        assert_eq!(why, vec!["hide patterns", "staged"]);
+    }
+}
