@@ -948,3 +948,181 @@ fn an_empty_stage_mounted_over_a_new_backing_dir_commits_into_it() {
     assert!(out.success(), "{}", out.describe());
     assert_eq!(fs::read_to_string(m.backing("work", "g")).unwrap(), "n\n");
 }
+
+/// `git` in `dir` with its own config only (none of the machine's), the
+/// repository search stopped above `dir`.
+fn git(dir: &Path, args: &[&str]) -> Out {
+    let mut cmd = Command::new("git");
+    cmd.args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CEILING_DIRECTORIES", dir.parent().unwrap_or(dir))
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE");
+    run(&mut cmd, Duration::from_secs(60))
+}
+
+/// git's tree hash of the files under `dir` (names, contents, the
+/// execute bit, symlinks: what a patch can carry), indexed in `scratch`.
+fn tree_hash(dir: &Path, scratch: &Path) -> String {
+    fs::create_dir_all(scratch).unwrap();
+    let out = git(scratch, &["init", "-q", "."]);
+    assert!(out.success(), "{}", out.describe());
+    let (gd, wt) = (
+        format!("--git-dir={}", scratch.join(".git").display()),
+        format!("--work-tree={}", dir.display()),
+    );
+    let out = git(scratch, &[&gd, &wt, "add", "-A", "."]);
+    assert!(out.success(), "{}", out.describe());
+    let out = git(scratch, &[&gd, &wt, "write-tree"]);
+    assert!(out.success(), "{}", out.describe());
+    out.stdout.trim().to_string()
+}
+
+#[test]
+fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
+    if !fuse_ok() || !require(Need::Tool("git")) {
+        return;
+    }
+    let s = staged("{ write: ask, delete: ask }")
+        .file(
+            "work",
+            "edit.txt",
+            "one\ntwo\nthree\nfour\nfive\nsix\nseven\n",
+        )
+        .file("work", "log.txt", "1\n")
+        .file("work", "noeol.txt", "no newline")
+        .file("work", "run.sh", "#!/bin/sh\necho hi\n")
+        .file("work", "blob.bin", [0u8, 1, 2, 3, 255, 0, 7])
+        .file("work", "old name.txt", "moving with a space\n")
+        .file("work", "tree/a.txt", "a\n")
+        .file("work", "tree/sub/b.bin", [0u8, 0, 1])
+        .file("work", "tree/sub/empty", "")
+        .symlink("work", "tree/ln", "a.txt")
+        .symlink("work", "link", "edit.txt");
+    let m = s.mount();
+    let out = worker(
+        &m,
+        "work",
+        "set -e
+         sed -i s/three/THREE/ edit.txt
+         echo 2 >> log.txt
+         printf \"no newline, changed\" > noeol.txt
+         chmod +x run.sh
+         ln -sfn log.txt link
+         printf \"\\000\\001\\002\\003\\376\\000\\007\\010\" > blob.bin
+         : > empty
+         echo fresh > fresh.txt
+         ln -s fresh.txt newlink
+         rm -r tree
+         mkdir -p ntree/x && echo y > ntree/x/y.txt && printf \"\\000z\" > ntree/z.bin
+         mv \"old name.txt\" \"new name.txt\"
+         echo spaced > \"with space.txt\"
+         echo latin > \"$(printf \"caf\\351.txt\")\"
+         echo quoted > q\\\"uote.txt
+         rm d/y",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let mnt = m.mountpoint().display().to_string();
+    let json = json_of(&m.zonemount(&["changes", "--json", &mnt]));
+    let listed = kinds(&json);
+    assert!(
+        listed.contains(&("renamed".to_string(), "new name.txt".to_string())),
+        "the stage knows the rename: {listed:?}"
+    );
+    let out = m.zonemount(&["changes", "--patch", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    let patch = out.stdout.clone();
+    assert!(
+        patch.starts_with("diff --git "),
+        "nothing before the patch: {patch}"
+    );
+    for part in [
+        "new file mode 100644",
+        "deleted file mode 100644",
+        "old mode 100644\nnew mode 100755",
+        "new file mode 120000",
+        "GIT binary patch\nliteral 8\n",
+        "rename from old name.txt\nrename to new name.txt\n",
+        "diff --git \"a/caf\\351.txt\" \"b/caf\\351.txt\"",
+        "\\ No newline at end of file",
+    ] {
+        assert!(patch.contains(part), "{part:?} not in:\n{patch}");
+    }
+    let root = m.root().to_path_buf();
+    let copy = root.join("copy");
+    let cp = run(
+        Command::new("cp")
+            .arg("-a")
+            .arg(m.backing("work", ""))
+            .arg(&copy),
+        Duration::from_secs(30),
+    );
+    assert!(cp.success(), "{}", cp.describe());
+    let patch_file = root.join("task.patch");
+    fs::write(&patch_file, &patch).unwrap();
+    let pf = patch_file.display().to_string();
+    // Every change in the stat: 17 sections (3 for the tree deleted, 2
+    // for the new one, one each for the rest).
+    let stat = git(&copy, &["apply", "--numstat", &pf]);
+    assert!(stat.success(), "{}", stat.describe());
+    let stat_lines: Vec<&str> = stat.stdout.lines().collect();
+    for name in [
+        "edit.txt",
+        "log.txt",
+        "noeol.txt",
+        "run.sh",
+        "link",
+        "blob.bin",
+        "empty",
+        "fresh.txt",
+        "newlink",
+        "tree/a.txt",
+        "tree/sub/b.bin",
+        "tree/sub/empty",
+        "tree/ln",
+        "ntree/x/y.txt",
+        "ntree/z.bin",
+        "new name.txt",
+        "with space.txt",
+        "\"caf\\351.txt\"",
+        "\"q\\\"uote.txt\"",
+        "d/y",
+    ] {
+        assert!(
+            stat_lines
+                .iter()
+                .any(|l| l.ends_with(&format!("\t{name}")) || l.ends_with(&format!("=> {name}"))),
+            "{name} not in git apply --numstat:\n{}",
+            stat.stdout
+        );
+    }
+    assert_eq!(stat_lines.len(), 20, "{}", stat.stdout);
+    let out = git(&copy, &["apply", "--stat", &pf]);
+    assert!(
+        out.success() && out.stdout.contains(" 20 files changed"),
+        "{}",
+        out.describe()
+    );
+    let out = git(&copy, &["apply", "--binary", &pf]);
+    assert!(out.success(), "git apply: {}\n{patch}", out.describe());
+    let view = tree_hash(&m.path("work"), &root.join("g-view"));
+    assert_eq!(
+        tree_hash(&copy, &root.join("g-copy")),
+        view,
+        "the patched copy is the view"
+    );
+    assert_ne!(
+        tree_hash(&m.backing("work", ""), &root.join("g-backing")),
+        view,
+        "the backing dir is not (nothing was committed)"
+    );
+    // From the stage dir once unmounted: the same patch.
+    let mut m = m;
+    assert!(m.unmount().success());
+    let stage = stage_of(&m).display().to_string();
+    let offline = m.zonemount(&["changes", "--patch", &stage]);
+    assert!(offline.success(), "{}", offline.describe());
+    assert_eq!(offline.stdout, patch);
+}
