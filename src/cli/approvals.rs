@@ -101,7 +101,24 @@ pub(crate) fn connect(mountpoint: &Path) -> Result<Client, Failure> {
             format!("{shown} has no control socket (mounted by an older zonemount): remount it"),
         ));
     };
-    Client::connect(&sock).map_err(failure)
+    Client::connect(&sock).map_err(|e| match &e {
+        ClientError::Connect(_, io) if io.kind() == std::io::ErrorKind::PermissionDenied => {
+            let owner = std::fs::metadata(&sock).map_or_else(
+                |_| "the user who mounted it".to_owned(),
+                |m| {
+                    use std::os::unix::fs::MetadataExt;
+                    format!("uid {}, the user who mounted it,", m.uid())
+                },
+            );
+            Failure::new(
+                1,
+                format!(
+                    "{e}: only {owner} and root may use {shown}'s control socket; run this as that user or as root"
+                ),
+            )
+        }
+        _ => failure(e),
+    })
 }
 
 fn print(text: &str) -> Result<(), Failure> {

@@ -346,25 +346,32 @@ pub(crate) fn change_line(zone: &str, c: &Change) -> String {
     line
 }
 
+/// The change list; with `--diff`, the diffs after it (so no summary
+/// line stands between one diff's hunks and the next).
 pub(crate) fn render_changes(report: &ChangesReport) -> String {
     let mut out = String::new();
+    let mut diffs = String::new();
     for z in &report.zones {
         for c in &z.changes {
             out.push_str(&change_line(&z.zone, c));
             out.push('\n');
-            if let Some(d) = &c.diff {
+            if let Some(d) = c.diff.as_deref().filter(|d| !d.is_empty()) {
                 // The worker's file content: nothing in it may draw on
                 // the terminal either (backslashes are left as they are).
                 let d = text::message(d);
-                out.push_str(&d);
+                diffs.push_str(&d);
                 if !d.ends_with('\n') {
-                    out.push('\n');
+                    diffs.push('\n');
                 }
             }
         }
     }
     if report.count() == 0 {
         out.push_str("no changes\n");
+    }
+    if !diffs.is_empty() {
+        out.push('\n');
+        out.push_str(&diffs);
     }
     out
 }

@@ -26,7 +26,7 @@ use parking_lot::RwLockWriteGuard;
 use super::report::{Change, ChangesReport, CommitReport, DiscardReport, Kind, ZoneChanges};
 use super::work::{Detail, Outcome, ZoneWork, by_zone};
 use super::{StageError, Stages, dir, tree};
-use crate::approval::side::{NsId, WorkerSide};
+use crate::approval::side::{NsId, Worker, WorkerSide};
 use crate::audit::{self, Audit};
 
 /// What the stage service needs of a live mount (the filesystem core
@@ -213,10 +213,11 @@ impl StageService {
     /// that changed the stages (`approval::side`).
     fn own_side(&self, what: &str, by: Caller) -> Result<(), String> {
         let (writers, spaces) = self.live.stage_writers();
-        match self.side.refusal(by.pid, by.uid, &writers, &spaces) {
-            Some(why) => Err(format!(
-                "{what} refused: it comes from the worker's own side (a process that changed the stage): {why}"
-            )),
+        match self
+            .side
+            .refusal(by.pid, by.uid, &writers, &spaces, Worker::Staged)
+        {
+            Some(why) => Err(format!("{what} refused: {why}")),
             None => Ok(()),
         }
     }
