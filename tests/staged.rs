@@ -680,6 +680,12 @@ fn the_rust_api_reviews_commits_and_discards() {
     fs::write(mnt.join("work/f"), "new\n").unwrap();
     let v = mount.changes(&[], true).unwrap();
     assert_eq!(kinds(&v).len(), 2, "{v}");
+    let v = mount.patch(&["/work/f".into()]).unwrap();
+    assert_eq!(
+        v["zones"][0]["patch"].as_str().unwrap(),
+        "diff --git a/f b/f\nindex 3367afdbbf91e638efe983616377c60477cc6612..3e757656cf36eca53338e520d134963a44f793f8 100644\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-old\n+new\n",
+        "{v}"
+    );
     let v = mount.discard(&["/work/new".into()]).unwrap();
     assert_eq!(v["zones"][0]["discarded"][0]["path"], "new", "{v}");
     let v = mount.commit(&[], false).unwrap();
