@@ -1207,3 +1207,44 @@ fn changes_patch_over_several_staged_zones_asks_for_one() {
         out.describe()
     );
 }
+
+#[test]
+fn changes_patch_is_exact_into_a_pipe_and_escaped_on_a_terminal() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let m = staged("{ write: ask, delete: ask }").mount();
+    let out = worker(
+        &m,
+        "work",
+        "printf \"clear\\033[2J\\033]0;owned\\007\\n\" > f",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let mnt = m.mountpoint().display().to_string();
+    let out = m.zonemount(&["changes", "--patch", &mnt, "/work/f"]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("+clear\u{1b}[2J\u{1b}]0;owned\u{7}\n"),
+        "into a pipe the patch is exact: {:?}",
+        out.stdout
+    );
+    // On a terminal (a pty made by `script`): nothing raw reaches it.
+    let cmd = format!(
+        "'{}' changes --patch '{mnt}' /work/f",
+        env!("CARGO_BIN_EXE_zonemount")
+    );
+    let out = run(
+        Command::new("script")
+            .args(["-q", "-e", "-c", &cmd, "/dev/null"])
+            .stdin(std::process::Stdio::null()),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("+clear\\x1b[2J\\x1b]0;owned\\x07")
+            && !out.stdout.contains('\u{1b}')
+            && !out.stdout.contains('\u{7}'),
+        "on a terminal: {:?}",
+        out.stdout
+    );
+}
