@@ -1178,14 +1178,20 @@ fn changes_patch_over_several_staged_zones_asks_for_one() {
         return;
     }
     let m = Setup::new(
-        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n    docs:\n      path: ./c\n      mode: rw\n      staged: true\n",
+        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n    docs:\n      path: ./c\n      mode: rw\n      staged: true\n    out:\n      path: ./o\n      mode: rw\n",
     )
     .backing_dir("work", "b")
     .backing_dir("docs", "c")
+    .backing_dir("out", "o")
     .file("work", "f", "w\n")
     .file("docs", "g", "d\n")
+    .file("out", "keep", "k\n")
     .mount();
-    let out = worker(&m, "", "echo x >> work/f && echo y >> docs/g");
+    let out = worker(
+        &m,
+        "",
+        "echo x >> work/f && echo y >> docs/g && echo z > out/h",
+    );
     assert!(out.success(), "{}", out.describe());
     let mnt = m.mountpoint().display().to_string();
     let out = m.zonemount(&["changes", "--patch", &mnt]);
@@ -1199,10 +1205,16 @@ fn changes_patch_over_several_staged_zones_asks_for_one() {
         "{}",
         out.describe()
     );
-    let out = m.zonemount(&["changes", "--patch", &mnt, "/docs"]);
+    // One staged zone named (and a plain one, whose changes are on the
+    // host already: said on stderr).
+    let out = m.zonemount(&["changes", "--patch", &mnt, "/docs", "/out"]);
     assert!(out.success(), "{}", out.describe());
     assert!(
-        out.stdout.starts_with("diff --git a/g b/g\n") && out.stdout.contains("+y\n"),
+        out.stdout.starts_with("diff --git a/g b/g\n")
+            && out.stdout.contains("+y\n")
+            && !out.stdout.contains("h\n")
+            && out.stderr
+                == "zonemount: changes --patch: /out is not staged: its 1 change(s) are in its backing dir already, not in the patch\n",
         "{}",
         out.describe()
     );

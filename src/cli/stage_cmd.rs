@@ -114,6 +114,17 @@ fn patch_out(target: &Path, report: &ChangesReport) -> Result<u8, Failure> {
             ),
         ));
     };
+    for z in report
+        .zones
+        .iter()
+        .filter(|z| !z.staged && !z.changes.is_empty())
+    {
+        eprintln!(
+            "zonemount: changes --patch: /{} is not staged: its {} change(s) are in its backing dir already, not in the patch",
+            z.zone,
+            z.changes.len()
+        );
+    }
     for c in &zone.changes {
         if let Some(why) = not_in_patch(c, &zone.changes) {
             eprintln!(
