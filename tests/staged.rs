@@ -1006,7 +1006,10 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
         .file("work", "tree/sub/b.bin", [0u8, 0, 1])
         .file("work", "tree/sub/empty", "")
         .symlink("work", "tree/ln", "a.txt")
-        .symlink("work", "link", "edit.txt");
+        .symlink("work", "link", "edit.txt")
+        .file("work", "type1.txt", "a file, then a symlink\n")
+        .file("work", "dir2/inner.txt", "a dir, then a file\n")
+        .file("work", "file3", "a file, then a dir\n");
     let m = s.mount();
     let out = worker(
         &m,
@@ -1029,6 +1032,9 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
          echo quoted > q\\\"uote.txt
          mkdir emptydir
          chmod 600 f
+         rm type1.txt && ln -s fresh.txt type1.txt
+         rm -r dir2 && echo now a file > dir2
+         rm file3 && mkdir file3 && echo inside > file3/in
          rm d/y",
     );
     assert!(out.success(), "{}", out.describe());
@@ -1106,10 +1112,10 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
     let patch_file = root.join("task.patch");
     fs::write(&patch_file, &patch).unwrap();
     let pf = patch_file.display().to_string();
-    // Every change in the stat: 20 sections (4 for the tree deleted, 2
-    // for the new one, one each for the rest), 21 where the rename is a
-    // deletion and a new file.
-    let sections = if renamed { 20 } else { 21 };
+    // Every change in the stat: 26 sections (4 for the tree deleted, 2
+    // for the new one, 2 for each change of type, one each for the rest),
+    // 27 where the rename is a deletion and a new file.
+    let sections = if renamed { 26 } else { 27 };
     let stat = git(&copy, &["apply", "--numstat", &pf]);
     assert!(stat.success(), "{}", stat.describe());
     let stat_lines: Vec<&str> = stat.stdout.lines().collect();
@@ -1134,6 +1140,11 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
         "\"caf\\351.txt\"",
         "\"q\\\"uote.txt\"",
         "d/y",
+        "type1.txt",
+        "dir2/inner.txt",
+        "dir2",
+        "file3",
+        "file3/in",
     ] {
         assert!(
             stat_lines

@@ -167,7 +167,8 @@ fn not_in_patch(c: &Change, all: &[Change]) -> Option<String> {
         }
         _ => {}
     }
-    if c.kind == Kind::Modified || c.kind == Kind::Renamed {
+    // A change of type is a deletion and a creation in the patch.
+    if (c.kind == Kind::Modified || c.kind == Kind::Renamed) && !c.what.contains(&What::Type) {
         if let (Some(a), Some(b)) = (c.old_mode, c.mode) {
             // `git apply` makes a file 0644 or 0755 (less the umask).
             let kept = c.file_type == Some(FileType::File)

@@ -181,61 +181,61 @@ fn delete_tree(l: &Layers, rel: &Path, out: &mut String) -> io::Result<()> {
     Ok(())
 }
 
+/// One side of a section: a path and what is there (None: nothing).
+type Side<'a> = Option<(&'a Path, &'a Blob)>;
+
 /// One `diff --git` section: `old` to `new` (None: created, or deleted).
-fn section(
-    out: &mut String,
-    old: Option<(&Path, &Blob)>,
-    new: Option<(&Path, &Blob)>,
-    rename: bool,
-) {
+fn section(out: &mut String, old: Side<'_>, new: Side<'_>, rename: bool) {
     let (Some(a_path), Some(b_path)) = (old.or(new).map(|(p, _)| p), new.or(old).map(|(p, _)| p))
     else {
         return;
     };
-    let (old_oid, new_oid) = (
-        old.map_or_else(|| NULL_OID.to_owned(), |(_, b)| b.oid()),
-        new.map_or_else(|| NULL_OID.to_owned(), |(_, b)| b.oid()),
-    );
-    let mut head = format!(
+    let oid = |s: Side<'_>| s.map_or_else(|| NULL_OID.to_owned(), |(_, b)| b.oid());
+    let (old_oid, new_oid) = (oid(old), oid(new));
+    let same_mode = old.zip(new).is_some_and(|(o, n)| o.1.mode == n.1.mode);
+    if !rename && old_oid == new_oid && same_mode {
+        // Nothing git can tell apart (a mode change git doesn't keep).
+        return;
+    }
+    out.push_str(&format!(
         "diff --git {} {}\n",
         quote("a/", a_path),
         quote("b/", b_path)
-    );
+    ));
     match (old, new) {
-        (None, Some((_, n))) => head.push_str(&format!("new file mode {:06o}\n", n.mode)),
-        (Some((_, o)), None) => head.push_str(&format!("deleted file mode {:06o}\n", o.mode)),
+        (None, Some((_, n))) => out.push_str(&format!("new file mode {:06o}\n", n.mode)),
+        (Some((_, o)), None) => out.push_str(&format!("deleted file mode {:06o}\n", o.mode)),
         (Some((_, o)), Some((_, n))) if o.mode != n.mode => {
-            head.push_str(&format!(
+            out.push_str(&format!(
                 "old mode {:06o}\nnew mode {:06o}\n",
                 o.mode, n.mode
             ));
         }
         _ => {}
     }
-    if rename {
-        let (o, n) = (old.map(|(_, b)| b), new.map(|(_, b)| b));
-        head.push_str(&format!(
+    if let (true, Some((_, o)), Some((_, n))) = (rename, old, new) {
+        out.push_str(&format!(
             "similarity index {}%\nrename from {}\nrename to {}\n",
-            o.zip(n).map_or(0, |(o, n)| similarity(o, n)),
+            similarity(o, n),
             quote("", a_path),
             quote("", b_path)
         ));
-    } else if old_oid == new_oid && old.zip(new).is_some_and(|(o, n)| o.1.mode == n.1.mode) {
-        // Nothing git can tell apart (a mode change git doesn't keep).
-        return;
     }
     if old_oid == new_oid {
-        out.push_str(&head);
         return;
     }
-    head.push_str(&format!("index {old_oid}..{new_oid}"));
-    if let (Some((_, o)), Some((_, n))) = (old, new) {
-        if o.mode == n.mode {
-            head.push_str(&format!(" {:06o}", o.mode));
-        }
+    out.push_str(&format!("index {old_oid}..{new_oid}"));
+    if same_mode {
+        out.push_str(&format!(" {:06o}", old.map_or(0, |(_, b)| b.mode)));
     }
-    head.push('\n');
-    out.push_str(&head);
+    out.push('\n');
+    body(out, old, new);
+}
+
+/// A section's content change: unified hunks between two texts (none
+/// for two empty ones), else a `GIT binary patch` of both literals
+/// (forward, then back, so `git apply -R` works too).
+fn body(out: &mut String, old: Side<'_>, new: Side<'_>) {
     let empty = Blob {
         mode: 0,
         bytes: Vec::new(),
@@ -244,30 +244,30 @@ fn section(
         old.map_or(&empty, |(_, b)| b),
         new.map_or(&empty, |(_, b)| b),
     );
-    match (o.text(), n.text()) {
-        (Some(ot), Some(nt)) => {
-            let hunks = hunks(ot, nt);
-            if !hunks.is_empty() {
-                let a = old.map_or_else(|| "/dev/null".to_owned(), |(p, _)| quote("a/", p));
-                let b = new.map_or_else(|| "/dev/null".to_owned(), |(p, _)| quote("b/", p));
-                // git ends a name with a space with a tab, for GNU patch.
-                let tab = |p: Option<(&Path, &Blob)>| {
-                    if p.is_some_and(|(p, _)| p.as_os_str().as_bytes().contains(&b' ')) {
-                        "\t"
-                    } else {
-                        ""
-                    }
-                };
-                out.push_str(&format!("--- {a}{}\n+++ {b}{}\n", tab(old), tab(new)));
-                out.push_str(&hunks);
-            }
-        }
-        _ => {
-            out.push_str("GIT binary patch\n");
-            literal(out, &n.bytes);
-            literal(out, &o.bytes);
-        }
+    let (Some(ot), Some(nt)) = (o.text(), n.text()) else {
+        out.push_str("GIT binary patch\n");
+        literal(out, &n.bytes);
+        literal(out, &o.bytes);
+        return;
+    };
+    let hunks = hunks(ot, nt);
+    if hunks.is_empty() {
+        return;
     }
+    let name = |s: Side<'_>, prefix: &str| match s {
+        None => "/dev/null".to_owned(),
+        // git ends a name with a space with a tab, for GNU patch.
+        Some((p, _)) if p.as_os_str().as_bytes().contains(&b' ') => {
+            format!("{}\t", quote(prefix, p))
+        }
+        Some((p, _)) => quote(prefix, p),
+    };
+    out.push_str(&format!(
+        "--- {}\n+++ {}\n",
+        name(old, "a/"),
+        name(new, "b/")
+    ));
+    out.push_str(&hunks);
 }
 
 /// The unified hunks (3 lines of context) from `old` to `new`, each line
