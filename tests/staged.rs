@@ -1009,7 +1009,8 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
         .symlink("work", "link", "edit.txt")
         .file("work", "type1.txt", "a file, then a symlink\n")
         .file("work", "dir2/inner.txt", "a dir, then a file\n")
-        .file("work", "file3", "a file, then a dir\n");
+        .file("work", "file3", "a file, then a dir\n")
+        .file("work", "mv-edit.txt", "one\ntwo\nthree\nfour\n");
     let m = s.mount();
     let out = worker(
         &m,
@@ -1035,6 +1036,7 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
          rm type1.txt && ln -s fresh.txt type1.txt
          rm -r dir2 && echo now a file > dir2
          rm file3 && mkdir file3 && echo inside > file3/in
+         mv mv-edit.txt moved-edit.txt && echo five >> moved-edit.txt
          rm d/y",
     );
     assert!(out.success(), "{}", out.describe());
@@ -1055,10 +1057,11 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
     assert!(out.success(), "{}", out.describe());
     let patch = out.stdout.clone();
     let rename = "rename from old name.txt\nrename to new name.txt\n";
+    let edited = "rename from mv-edit.txt\nrename to moved-edit.txt\nindex ";
     let moved = "diff --git a/old name.txt b/old name.txt\ndeleted file mode 100644\n";
     assert!(
         if renamed {
-            patch.contains(rename)
+            patch.contains(rename) && patch.contains(edited)
         } else {
             patch.contains(moved)
         },
@@ -1112,10 +1115,10 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
     let patch_file = root.join("task.patch");
     fs::write(&patch_file, &patch).unwrap();
     let pf = patch_file.display().to_string();
-    // Every change in the stat: 26 sections (4 for the tree deleted, 2
+    // Every change in the stat: 27 sections (4 for the tree deleted, 2
     // for the new one, 2 for each change of type, one each for the rest),
-    // 27 where the rename is a deletion and a new file.
-    let sections = if renamed { 26 } else { 27 };
+    // 29 where the renames are deletions and new files.
+    let sections = if renamed { 27 } else { 29 };
     let stat = git(&copy, &["apply", "--numstat", &pf]);
     assert!(stat.success(), "{}", stat.describe());
     let stat_lines: Vec<&str> = stat.stdout.lines().collect();
@@ -1145,6 +1148,7 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
         "dir2",
         "file3",
         "file3/in",
+        "moved-edit.txt",
     ] {
         assert!(
             stat_lines
