@@ -1010,7 +1010,9 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
         .file("work", "type1.txt", "a file, then a symlink\n")
         .file("work", "dir2/inner.txt", "a dir, then a file\n")
         .file("work", "file3", "a file, then a dir\n")
-        .file("work", "mv-edit.txt", "one\ntwo\nthree\nfour\n");
+        .file("work", "mv-edit.txt", "one\ntwo\nthree\nfour\n")
+        .file("work", "redo/x.txt", "x\n")
+        .file("work", "redo/keep.txt", "kept\n");
     let m = s.mount();
     let out = worker(
         &m,
@@ -1037,6 +1039,8 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
          rm -r dir2 && echo now a file > dir2
          rm file3 && mkdir file3 && echo inside > file3/in
          mv mv-edit.txt moved-edit.txt && echo five >> moved-edit.txt
+         chmod 700 d/sub
+         rm -r redo && mkdir redo && echo again > redo/keep.txt && chmod 700 redo
          rm d/y",
     );
     assert!(out.success(), "{}", out.describe());
@@ -1071,10 +1075,12 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
     for note in [
         "zonemount: changes --patch: /work/emptydir: not in the patch: an empty directory\n",
         "zonemount: changes --patch: /work/f: not in the patch: mode 0644 -> 0600 (git keeps only a file's execute bit)\n",
+        "zonemount: changes --patch: /work/d/sub: not in the patch: mode 0755 -> 0700 (git keeps only a file's execute bit)\n",
+        "zonemount: changes --patch: /work/redo: not in the patch: mode 0755 -> 0700 (git keeps only a file's execute bit)\n",
     ] {
         assert!(out.stderr.contains(note), "{note:?} not in {}", out.stderr);
     }
-    assert_eq!(out.stderr.lines().count(), 2, "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 4, "{}", out.stderr);
     // `--diff`: the list, then the diffs, no list line among them.
     let out = m.zonemount(&["changes", "--diff", &mnt]);
     assert!(out.success(), "{}", out.describe());
@@ -1115,10 +1121,11 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
     let patch_file = root.join("task.patch");
     fs::write(&patch_file, &patch).unwrap();
     let pf = patch_file.display().to_string();
-    // Every change in the stat: 27 sections (4 for the tree deleted, 2
-    // for the new one, 2 for each change of type, one each for the rest),
-    // 29 where the renames are deletions and new files.
-    let sections = if renamed { 27 } else { 29 };
+    // Every change in the stat: 29 sections (4 for the tree deleted, 2
+    // for the new one, 2 for each change of type, 2 in the directory
+    // deleted and made again, one each for the rest), 31 where the
+    // renames are deletions and new files.
+    let sections = if renamed { 29 } else { 31 };
     let stat = git(&copy, &["apply", "--numstat", &pf]);
     assert!(stat.success(), "{}", stat.describe());
     let stat_lines: Vec<&str> = stat.stdout.lines().collect();
@@ -1149,6 +1156,8 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
         "file3",
         "file3/in",
         "moved-edit.txt",
+        "redo/x.txt",
+        "redo/keep.txt",
     ] {
         assert!(
             stat_lines

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FileType, OFlags};
 use sha1::{Digest, Sha1};
 
-use super::{Change, Kind, Layers, fsops::Root};
+use super::{Change, Kind, Layers, What, fsops::Root};
 
 /// The largest file a patch carries: past it the patch is refused (the
 /// answer of one control request holds it whole).
@@ -133,36 +133,24 @@ fn change(l: &Layers, c: &Change, out: &mut String) -> io::Result<()> {
                 }
             }
         }
+        // A change of type (file, symlink, directory): git writes it as
+        // the deletion of what was there (a whole tree for a directory)
+        // and the creation of what is.
+        Kind::Modified if c.what.contains(&What::Type) => {
+            delete_tree(l, p, out)?;
+            if let Some(new) = blob_at(&l.upper, p)? {
+                section(out, None, Some((p, &new)), false);
+            }
+        }
+        // The same type: content, mode or a symlink's target (a
+        // directory's mode, owner or xattrs git does not carry).
         Kind::Modified => {
-            let new = blob_at(&l.upper, p)?;
-            match blob_at(&l.lower, p)? {
-                // A file for a symlink or the other way round: git writes
-                // it as a deletion and a creation.
-                Some(old) if new.as_ref().is_some_and(|n| same_kind(&old, n)) => {
-                    section(out, Some((p, &old)), new.as_ref().map(|n| (p, n)), false);
-                }
-                Some(old) => {
-                    section(out, Some((p, &old)), None, false);
-                    if let Some(new) = &new {
-                        section(out, None, Some((p, new)), false);
-                    }
-                }
-                // A directory before (or a special file): what was in it
-                // goes, the file comes.
-                None => {
-                    delete_tree(l, p, out)?;
-                    if let Some(new) = &new {
-                        section(out, None, Some((p, new)), false);
-                    }
-                }
+            if let (Some(old), Some(new)) = (blob_at(&l.lower, p)?, blob_at(&l.upper, p)?) {
+                section(out, Some((p, &old)), Some((p, &new)), false);
             }
         }
     }
     Ok(())
-}
-
-fn same_kind(a: &Blob, b: &Blob) -> bool {
-    (a.mode == 0o120000) == (b.mode == 0o120000)
 }
 
 /// Deletions of the backing dir's `rel` and, for a directory, of every
