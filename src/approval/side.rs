@@ -304,10 +304,14 @@ mod tests {
         // namespace is in play; root's can.
         let w = ns(u64::MAX);
         let gone = u32::MAX - 1;
+        let why = side
+            .refusal(Some(gone), side.own_uid, &[], &[w], Worker::Asked)
+            .unwrap();
         assert!(
-            side.refusal(Some(gone), side.own_uid, &[], &[w], Worker::Asked)
-                .unwrap()
-                .contains("can't be told apart")
+            why.contains("can't be told apart")
+                && why.contains("or from the shell that started `zonemount run`")
+                && why.contains("`setsid zonemount ...` does not help from inside a `run`"),
+            "{why}"
         );
         assert_eq!(
             side.refusal(Some(gone), side.own_uid ^ 1, &[], &[w], Worker::Asked),
