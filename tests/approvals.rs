@@ -590,7 +590,15 @@ fn the_control_socket_refuses_other_users() {
     assert_eq!(out.code(), Some(1), "{}", out.describe());
     assert!(
         out.stderr.contains("Permission denied")
-            && out.stderr.contains("run this as that user or as root"),
+            && out.stderr.contains(&if euid() == 0 {
+                "control socket is private: only root (who mounted it) may use it; run this as root"
+                    .to_string()
+            } else {
+                format!(
+                    "control socket is private: only uid {} (the user who mounted it) and root may use it; run this as that user or as root",
+                    euid()
+                )
+            }),
         "{}",
         out.describe()
     );

@@ -103,19 +103,15 @@ pub(crate) fn connect(mountpoint: &Path) -> Result<Client, Failure> {
     };
     Client::connect(&sock).map_err(|e| match &e {
         ClientError::Connect(_, io) if io.kind() == std::io::ErrorKind::PermissionDenied => {
-            let owner = std::fs::metadata(&sock).map_or_else(
-                |_| "the user who mounted it".to_owned(),
-                |m| {
-                    use std::os::unix::fs::MetadataExt;
-                    format!("uid {}, the user who mounted it,", m.uid())
-                },
-            );
-            Failure::new(
-                1,
-                format!(
-                    "{e}: only {owner} and root may use {shown}'s control socket; run this as that user or as root"
+            use std::os::unix::fs::MetadataExt;
+            let who = match std::fs::metadata(&sock).map(|m| m.uid()) {
+                Ok(0) => "root (who mounted it) may use it; run this as root".to_owned(),
+                Ok(uid) => format!(
+                    "uid {uid} (the user who mounted it) and root may use it; run this as that user or as root"
                 ),
-            )
+                Err(_) => "the user who mounted it and root may use it; run this as that user or as root".to_owned(),
+            };
+            Failure::new(1, format!("{e}: {shown}'s control socket is private: only {who}"))
         }
         _ => failure(e),
     })
