@@ -17,6 +17,11 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use common::*;
+
+/// The fix a refusal by the session rule names (src/approval/side.rs).
+const FIX_SESSION: &str = "run it from another terminal (a different session), or start the worker with `zonemount run` (e.g. `zonemount run ... -- CMD &`): the shell that started it is outside it and may decide";
+/// The fix a refusal by the PID-namespace rule names.
+const FIX_NS: &str = "run it from another terminal (a different session), or from the shell that started `zonemount run` (it is outside the worker's namespace); `setsid zonemount ...` does not help from inside a `run`";
 use serde_json::Value;
 
 /// A mount namespace made while other tests' mounts exist holds copies of
@@ -584,7 +589,16 @@ fn the_control_socket_refuses_other_users() {
     let out = as_nobody(&["approvals", "allow", &mp, &id_s]);
     assert_eq!(out.code(), Some(1), "{}", out.describe());
     assert!(
-        out.stderr.contains("Permission denied"),
+        out.stderr.contains("Permission denied")
+            && out.stderr.contains(&if euid() == 0 {
+                "control socket is private: only root (who mounted it) may use it; run this as root"
+                    .to_string()
+            } else {
+                format!(
+                    "control socket is private: only uid {} (the user who mounted it) and root may use it; run this as that user or as root",
+                    euid()
+                )
+            }),
         "{}",
         out.describe()
     );
@@ -597,7 +611,10 @@ fn the_control_socket_refuses_other_users() {
         let out = as_nobody(&args);
         assert_eq!(out.code(), Some(1), "{}", out.describe());
         assert!(
-            out.stderr.contains("uid 65534 may not use"),
+            out.stderr.contains("uid 65534 may not use")
+                && out
+                    .stderr
+                    .contains(&format!("; run this as uid {} or as root", euid())),
             "{}",
             out.describe()
         );
@@ -1035,8 +1052,10 @@ fn a_worker_cannot_allow_its_own_request_by_the_cli() {
     let m = setup().mount();
     let said = self_approval_attempt(&m, "\"$ZM\" approvals allow \"$MNT\" \"$ID\"");
     assert!(
-        said.contains("can't be decided from the worker's own side")
-            && said.contains("is in the session of the asking process"),
+        said.contains("can't be decided from here (it still waits, ")
+            && said
+                .contains("runs in the same terminal session as the process that made the request")
+            && said.contains(FIX_SESSION),
         "{said}"
     );
     let refused = ledger(&m)
@@ -1048,6 +1067,64 @@ fn a_worker_cannot_allow_its_own_request_by_the_cli() {
         refused,
         vec![Value::from("deny")],
         "only the test's deny was applied"
+    );
+}
+
+#[test]
+fn a_decision_from_the_shell_that_wrote_is_refused_at_once_names_the_fix_and_the_write_waits_on() {
+    // The new user's case: a background write, then `approvals allow`
+    // from the same shell. Refused at once (not after the timeout), with
+    // the request's id, the time it still waits and the fix; the write
+    // is not failed but waits on, and a decision from elsewhere (another
+    // terminal: here the test) lets it through.
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let said = m.root().join("allow.said");
+    let mut w = Worker::start(
+        &m,
+        &format!(
+            "echo more >> final/a.md & \
+             MNT='{mnt}'; i=0; ID=; while [ -z \"$ID\" ] && [ $i -lt 200 ]; do \
+               ID=$('{BIN}' approvals list --json \"$MNT\" | sed -n 's/.*\"id\": *\\([0-9]*\\).*/\\1/p' | head -1); \
+               i=$((i+1)); sleep 0.05; done; \
+             s=$(date +%s%N); '{BIN}' approvals allow \"$MNT\" \"$ID\" > '{said}' 2>&1; \
+             echo \"rc=$? ms=$((($(date +%s%N) - s) / 1000000))\" >> '{said}'; wait",
+            mnt = m.mountpoint().display(),
+            said = said.display(),
+        ),
+    );
+    let id = wait_pending(&m, 1)[0]["id"].as_u64().unwrap();
+    let ok = wait_until(Duration::from_secs(20), || {
+        fs::read_to_string(&said).is_ok_and(|t| t.contains("rc="))
+    });
+    assert!(ok, "the allow said nothing");
+    let text = fs::read_to_string(&said).unwrap();
+    assert!(text.contains("rc=1 "), "{text}");
+    let ms: u64 = text
+        .rsplit("ms=")
+        .next()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap();
+    assert!(ms < 5000, "refused after {ms} ms, not at once: {text}");
+    assert!(
+        text.contains(&format!(
+            "request {id} can't be decided from here (it still waits, "
+        )) && text.contains(
+            "runs in the same terminal session as the process that made the request (pid "
+        ) && text.contains(FIX_SESSION)
+            && !text.contains("asking process"),
+        "{text}"
+    );
+    assert!(w.still_running(), "the write did not wait on: {text}");
+    assert_eq!(pending(&m).len(), 1, "{text}");
+    assert!(decide(&m, &["allow"], id).success());
+    let (st, err) = w.finish();
+    assert!(st.success(), "{err}");
+    assert_eq!(
+        fs::read_to_string(m.backing("final", "a.md")).unwrap(),
+        "more\n"
     );
 }
 
@@ -1069,7 +1146,7 @@ fn a_worker_cannot_allow_its_own_request_by_the_socket() {
         ),
     );
     assert!(
-        said.contains("\"ok\":false") && said.contains("worker's own side"),
+        said.contains("\"ok\":false") && said.contains(FIX_SESSION),
         "{said}"
     );
 }
@@ -1661,9 +1738,9 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_allow_its_own_request
             "{how}: the allow went through: {said}"
         );
         assert!(
-            said.contains("can't be decided from the worker's own side")
+            said.contains("can't be decided from here (it still waits, ")
                 && said.contains("runs inside the worker's PID namespace")
-                && said.contains("decide from another terminal"),
+                && said.contains(FIX_NS),
             "{how}: {said}"
         );
     }
@@ -1718,9 +1795,10 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_commit_its_stage() {
         let said = t.said(&format!("{how}.out"), "rc=");
         assert!(!said.contains("rc=0"), "{how}: it went through: {said}");
         assert!(
-            said.contains("refused: it comes from the worker's own side")
+            (said.contains("commit refused: this command")
+                || said.contains("discard refused: this command"))
                 && said.contains("runs inside the worker's PID namespace")
-                && said.contains("decide from another terminal"),
+                && said.contains(FIX_NS),
             "{how}: {said}"
         );
     }
@@ -1780,8 +1858,8 @@ fn where_no_pid_namespace_can_be_made_run_says_so_and_the_session_rule_holds() {
     let err = t.stderr();
     assert!(said.contains("rc=1"), "the allow went through: {said}");
     assert!(
-        said.contains("is in the session of the asking process")
-            && said.contains("launch the worker with `zonemount run`"),
+        said.contains("runs in the same terminal session as the process that made the request")
+            && said.contains(FIX_SESSION),
         "{said}"
     );
     let lines: Vec<&str> = err

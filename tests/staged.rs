@@ -680,6 +680,12 @@ fn the_rust_api_reviews_commits_and_discards() {
     fs::write(mnt.join("work/f"), "new\n").unwrap();
     let v = mount.changes(&[], true).unwrap();
     assert_eq!(kinds(&v).len(), 2, "{v}");
+    let v = mount.patch(&["/work/f".into()]).unwrap();
+    assert_eq!(
+        v["zones"][0]["patch"].as_str().unwrap(),
+        "diff --git a/f b/f\nindex 3367afdbbf91e638efe983616377c60477cc6612..3e757656cf36eca53338e520d134963a44f793f8 100644\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-old\n+new\n",
+        "{v}"
+    );
     let v = mount.discard(&["/work/new".into()]).unwrap();
     assert_eq!(v["zones"][0]["discarded"][0]["path"], "new", "{v}");
     let v = mount.commit(&[], false).unwrap();
@@ -967,4 +973,334 @@ fn each_stage_command_names_itself_in_its_errors() {
         assert!(out.stderr.starts_with(&want), "{cmd}: {}", out.describe());
     }
     assert_eq!(fs::read_to_string(m.backing("work", "f")).unwrap(), "old\n");
+}
+
+/// `git` in `dir` with its own config only (none of the machine's), the
+/// repository search stopped above `dir`.
+fn git(dir: &Path, args: &[&str]) -> Out {
+    let mut cmd = Command::new("git");
+    cmd.args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CEILING_DIRECTORIES", dir.parent().unwrap_or(dir))
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE");
+    run(&mut cmd, Duration::from_secs(60))
+}
+
+/// git's tree hash of the files under `dir` (names, contents, the
+/// execute bit, symlinks: what a patch can carry), indexed in `scratch`.
+fn tree_hash(dir: &Path, scratch: &Path) -> String {
+    fs::create_dir_all(scratch).unwrap();
+    let out = git(scratch, &["init", "-q", "."]);
+    assert!(out.success(), "{}", out.describe());
+    let (gd, wt) = (
+        format!("--git-dir={}", scratch.join(".git").display()),
+        format!("--work-tree={}", dir.display()),
+    );
+    let out = git(scratch, &[&gd, &wt, "add", "-A", "."]);
+    assert!(out.success(), "{}", out.describe());
+    let out = git(scratch, &[&gd, &wt, "write-tree"]);
+    assert!(out.success(), "{}", out.describe());
+    out.stdout.trim().to_string()
+}
+
+#[test]
+fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
+    if !fuse_ok() || !require(Need::Tool("git")) {
+        return;
+    }
+    let s = staged("{ write: ask, delete: ask }")
+        .file(
+            "work",
+            "edit.txt",
+            "one\ntwo\nthree\nfour\nfive\nsix\nseven\n",
+        )
+        .file("work", "log.txt", "1\n")
+        .file("work", "noeol.txt", "no newline")
+        .file("work", "run.sh", "#!/bin/sh\necho hi\n")
+        .file("work", "blob.bin", [0u8, 1, 2, 3, 255, 0, 7])
+        .file("work", "old name.txt", "moving with a space\n")
+        .file("work", "tree/a.txt", "a\n")
+        .file("work", "tree/sub/b.bin", [0u8, 0, 1])
+        .file("work", "tree/sub/empty", "")
+        .symlink("work", "tree/ln", "a.txt")
+        .symlink("work", "link", "edit.txt")
+        .file("work", "type1.txt", "a file, then a symlink\n")
+        .file("work", "dir2/inner.txt", "a dir, then a file\n")
+        .file("work", "file3", "a file, then a dir\n")
+        .file("work", "mv-edit.txt", "one\ntwo\nthree\nfour\n")
+        .file("work", "redo/x.txt", "x\n")
+        .file("work", "redo/keep.txt", "kept\n");
+    let m = s.mount();
+    let out = worker(
+        &m,
+        "work",
+        "set -e
+         sed -i s/three/THREE/ edit.txt
+         echo 2 >> log.txt
+         printf \"no newline, changed\" > noeol.txt
+         chmod +x run.sh
+         ln -sfn log.txt link
+         printf \"\\000\\001\\002\\003\\376\\000\\007\\010\" > blob.bin
+         : > empty
+         echo fresh > fresh.txt
+         ln -s fresh.txt newlink
+         rm -r tree
+         mkdir -p ntree/x && echo y > ntree/x/y.txt && printf \"\\000z\" > ntree/z.bin
+         mv \"old name.txt\" \"new name.txt\"
+         echo spaced > \"with space.txt\"
+         echo latin > \"$(printf \"caf\\351.txt\")\"
+         echo quoted > q\\\"uote.txt
+         mkdir emptydir
+         chmod 600 f
+         rm type1.txt && ln -s fresh.txt type1.txt
+         rm -r dir2 && echo now a file > dir2
+         rm file3 && mkdir file3 && echo inside > file3/in
+         mv mv-edit.txt moved-edit.txt && echo five >> moved-edit.txt
+         chmod 700 d/sub
+         rm -r redo && mkdir redo && echo again > redo/keep.txt && chmod 700 redo
+         rm d/y",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let mnt = m.mountpoint().display().to_string();
+    let json = json_of(&m.zonemount(&["changes", "--json", &mnt]));
+    let listed = kinds(&json);
+    // A stage knows a rename where overlayfs records the file's origin
+    // (as root); elsewhere (a user namespace's overlay) it is a deletion
+    // and a new file, and so is the patch.
+    let renamed = listed.contains(&("renamed".to_string(), "new name.txt".to_string()));
+    assert!(
+        renamed
+            || (listed.contains(&("deleted".to_string(), "old name.txt".to_string()))
+                && listed.contains(&("added".to_string(), "new name.txt".to_string()))),
+        "{listed:?}"
+    );
+    let out = m.zonemount(&["changes", "--patch", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    let patch = out.stdout.clone();
+    let rename = "rename from old name.txt\nrename to new name.txt\n";
+    let edited = "rename from mv-edit.txt\nrename to moved-edit.txt\nindex ";
+    let moved = "diff --git a/old name.txt b/old name.txt\ndeleted file mode 100644\n";
+    assert!(
+        if renamed {
+            patch.contains(rename) && patch.contains(edited)
+        } else {
+            patch.contains(moved)
+        },
+        "renamed: {renamed}\n{patch}"
+    );
+    // What git can't carry, on stderr, one line each.
+    for note in [
+        "zonemount: changes --patch: /work/emptydir: not in the patch: an empty directory\n",
+        "zonemount: changes --patch: /work/f: not in the patch: mode 0644 -> 0600 (git keeps only a file's execute bit)\n",
+        "zonemount: changes --patch: /work/d/sub: not in the patch: mode 0755 -> 0700 (git keeps only a file's execute bit)\n",
+        "zonemount: changes --patch: /work/redo: not in the patch: mode 0755 -> 0700 (git keeps only a file's execute bit)\n",
+    ] {
+        assert!(out.stderr.contains(note), "{note:?} not in {}", out.stderr);
+    }
+    assert_eq!(out.stderr.lines().count(), 4, "{}", out.stderr);
+    // `--diff`: the list, then the diffs, no list line among them.
+    let out = m.zonemount(&["changes", "--diff", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    let (list, diffs) = out.stdout.split_once("\n\n").unwrap();
+    assert!(
+        list.lines().all(|l| l.starts_with(['A', 'M', 'D', 'R'])),
+        "{list}"
+    );
+    assert!(
+        diffs.lines().all(|l| !l.contains("  /work/")) && diffs.contains("+THREE"),
+        "{diffs}"
+    );
+    assert!(
+        patch.starts_with("diff --git "),
+        "nothing before the patch: {patch}"
+    );
+    for part in [
+        "new file mode 100644",
+        "deleted file mode 100644",
+        "old mode 100644\nnew mode 100755",
+        "new file mode 120000",
+        "GIT binary patch\nliteral 8\n",
+        "diff --git \"a/caf\\351.txt\" \"b/caf\\351.txt\"",
+        "\\ No newline at end of file",
+    ] {
+        assert!(patch.contains(part), "{part:?} not in:\n{patch}");
+    }
+    let root = m.root().to_path_buf();
+    let copy = root.join("copy");
+    let cp = run(
+        Command::new("cp")
+            .arg("-a")
+            .arg(m.backing("work", ""))
+            .arg(&copy),
+        Duration::from_secs(30),
+    );
+    assert!(cp.success(), "{}", cp.describe());
+    let patch_file = root.join("task.patch");
+    fs::write(&patch_file, &patch).unwrap();
+    let pf = patch_file.display().to_string();
+    // Every change in the stat: 29 sections (4 for the tree deleted, 2
+    // for the new one, 2 for each change of type, 2 in the directory
+    // deleted and made again, one each for the rest), 31 where the
+    // renames are deletions and new files.
+    let sections = if renamed { 29 } else { 31 };
+    let stat = git(&copy, &["apply", "--numstat", &pf]);
+    assert!(stat.success(), "{}", stat.describe());
+    let stat_lines: Vec<&str> = stat.stdout.lines().collect();
+    for name in [
+        "edit.txt",
+        "log.txt",
+        "noeol.txt",
+        "run.sh",
+        "link",
+        "blob.bin",
+        "empty",
+        "fresh.txt",
+        "newlink",
+        "tree/a.txt",
+        "tree/sub/b.bin",
+        "tree/sub/empty",
+        "tree/ln",
+        "ntree/x/y.txt",
+        "ntree/z.bin",
+        "new name.txt",
+        "with space.txt",
+        "\"caf\\351.txt\"",
+        "\"q\\\"uote.txt\"",
+        "d/y",
+        "type1.txt",
+        "dir2/inner.txt",
+        "dir2",
+        "file3",
+        "file3/in",
+        "moved-edit.txt",
+        "redo/x.txt",
+        "redo/keep.txt",
+    ] {
+        assert!(
+            stat_lines
+                .iter()
+                .any(|l| l.ends_with(&format!("\t{name}")) || l.ends_with(&format!("=> {name}"))),
+            "{name} not in git apply --numstat:\n{}",
+            stat.stdout
+        );
+    }
+    assert_eq!(stat_lines.len(), sections, "{}", stat.stdout);
+    let out = git(&copy, &["apply", "--stat", &pf]);
+    assert!(
+        out.success() && out.stdout.contains(&format!(" {sections} files changed")),
+        "{}",
+        out.describe()
+    );
+    let out = git(&copy, &["apply", "--binary", &pf]);
+    assert!(out.success(), "git apply: {}\n{patch}", out.describe());
+    let view = tree_hash(&m.path("work"), &root.join("g-view"));
+    assert_eq!(
+        tree_hash(&copy, &root.join("g-copy")),
+        view,
+        "the patched copy is the view"
+    );
+    assert_ne!(
+        tree_hash(&m.backing("work", ""), &root.join("g-backing")),
+        view,
+        "the backing dir is not (nothing was committed)"
+    );
+    // From the stage dir once unmounted: the same patch.
+    let mut m = m;
+    assert!(m.unmount().success());
+    let stage = stage_of(&m).display().to_string();
+    let offline = m.zonemount(&["changes", "--patch", &stage]);
+    assert!(offline.success(), "{}", offline.describe());
+    assert_eq!(offline.stdout, patch);
+}
+
+#[test]
+fn changes_patch_over_several_staged_zones_asks_for_one() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = Setup::new(
+        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n    docs:\n      path: ./c\n      mode: rw\n      staged: true\n    out:\n      path: ./o\n      mode: rw\n",
+    )
+    .backing_dir("work", "b")
+    .backing_dir("docs", "c")
+    .backing_dir("out", "o")
+    .file("work", "f", "w\n")
+    .file("docs", "g", "d\n")
+    .file("out", "keep", "k\n")
+    .mount();
+    let out = worker(
+        &m,
+        "",
+        "echo x >> work/f && echo y >> docs/g && echo z > out/h",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let mnt = m.mountpoint().display().to_string();
+    let out = m.zonemount(&["changes", "--patch", &mnt]);
+    assert_eq!(out.code(), Some(2), "{}", out.describe());
+    assert!(
+        out.stdout.is_empty()
+            && out.stderr.contains("2 staged zones (/work, /docs)")
+            && out.stderr.contains(&format!(
+                "name one, e.g. `zonemount changes --patch {mnt} /work`"
+            )),
+        "{}",
+        out.describe()
+    );
+    // One staged zone named (and a plain one, whose changes are on the
+    // host already: said on stderr).
+    let out = m.zonemount(&["changes", "--patch", &mnt, "/docs", "/out"]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.starts_with("diff --git a/g b/g\n")
+            && out.stdout.contains("+y\n")
+            && !out.stdout.contains("h\n")
+            && out.stderr
+                == "zonemount: changes --patch: /out is not staged: its 1 change(s) are in its backing dir already, not in the patch\n",
+        "{}",
+        out.describe()
+    );
+}
+
+#[test]
+fn changes_patch_is_exact_into_a_pipe_and_escaped_on_a_terminal() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let m = staged("{ write: ask, delete: ask }").mount();
+    let out = worker(
+        &m,
+        "work",
+        "printf \"clear\\033[2J\\033]0;owned\\007\\n\" > f",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let mnt = m.mountpoint().display().to_string();
+    let out = m.zonemount(&["changes", "--patch", &mnt, "/work/f"]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("+clear\u{1b}[2J\u{1b}]0;owned\u{7}\n"),
+        "into a pipe the patch is exact: {:?}",
+        out.stdout
+    );
+    // On a terminal (a pty made by `script`): nothing raw reaches it.
+    let cmd = format!(
+        "'{}' changes --patch '{mnt}' /work/f",
+        env!("CARGO_BIN_EXE_zonemount")
+    );
+    let out = run(
+        Command::new("script")
+            .args(["-q", "-e", "-c", &cmd, "/dev/null"])
+            .stdin(std::process::Stdio::null()),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("+clear\\x1b[2J\\x1b]0;owned\\x07")
+            && !out.stdout.contains('\u{1b}')
+            && !out.stdout.contains('\u{7}'),
+        "on a terminal: {:?}",
+        out.stdout
+    );
 }

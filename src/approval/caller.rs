@@ -56,26 +56,31 @@ fn stat_of(pid: u32) -> Option<(u32, u32)> {
     parent_and_session(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// Why `approver` may not decide a request of `asker`: it is in the
+/// How a decider is kin to the process it would decide for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kin {
+    /// In the same session (the same terminal's shell, or what it ran).
+    Session,
+    /// Started by it (directly or not).
+    Descendant,
+}
+
+/// Whether `approver` may not decide a request of `asker`: it is in the
 /// asker's session, or the asker is among its ancestors (a process the
 /// asking worker started). None when it may (including when the asker is
 /// gone). This stops a worker's naive attempt to approve itself, not a
 /// determined one: `setsid` and a double fork leave both the session and
 /// the ancestry.
-pub fn kin(asker: u32, approver: u32) -> Option<String> {
+pub fn kin(asker: u32, approver: u32) -> Option<Kin> {
     let (_, asker_session) = stat_of(asker)?;
     let (mut parent, session) = stat_of(approver)?;
     if session == asker_session {
-        return Some(format!(
-            "the deciding process (pid {approver}) is in the session of the asking process (pid {asker})"
-        ));
+        return Some(Kin::Session);
     }
     // Bounded: pids climb towards 1.
     for _ in 0..4096 {
         if parent == asker {
-            return Some(format!(
-                "the deciding process (pid {approver}) descends from the asking process (pid {asker})"
-            ));
+            return Some(Kin::Descendant);
         }
         if parent <= 1 {
             break;
@@ -83,6 +88,15 @@ pub fn kin(asker: u32, approver: u32) -> Option<String> {
         parent = stat_of(parent)?.0;
     }
     None
+}
+
+/// Process `pid`'s command name (`/proc/PID/comm`), escaped for people
+/// (a worker chose it); `?` when gone.
+pub fn comm(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/comm")).map_or_else(
+        |_| "?".to_owned(),
+        |c| crate::text::escape(c.strip_suffix(b"\n").unwrap_or(&c)),
+    )
 }
 
 /// NUL-separated arguments as one line, joined by spaces, the bytes
@@ -159,7 +173,7 @@ mod tests {
     #[test]
     fn a_process_is_kin_to_itself_and_its_session_not_to_a_gone_one() {
         let me = std::process::id();
-        assert!(kin(me, me).is_some(), "same session");
+        assert_eq!(kin(me, me), Some(Kin::Session));
         assert_eq!(kin(u32::MAX - 1, me), None, "asker gone");
     }
 

@@ -392,8 +392,8 @@ pub trait Listener: Send + Sync + 'static {
 pub enum DecideError {
     #[error("no pending request {0}: it was decided, timed out or withdrawn, or never existed")]
     NotPending(u64),
-    #[error("request {id} can't be decided from the worker's own side: {why}")]
-    OwnSide { id: u64, why: String },
+    #[error("request {id} can't be decided from here (it still waits, {left} s left): {why}")]
+    OwnSide { id: u64, left: u64, why: String },
 }
 
 /// Running totals for `status`.

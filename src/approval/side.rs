@@ -28,9 +28,27 @@ use crate::isolate::pidns::PidNs;
 const MAX_DEPTH: usize = 33;
 
 /// The fix named in a refusal by the namespace rule.
-const FIX_NS: &str = "decide from another terminal, or from the shell that started `zonemount run` (it is outside the worker's namespace)";
+const FIX_NS: &str = "run it from another terminal (a different session), or from the shell that started `zonemount run` (it is outside the worker's namespace); `setsid zonemount ...` does not help from inside a `run`";
 /// The fix named in a refusal by the session rule.
-const FIX_SESSION: &str = "decide from another terminal, or launch the worker with `zonemount run`";
+const FIX_SESSION: &str = "run it from another terminal (a different session), or start the worker with `zonemount run` (e.g. `zonemount run ... -- CMD &`): the shell that started it is outside it and may decide";
+
+/// Who the worker's processes are, as a refusal names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Worker {
+    /// The process that made a request.
+    Asked,
+    /// A process that wrote to the stage.
+    Staged,
+}
+
+impl Worker {
+    fn words(self) -> &'static str {
+        match self {
+            Worker::Asked => "the process that made the request",
+            Worker::Staged => "a process that wrote to the stage",
+        }
+    }
+}
 
 /// The PID namespace of process `pid`; None when it can't be read (gone,
 /// or not ours to look at).
@@ -168,15 +186,17 @@ impl WorkerSide {
 
     /// Why the process `decider` (of uid `decider_uid`; None: a peer in
     /// a namespace we can't see, so not below ours) may not decide for
-    /// the worker: `askers` are processes of the worker alive now (the
-    /// asking process), `recorded` namespaces a worker was seen in (a
-    /// stage's writers). None when it may.
+    /// the worker, in plain words and with the fix: `askers` are
+    /// processes of the worker alive now (`who` says what they did),
+    /// `recorded` namespaces a worker was seen in (a stage's writers).
+    /// None when it may.
     pub fn refusal(
         &self,
         decider: Option<u32>,
         decider_uid: u32,
         askers: &[u32],
         recorded: &[NsId],
+        who: Worker,
     ) -> Option<String> {
         let decider = decider?;
         let mut worker: Vec<NsId> = recorded.to_vec();
@@ -188,7 +208,7 @@ impl WorkerSide {
                 Ok(chain) => {
                     if let Some(ns) = inside(&chain, &worker, self.own) {
                         return Some(format!(
-                            "the deciding process (pid {decider}) runs inside the worker's PID namespace (pid:[{}]), which `setsid`, double forks and daemons can't leave; {FIX_NS}",
+                            "this command (pid {decider}) runs inside the worker's PID namespace (pid:[{}]): the worker started it, or it was typed inside the worker's `zonemount run`, and nothing in there may decide for the worker, whatever it forks; {FIX_NS}",
                             ns.ino
                         ));
                     }
@@ -198,16 +218,23 @@ impl WorkerSide {
                 // might be.
                 Err(e) if decider_uid == self.own_uid => {
                     return Some(format!(
-                        "the deciding process (pid {decider}) can't be told apart from the worker ({e}); {FIX_NS}"
+                        "this command (pid {decider}) can't be told apart from the worker ({e}); {FIX_NS}"
                     ));
                 }
                 Err(_) => {}
             }
         }
-        askers
-            .iter()
-            .find_map(|a| caller::kin(*a, decider))
-            .map(|why| format!("{why}; {FIX_SESSION}"))
+        askers.iter().find_map(|a| {
+            let how = match caller::kin(*a, decider)? {
+                caller::Kin::Session => "runs in the same terminal session as",
+                caller::Kin::Descendant => "was started by",
+            };
+            Some(format!(
+                "this command (pid {decider}) {how} {} (pid {a}, {}), and a worker may not decide for itself; {FIX_SESSION}",
+                who.words(),
+                caller::comm(*a)
+            ))
+        })
     }
 }
 
@@ -237,15 +264,30 @@ mod tests {
     fn without_a_namespace_the_session_rule_still_refuses_and_names_the_fix() {
         let side = WorkerSide::new();
         let me = std::process::id();
-        let why = side.refusal(Some(me), side.own_uid, &[me], &[]).unwrap();
-        assert!(why.contains("is in the session of"), "{why}");
+        let why = side
+            .refusal(Some(me), side.own_uid, &[me], &[], Worker::Asked)
+            .unwrap();
         assert!(
-            why.contains("launch the worker with `zonemount run`"),
+            why.contains("runs in the same terminal session as the process that made the request"),
+            "{why}"
+        );
+        assert!(
+            why.contains("from another terminal (a different session), or start the worker with `zonemount run`"),
+            "{why}"
+        );
+        let why = side
+            .refusal(Some(me), side.own_uid, &[me], &[], Worker::Staged)
+            .unwrap();
+        assert!(
+            why.contains("as a process that wrote to the stage"),
             "{why}"
         );
         // Nothing asked by anyone alive: nothing to refuse.
-        assert_eq!(side.refusal(Some(me), side.own_uid, &[], &[]), None);
-        assert_eq!(side.refusal(None, 0, &[me], &[]), None);
+        assert_eq!(
+            side.refusal(Some(me), side.own_uid, &[], &[], Worker::Asked),
+            None
+        );
+        assert_eq!(side.refusal(None, 0, &[me], &[], Worker::Asked), None);
     }
 
     #[test]
@@ -254,17 +296,27 @@ mod tests {
         let me = std::process::id();
         let own = side.own.expect("own ns");
         // This process's own namespace is the daemon's: never the worker's.
-        assert_eq!(side.refusal(Some(me), side.own_uid, &[], &[own]), None);
+        assert_eq!(
+            side.refusal(Some(me), side.own_uid, &[], &[own], Worker::Asked),
+            None
+        );
         // A gone decider of our uid can't be told apart when a worker
         // namespace is in play; root's can.
         let w = ns(u64::MAX);
         let gone = u32::MAX - 1;
+        let why = side
+            .refusal(Some(gone), side.own_uid, &[], &[w], Worker::Asked)
+            .unwrap();
         assert!(
-            side.refusal(Some(gone), side.own_uid, &[], &[w])
-                .unwrap()
-                .contains("can't be told apart")
+            why.contains("can't be told apart")
+                && why.contains("or from the shell that started `zonemount run`")
+                && why.contains("`setsid zonemount ...` does not help from inside a `run`"),
+            "{why}"
         );
-        assert_eq!(side.refusal(Some(gone), side.own_uid ^ 1, &[], &[w]), None);
+        assert_eq!(
+            side.refusal(Some(gone), side.own_uid ^ 1, &[], &[w], Worker::Asked),
+            None
+        );
     }
 
     #[test]

@@ -111,7 +111,20 @@ pub(crate) fn connect(mountpoint: &Path) -> Result<Client, Failure> {
             format!("{shown} has no control socket (mounted by an older zonemount): remount it"),
         ));
     };
-    Client::connect(&sock).map_err(failure)
+    Client::connect(&sock).map_err(|e| match &e {
+        ClientError::Connect(_, io) if io.kind() == std::io::ErrorKind::PermissionDenied => {
+            use std::os::unix::fs::MetadataExt;
+            let who = match std::fs::metadata(&sock).map(|m| m.uid()) {
+                Ok(0) => "root (who mounted it) may use it; run this as root".to_owned(),
+                Ok(uid) => format!(
+                    "uid {uid} (the user who mounted it) and root may use it; run this as that user or as root"
+                ),
+                Err(_) => "the user who mounted it and root may use it; run this as that user or as root".to_owned(),
+            };
+            Failure::new(1, format!("{e}: {shown}'s control socket is private: only {who}"))
+        }
+        _ => failure(e),
+    })
 }
 
 fn print(text: &str) -> Result<(), Failure> {

@@ -94,10 +94,12 @@ pub(crate) const CHANGES: &str = "\
 Examples:
   zonemount changes /tmp/task-42                       # what the worker changed, not yet on the host
   zonemount changes --diff /tmp/task-42 /work/src      # with unified diffs, under /work/src only
+  zonemount changes --patch /tmp/task-42 > task.patch  # for `git apply` in a copy of the backing dir
   zonemount changes --json ~/.local/state/zonemount/stages/tmp-task-42-1a2b3c4d
 
 Exit status: 0; 1 the daemon can't be reached, or the stage can't be read;
-2 bad usage, or no staged zone there.";
+2 bad usage, no staged zone there, or --patch over several staged zones
+(name one).";
 
 pub(crate) const COMMIT: &str = "\
 Examples:
@@ -138,7 +140,8 @@ Examples:
   zonemount approvals allow --scope zone /tmp/task-42 7     # this class anywhere in the zone
 
 Exit status: 0 allowed; 1 not pending (decided, timed out, withdrawn), the
-daemon can't be reached, or asked from the worker's own side; 2 bad usage.";
+daemon can't be reached, or asked from the worker's own side (its session,
+or inside its `zonemount run`: decide from another terminal); 2 bad usage.";
 
 pub(crate) const APPROVALS_DENY: &str = "\
 Examples:

@@ -3,7 +3,7 @@
 //! (asked over its control socket) or a stage dir no mount holds (worked
 //! on here, under the stage's lock).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use clap::Args;
@@ -12,7 +12,9 @@ use serde::Serialize;
 use super::Failure;
 use crate::control::protocol::Request;
 use crate::mount;
-use crate::stage::report::{Change, ChangesReport, CommitReport, DiscardReport, FileType, Kind};
+use crate::stage::report::{
+    Change, ChangesReport, CommitReport, DiscardReport, FileType, Kind, What,
+};
 use crate::stage::service::OfflineStage;
 use crate::stage::{self, dir::MANIFEST};
 use crate::text;
@@ -26,8 +28,12 @@ pub(crate) struct ChangesArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// Add a unified diff of each changed text file.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "patch")]
     pub(crate) diff: bool,
+    /// Print the staged changes as one patch in git's extended diff format
+    /// (what `git apply` applies to a copy of the backing dir).
+    #[arg(long)]
+    pub(crate) patch: bool,
     /// A mount's directory, or a stage dir no mount is using.
     pub(crate) target: PathBuf,
     /// Only these paths (and what is under them): in the mount, or as a
@@ -70,18 +76,117 @@ enum Target {
 }
 
 pub(crate) fn changes(a: &ChangesArgs) -> Result<u8, Failure> {
-    let (target, paths) = open("changes", &a.target, &a.paths, false)?;
+    let (target, paths) = open("changes", &a.target, &a.paths, a.patch)?;
     let report: ChangesReport = match target {
         Target::Mount(mut c) => c
             .stage(Request::Changes {
                 paths,
                 diff: a.diff,
+                patch: a.patch,
             })
             .map_err(refused)?,
+        Target::Stage(s) if a.patch => s.patch(&paths).map_err(offline)?,
         Target::Stage(s) => s.changes(&paths, a.diff).map_err(offline)?,
     };
+    if a.patch && !a.json {
+        return patch_out(&a.target, &report);
+    }
     show(a.json, &report, render_changes)?;
     Ok(0)
+}
+
+/// `changes --patch`: the staged zone's patch on stdout, exact (escaped
+/// as every human view only when stdout is a terminal); on stderr, what
+/// the patch can't carry. A patch's paths are relative to one zone's
+/// dir: with several staged zones, one must be named.
+fn patch_out(target: &Path, report: &ChangesReport) -> Result<u8, Failure> {
+    let staged: Vec<_> = report.zones.iter().filter(|z| z.staged).collect();
+    let [zone] = staged[..] else {
+        let names: Vec<String> = staged.iter().map(|z| format!("/{}", z.zone)).collect();
+        return Err(Failure::new(
+            2,
+            format!(
+                "changes --patch: {} staged zones ({}); a patch's paths are relative to one zone's dir: name one, e.g. `zonemount changes --patch {} {}`",
+                staged.len(),
+                names.join(", "),
+                text::path(target),
+                names.first().map_or("/ZONE", String::as_str)
+            ),
+        ));
+    };
+    for z in report
+        .zones
+        .iter()
+        .filter(|z| !z.staged && !z.changes.is_empty())
+    {
+        eprintln!(
+            "zonemount: changes --patch: /{} is not staged: its {} change(s) are in its backing dir already, not in the patch",
+            z.zone,
+            z.changes.len()
+        );
+    }
+    for c in &zone.changes {
+        if let Some(why) = not_in_patch(c, &zone.changes) {
+            eprintln!(
+                "zonemount: changes --patch: /{}/{}: not in the patch: {why}",
+                zone.zone,
+                name(&c.path)
+            );
+        }
+    }
+    let p = zone.patch.as_deref().unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    let shown = if out.is_terminal() {
+        std::borrow::Cow::Owned(text::message(p))
+    } else {
+        std::borrow::Cow::Borrowed(p)
+    };
+    out.write_all(shown.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure::new(1, format!("cannot write to stdout: {e}")))?;
+    Ok(0)
+}
+
+/// What of change `c` git's format can't carry, if anything: special
+/// files, a directory with nothing in the patch below it, owners,
+/// xattrs, mode bits beyond the owner's execute bit (times are not
+/// reported: every change moves them).
+fn not_in_patch(c: &Change, all: &[Change]) -> Option<String> {
+    let mut lost = Vec::new();
+    match c.file_type {
+        Some(FileType::Special) => lost.push("a special file".to_owned()),
+        Some(FileType::Dir) if c.kind == Kind::Added => {
+            let below = all.iter().any(|o| {
+                o.path != c.path
+                    && o.path.starts_with(&c.path)
+                    && matches!(o.file_type, Some(FileType::File | FileType::Symlink))
+            });
+            if !below {
+                lost.push("an empty directory".to_owned());
+            }
+        }
+        _ => {}
+    }
+    // A change of type is a deletion and a creation in the patch.
+    if (c.kind == Kind::Modified || c.kind == Kind::Renamed) && !c.what.contains(&What::Type) {
+        if let (Some(a), Some(b)) = (c.old_mode, c.mode) {
+            // `git apply` makes a file 0644 or 0755 (less the umask).
+            let kept = c.file_type == Some(FileType::File)
+                && (a ^ b) & 0o100 != 0
+                && (b == 0o644 || b == 0o755);
+            if a != b && !kept {
+                lost.push(format!(
+                    "mode {a:04o} -> {b:04o} (git keeps only a file's execute bit)"
+                ));
+            }
+        }
+        for (w, what) in [(What::Owner, "its owner"), (What::Xattrs, "its xattrs")] {
+            if c.what.contains(&w) {
+                lost.push(what.to_owned());
+            }
+        }
+    }
+    (!lost.is_empty()).then(|| lost.join(", "))
 }
 
 pub(crate) fn commit(a: &CommitArgs) -> Result<u8, Failure> {
@@ -260,25 +365,32 @@ pub(crate) fn change_line(zone: &str, c: &Change) -> String {
     line
 }
 
+/// The change list; with `--diff`, the diffs after it (so no summary
+/// line stands between one diff's hunks and the next).
 pub(crate) fn render_changes(report: &ChangesReport) -> String {
     let mut out = String::new();
+    let mut diffs = String::new();
     for z in &report.zones {
         for c in &z.changes {
             out.push_str(&change_line(&z.zone, c));
             out.push('\n');
-            if let Some(d) = &c.diff {
+            if let Some(d) = c.diff.as_deref().filter(|d| !d.is_empty()) {
                 // The worker's file content: nothing in it may draw on
                 // the terminal either (backslashes are left as they are).
                 let d = text::message(d);
-                out.push_str(&d);
+                diffs.push_str(&d);
                 if !d.ends_with('\n') {
-                    out.push('\n');
+                    diffs.push('\n');
                 }
             }
         }
     }
     if report.count() == 0 {
         out.push_str("no changes\n");
+    }
+    if !diffs.is_empty() {
+        out.push('\n');
+        out.push_str(&diffs);
     }
     out
 }

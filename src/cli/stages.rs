@@ -225,6 +225,7 @@ fn live_changes(mountpoint: &Path, stage: &Path) -> Option<usize> {
         .stage(Request::Changes {
             paths: Vec::new(),
             diff: false,
+            patch: false,
         })
         .ok()?;
     Some(report.count())

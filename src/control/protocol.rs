@@ -72,11 +72,14 @@ pub enum Request {
     },
     /// What the staged zones hold (`paths` as a worker sees them,
     /// `/zone/...`, exact; empty: everything), with unified diffs when
-    /// `diff`. On the wire `paths` is a list of strings, with `paths_b64`
-    /// beside it when one is not UTF-8 (see [`crate::text`]).
+    /// `diff`, with each staged zone's patch in git's format when `patch`
+    /// (sent only when true). On the wire `paths` is a list of strings,
+    /// with `paths_b64` beside it when one is not UTF-8 (see
+    /// [`crate::text`]).
     Changes {
         paths: Vec<PathBuf>,
         diff: bool,
+        patch: bool,
     },
     /// Apply staged changes to the backing dirs.
     Commit {
@@ -163,6 +166,12 @@ enum Wire {
         paths: Paths,
         #[serde(default, deserialize_with = "flag")]
         diff: bool,
+        #[serde(
+            default,
+            deserialize_with = "flag",
+            skip_serializing_if = "std::ops::Not::not"
+        )]
+        patch: bool,
     },
     Commit {
         #[serde(flatten)]
@@ -295,9 +304,10 @@ impl From<Request> for Wire {
                     Decision::Deny => None,
                 },
             },
-            Request::Changes { paths, diff } => Wire::Changes {
+            Request::Changes { paths, diff, patch } => Wire::Changes {
                 paths: Paths::from(&paths[..]),
                 diff,
+                patch,
             },
             Request::Commit { paths, force } => Wire::Commit {
                 paths: Paths::from(&paths[..]),
@@ -350,9 +360,10 @@ impl TryFrom<Wire> for Request {
                 };
                 Request::Decide { id, decision }
             }
-            Wire::Changes { paths, diff } => Request::Changes {
+            Wire::Changes { paths, diff, patch } => Request::Changes {
                 paths: paths.into(),
                 diff,
+                patch,
             },
             Wire::Commit { paths, force } => Request::Commit {
                 paths: paths.into(),
@@ -433,6 +444,12 @@ mod tests {
             Request::Changes {
                 paths: vec!["/work/src".into()],
                 diff: true,
+                patch: false,
+            },
+            Request::Changes {
+                paths: vec![],
+                diff: false,
+                patch: true,
             },
             Request::Commit {
                 paths: vec![],

@@ -160,8 +160,8 @@ async fn connection(stream: UnixStream, srv: Arc<Server>) -> io::Result<()> {
     if !srv.admits(uid) {
         tracing::warn!(uid, "control socket: refused a peer");
         let msg = format!(
-            "permission denied: uid {uid} may not use this mount's control socket (only uid {} and root may)",
-            srv.owner_uid
+            "permission denied: uid {uid} may not use this mount's control socket (only uid {owner}, the user who mounted it, and root may); run this as uid {owner} or as root",
+            owner = srv.owner_uid
         );
         return send(&mut w, &fail(msg)).await;
     }

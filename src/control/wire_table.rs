@@ -36,6 +36,7 @@ fn changes(paths: &[&str], diff: bool) -> Result<Request, String> {
     Ok(Request::Changes {
         paths: paths.iter().map(PathBuf::from).collect(),
         diff,
+        patch: false,
     })
 }
 
@@ -208,6 +209,18 @@ fn request_lines_read_as_v1_read_them() {
         ),
         (r#"{"v":1,"op":"changes","diff":1}"#, changes(&[], false)),
         (
+            r#"{"v":1,"op":"changes","patch":true}"#,
+            Ok(Request::Changes {
+                paths: vec![],
+                diff: false,
+                patch: true,
+            }),
+        ),
+        (
+            r#"{"v":1,"op":"changes","patch":"yes"}"#,
+            changes(&[], false),
+        ),
+        (
             r#"{"v":1,"op":"changes","paths":null}"#,
             changes(&[], false),
         ),
@@ -230,6 +243,7 @@ fn request_lines_read_as_v1_read_them() {
             Ok(Request::Changes {
                 paths: vec![bytes(b"/w/\xff")],
                 diff: false,
+                patch: false,
             }),
         ),
         (
@@ -237,6 +251,7 @@ fn request_lines_read_as_v1_read_them() {
             Ok(Request::Changes {
                 paths: vec!["/w/a".into(), bytes(b"/w/\xff")],
                 diff: false,
+                patch: false,
             }),
         ),
         (
@@ -244,6 +259,7 @@ fn request_lines_read_as_v1_read_them() {
             Ok(Request::Changes {
                 paths: vec!["/w/a".into(), bytes(b"/w/\xff")],
                 diff: false,
+                patch: false,
             }),
         ),
         (
@@ -251,6 +267,7 @@ fn request_lines_read_as_v1_read_them() {
             Ok(Request::Changes {
                 paths: vec![bytes(b"/w/\xff"), "/w/b".into()],
                 diff: false,
+                patch: false,
             }),
         ),
         (
@@ -410,6 +427,7 @@ fn requests_go_out_as_v1_sent_them() {
             Request::Changes {
                 paths: vec![],
                 diff: false,
+                patch: false,
             },
             r#"{"diff":false,"op":"changes","paths":[],"v":1}"#,
         ),
@@ -417,8 +435,17 @@ fn requests_go_out_as_v1_sent_them() {
             Request::Changes {
                 paths: vec!["/w/a".into(), "/w/\u{1b}b\"".into()],
                 diff: true,
+                patch: false,
             },
             r#"{"diff":true,"op":"changes","paths":["/w/a","/w/\u001bb\""],"v":1}"#,
+        ),
+        (
+            Request::Changes {
+                paths: vec![],
+                diff: false,
+                patch: true,
+            },
+            r#"{"diff":false,"op":"changes","patch":true,"paths":[],"v":1}"#,
         ),
         (
             Request::Commit {

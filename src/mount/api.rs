@@ -127,6 +127,13 @@ impl Mount {
         json(self.service().changes(&worker_paths(paths), diff)?)
     }
 
+    /// [`Self::changes`] with each staged zone's changes as one patch in
+    /// git's extended diff format (`patch`; see `zonemount changes
+    /// --patch`).
+    pub fn patch(&self, paths: &[String]) -> Result<serde_json::Value, String> {
+        json(self.service().patch(&worker_paths(paths))?)
+    }
+
     /// Apply the staged changes under `paths` to the backing dirs (see
     /// `zonemount commit`): the socket's `commit` answer, each zone's
     /// `applied` and `conflicts`.

@@ -26,7 +26,12 @@ pub fn stage_fn(service: StageService) -> StageFn {
             pid: peer.pid,
         };
         match req {
-            Request::Changes { paths, diff } => service.changes(paths, *diff).map(Answer::Changes),
+            Request::Changes {
+                paths, patch: true, ..
+            } => service.patch(paths).map(Answer::Changes),
+            Request::Changes { paths, diff, .. } => {
+                service.changes(paths, *diff).map(Answer::Changes)
+            }
             Request::Commit { paths, force } => {
                 service.commit(paths, *force, by).map(Answer::Commit)
             }

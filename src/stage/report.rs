@@ -4,7 +4,7 @@
 //! the Rust API and the Python client read back.
 //!
 //! ```text
-//! {"zones": [{"zone": NAME, "staged": BOOL, "changes": [CHANGE...], "incomplete"?: true}]}
+//! {"zones": [{"zone": NAME, "staged": BOOL, "changes": [CHANGE...], "incomplete"?: true, "patch"?: TEXT}]}
 //! {"zones": [{"zone": NAME, "applied": [CHANGE...], "conflicts": [CONFLICT...]}]}
 //! {"zones": [{"zone": NAME, "discarded": [CHANGE...]}]}
 //! ```
@@ -220,6 +220,11 @@ pub struct ZoneChanges {
     /// remembers: the list is not all.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub incomplete: bool,
+    /// `changes --patch`, a staged zone's: its changes as one patch in
+    /// git's extended diff format, paths relative to the zone dir (what
+    /// `git apply` in a copy of the backing dir applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
 }
 
 /// The answer to `changes`: each rw zone asked about, in the mount's

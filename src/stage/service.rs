@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLockWriteGuard;
 
 use super::report::{Change, ChangesReport, CommitReport, DiscardReport, Kind, ZoneChanges};
-use super::work::{Outcome, ZoneWork, by_zone};
+use super::work::{Detail, Outcome, ZoneWork, by_zone};
 use super::{StageError, Stages, dir, tree};
-use crate::approval::side::{NsId, WorkerSide};
+use crate::approval::side::{NsId, Worker, WorkerSide};
 use crate::audit::{self, Audit};
 
 /// What the stage service needs of a live mount (the filesystem core
@@ -129,6 +129,16 @@ impl StageService {
     /// The changes under `paths` of each rw zone: a staged zone's from its
     /// stage (with diffs when `diff`), a plain zone's as the mount saw them.
     pub fn changes(&self, paths: &[PathBuf], diff: bool) -> Result<ChangesReport, String> {
+        self.report(paths, if diff { Detail::Diff } else { Detail::List })
+    }
+
+    /// [`Self::changes`], each staged zone's with its patch in git's
+    /// extended diff format (`changes --patch`).
+    pub fn patch(&self, paths: &[PathBuf]) -> Result<ChangesReport, String> {
+        self.report(paths, Detail::Patch)
+    }
+
+    fn report(&self, paths: &[PathBuf], detail: Detail) -> Result<ChangesReport, String> {
         let work = self.work();
         let rw = self.live.rw_zones();
         let names: Vec<&str> = rw.iter().map(|(n, _)| n.as_str()).collect();
@@ -140,7 +150,7 @@ impl StageService {
             };
             if *staged {
                 if let Some((_, w)) = work.iter().find(|(_, w)| &w.name == name) {
-                    zones.push(w.changes(filter, diff)?);
+                    zones.push(w.changes(filter, detail)?);
                 }
             } else {
                 let (changes, incomplete) = self.live.plain_changes(name, filter);
@@ -149,6 +159,7 @@ impl StageService {
                     staged: false,
                     changes,
                     incomplete,
+                    patch: None,
                 });
             }
         }
@@ -202,10 +213,11 @@ impl StageService {
     /// that changed the stages (`approval::side`).
     fn own_side(&self, what: &str, by: Caller) -> Result<(), String> {
         let (writers, spaces) = self.live.stage_writers();
-        match self.side.refusal(by.pid, by.uid, &writers, &spaces) {
-            Some(why) => Err(format!(
-                "{what} refused: it comes from the worker's own side (a process that changed the stage): {why}"
-            )),
+        match self
+            .side
+            .refusal(by.pid, by.uid, &writers, &spaces, Worker::Staged)
+        {
+            Some(why) => Err(format!("{what} refused: {why}")),
             None => Ok(()),
         }
     }
@@ -394,10 +406,19 @@ impl OfflineStage {
 
     /// The staged changes under `paths` (with diffs when `diff`).
     pub fn changes(&self, paths: &[PathBuf], diff: bool) -> Result<ChangesReport, String> {
+        self.report(paths, if diff { Detail::Diff } else { Detail::List })
+    }
+
+    /// The staged changes under `paths`, each zone's with its patch.
+    pub fn patch(&self, paths: &[PathBuf]) -> Result<ChangesReport, String> {
+        self.report(paths, Detail::Patch)
+    }
+
+    fn report(&self, paths: &[PathBuf], detail: Detail) -> Result<ChangesReport, String> {
         let zones = self
             .wanted(paths)?
             .into_iter()
-            .map(|(w, f)| w.changes(&f, diff))
+            .map(|(w, f)| w.changes(&f, detail))
             .collect::<Result<_, _>>()?;
         Ok(ChangesReport { zones })
     }

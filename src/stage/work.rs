@@ -11,6 +11,16 @@ use super::tree;
 use crate::stage::sys::overlay::Xattrs;
 use crate::text;
 
+/// What a change report holds beside the list of changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Detail {
+    List,
+    /// Each change's diff, for people (`changes --diff`).
+    Diff,
+    /// Each staged zone's patch (`changes --patch`).
+    Patch,
+}
+
 /// What one zone's operation needs: its layers and its stage dir.
 pub(super) struct ZoneWork {
     pub(super) name: String,
@@ -26,20 +36,29 @@ impl ZoneWork {
             .map_err(|e| format!("zone '{}': cannot open its layers: {e}", self.name))
     }
 
-    pub(super) fn changes(&self, filter: &[PathBuf], diff: bool) -> Result<ZoneChanges, String> {
+    pub(super) fn changes(
+        &self,
+        filter: &[PathBuf],
+        detail: Detail,
+    ) -> Result<ZoneChanges, String> {
         let l = self.layers()?;
-        let mut list =
-            tree::changes(&l, filter).map_err(|e| format!("zone '{}': {e}", self.name))?;
-        if diff {
+        let at = |e| format!("zone '{}': {e}", self.name);
+        let mut list = tree::changes(&l, filter).map_err(at)?;
+        if detail == Detail::Diff {
             for c in &mut list {
-                c.diff = Some(tree::diff(&l, c).map_err(|e| format!("zone '{}': {e}", self.name))?);
+                c.diff = Some(tree::diff(&l, c).map_err(at)?);
             }
         }
+        let patch = match detail {
+            Detail::Patch => Some(tree::patch(&l, &list).map_err(at)?),
+            _ => None,
+        };
         Ok(ZoneChanges {
             zone: self.name.clone(),
             staged: true,
             changes: list,
             incomplete: false,
+            patch,
         })
     }
 

@@ -41,7 +41,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::caller::Caller;
 use super::records::end_record;
-use super::side::WorkerSide;
+use super::side::{Worker, WorkerSide};
 use super::{
     AskRequest, Broker, Continuation, Counters, DecideError, Decision, Event, GRANT_KEPT, Listener,
     Note, RequestInfo, Resolution, Scope, Settings, Verdict,
@@ -150,17 +150,21 @@ impl Approvals {
     ) -> Result<(), DecideError> {
         let asker = {
             let st = self.inner.state.lock();
-            st.pending.get(&id).map(|p| p.info.pid)
+            st.pending.get(&id).map(|p| (p.info.pid, p.deadline))
         };
-        let Some(asker) = asker else {
+        let Some((asker, deadline)) = asker else {
             return Err(DecideError::NotPending(id));
         };
-        if let Some(why) = self
-            .inner
-            .side
-            .refusal(Some(approver_pid), approver_uid, &[asker], &[])
-        {
-            return Err(DecideError::OwnSide { id, why });
+        if let Some(why) = self.inner.side.refusal(
+            Some(approver_pid),
+            approver_uid,
+            &[asker],
+            &[],
+            Worker::Asked,
+        ) {
+            // The request goes on waiting for a decider who may.
+            let left = deadline.saturating_duration_since(Instant::now()).as_secs();
+            return Err(DecideError::OwnSide { id, left, why });
         }
         self.decide(id, d, approver_uid)
     }

@@ -54,6 +54,7 @@ pub(super) fn decide(mountpoint: &Path, wanted: Wanted, success: bool) -> (After
     let changes: ChangesReport = match client.stage(Request::Changes {
         paths: Vec::new(),
         diff: false,
+        patch: false,
     }) {
         Ok(v) => v,
         Err(e) => {

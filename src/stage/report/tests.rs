@@ -175,6 +175,7 @@ fn a_plain_zone_past_its_bound_says_it_is_incomplete() {
             staged: false,
             changes: vec![Change::plain("a".into(), Kind::Modified)],
             incomplete: true,
+            patch: None,
         }],
     };
     let text = serde_json::to_string(&serde_json::to_value(&r).unwrap()).unwrap();

@@ -167,11 +167,18 @@ fn the_workers_own_side_may_not_commit_or_discard() {
         uid: rustix::process::geteuid().as_raw(),
         pid: Some(std::process::id()),
     };
-    for e in [
-        s.commit(&[], false, me).unwrap_err(),
-        s.discard(&[], me).unwrap_err(),
+    for (what, e) in [
+        ("commit", s.commit(&[], false, me).unwrap_err()),
+        ("discard", s.discard(&[], me).unwrap_err()),
     ] {
-        assert!(e.contains("it comes from the worker's own side"), "{e}");
+        // In plain words (what the writer did, not approval jargon), with
+        // the fix.
+        assert!(
+            e.starts_with(&format!("{what} refused: this command (pid "))
+                && e.contains("runs in the same terminal session as a process that wrote to the stage")
+                && e.contains("run it from another terminal (a different session), or start the worker with `zonemount run`"),
+            "{e}"
+        );
     }
     assert!(fake.restaged.lock().is_empty());
     assert!(!tmp.path().join("b/new").exists());

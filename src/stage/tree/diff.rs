@@ -27,6 +27,10 @@ fn text_of(root: &Root, rel: &Path) -> io::Result<Text> {
     else {
         return Ok(Text::Missing);
     };
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        // A change of type (a directory or a symlink before): no text.
+        return Ok(Text::Missing);
+    }
     if st.st_size as u64 > MAX_DIFF_BYTES {
         return Ok(Text::TooLarge(st.st_size as u64));
     }

@@ -8,6 +8,7 @@
 //!
 //! - `fsops`: fd-relative, symlink-free operations under one root.
 //! - `diff`: unified diffs of text files.
+//! - `patch`: the changes in git's extended diff format (`git apply`).
 //! - `fingerprints`: what each backing file was when first changed.
 //! - `conflict`: whether a change can be applied without touching a
 //!   host change (on its path, a parent, or under it).
@@ -25,6 +26,7 @@ mod conflict;
 mod diff;
 mod fingerprints;
 mod fsops;
+mod patch;
 #[cfg(test)]
 mod tests;
 mod unstage;
@@ -33,6 +35,7 @@ mod write;
 pub use apply::commit;
 pub use diff::diff;
 pub use fingerprints::{Fingerprint, Fingerprints};
+pub use patch::patch;
 pub use unstage::discard;
 
 use std::io;
