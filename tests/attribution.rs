@@ -340,3 +340,75 @@ fn a_worker_in_runs_pid_namespace_is_named_by_its_command() {
     assert_ne!(pid, ns_pid, "a pid of run's namespace: {inner:#}");
     zonemount::stage::dir::remove(Path::new(&stage)).unwrap();
 }
+
+#[test]
+fn the_ledger_names_who_made_each_mutation_and_each_committed_path() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::new(
+        "sandbox:\n  mode: direct\n  zones:\n    work: { path: ./b, mode: rw, staged: true, approval: { write: ask, delete: ask } }\n",
+    )
+    .backing_dir("work", "b")
+    .file("work", "gone", "bye\n");
+    let stage = s.root().join("stage");
+    let ledger = s.root().join("audit.jsonl");
+    let s = s
+        .arg("--stage-dir")
+        .arg(&stage.to_string_lossy())
+        .arg("--audit-log")
+        .arg(&ledger.to_string_lossy());
+    let mut m = s.mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = m.sh_in("work", "sh -c 'echo x > a' && rm gone && cp a c", &[]);
+    assert!(out.success(), "{}", out.describe());
+    let records = || -> Vec<serde_json::Value> {
+        fs::read_to_string(&ledger)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    // Each mutation allowed in the gated zone: its maker, in full.
+    let recs = records();
+    let made = |path: &str| {
+        recs.iter()
+            .find(|r| r["event"] == "mutation" && r["path"] == path)
+            .unwrap_or_else(|| panic!("no mutation of {path} in {recs:#?}"))
+            .clone()
+    };
+    let a = made("/work/a");
+    assert_eq!(cmd(&a["actor"]), ("sh".into(), "sh -c echo x > a".into()), "{a:#}");
+    assert_eq!(a["actor"]["pid"], a["pid"], "{a:#}");
+    assert_eq!(a["actor"]["uid"], u64::from(euid()), "{a:#}");
+    assert_eq!(made("/work/gone")["actor"]["comm"], "rm");
+    // A commit's record: beside each path, who made its first and last
+    // change.
+    let out = m.zonemount(&["commit", &mnt, "/work/a", "/work/gone"]);
+    assert!(out.success(), "{}", out.describe());
+    let recs = records();
+    let commit = recs
+        .iter()
+        .find(|r| r["event"] == "commit")
+        .unwrap_or_else(|| panic!("no commit in {recs:#?}"));
+    let paths: Vec<&str> = commit["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    let actors = commit["actors"].as_array().expect("actors");
+    assert_eq!(paths.len(), actors.len(), "{commit:#}");
+    let by = |p: &str| &actors[paths.iter().position(|q| *q == p).unwrap()];
+    assert_eq!(by("/work/a")["last"]["argv"], "sh -c echo x > a", "{commit:#}");
+    assert_eq!(by("/work/gone")["last"]["comm"], "rm", "{commit:#}");
+    // At unmount, the change report left (`c`) names its maker too.
+    assert!(m.unmount().success());
+    let recs = records();
+    let report = recs
+        .iter()
+        .find(|r| r["event"] == "changes")
+        .unwrap_or_else(|| panic!("no change report in {recs:#?}"));
+    assert_eq!(report["paths"][0], "added /work/c", "{report:#}");
+    assert_eq!(report["actors"][0]["first"]["comm"], "cp", "{report:#}");
+}

@@ -11,6 +11,7 @@ unmounted.
 
 from ._client import (
     PROTOCOL_VERSION,
+    Actor,
     Change,
     Client,
     Conflict,
@@ -29,6 +30,7 @@ from ._registry import control_socket, find_record, runtime_dir
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "Actor",
     "Change",
     "Client",
     "Conflict",
