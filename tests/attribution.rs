@@ -132,7 +132,10 @@ fn each_program_is_named_for_its_changes_in_a_staged_and_a_plain_zone() {
             assert!(t >= started && t <= SystemTime::now(), "{a:#}");
         }
         let f = change(&v, zone, "f");
-        assert_eq!(cmd(&f["last"]), ("sed".into(), "sed -i s/old/new/ f".into()));
+        assert_eq!(
+            cmd(&f["last"]),
+            ("sed".into(), "sed -i s/old/new/ f".into())
+        );
         assert_eq!(f["last"]["comm"], "sed", "{f:#}");
         let py = change(&v, zone, "py");
         assert!(
@@ -193,7 +196,11 @@ fn a_name_and_an_argv_with_escape_sequences_never_reach_stdout_raw() {
     let out = m.zonemount(&["changes", &mnt]);
     assert!(out.success(), "{}", out.describe());
     for raw in ['\x1b', '\x07'] {
-        assert!(!out.stdout.contains(raw), "raw {raw:?} in:\n{:?}", out.stdout);
+        assert!(
+            !out.stdout.contains(raw),
+            "raw {raw:?} in:\n{:?}",
+            out.stdout
+        );
     }
     let escaped = r"n\x1b]0;pwned\x07";
     for zone in ["work", "plain"] {
@@ -209,7 +216,11 @@ fn a_name_and_an_argv_with_escape_sequences_never_reach_stdout_raw() {
     }
     let out = m.zonemount(&["changes", "--json", &mnt]);
     for raw in ['\x1b', '\x07'] {
-        assert!(!out.stdout.contains(raw), "raw {raw:?} in:\n{:?}", out.stdout);
+        assert!(
+            !out.stdout.contains(raw),
+            "raw {raw:?} in:\n{:?}",
+            out.stdout
+        );
     }
     // Exact in JSON, once parsed.
     let v = json_of(&out);
@@ -328,7 +339,10 @@ fn a_worker_in_runs_pid_namespace_is_named_by_its_command() {
         "{inner:#}"
     );
     let copied = change(&v, "work", "copied");
-    assert_eq!(cmd(&copied["last"]), ("cp".into(), "cp inner copied".into()));
+    assert_eq!(
+        cmd(&copied["last"]),
+        ("cp".into(), "cp inner copied".into())
+    );
     // The pid is the daemon's view of the process, not the namespace's.
     let ns_pid: u64 = fs::read_to_string(stage.join("work/upper/inner"))
         .unwrap()
@@ -378,7 +392,11 @@ fn the_ledger_names_who_made_each_mutation_and_each_committed_path() {
             .clone()
     };
     let a = made("/work/a");
-    assert_eq!(cmd(&a["actor"]), ("sh".into(), "sh -c echo x > a".into()), "{a:#}");
+    assert_eq!(
+        cmd(&a["actor"]),
+        ("sh".into(), "sh -c echo x > a".into()),
+        "{a:#}"
+    );
     assert_eq!(a["actor"]["pid"], a["pid"], "{a:#}");
     assert_eq!(a["actor"]["uid"], u64::from(euid()), "{a:#}");
     assert_eq!(made("/work/gone")["actor"]["comm"], "rm");
@@ -400,7 +418,11 @@ fn the_ledger_names_who_made_each_mutation_and_each_committed_path() {
     let actors = commit["actors"].as_array().expect("actors");
     assert_eq!(paths.len(), actors.len(), "{commit:#}");
     let by = |p: &str| &actors[paths.iter().position(|q| *q == p).unwrap()];
-    assert_eq!(by("/work/a")["last"]["argv"], "sh -c echo x > a", "{commit:#}");
+    assert_eq!(
+        by("/work/a")["last"]["argv"],
+        "sh -c echo x > a",
+        "{commit:#}"
+    );
     assert_eq!(by("/work/gone")["last"]["comm"], "rm", "{commit:#}");
     // At unmount, the change report left (`c`) names its maker too.
     assert!(m.unmount().success());

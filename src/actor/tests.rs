@@ -15,7 +15,8 @@ fn who(pid: u32, argv: &str) -> Actor {
 }
 
 fn first_last(t: &Trails, p: &str) -> Option<(u32, u32)> {
-    t.first_last(Path::new(p)).map(|f| (f.first.pid, f.last.pid))
+    t.first_last(Path::new(p))
+        .map(|f| (f.first.pid, f.last.pid))
 }
 
 #[test]
@@ -134,7 +135,11 @@ fn marks_keep_what_a_rewind_needs() {
     let then = t.as_of(m1);
     assert_eq!(first_last(&then, "a"), Some((1, 3)));
     assert_eq!(first_last(&then, "b"), None);
-    assert_eq!(t.iter().next().unwrap().1.len(), 3, "first, before the mark, last");
+    assert_eq!(
+        t.iter().next().unwrap().1.len(),
+        3,
+        "first, before the mark, last"
+    );
     t.rewind(m1);
     assert_eq!(t, then);
     // Numbers go on after a rewind.
@@ -163,7 +168,10 @@ fn forget_drops_paths_and_trees_only() {
         t.change(Path::new(p), who(1, "w"));
     }
     assert!(t.forget(&[PathBuf::from("ab")], &[PathBuf::from("a")]));
-    let left: Vec<_> = t.iter().map(|(p, _)| p.to_str().unwrap().to_owned()).collect();
+    let left: Vec<_> = t
+        .iter()
+        .map(|(p, _)| p.to_str().unwrap().to_owned())
+        .collect();
     assert_eq!(left, ["a-b", "c/d"]);
     assert!(!t.forget(&[PathBuf::from("zz")], &[]));
     t.forget(&[], &[PathBuf::new()]);

@@ -55,7 +55,7 @@ pub struct Expected {
     list: Vec<Pending>,
     /// A rename (not an exchange): `list` is its source, then its target.
     rename: bool,
-    by: Option<Actor>,
+    by: Option<Box<Actor>>,
 }
 
 impl Expected {
@@ -73,7 +73,13 @@ impl Expected {
                 });
             }
         };
-        let rename = matches!(op, Op::Rename { exchange: false, .. });
+        let rename = matches!(
+            op,
+            Op::Rename {
+                exchange: false,
+                ..
+            }
+        );
         match op {
             Op::WriteContent { at, .. } | Op::Metadata { at } => add(at, Kind::Modified),
             Op::NewName { at, .. } => add(at, Kind::Added),
@@ -117,7 +123,7 @@ impl Expected {
 
     /// Made by `by`.
     pub fn by(mut self, by: Actor) -> Expected {
-        self.by = Some(by);
+        self.by = Some(Box::new(by));
         self
     }
 
