@@ -176,9 +176,17 @@ impl ChangeLog {
         if done.list.is_empty() {
             return;
         }
+        // A staged zone's record has a lock of its own: its changes take
+        // none of the plain zones' here.
+        if let Some(by) = &done.by {
+            self.attribute_staged(&done, by);
+        }
+        if done.list.iter().all(|p| p.staged) {
+            return;
+        }
         let mut log = self.inner.lock();
         if let Some(by) = &done.by {
-            self.attribute(&mut log, &done, by);
+            attribute_plain(&mut log, &done, by);
         }
         for p in done.list {
             if p.staged {
@@ -188,11 +196,11 @@ impl ChangeLog {
                 zones,
                 paths,
                 truncated,
-                ..
+                actors,
             } = &mut *log;
             let zone = match zones.get_mut(&p.zone) {
                 Some(z) => z,
-                None => zones.entry(p.zone).or_default(),
+                None => zones.entry(p.zone.clone()).or_default(),
             };
             let prev = zone.get(&p.path).copied();
             let next = match (prev, p.kind) {
@@ -210,6 +218,10 @@ impl ChangeLog {
                     if zone.remove(&p.path).is_some() {
                         *paths -= 1;
                     }
+                    // Made and gone again: no change, and no record.
+                    if let Some(t) = actors.get_mut(&p.zone) {
+                        t.forget(std::slice::from_ref(&p.path), &[]);
+                    }
                 }
                 Some(k) if prev.is_some() => {
                     zone.insert(p.path, k);
@@ -223,47 +235,26 @@ impl ChangeLog {
         }
     }
 
-    /// Who made what `done` changed: in the zone's stage, or here.
-    fn attribute(&self, log: &mut Log, done: &Expected, by: &Actor) {
-        let stage = |p: &Pending| {
-            p.staged
-                .then(|| self.stages.as_ref()?.by_name(&p.zone))
-                .flatten()
-        };
+    /// Who made what `done` changed in staged zones: in the zone's stage.
+    fn attribute_staged(&self, done: &Expected, by: &Actor) {
+        let Some(stages) = &self.stages else { return };
         let warn = |p: &Pending, e: std::io::Error| {
             tracing::warn!(zone = %p.zone, path = %crate::text::path(&p.path), "cannot record who changed a staged path: {e}");
         };
         if done.rename {
             let (from, to) = (&done.list[0], &done.list[1]);
-            match stage(from) {
-                Some(s) => {
-                    if let Err(e) = s.actors.rename(&from.path, &to.path, by) {
-                        warn(from, e);
-                    }
+            if let Some(s) = stages.by_name(&from.zone).filter(|_| from.staged) {
+                if let Err(e) = s.actors.rename(&from.path, &to.path, by) {
+                    warn(from, e);
                 }
-                None if !from.staged => {
-                    let t = log.actors.entry(from.zone.clone()).or_default();
-                    t.rename(&from.path, &to.path, by.clone());
-                }
-                None => {}
             }
             return;
         }
-        for p in &done.list {
-            match stage(p) {
-                Some(s) => {
-                    if let Err(e) = s.actors.change(&p.path, by) {
-                        warn(p, e);
-                    }
+        for p in done.list.iter().filter(|p| p.staged) {
+            if let Some(s) = stages.by_name(&p.zone) {
+                if let Err(e) = s.actors.change(&p.path, by) {
+                    warn(p, e);
                 }
-                None if !p.staged => {
-                    let t = match log.actors.get_mut(&p.zone) {
-                        Some(t) => t,
-                        None => log.actors.entry(p.zone.clone()).or_default(),
-                    };
-                    t.change(&p.path, by.clone());
-                }
-                None => {}
             }
         }
     }
@@ -287,6 +278,25 @@ impl ChangeLog {
             .collect();
         list.sort_unstable_by(|a, b| a.path.cmp(&b.path));
         (list, log.truncated)
+    }
+}
+
+/// Who made what `done` changed in plain zones: here.
+fn attribute_plain(log: &mut Log, done: &Expected, by: &Actor) {
+    if done.rename {
+        let (from, to) = (&done.list[0], &done.list[1]);
+        if !from.staged {
+            let t = log.actors.entry(from.zone.clone()).or_default();
+            t.rename(&from.path, &to.path, by.clone());
+        }
+        return;
+    }
+    for p in done.list.iter().filter(|p| !p.staged) {
+        let t = match log.actors.get_mut(&p.zone) {
+            Some(t) => t,
+            None => log.actors.entry(p.zone.clone()).or_default(),
+        };
+        t.change(&p.path, by.clone());
     }
 }
 
