@@ -78,6 +78,12 @@ impl Actor {
         }
     }
 
+    /// Who is behind a request of thread `tid` for `uid`, read now
+    /// (uncached: for a call that is rare, such as an approved ask).
+    pub fn read(tid: u32, uid: u32) -> Actor {
+        Who::default().actor(tid, uid)
+    }
+
     /// For people, escaped: the argv, or the name when the argv is empty
     /// (a kernel thread, a process exiting), or `unknown (pid N)`.
     pub fn shown(&self) -> String {
