@@ -337,7 +337,7 @@ mod tests {
     }
 
     #[test]
-    fn a_million_writes_keep_the_file_small() {
+    fn twenty_thousand_changes_of_one_path_keep_the_file_small() {
         let dir = tempfile::tempdir().unwrap();
         let s = StageActors::open(dir.path()).unwrap();
         for i in 0..20_000 {
