@@ -91,6 +91,13 @@ pub struct Record {
     /// A change report in a line: `2 added, 1 modified, 0 deleted`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// Beside `paths`, in the same order: who made each path's first and
+    /// last change (`null` where not recorded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actors: Option<Vec<Option<crate::actor::FirstLast>>>,
+    /// A mutation's maker: process id, command (`comm`, `argv`), uid, time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor: Option<crate::actor::Actor>,
 }
 
 impl Record {
@@ -100,6 +107,12 @@ impl Record {
             list.iter().map(|p| crate::text::for_json(p)).unzip();
         self.paths_b64 = b64.iter().any(Option::is_some).then_some(b64);
         self.paths = Some(text);
+        self
+    }
+
+    /// With `actors` beside `paths` (left out when none is known).
+    pub fn actors(mut self, list: Vec<Option<crate::actor::FirstLast>>) -> Self {
+        self.actors = list.iter().any(Option::is_some).then_some(list);
         self
     }
 

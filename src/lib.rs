@@ -11,6 +11,8 @@
 //!   `/dev/fuse` and io_uring transports, mounting.
 //! - [`approval`]: the broker an `ask` decision is handed to, its
 //!   approvers (prompt, hook, a channel for the Rust API) and their caches.
+//! - [`actor`]: who made a change (the process read from `/proc`, cached),
+//!   and each changed path's first and last change.
 //! - [`audit`]: the JSON Lines ledger.
 //! - [`control`]: the per-mount control socket: typed protocol, server,
 //!   client.
@@ -48,6 +50,7 @@
 //!   shared mapping.
 //! - `isolate::pidns`: `run`'s PID namespace (`unshare`, `NS_GET_PARENT`).
 
+pub mod actor;
 pub mod approval;
 pub mod audit;
 #[allow(unsafe_code)]

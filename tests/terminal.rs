@@ -312,9 +312,10 @@ fn changes_and_commit_show_names_escaped_and_keep_them_exact() {
         Duration::from_secs(30),
     );
     assert!(out.success(), "{}", out.describe());
+    // With the command that made it, whose argv holds the name: escaped.
     assert_eq!(
         out.stdout,
-        format!("A  /work/{EVIL_SHOWN}\n"),
+        format!("A  /work/{EVIL_SHOWN}  by sh -c echo x > \"$0/$1\" work {EVIL_SHOWN}\n"),
         "changes PATH"
     );
     let out = zm(&m, &["changes", "--diff"]);
@@ -330,6 +331,7 @@ fn changes_and_commit_show_names_escaped_and_keep_them_exact() {
     for z in v["zones"].as_array().unwrap() {
         let c = &z["changes"][0];
         assert_eq!(exact(c, "path"), EVIL, "{z}");
+        assert!(exact(&c["last"], "argv").ends_with(EVIL), "{z}");
     }
 
     // `commit --json`: exact, and the host has the exact name; a second

@@ -107,6 +107,8 @@ pub struct Note {
     pub refusal: Option<crate::error::Refusal>,
     /// For a refusal: the explanation, as `check` would give it.
     pub message: Option<String>,
+    /// For a mutation: who made it (read when it was allowed).
+    pub actor: Option<crate::actor::Actor>,
 }
 
 pub trait Broker: Send + Sync + 'static {

@@ -453,3 +453,34 @@ fn a_detached_request_outlives_its_caller() {
     b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
     assert_eq!(got(&rx), Some(Verdict::Allow));
 }
+
+#[test]
+fn an_allow_from_an_earlier_decision_names_its_maker_in_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let audit = std::sync::Arc::new(crate::audit::Audit::open(&path, "/m".as_ref()).unwrap());
+    let b = Approvals::new(
+        Settings {
+            mountpoint: "/m".into(),
+            timeout: Duration::from_secs(60),
+            no_approvals: false,
+        },
+        Some(audit),
+    );
+    let rx = ask(&b, Class::Write, "a.md");
+    b.decide(only_pending(&b), Decision::Allow(Scope::Path), 0)
+        .unwrap();
+    assert_eq!(got(&rx), Some(Verdict::Allow));
+    assert_eq!(got(&ask(&b, Class::Write, "a.md")), Some(Verdict::Allow));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let rec: serde_json::Value = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["event"] == "mutation")
+        .unwrap_or_else(|| panic!("no mutation in {text}"));
+    assert_eq!(rec["actor"]["pid"], std::process::id(), "{rec}");
+    assert_eq!(rec["actor"]["uid"], 1000, "{rec}");
+    assert!(rec["actor"]["comm"].is_string(), "{rec}");
+    assert!(rec["actor"]["argv"].is_string(), "{rec}");
+    b.shutdown("test over");
+}

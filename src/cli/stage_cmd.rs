@@ -335,7 +335,8 @@ fn name(p: &Path) -> String {
     text::path(p)
 }
 
-/// One change for people: `M  /work/src/a.rs  (0644, 120 → 130 bytes)`.
+/// One change for people: `M  /work/src/a.rs  (0644, 120 → 130 bytes)  by
+/// sed -i s/a/b/ a.rs` (the last change's command, escaped).
 pub(crate) fn change_line(zone: &str, c: &Change) -> String {
     let path = format!("/{zone}/{}", name(&c.path));
     let mut line = format!("{}  {path}", letter(c.kind));
@@ -361,6 +362,11 @@ pub(crate) fn change_line(zone: &str, c: &Change) -> String {
     }
     if !facts.is_empty() {
         line.push_str(&format!("  ({})", facts.join(", ")));
+    }
+    // Who made the last change: a worker's argv, escaped like its names.
+    if let Some(by) = &c.last {
+        line.push_str("  by ");
+        line.push_str(&by.shown());
     }
     line
 }

@@ -548,6 +548,58 @@ fn answers_go_out_as_v1_sent_them() {
     }
 }
 
+/// A change report's answer: a change with who made its first and last
+/// change (added to v1 without changing a byte of what was there: the
+/// plain change beside it is as before); an actor whose argv is not UTF-8
+/// has its bytes in `argv_b64`, one whose command is unknown neither.
+#[test]
+fn a_change_report_with_actors_goes_out_as_sent() {
+    use std::sync::Arc;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use crate::actor::{Actor, Command};
+    use crate::stage::report::{Answer, Change, ChangesReport, Kind, ZoneChanges};
+
+    let at = |s| UNIX_EPOCH + Duration::from_millis(s);
+    let sed = Actor {
+        pid: 4242,
+        uid: 1000,
+        time: at(1_735_689_600_250),
+        command: Some(Arc::new(Command {
+            comm: b"sed".to_vec(),
+            argv: b"sed -i s/hi/hello/ app.py \xff\x1b".to_vec(),
+        })),
+    };
+    let gone = Actor {
+        pid: 7,
+        uid: 0,
+        time: at(1_735_689_600_000),
+        command: None,
+    };
+    let report = ChangesReport {
+        zones: vec![ZoneChanges {
+            zone: "work".into(),
+            staged: false,
+            changes: vec![
+                Change {
+                    first: Some(gone),
+                    last: Some(sed),
+                    ..Change::plain("app.py".into(), Kind::Modified)
+                },
+                Change::plain("old".into(), Kind::Deleted),
+            ],
+            incomplete: false,
+            patch: None,
+        }],
+    };
+    let want = r#"{"ok":true,"v":1,"zones":[{"changes":[{"first":{"pid":7,"time":"2025-01-01T00:00:00.000Z","uid":0},"kind":"modified","last":{"argv":"sed -i s/hi/hello/ app.py �\u001b","argv_b64":"c2VkIC1pIHMvaGkvaGVsbG8vIGFwcC5weSD/Gw==","comm":"sed","pid":4242,"time":"2025-01-01T00:00:00.250Z","uid":1000},"path":"app.py"},{"kind":"deleted","path":"old"}],"staged":false,"zone":"work"}]}"#;
+    let v = ok_answer(&Answer::Changes(report.clone()));
+    assert_eq!(v.to_string(), want);
+    // A client reads it back as the typed report.
+    let back: ChangesReport = serde_json::from_value(v).unwrap_or_default();
+    assert_eq!(back, report);
+}
+
 #[test]
 fn events_go_out_as_v1_sent_them() {
     let resolved = |id, resolution| Event::Resolved { id, resolution };

@@ -8,6 +8,7 @@
 //!   stages (through the `LiveMount` trait the filesystem core
 //!   implements) and of a stage dir no mount holds; `work`: one zone's
 //!   part of such a request, and the request's paths by zone.
+//! - `actors`: who changed each path, kept with the stage.
 //! - `report`: their answers as types, shared by the control socket, the
 //!   CLI and the Rust API.
 //! - `tree`: what a stage holds compared to its backing dir (the change
@@ -17,6 +18,7 @@
 //! staged zone, the overlay whose root the filesystem uses as the zone's
 //! directory (see `stage::sys::overlay`).
 
+pub mod actors;
 pub mod dir;
 pub mod report;
 pub mod service;
@@ -46,6 +48,8 @@ pub struct ZoneStage {
     /// What each backing path was when first changed (shared by the
     /// filesystem, which notes, and commit/discard, which read and drop).
     pub fingerprints: tree::Fingerprints,
+    /// Who changed each path (`actors`).
+    pub actors: actors::StageActors,
     /// The backing dir, to note from.
     lower: OwnedFd,
 }
@@ -139,6 +143,7 @@ impl Stages {
                 source: e,
             };
             let fingerprints = tree::Fingerprints::open(&zdir).map_err(io)?;
+            let actors = actors::StageActors::open(&zdir).map_err(io)?;
             let lower = rustix::fs::open(
                 &z.backing,
                 rustix::fs::OFlags::PATH
@@ -170,6 +175,7 @@ impl Stages {
                 dir: zdir,
                 xattrs,
                 fingerprints,
+                actors,
                 lower,
             }));
         }

@@ -13,11 +13,15 @@
 //! `applied`, `discarded` and one `conflicts` item, whichever was asked.
 //! Every name is exact: beside a `path`, `from` or `at` that is not UTF-8
 //! (the text then has U+FFFD in place of what is not) stands its bytes in
-//! base64, `path_b64`, `from_b64`, `at_b64`.
+//! base64, `path_b64`, `from_b64`, `at_b64`. A change carries who made its
+//! first and its last change, `first` and `last` (`actor::Actor`: `pid`,
+//! `comm`, `argv`, `uid`, `time`), when they were recorded.
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+use crate::actor::Actor;
 
 /// A name in JSON as the text and, when it is not UTF-8, its bytes in
 /// base64 under `<key>_b64` (flattened into the item that holds it):
@@ -176,6 +180,13 @@ pub struct Change {
     /// mode or a symlink's target ("" when there is nothing to show).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
+    /// Who made the path's first change (see `actor`); absent when not
+    /// recorded (a stage from before attribution, a path past the bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<Actor>,
+    /// Who made its last change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<Actor>,
 }
 
 impl Change {
@@ -193,6 +204,8 @@ impl Change {
             entries: None,
             what: Vec::new(),
             diff: None,
+            first: None,
+            last: None,
         }
     }
 }

@@ -149,8 +149,12 @@ impl StageService {
                 continue;
             };
             if *staged {
-                if let Some((_, w)) = work.iter().find(|(_, w)| &w.name == name) {
-                    zones.push(w.changes(filter, detail)?);
+                if let Some((i, w)) = work.iter().find(|(_, w)| &w.name == name) {
+                    let mut z = w.changes(filter, detail)?;
+                    if let Some(stage) = self.stages.as_ref().and_then(|s| s.zone(*i)) {
+                        stage.actors.fill(&mut z.changes);
+                    }
+                    zones.push(z);
                 }
             } else {
                 let (changes, incomplete) = self.live.plain_changes(name, filter);
@@ -261,7 +265,14 @@ impl StageService {
                     zones.push(T::left_alone(&w.name, open));
                     continue;
                 }
-                let answer = apply(w, &stage.fingerprints, filter)?;
+                let mut answer = apply(w, &stage.fingerprints, filter)?;
+                // Who made each change goes in the answer (and the
+                // ledger); the record of what is gone from the stage goes.
+                stage.actors.fill(answer.changes_mut());
+                let cleared = answer.cleared(filter);
+                if let Err(e) = stage.actors.forget(answer.changes_mut(), &cleared) {
+                    tracing::warn!(zone = %w.name, "cannot drop the attribution of what left the stage: {e}");
+                }
                 self.live
                     .restage(*i)
                     .map_err(|e| format!("zone '{}': cannot mount its stage again: {e}", w.name))?;
@@ -286,8 +297,10 @@ impl StageService {
         by: Caller,
     ) {
         let Some(a) = &self.audit else { return };
+        let mut actors = Vec::new();
         let paths: Vec<Vec<u8>> = changes
             .map(|(zone, c)| {
+                actors.push(first_last(c));
                 let mut p = format!("/{zone}/").into_bytes();
                 p.extend(c.path.clone().into_os_string().into_vec());
                 p
@@ -301,7 +314,8 @@ impl StageService {
                 conflicts,
                 ..Default::default()
             }
-            .paths(&paths),
+            .paths(&paths)
+            .actors(actors),
         );
     }
 
@@ -321,6 +335,7 @@ impl StageService {
                 continue;
             }
             let count = |k: Kind| list.iter().filter(|c| c.kind == k).count();
+            let actors = list.iter().take(LEDGER_PATHS).map(first_last).collect();
             let paths: Vec<Vec<u8>> = list
                 .iter()
                 .take(LEDGER_PATHS)
@@ -353,10 +368,19 @@ impl StageService {
                     )),
                     ..Default::default()
                 }
-                .paths(&paths),
+                .paths(&paths)
+                .actors(actors),
             );
         }
     }
+}
+
+/// A change's first and last actor, when both are known.
+fn first_last(c: &Change) -> Option<crate::actor::FirstLast> {
+    Some(crate::actor::FirstLast {
+        first: c.first.clone()?,
+        last: c.last.clone()?,
+    })
 }
 
 /// A stage dir no mount holds, locked while this is alive: its changes,
@@ -418,7 +442,11 @@ impl OfflineStage {
         let zones = self
             .wanted(paths)?
             .into_iter()
-            .map(|(w, f)| w.changes(&f, detail))
+            .map(|(w, f)| {
+                let mut z = w.changes(&f, detail)?;
+                w.actors()?.fill(&mut z.changes);
+                Ok::<_, String>(z)
+            })
             .collect::<Result<_, _>>()?;
         Ok(ChangesReport { zones })
     }
@@ -428,7 +456,11 @@ impl OfflineStage {
         let zones = self
             .wanted(paths)?
             .into_iter()
-            .map(|(w, f)| w.commit(&w.fingerprints()?, &f, force))
+            .map(|(w, f)| {
+                let mut z = w.commit(&w.fingerprints()?, &f, force)?;
+                w.settle_actors(&mut z, &f)?;
+                Ok::<_, String>(z)
+            })
             .collect::<Result<_, _>>()?;
         Ok(CommitReport { zones })
     }
@@ -438,7 +470,11 @@ impl OfflineStage {
         let zones = self
             .wanted(paths)?
             .into_iter()
-            .map(|(w, f)| w.discard(&w.fingerprints()?, &f))
+            .map(|(w, f)| {
+                let mut z = w.discard(&w.fingerprints()?, &f)?;
+                w.settle_actors(&mut z, &f)?;
+                Ok::<_, String>(z)
+            })
             .collect::<Result<_, _>>()?;
         Ok(DiscardReport { zones })
     }

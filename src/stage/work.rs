@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::report::{ZoneChanges, ZoneCommit, ZoneDiscard};
+use super::report::{Change, ZoneChanges, ZoneCommit, ZoneDiscard};
 use super::tree;
 use crate::stage::sys::overlay::Xattrs;
 use crate::text;
@@ -99,6 +99,27 @@ impl ZoneWork {
         })
     }
 
+    /// Who changed what, read afresh (a stage no mount holds).
+    pub(super) fn actors(&self) -> Result<super::actors::StageActors, String> {
+        super::actors::StageActors::open(&self.dir)
+            .map_err(|e| format!("zone '{}': cannot read who changed it: {e}", self.name))
+    }
+
+    /// After a commit or discard of a stage no mount holds: its changes
+    /// given their actors, and those records dropped.
+    pub(super) fn settle_actors<T: Outcome>(
+        &self,
+        answer: &mut T,
+        filter: &[PathBuf],
+    ) -> Result<(), String> {
+        let actors = self.actors()?;
+        actors.fill(answer.changes_mut());
+        let cleared = answer.cleared(filter);
+        actors
+            .forget(answer.changes_mut(), &cleared)
+            .map_err(|e| format!("zone '{}': cannot drop who changed it: {e}", self.name))
+    }
+
     /// The stage's records read afresh (a stage no mount holds).
     pub(super) fn fingerprints(&self) -> Result<tree::Fingerprints, String> {
         tree::Fingerprints::open(&self.dir)
@@ -120,6 +141,19 @@ pub(super) trait Outcome {
     fn left_alone(zone: &str, open: usize) -> Self;
     /// The paths it applied or dropped (the kernel forgets them).
     fn done(&self) -> Vec<PathBuf>;
+    /// The changes it applied or dropped.
+    fn changes_mut(&mut self) -> &mut Vec<Change>;
+    /// The trees (of a request's `filter`) it left nothing staged in: ""
+    /// for the whole zone.
+    fn cleared(&self, filter: &[PathBuf]) -> Vec<PathBuf>;
+}
+
+/// `filter`, or the whole zone when it is empty.
+fn whole(filter: &[PathBuf]) -> Vec<PathBuf> {
+    match filter.is_empty() {
+        true => vec![PathBuf::new()],
+        false => filter.to_vec(),
+    }
 }
 
 impl Outcome for ZoneCommit {
@@ -129,6 +163,16 @@ impl Outcome for ZoneCommit {
     fn done(&self) -> Vec<PathBuf> {
         self.applied.iter().map(|c| c.path.clone()).collect()
     }
+    fn changes_mut(&mut self) -> &mut Vec<Change> {
+        &mut self.applied
+    }
+    fn cleared(&self, filter: &[PathBuf]) -> Vec<PathBuf> {
+        // A conflict stays staged, and so does its record.
+        match self.conflicts.is_empty() {
+            true => whole(filter),
+            false => Vec::new(),
+        }
+    }
 }
 
 impl Outcome for ZoneDiscard {
@@ -137,6 +181,12 @@ impl Outcome for ZoneDiscard {
     }
     fn done(&self) -> Vec<PathBuf> {
         self.discarded.iter().map(|c| c.path.clone()).collect()
+    }
+    fn changes_mut(&mut self) -> &mut Vec<Change> {
+        &mut self.discarded
+    }
+    fn cleared(&self, filter: &[PathBuf]) -> Vec<PathBuf> {
+        whole(filter)
     }
 }
 

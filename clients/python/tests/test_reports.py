@@ -49,3 +49,28 @@ def test_commit_and_discard_answers_read_into_their_types() -> None:
         assert busy.applied == []
         assert [c.path for c in busy.conflicts] == [""]
         assert "open for writing" in busy.conflicts[0].why
+
+
+def test_a_change_names_who_made_its_first_and_last_change() -> None:
+    # As the daemon sends it (src/control/wire_table.rs): an argv that is
+    # not UTF-8, and a process gone before it could be read.
+    d = json.loads(
+        '{"first": {"pid": 7, "time": "2025-01-01T00:00:00.000Z", "uid": 0},'
+        ' "kind": "modified", "path": "app.py",'
+        ' "last": {"argv": "sed -i s/hi/hello/ app.py \ufffd\\u001b",'
+        ' "argv_b64": "c2VkIC1pIHMvaGkvaGVsbG8vIGFwcC5weSD/Gw==", "comm": "sed",'
+        ' "pid": 4242, "time": "2025-01-01T00:00:00.250Z", "uid": 1000}}'
+    )
+    c = zonemount.Change.from_json(d)
+    assert c.last is not None and c.first is not None
+    assert (c.last.pid, c.last.uid, c.last.comm) == (4242, 1000, "sed")
+    assert c.last.argv_bytes == b"sed -i s/hi/hello/ app.py \xff\x1b"
+    assert c.last.comm_bytes == b"sed"
+    assert c.last.time == "2025-01-01T00:00:00.250Z" and c.last.known
+    assert (c.first.pid, c.first.comm, c.first.argv) == (7, None, None)
+    assert not c.first.known
+    # Shown to a person, escaped like a name.
+    assert zonemount.escape(c.last.argv_bytes) == "sed -i s/hi/hello/ app.py \\xff\\x1b"
+    # A change without them (an older daemon) reads as before.
+    plain = zonemount.Change.from_json({"kind": "added", "path": "a"})
+    assert plain.first is None and plain.last is None

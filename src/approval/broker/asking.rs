@@ -183,6 +183,7 @@ impl Approvals {
             audit::Record {
                 decision: Some("allow".into()),
                 reason: Some(reason.into()),
+                actor: Some(crate::actor::Actor::read(req.pid, req.uid)),
                 ..ask_record(req, caller)
             },
         );

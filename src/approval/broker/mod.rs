@@ -408,12 +408,16 @@ impl Broker for Approvals {
             None => bump(&c.mutations, 1),
         }
         let Some(a) = &self.inner.audit else { return };
-        let pid = Caller::read(note.pid).pid;
+        let pid = match &note.actor {
+            Some(a) => a.pid,
+            None => Caller::read(note.pid).pid,
+        };
         let mut rec = audit::Record {
             zone: note.zone.clone(),
             op: Some(note.op.to_string()),
             pid: Some(pid),
             uid: Some(note.uid),
+            actor: note.actor.clone(),
             ..audit::Record::default()
         }
         .path(&note.path)

@@ -115,9 +115,16 @@ impl Core {
         decision: Decision,
         keep: Keep,
     ) -> FsResult<Gate> {
-        // Recorded in the change report only if allowed, done and successful.
+        // Recorded in the change report only if allowed, done and
+        // successful; who makes it is read now, while the caller waits.
         let expected = || match op.changes() {
-            true => Expected::of(op),
+            true => {
+                let e = Expected::of(op);
+                match e.is_empty() {
+                    true => e,
+                    false => e.by(self.who.actor(ctx.pid, ctx.uid)),
+                }
+            }
             false => Expected::default(),
         };
         match decision {
@@ -305,7 +312,10 @@ impl Core {
         let [at, to] = op.places();
         let Some(at) = at else { return };
         if at.zone.is_some_and(|z| z.gated()) {
-            self.broker.note(&note(ctx, at, to));
+            self.broker.note(&Note {
+                actor: Some(self.who.actor(ctx.pid, ctx.uid)),
+                ..note(ctx, at, to)
+            });
         }
     }
 
@@ -344,5 +354,6 @@ fn note(ctx: &Ctx, at: Loc<'_>, to: Option<Loc<'_>>) -> Note {
         target: to.map(policy::exact),
         refusal: None,
         message: None,
+        actor: None,
     }
 }

@@ -257,8 +257,10 @@ pub struct Core {
     notifier: std::sync::OnceLock<crate::fuse::Notifier>,
     /// Who changed the stages (see `stage::note_staged`).
     writers: Mutex<stage::Writers>,
-    /// What the workers changed in plain rw zones.
+    /// What the workers changed in plain rw zones, and who changed what.
     changelog: crate::fs::changes::ChangeLog,
+    /// Who is behind a request (`actor`).
+    who: crate::actor::Who,
     /// Interrupts that came before their call waited (see `held`).
     early: held::EarlyInterrupts,
 }
@@ -364,11 +366,12 @@ impl Core {
             zones,
             zone_names,
             inodes: Inodes::new(roots),
-            stages,
+            stages: stages.clone(),
             still: parking_lot::RwLock::new(()),
             notifier: std::sync::OnceLock::new(),
             writers: Mutex::new(stage::Writers::default()),
-            changelog: crate::fs::changes::ChangeLog::default(),
+            changelog: crate::fs::changes::ChangeLog::new(stages.clone()),
+            who: crate::actor::Who::default(),
             early: held::EarlyInterrupts::default(),
             reach,
             handles: Handles::default(),

@@ -301,11 +301,12 @@ impl Core {
             )) => {
                 let r = {
                     let _still = self.acting();
-                    self.create_as(&ctx.caller(), &dir, &name, mode, flags, None)
+                    let r = self.create_as(&ctx.caller(), &dir, &name, mode, flags, None);
+                    if r.is_ok() {
+                        self.changelog.record(expected);
+                    }
+                    r
                 };
-                if r.is_ok() {
-                    self.changelog.record(expected);
-                }
                 self.answer_create(r, false, reply)
             }
             Ok((

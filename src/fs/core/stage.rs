@@ -196,7 +196,14 @@ impl LiveMount for Core {
         let (list, incomplete) = self.changelog.changes(zone, filter);
         let list = list
             .into_iter()
-            .map(|c| Change::plain(c.path, c.kind))
+            .map(|c| {
+                let (first, last) = c.by.map(|b| (b.first, b.last)).unzip();
+                Change {
+                    first,
+                    last,
+                    ..Change::plain(c.path, c.kind)
+                }
+            })
             .collect();
         (list, incomplete)
     }

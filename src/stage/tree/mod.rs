@@ -139,6 +139,8 @@ fn change(path: PathBuf, kind: Kind, new: Option<&Stat>, old: Option<&Stat>) -> 
         entries: None,
         what: Vec::new(),
         diff: None,
+        first: None,
+        last: None,
     }
 }
 

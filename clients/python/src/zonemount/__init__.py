@@ -11,6 +11,7 @@ do, and run mounts (and commands in them) that are always unmounted.
 
 from ._client import (
     PROTOCOL_VERSION,
+    Actor,
     Change,
     Client,
     Conflict,
@@ -41,6 +42,7 @@ from ._registry import control_socket, find_record, runtime_dir
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "Actor",
     "ApprovalPolicy",
     "CacheTtls",
     "Change",

@@ -165,6 +165,48 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Actor:
+    """Who made a change: the process (its id as the daemon sees it), its
+    command, the caller's uid, and when. The command is what the process
+    presented (a worker can set its own argv and comm), not proof."""
+
+    pid: int
+    uid: int
+    #: RFC 3339, UTC.
+    time: str
+    #: The process's name (at most 15 bytes); None when unknown (the
+    #: process was gone before it could be read).
+    comm: Optional[str] = None
+    #: The first 512 bytes of its argv, NULs as spaces; None when unknown.
+    argv: Optional[str] = None
+    #: ``comm``'s and ``argv``'s exact bytes (the text fields hold U+FFFD
+    #: where they are not UTF-8).
+    comm_bytes: Optional[bytes] = field(default=None, repr=False, compare=False)
+    argv_bytes: Optional[bytes] = field(default=None, repr=False, compare=False)
+
+    @property
+    def known(self) -> bool:
+        """Whether the command could be read."""
+        return self.comm is not None or self.argv is not None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Actor":
+        return cls(
+            pid=int(d.get("pid", 0)),
+            uid=int(d.get("uid", 0)),
+            time=str(d.get("time", "")),
+            comm=_opt_str(d.get("comm")),
+            argv=_opt_str(d.get("argv")),
+            comm_bytes=exact(d, "comm"),
+            argv_bytes=exact(d, "argv"),
+        )
+
+
+def _opt_actor(v: Any) -> Optional[Actor]:
+    return Actor.from_json(v) if isinstance(v, dict) else None
+
+
+@dataclass(frozen=True)
 class Change:
     """One changed path of a zone (``changes``, ``commit``, ``discard``)."""
 
@@ -187,6 +229,9 @@ class Change:
     what: tuple[str, ...] = ()
     #: A unified diff, when asked for (staged zones).
     diff: Optional[str] = None
+    #: Who made the path's first and its last change (None: not recorded).
+    first: Optional[Actor] = None
+    last: Optional[Actor] = None
     #: ``path``'s and ``from_path``'s exact bytes (the text fields hold
     #: U+FFFD where a name's bytes are not UTF-8).
     path_bytes: bytes = field(default=b"", repr=False, compare=False)
@@ -206,6 +251,8 @@ class Change:
             entries=_opt_int(d.get("entries")),
             what=tuple(str(w) for w in d.get("what", [])),
             diff=_opt_str(d.get("diff")),
+            first=_opt_actor(d.get("first")),
+            last=_opt_actor(d.get("last")),
             path_bytes=exact(d, "path") or b"",
             from_bytes=exact(d, "from"),
         )

@@ -1,0 +1,545 @@
+//! Who made a change (DESIGN §5): the process behind a request, and each
+//! changed path's record of its first and last change.
+//!
+//! - [`Actor`]: one change's maker: the process id (in the daemon's PID
+//!   namespace), its command (`comm`, and the first [`ARGV_MAX`] bytes of
+//!   its argv with NULs as spaces), the caller's uid and the time. The
+//!   command is "unknown" (`None`) when the process was gone before it
+//!   could be read (or FUSE gave no pid).
+//! - [`Who`]: reads them from `/proc`, cached per thread and per
+//!   (process, start time), bounded, so a burst of changes by one program
+//!   reads `/proc` about once (see [`TRUST`]).
+//! - [`Trails`]: per path, its first and last change's actor, and the last
+//!   change before each mark (a checkpoint) the path's changes crossed:
+//!   bounded by paths and marks, not by writes. Kept in memory for plain rw
+//!   zones (`fs::changes`), with the stage for staged ones
+//!   (`stage::actors`).
+//!
+//! A worker chooses its own argv and comm (`exec -a`, `prctl`): an actor
+//! names the program as it presented itself, which is not proof against a
+//! hostile worker. Everything here is shown escaped (`text`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// How much of a process's argv is kept.
+pub const ARGV_MAX: usize = 512;
+
+/// How long a thread's process, once read, is taken as still the same
+/// without reading `/proc` again. Past it, one small read (the thread's
+/// `stat`: its start time and name) tells a reused pid or an `exec` from
+/// the same process. Within it, a process that `exec`s another program
+/// right after a change of its own is still named by the former command.
+pub const TRUST: Duration = Duration::from_millis(250);
+
+/// Most threads and processes remembered (each cache is emptied when full).
+const THREADS_MAX: usize = 4096;
+const PROCESSES_MAX: usize = 1024;
+
+/// Most paths a [`Trails`] keeps (a path beyond it has no record).
+pub const PATHS_MAX: usize = 200_000;
+
+/// What a process ran: its name (`comm`, at most 15 bytes) and the start
+/// of its argv, exact bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    pub comm: Vec<u8>,
+    /// At most [`ARGV_MAX`] bytes, NULs as spaces, trailing NULs cut.
+    pub argv: Vec<u8>,
+}
+
+/// Who made one change, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// The process (thread group) id as the daemon sees it; the thread id
+    /// FUSE gave when the process could not be read; 0 when FUSE gave none.
+    pub pid: u32,
+    pub uid: u32,
+    pub time: SystemTime,
+    /// None: unknown (the process was gone before it could be read).
+    pub command: Option<Arc<Command>>,
+}
+
+impl Actor {
+    /// An actor whose command is unknown.
+    pub fn unknown(pid: u32, uid: u32) -> Actor {
+        Actor {
+            pid,
+            uid,
+            time: SystemTime::now(),
+            command: None,
+        }
+    }
+
+    /// Who is behind a request of thread `tid` for `uid`, read now
+    /// (uncached: for a call that is rare, such as an approved ask).
+    pub fn read(tid: u32, uid: u32) -> Actor {
+        Who::default().actor(tid, uid)
+    }
+
+    /// For people, escaped: the argv, or the name when the argv is empty
+    /// (a kernel thread, a process exiting), or `unknown (pid N)`.
+    pub fn shown(&self) -> String {
+        match self.command.as_deref() {
+            Some(c) if !c.argv.is_empty() => crate::text::escape(&c.argv),
+            Some(c) if !c.comm.is_empty() => format!("[{}]", crate::text::escape(&c.comm)),
+            _ => format!("unknown (pid {})", self.pid),
+        }
+    }
+
+    /// Whether `other` is the same process running the same command.
+    pub fn same_process(&self, other: &Actor) -> bool {
+        self.pid == other.pid
+            && self.uid == other.uid
+            && match (&self.command, &other.command) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+/// An actor in JSON (keys in alphabetical order, as the protocol's):
+/// `{"argv", "argv_b64"?, "comm", "comm_b64"?, "pid", "time", "uid"}`,
+/// `argv` and `comm` absent when the command is unknown, `time` RFC 3339.
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    argv: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    argv_b64: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    comm: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    comm_b64: Option<String>,
+    pid: u32,
+    time: String,
+    uid: u32,
+}
+
+impl Serialize for Actor {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (mut argv, mut argv_b64, mut comm, mut comm_b64) = (None, None, None, None);
+        if let Some(c) = &self.command {
+            (argv, argv_b64) = split(crate::text::for_json(&c.argv));
+            (comm, comm_b64) = split(crate::text::for_json(&c.comm));
+        }
+        Wire {
+            argv,
+            argv_b64,
+            comm,
+            comm_b64,
+            pid: self.pid,
+            time: humantime::format_rfc3339_millis(self.time).to_string(),
+            uid: self.uid,
+        }
+        .serialize(s)
+    }
+}
+
+fn split((text, b64): (String, Option<String>)) -> (Option<String>, Option<String>) {
+    (Some(text), b64)
+}
+
+impl<'de> Deserialize<'de> for Actor {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Actor, D::Error> {
+        let w = Wire::deserialize(d)?;
+        let time = humantime::parse_rfc3339(&w.time).map_err(serde::de::Error::custom)?;
+        let command = match (w.argv, w.comm) {
+            (None, None) => None,
+            (argv, comm) => Some(Arc::new(Command {
+                argv: argv.map_or_else(Vec::new, |t| {
+                    crate::text::from_json(&t, w.argv_b64.as_deref())
+                }),
+                comm: comm.map_or_else(Vec::new, |t| {
+                    crate::text::from_json(&t, w.comm_b64.as_deref())
+                }),
+            })),
+        };
+        Ok(Actor {
+            pid: w.pid,
+            uid: w.uid,
+            time,
+            command,
+        })
+    }
+}
+
+/// A path's first and last change, as a report shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstLast {
+    pub first: Actor,
+    pub last: Actor,
+}
+
+/// The process behind a FUSE request, read from `/proc` and cached.
+#[derive(Debug, Default)]
+pub struct Who {
+    cache: Mutex<Cache>,
+}
+
+#[derive(Debug, Default)]
+struct Cache {
+    /// By thread id (what FUSE gives).
+    threads: HashMap<u32, Seen>,
+    /// By (process id, start time): its command.
+    processes: HashMap<(u32, u64), Arc<Command>>,
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    /// The thread's start time and name, when last read.
+    start: u64,
+    comm: Vec<u8>,
+    checked: Instant,
+    pid: u32,
+    command: Arc<Command>,
+}
+
+impl Who {
+    /// Who is behind a request of thread `tid` (FUSE's pid) for `uid`, now.
+    pub fn actor(&self, tid: u32, uid: u32) -> Actor {
+        let mut actor = Actor::unknown(tid, uid);
+        if tid == 0 {
+            return actor;
+        }
+        let now = Instant::now();
+        if let Some(s) = self.cache.lock().threads.get_mut(&tid) {
+            if now.duration_since(s.checked) < TRUST {
+                actor.pid = s.pid;
+                actor.command = Some(Arc::clone(&s.command));
+                return actor;
+            }
+        }
+        // Read without the lock: a slow /proc holds back no other caller.
+        let Some((comm, start)) = read_stat(tid) else {
+            return actor;
+        };
+        {
+            let mut c = self.cache.lock();
+            if let Some(s) = c.threads.get_mut(&tid) {
+                if s.start == start && s.comm == comm {
+                    s.checked = now;
+                    actor.pid = s.pid;
+                    actor.command = Some(Arc::clone(&s.command));
+                    return actor;
+                }
+            }
+        }
+        let Some((pid, command)) = self.process(tid, &comm, start) else {
+            return actor;
+        };
+        let mut c = self.cache.lock();
+        if c.threads.len() >= THREADS_MAX {
+            c.threads.clear();
+        }
+        c.threads.insert(
+            tid,
+            Seen {
+                start,
+                comm,
+                checked: now,
+                pid,
+                command: Arc::clone(&command),
+            },
+        );
+        actor.pid = pid;
+        actor.command = Some(command);
+        actor
+    }
+
+    /// Thread `tid`'s process and its command (read once per process and
+    /// program); None when it is gone.
+    fn process(&self, tid: u32, comm: &[u8], start: u64) -> Option<(u32, Arc<Command>)> {
+        let pid = tgid(tid)?;
+        let (pcomm, pstart) = match pid == tid {
+            true => (comm.to_vec(), start),
+            false => read_stat(pid)?,
+        };
+        if let Some(cmd) = self.cache.lock().processes.get(&(pid, pstart)) {
+            // The same process; the same program unless it `exec`ed since.
+            if cmd.comm == pcomm {
+                return Some((pid, Arc::clone(cmd)));
+            }
+        }
+        let argv = read_argv(pid)?;
+        let cmd = Arc::new(Command { comm: pcomm, argv });
+        let mut c = self.cache.lock();
+        if c.processes.len() >= PROCESSES_MAX {
+            c.processes.clear();
+        }
+        c.processes.insert((pid, pstart), Arc::clone(&cmd));
+        Some((pid, cmd))
+    }
+}
+
+/// (comm, start time) of `/proc/PID/stat`.
+fn read_stat(pid: u32) -> Option<(Vec<u8>, u64)> {
+    let mut buf = [0u8; 1024];
+    let n = read_some(&format!("/proc/{pid}/stat"), &mut buf)?;
+    parse_stat(&buf[..n])
+}
+
+/// The thread group of thread `tid`.
+fn tgid(tid: u32) -> Option<u32> {
+    let status = std::fs::read(format!("/proc/{tid}/status")).ok()?;
+    status
+        .split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(b"Tgid:"))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The first [`ARGV_MAX`] bytes of `/proc/PID/cmdline`, NULs as spaces;
+/// None when the process is gone.
+fn read_argv(pid: u32) -> Option<Vec<u8>> {
+    let mut buf = [0u8; ARGV_MAX];
+    let n = read_some(&format!("/proc/{pid}/cmdline"), &mut buf)?;
+    Some(argv_of(&buf[..n]))
+}
+
+/// Read up to `buf.len()` bytes of `path`.
+fn read_some(path: &str, buf: &mut [u8]) -> Option<usize> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(n)
+}
+
+/// `cmdline` bytes as kept: trailing NULs cut, the others as spaces.
+pub fn argv_of(raw: &[u8]) -> Vec<u8> {
+    let end = raw.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+    raw[..end]
+        .iter()
+        .map(|b| if *b == 0 { b' ' } else { *b })
+        .collect()
+}
+
+/// (comm, start time) from the text of `/proc/PID/stat`: the name is in
+/// parentheses and may hold anything (up to the last `)`); the start time
+/// is the 22nd field.
+pub fn parse_stat(stat: &[u8]) -> Option<(Vec<u8>, u64)> {
+    let open = stat.iter().position(|b| *b == b'(')?;
+    let close = stat.iter().rposition(|b| *b == b')')?;
+    let comm = stat.get(open + 1..close)?.to_vec();
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    // After the name: state (3rd field) .. starttime (22nd).
+    let start = rest.split_whitespace().nth(19)?.parse().ok()?;
+    Some((comm, start))
+}
+
+/// One path's kept changes, oldest first: its first change, the last
+/// change before each mark its changes crossed, and its last change; each
+/// with the sequence number it was recorded under.
+pub type Trail = Vec<(u64, Actor)>;
+
+/// Each changed path's [`Trail`], by path (relative to the zone dir), and
+/// the marks (sequence numbers a checkpoint took with [`Trails::mark`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trails {
+    map: BTreeMap<PathBuf, Trail>,
+    marks: Vec<u64>,
+    /// The last sequence number given.
+    seq: u64,
+    /// A path went unrecorded ([`PATHS_MAX`]).
+    pub full: bool,
+}
+
+impl Trails {
+    /// The last sequence number given (0: none yet).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// How many paths have a record.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The marks, oldest first.
+    pub fn marks(&self) -> &[u64] {
+        &self.marks
+    }
+
+    /// Each path's trail, in path order.
+    pub fn iter(&self) -> impl Iterator<Item = (&PathBuf, &Trail)> {
+        self.map.iter()
+    }
+
+    /// A change to `rel` by `by`; its sequence number.
+    pub fn change(&mut self, rel: &Path, by: Actor) -> u64 {
+        self.seq += 1;
+        let seq = self.seq;
+        self.change_at(rel, seq, by);
+        seq
+    }
+
+    /// [`Self::change`] under a given sequence number (replaying a log).
+    pub fn change_at(&mut self, rel: &Path, seq: u64, by: Actor) {
+        self.seq = self.seq.max(seq);
+        let mark = self.mark_before(seq);
+        let len = self.map.len();
+        match self.map.get_mut(rel) {
+            None if len >= PATHS_MAX => self.full = true,
+            None => {
+                self.map.insert(rel.to_path_buf(), vec![(seq, by)]);
+            }
+            Some(t) => {
+                let n = t.len();
+                match t.last_mut() {
+                    // The last change is newer than the latest mark: replace
+                    // it (the first stays).
+                    Some(last) if n >= 2 && last.0 > mark => *last = (seq, by),
+                    _ => t.push((seq, by)),
+                }
+            }
+        }
+    }
+
+    /// The latest mark before `seq` (0: none).
+    fn mark_before(&self, seq: u64) -> u64 {
+        let i = self.marks.partition_point(|m| *m < seq);
+        if i == 0 { 0 } else { self.marks[i - 1] }
+    }
+
+    /// A rename of `from` to `to` by `by`: `to` (and what was under `from`,
+    /// now under `to`) takes `from`'s record, then both get the rename as
+    /// their last change (`from`'s record stays: the report may show it
+    /// deleted). Its sequence number.
+    pub fn rename(&mut self, from: &Path, to: &Path, by: Actor) -> u64 {
+        self.seq += 1;
+        let seq = self.seq;
+        self.rename_at(from, to, seq, by);
+        seq
+    }
+
+    /// [`Self::rename`] under a given sequence number.
+    pub fn rename_at(&mut self, from: &Path, to: &Path, seq: u64, by: Actor) {
+        self.seq = self.seq.max(seq);
+        if from != to {
+            let below: Vec<PathBuf> = self
+                .map
+                .range::<Path, _>((Bound::Excluded(from), Bound::Unbounded))
+                .map(|(p, _)| p)
+                .take_while(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            // What was at and under `to` is gone (replaced).
+            let gone: Vec<PathBuf> = self
+                .map
+                .range::<Path, _>((Bound::Included(to), Bound::Unbounded))
+                .map(|(p, _)| p)
+                .take_while(|p| p.starts_with(to))
+                .cloned()
+                .collect();
+            for p in gone {
+                self.map.remove(&p);
+            }
+            for p in below {
+                if let (Some(t), Ok(tail)) = (self.map.remove(&p), p.strip_prefix(from)) {
+                    self.map.insert(to.join(tail), t);
+                }
+            }
+            if let Some(t) = self.map.get(from).cloned() {
+                self.map.insert(to.to_path_buf(), t);
+            }
+        }
+        self.change_at(from, seq, by.clone());
+        self.change_at(to, seq, by);
+    }
+
+    /// `rel`'s first and last change, if it has a record.
+    pub fn first_last(&self, rel: &Path) -> Option<FirstLast> {
+        let t = self.map.get(rel)?;
+        Some(FirstLast {
+            first: t.first()?.1.clone(),
+            last: t.last()?.1.clone(),
+        })
+    }
+
+    /// Mark this point (a checkpoint): the last change of each path before
+    /// it is kept from now on, for [`Self::as_of`] and [`Self::rewind`].
+    /// The mark's sequence number.
+    pub fn mark(&mut self) -> u64 {
+        let seq = self.seq;
+        self.mark_at(seq);
+        seq
+    }
+
+    /// [`Self::mark`] at a given sequence number (replaying a log).
+    pub fn mark_at(&mut self, seq: u64) {
+        if self.marks.last().is_none_or(|m| *m < seq) {
+            self.marks.push(seq);
+        }
+    }
+
+    /// The record as it was at sequence number `seq` (exact at a mark).
+    pub fn as_of(&self, seq: u64) -> Trails {
+        let mut t = self.clone();
+        t.rewind(seq);
+        t
+    }
+
+    /// Drop every change after sequence number `seq` (a rewind to the
+    /// mark `seq`): a path first changed after it loses its record; later
+    /// marks go. Renames after `seq` are not undone: their paths keep
+    /// the record they had before it, if any.
+    pub fn rewind(&mut self, seq: u64) {
+        self.map.retain(|_, t| {
+            t.retain(|(s, _)| *s <= seq);
+            !t.is_empty()
+        });
+        self.marks.retain(|m| *m <= seq);
+        self.seq = self.seq.max(seq);
+    }
+
+    /// Drop the records of `exact` (those paths only) and of `trees` (with
+    /// everything under them): what a commit or discard cleared.
+    pub fn forget(&mut self, exact: &[PathBuf], trees: &[PathBuf]) -> bool {
+        let before = self.map.len();
+        for p in exact {
+            self.map.remove(p);
+        }
+        for t in trees {
+            if t.as_os_str().is_empty() {
+                self.map.clear();
+                break;
+            }
+            let under: Vec<PathBuf> = self
+                .map
+                .range::<Path, _>((Bound::Included(t.as_path()), Bound::Unbounded))
+                .map(|(p, _)| p)
+                .take_while(|p| p.starts_with(t))
+                .cloned()
+                .collect();
+            for p in under {
+                self.map.remove(&p);
+            }
+        }
+        if self.map.len() < PATHS_MAX {
+            self.full = false;
+        }
+        self.map.len() != before
+    }
+}
+
+#[cfg(test)]
+mod tests;

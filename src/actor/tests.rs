@@ -1,0 +1,179 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+fn who(pid: u32, argv: &str) -> Actor {
+    Actor {
+        pid,
+        uid: 1000,
+        time: SystemTime::UNIX_EPOCH + Duration::from_secs(u64::from(pid)),
+        command: Some(Arc::new(Command {
+            comm: argv.split(' ').next().unwrap().as_bytes().to_vec(),
+            argv: argv.as_bytes().to_vec(),
+        })),
+    }
+}
+
+fn first_last(t: &Trails, p: &str) -> Option<(u32, u32)> {
+    t.first_last(Path::new(p))
+        .map(|f| (f.first.pid, f.last.pid))
+}
+
+#[test]
+fn stat_name_and_start_time_after_an_awkward_name() {
+    let stat = b"4242 (a) b (c) S 17 4242 99 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 987654 100 200";
+    assert_eq!(parse_stat(stat), Some((b"a) b (c".to_vec(), 987654)));
+    assert_eq!(parse_stat(b"garbage"), None);
+    assert_eq!(parse_stat(b"1 (x) S 1"), None, "too short");
+}
+
+#[test]
+fn argv_nuls_become_spaces_and_trailing_ones_go() {
+    assert_eq!(argv_of(b"sed\0-i\0s/a/b/\0f\0"), b"sed -i s/a/b/ f");
+    assert_eq!(argv_of(b"a\0\0b\0\0"), b"a  b");
+    assert_eq!(argv_of(b""), b"");
+}
+
+#[test]
+fn this_process_is_read_and_cached_a_gone_one_is_unknown() {
+    let w = Who::default();
+    let me = std::process::id();
+    let a = w.actor(me, 7);
+    assert_eq!(a.pid, me);
+    assert_eq!(a.uid, 7);
+    let c = a.command.clone().unwrap();
+    assert!(!c.comm.is_empty());
+    assert!(!c.argv.is_empty() && c.argv.len() <= ARGV_MAX);
+    let b = w.actor(me, 7);
+    assert!(Arc::ptr_eq(&c, b.command.as_ref().unwrap()), "cached");
+    let gone = w.actor(u32::MAX - 1, 7);
+    assert_eq!(gone.command, None);
+    assert_eq!(gone.pid, u32::MAX - 1);
+    assert_eq!(gone.shown(), format!("unknown (pid {})", u32::MAX - 1));
+    assert_eq!(w.actor(0, 7).command, None);
+}
+
+#[test]
+fn another_thread_is_its_process() {
+    let w = Who::default();
+    let me = std::process::id();
+    let tid = std::thread::spawn(|| rustix::thread::gettid().as_raw_nonzero().get() as u32)
+        .join()
+        .unwrap();
+    // The thread is gone now: unknown, under its own id.
+    assert_eq!(w.actor(tid, 0).command, None);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let h = std::thread::spawn(move || {
+        tx.send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+            .unwrap();
+        let _ = done_rx.recv();
+    });
+    let tid = rx.recv().unwrap();
+    let a = w.actor(tid, 0);
+    done_tx.send(()).unwrap();
+    h.join().unwrap();
+    assert_eq!(a.pid, me);
+    assert!(a.command.is_some());
+}
+
+#[test]
+fn shown_is_escaped() {
+    let mut a = who(1, "printf \x1b]0;pwned\x07");
+    assert_eq!(a.shown(), "printf \\x1b]0;pwned\\x07");
+    a.command = Some(Arc::new(Command {
+        comm: b"k\x1bthread".to_vec(),
+        argv: Vec::new(),
+    }));
+    assert_eq!(a.shown(), "[k\\x1bthread]");
+}
+
+#[test]
+fn json_round_trip_exact_with_b64() {
+    let mut a = who(5, "x");
+    a.command = Some(Arc::new(Command {
+        comm: b"c\xff".to_vec(),
+        argv: b"c\xff \x1b".to_vec(),
+    }));
+    let j = serde_json::to_value(&a).unwrap();
+    assert_eq!(j["pid"], 5);
+    assert!(j["argv_b64"].is_string() && j["comm_b64"].is_string());
+    assert_eq!(j["time"], "1970-01-01T00:00:05.000Z");
+    let back: Actor = serde_json::from_value(j).unwrap();
+    assert_eq!(back, a);
+    let unknown = Actor {
+        command: None,
+        ..a.clone()
+    };
+    let j = serde_json::to_value(&unknown).unwrap();
+    assert!(j.get("argv").is_none() && j.get("comm").is_none());
+    assert_eq!(serde_json::from_value::<Actor>(j).unwrap(), unknown);
+}
+
+#[test]
+fn many_writes_are_one_entry_with_first_and_last() {
+    let mut t = Trails::default();
+    for i in 1..=1000 {
+        t.change(Path::new("f"), who(i, "w"));
+    }
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.iter().next().unwrap().1.len(), 2);
+    assert_eq!(first_last(&t, "f"), Some((1, 1000)));
+}
+
+#[test]
+fn marks_keep_what_a_rewind_needs() {
+    let mut t = Trails::default();
+    t.change(Path::new("a"), who(1, "one"));
+    t.change(Path::new("a"), who(2, "two"));
+    t.change(Path::new("a"), who(3, "three"));
+    let m1 = t.mark();
+    t.change(Path::new("a"), who(4, "four"));
+    t.change(Path::new("a"), who(5, "five"));
+    t.change(Path::new("b"), who(6, "six"));
+    assert_eq!(first_last(&t, "a"), Some((1, 5)));
+    let then = t.as_of(m1);
+    assert_eq!(first_last(&then, "a"), Some((1, 3)));
+    assert_eq!(first_last(&then, "b"), None);
+    assert_eq!(
+        t.iter().next().unwrap().1.len(),
+        3,
+        "first, before the mark, last"
+    );
+    t.rewind(m1);
+    assert_eq!(t, then);
+    // Numbers go on after a rewind.
+    assert!(t.change(Path::new("c"), who(7, "seven")) > m1);
+}
+
+#[test]
+fn a_rename_carries_the_record_and_the_tree_under_it() {
+    let mut t = Trails::default();
+    t.change(Path::new("d/x"), who(1, "mk"));
+    t.change(Path::new("d"), who(1, "mk"));
+    t.change(Path::new("e"), who(2, "old"));
+    t.change(Path::new("e/y"), who(2, "old"));
+    t.rename(Path::new("d"), Path::new("e"), who(3, "mv"));
+    assert_eq!(first_last(&t, "e"), Some((1, 3)));
+    assert_eq!(first_last(&t, "e/x"), Some((1, 1)));
+    assert_eq!(first_last(&t, "e/y"), None, "replaced");
+    assert_eq!(first_last(&t, "d"), Some((1, 3)), "deleted by the rename");
+    assert_eq!(first_last(&t, "d/x"), None);
+}
+
+#[test]
+fn forget_drops_paths_and_trees_only() {
+    let mut t = Trails::default();
+    for p in ["a", "a/b", "a-b", "ab", "c/d"] {
+        t.change(Path::new(p), who(1, "w"));
+    }
+    assert!(t.forget(&[PathBuf::from("ab")], &[PathBuf::from("a")]));
+    let left: Vec<_> = t
+        .iter()
+        .map(|(p, _)| p.to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(left, ["a-b", "c/d"]);
+    assert!(!t.forget(&[PathBuf::from("zz")], &[]));
+    t.forget(&[], &[PathBuf::new()]);
+    assert!(t.is_empty());
+}
