@@ -104,6 +104,18 @@ enum Cmd {
     /// Drop staged changes: the mount shows the backing dirs' files again.
     #[command(after_help = help::DISCARD)]
     Discard(stage_cmd::DiscardArgs),
+    /// Record the staged zones' state now as a checkpoint (no file is
+    /// copied) and print its id. Not a decision: a worker may take one.
+    #[command(after_help = help::CHECKPOINT)]
+    Checkpoint(stage_cmd::CheckpointArgs),
+    /// List the staged zones' checkpoints: id, time, label, and how many
+    /// paths changed since the one before.
+    #[command(after_help = help::CHECKPOINTS)]
+    Checkpoints(stage_cmd::CheckpointsArgs),
+    /// Make the staged zones (or only PATHs) what they were at checkpoint
+    /// ID, at once for the live worker. Not a decision: a worker may.
+    #[command(after_help = help::REWIND)]
+    Rewind(stage_cmd::RewindArgs),
     /// What this machine allows (FUSE, fusermount3, privilege, passthrough,
     /// io_uring, file handles, the --isolate sandbox, state dirs) and what
     /// zonemount does about each; exit 0 when a mount can be made here, 5
@@ -351,6 +363,18 @@ pub fn run() -> ExitCode {
             Err(f) => Err(f),
         },
         Cmd::Discard(a) => match stage_cmd::discard(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::Checkpoint(a) => match stage_cmd::checkpoint(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::Checkpoints(a) => match stage_cmd::checkpoints(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::Rewind(a) => match stage_cmd::rewind(&a) {
             Ok(code) => return ExitCode::from(code),
             Err(f) => Err(f),
         },
