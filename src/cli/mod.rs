@@ -207,6 +207,10 @@ pub(crate) struct MountArgs {
     /// or /var/lib/zonemount/stages for root). One mount at a time.
     #[arg(long, value_name = "DIR")]
     pub(crate) stage_dir: Option<PathBuf>,
+    /// How many checkpoints a staged zone keeps: past N the two oldest
+    /// layers are merged, the oldest checkpoint dropped (default 32).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) max_checkpoints: Option<u16>,
     /// Tell the worker of each refusal, one line in words, in F (a file it
     /// can read; `run` makes one and names it in $ZONEMOUNT_REFUSALS).
     #[arg(long, value_name = "F")]
