@@ -324,6 +324,9 @@ impl StageService {
                         return Err(e);
                     }
                 };
+                if let Some(id) = upto {
+                    w.renote_later(&stage.fingerprints, &answer.done(), id)?;
+                }
                 self.live
                     .restage(*i)
                     .map_err(|e| format!("zone '{}': cannot mount its stage again: {e}", w.name))?;
@@ -938,11 +941,17 @@ impl OfflineStage {
         let mut zones = Vec::new();
         for (w, f) in wanted {
             merge_for(&mut held, w, upto)?;
-            let w = match upto {
-                Some(id) => w.with_upper(layers::layer_dir(&w.dir, id)),
-                None => w.with_upper(w.upper.clone()),
+            let fp = w.fingerprints()?;
+            let answer = match upto {
+                Some(id) => w
+                    .with_upper(layers::layer_dir(&w.dir, id))
+                    .commit(&fp, &f, force)?,
+                None => w.commit(&fp, &f, force)?,
             };
-            zones.push(w.commit(&w.fingerprints()?, &f, force)?);
+            if let Some(id) = upto {
+                w.renote_later(&fp, &answer.done(), id)?;
+            }
+            zones.push(answer);
         }
         Ok(CommitReport { zones })
     }

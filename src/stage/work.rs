@@ -37,6 +37,42 @@ impl ZoneWork {
             .map_err(|e| format!("zone '{}': cannot open its layers: {e}", self.name))
     }
 
+    /// After a commit up to checkpoint `upto` applied `done`: a path the
+    /// later layers change again (or under one applied) is noted as the
+    /// backing dir has it now, the state the worker's later change was
+    /// made over (its note went with the commit).
+    pub(super) fn renote_later(
+        &self,
+        fp: &tree::Fingerprints,
+        done: &[PathBuf],
+        upto: u64,
+    ) -> Result<(), String> {
+        let err = |e: std::io::Error| format!("zone '{}': {e}", self.name);
+        let mut later: Vec<PathBuf> = Vec::new();
+        for id in self.checkpoints.iter().filter(|id| **id > upto) {
+            later.extend(layers::paths_in(&layers::layer_dir(&self.dir, *id)));
+        }
+        later.extend(layers::paths_in(&self.upper));
+        later.sort();
+        later.dedup();
+        let backing = tree::Root::open(&self.backing).map_err(err)?;
+        let mut set = Vec::new();
+        for q in later {
+            if done.iter().any(|p| q.starts_with(p)) {
+                let now = backing
+                    .stat(&q)
+                    .map_err(|e| err(e.into()))?
+                    .as_ref()
+                    .map(tree::Fingerprint::of);
+                set.push((q, now));
+            }
+        }
+        if set.is_empty() {
+            return Ok(());
+        }
+        fp.settle(&[], &[], &set).map_err(err)
+    }
+
     /// Whether it has checkpoint `id`.
     pub(super) fn has(&self, id: u64) -> bool {
         self.checkpoints.contains(&id)
