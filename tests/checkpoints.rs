@@ -143,7 +143,10 @@ fn a_task_in_steps_rewinds_to_each_checkpoint() {
             "rm -r d && echo 'now a file' > d && rm -r src && mkdir src && echo b > src/b"
                 .to_owned(),
         ),
-        ("chmod and link", "chmod 600 f && ln -s f link && ln f hard".to_owned()),
+        (
+            "chmod and link",
+            "chmod 600 f && ln -s f link && ln f hard".to_owned(),
+        ),
     ];
     let mut taken = Vec::new();
     for (label, cmd) in &steps {
@@ -174,7 +177,10 @@ fn a_task_in_steps_rewinds_to_each_checkpoint() {
         [ids.clone(), vec![at_first]].concat()
     );
     assert_eq!(list[0].2, "git");
-    assert!(list.iter().all(|c| c.1 > 0), "every step changed paths: {list:?}");
+    assert!(
+        list.iter().all(|c| c.1 > 0),
+        "every step changed paths: {list:?}"
+    );
     // Rewound to each in turn, newest first: the view as it was then.
     rewind(&m, at_first, &[]);
     assert_eq!(
@@ -188,15 +194,16 @@ fn a_task_in_steps_rewinds_to_each_checkpoint() {
         assert_eq!(&view(&m), want, "the view at checkpoint {id}");
     }
     // Git agrees with the first step's view.
-    let out = m.sh_in("work", "git status --porcelain && git log --oneline | wc -l", &[]);
+    let out = m.sh_in(
+        "work",
+        "git status --porcelain && git log --oneline | wc -l",
+        &[],
+    );
     assert!(out.success(), "{}", out.describe());
     assert_eq!(out.stdout.trim(), "1", "{}", out.describe());
     // The later checkpoints are gone; the first is kept.
     assert_eq!(
-        listed(&m, &mnt(&m))
-            .iter()
-            .map(|c| c.0)
-            .collect::<Vec<_>>(),
+        listed(&m, &mnt(&m)).iter().map(|c| c.0).collect::<Vec<_>>(),
         [ids[0]]
     );
     assert_eq!(
@@ -228,7 +235,10 @@ fn checkpoints_survive_a_killed_daemon_and_a_remount() {
         Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
         Duration::from_secs(5),
     );
-    assert!(wait_unmounted(m.mountpoint()), "the killed daemon's mount stayed");
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "the killed daemon's mount stayed"
+    );
     // Offline: the stage dir lists them, and what changed since.
     let stage = m.root().join("stage").to_string_lossy().into_owned();
     assert_eq!(
@@ -348,14 +358,34 @@ fn some_paths_rewind_and_changes_between_checkpoints() {
         changed(&m, &["--since", &one_s, &mp, "/work/a"]),
         ["modified a"]
     );
-    let out = m.zonemount(&["changes", "--between", &one_s, &two_s, "--diff", &mp, "/work/f"]);
-    assert!(out.success() && out.stdout.contains("-f1\n+f2"), "{}", out.describe());
+    let out = m.zonemount(&[
+        "changes",
+        "--between",
+        &one_s,
+        &two_s,
+        "--diff",
+        &mp,
+        "/work/f",
+    ]);
+    assert!(
+        out.success() && out.stdout.contains("-f1\n+f2"),
+        "{}",
+        out.describe()
+    );
     let out = m.zonemount(&["changes", "--between", &two_s, &one_s, &mp]);
     assert_eq!(out.code(), Some(1), "{}", out.describe());
-    assert!(out.stderr.contains("older checkpoint first"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("older checkpoint first"),
+        "{}",
+        out.describe()
+    );
     let out = m.zonemount(&["changes", "--since", "77", &mp]);
     assert_eq!(out.code(), Some(1), "{}", out.describe());
-    assert!(out.stderr.contains("no checkpoint 77"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("no checkpoint 77"),
+        "{}",
+        out.describe()
+    );
     // Some paths: a (a file) and d (a deleted tree) as at checkpoint one;
     // f, b and the checkpoints stay.
     rewind(&m, one, &["/work/a", &format!("{mp}/work/d")]);
@@ -440,7 +470,9 @@ fn past_max_checkpoints_the_oldest_merge_and_each_view_stays() {
     let kept: Vec<u64> = listed(&m, &mp).iter().map(|c| c.0).collect();
     let want: Vec<u64> = taken[3..].iter().map(|(id, _)| *id).collect();
     assert_eq!(kept, want, "the three newest kept");
-    let layers = fs::read_dir(m.root().join("stage/work/layers")).unwrap().count();
+    let layers = fs::read_dir(m.root().join("stage/work/layers"))
+        .unwrap()
+        .count();
     assert_eq!(layers, 3);
     for (id, at) in taken[3..].iter().rev() {
         rewind(&m, *id, &[]);

@@ -223,9 +223,7 @@ pub(crate) fn checkpoints(a: &CheckpointsArgs) -> Result<u8, Failure> {
     let (target, zone) = locate(&a.target)?;
     let (target, paths) = open(&target, &zone, true)?;
     let report: CheckpointsReport = match target {
-        Target::Mount(mut c) => c
-            .stage(Request::Checkpoints { paths })
-            .map_err(refused)?,
+        Target::Mount(mut c) => c.stage(Request::Checkpoints { paths }).map_err(refused)?,
         Target::Stage(s) => s.checkpoints(&paths).map_err(offline)?,
     };
     show(a.json, &report, render_checkpoints)?;

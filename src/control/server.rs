@@ -256,15 +256,13 @@ fn answer(srv: &Server, req: Request, peer: Peer) -> Value {
         | Request::CommitUpto { .. }
         | Request::Checkpoint { .. }
         | Request::Checkpoints { .. }
-        | Request::Rewind { .. } => {
-            match &srv.stage {
-                None => fail("this mount has no staged zone"),
-                Some(run) => match run(&req, peer) {
-                    Ok(answer) => ok_answer(&answer),
-                    Err(e) => fail(e),
-                },
-            }
-        }
+        | Request::Rewind { .. } => match &srv.stage {
+            None => fail("this mount has no staged zone"),
+            Some(run) => match run(&req, peer) {
+                Ok(answer) => ok_answer(&answer),
+                Err(e) => fail(e),
+            },
+        },
     }
 }
 

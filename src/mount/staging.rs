@@ -32,9 +32,9 @@ pub fn stage_fn(service: StageService) -> StageFn {
                 service.commit(paths, *force, by).map(Answer::Commit)
             }
             Request::Discard { paths } => service.discard(paths, by).map(Answer::Discard),
-            Request::ChangesIn { paths, diff, span } => service
-                .changes_in(paths, *diff, *span)
-                .map(Answer::Changes),
+            Request::ChangesIn { paths, diff, span } => {
+                service.changes_in(paths, *diff, *span).map(Answer::Changes)
+            }
             Request::CommitUpto { paths, force, upto } => service
                 .commit_upto(paths, *force, Some(*upto), by)
                 .map(Answer::Commit),
@@ -42,9 +42,7 @@ pub fn stage_fn(service: StageService) -> StageFn {
             Request::Checkpoint { paths, label } => service
                 .checkpoint(paths, label.clone())
                 .map(Answer::Checkpoints),
-            Request::Checkpoints { paths } => {
-                service.checkpoints(paths).map(Answer::Checkpoints)
-            }
+            Request::Checkpoints { paths } => service.checkpoints(paths).map(Answer::Checkpoints),
             Request::Rewind { id, paths } => service.rewind(*id, paths).map(Answer::Rewind),
             _ => Err("not a stage request".into()),
         }

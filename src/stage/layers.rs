@@ -412,7 +412,12 @@ fn capture(
     let tmp = open_dir(&zdir.join("tmp"))?;
     let copy_name = copy.file_name().unwrap_or_default();
     {
-        let src = rfs::openat(ldir.as_fd(), name, OFlags::RDONLY | nofollow(), Mode::empty())?;
+        let src = rfs::openat(
+            ldir.as_fd(),
+            name,
+            OFlags::RDONLY | nofollow(),
+            Mode::empty(),
+        )?;
         let dst = rfs::openat(
             tmp.as_fd(),
             copy_name,
@@ -472,7 +477,10 @@ fn rewind_layers(zdir: &Path, entry: &mut ZoneEntry, to: u64) -> io::Result<()> 
     for c in entry.checkpoints.iter().filter(|c| c.id > to) {
         let l = layer_dir(zdir, c.id);
         if exists(&l) {
-            rename(&l, &trash.join(format!("{}-{}-{n}", c.id, std::process::id())))?;
+            rename(
+                &l,
+                &trash.join(format!("{}-{}-{n}", c.id, std::process::id())),
+            )?;
         }
     }
     mkdir(&upper)?;

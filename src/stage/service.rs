@@ -405,14 +405,19 @@ impl StageService {
             // Bounded: past the most kept, the two oldest layers merged.
             if entry.checkpoints.len() > self.max_checkpoints() {
                 let (into, upto) = (entry.checkpoints[0].id, entry.checkpoints[1].id);
-                journal(&mut held, w, &mut entry, Pending::Merge {
-                    into,
-                    upto: Some(upto),
-                })?;
+                journal(
+                    &mut held,
+                    w,
+                    &mut entry,
+                    Pending::Merge {
+                        into,
+                        upto: Some(upto),
+                    },
+                )?;
                 *stage.checkpoints.lock() = ids(&entry);
-                self.live.restage(*i).map_err(|e| {
-                    format!("zone '{}': cannot mount its stage again: {e}", w.name)
-                })?;
+                self.live
+                    .restage(*i)
+                    .map_err(|e| format!("zone '{}': cannot mount its stage again: {e}", w.name))?;
             }
             zones.push(ZoneCheckpoints {
                 zone: w.name.clone(),
@@ -737,7 +742,11 @@ fn span_changes(
         let Some(filter) = wanted.get(&w.name) else {
             continue;
         };
-        if let Some(id) = [span.from, span.to].into_iter().flatten().find(|id| !w.has(*id)) {
+        if let Some(id) = [span.from, span.to]
+            .into_iter()
+            .flatten()
+            .find(|id| !w.has(*id))
+        {
             missing = Some(id);
             continue;
         }
