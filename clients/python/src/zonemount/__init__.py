@@ -12,6 +12,7 @@ unmounted.
 from ._client import (
     PROTOCOL_VERSION,
     Change,
+    Checkpoint,
     Client,
     Conflict,
     Event,
@@ -19,7 +20,9 @@ from ._client import (
     Request,
     Scope,
     ZoneChanges,
+    ZoneCheckpoints,
     ZoneCommit,
+    ZoneRewind,
     exact,
 )
 from ._escape import escape
@@ -30,6 +33,7 @@ from ._registry import control_socket, find_record, runtime_dir
 __all__ = [
     "PROTOCOL_VERSION",
     "Change",
+    "Checkpoint",
     "Client",
     "Conflict",
     "CommandError",
@@ -41,7 +45,9 @@ __all__ = [
     "Request",
     "Scope",
     "ZoneChanges",
+    "ZoneCheckpoints",
     "ZoneCommit",
+    "ZoneRewind",
     "ZonemountError",
     "binary",
     "control_socket",
