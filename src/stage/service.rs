@@ -153,13 +153,16 @@ impl StageService {
         diff: bool,
         span: Span,
     ) -> Result<ChangesReport, String> {
+        // The layers don't change while they are read (a checkpoint's
+        // merge, a rewind).
+        let _held = self.stages.as_ref().map(|s| s.held());
         let work = self.work();
         if span != Span::default() {
-            let held = self.stages()?.held();
+            if self.stages.is_none() {
+                return Err("this mount has no staged zone".into());
+            }
             let list: Vec<ZoneWork> = work.into_iter().map(|(_, w)| w).collect();
-            let r = span_changes(&list, paths, diff, span);
-            drop(held);
-            return r;
+            return span_changes(&list, paths, diff, span);
         }
         let rw = self.live.rw_zones();
         let names: Vec<&str> = rw.iter().map(|(n, _)| n.as_str()).collect();
