@@ -11,6 +11,7 @@ mod common;
 
 use std::fs;
 use std::io::Write;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -504,4 +505,91 @@ fn the_worker_side_may_checkpoint_and_rewind_but_not_commit() {
         "{}",
         out.describe()
     );
+}
+
+/// Each RFC 3339 time (`2026-11-26T20:06:44.372Z`) as `TIME`.
+fn mask_times(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < b.len() {
+        let is_time = b.len() - i >= 24
+            && b[i..i + 4].iter().all(u8::is_ascii_digit)
+            && b[i + 4] == b'-'
+            && b[i + 10] == b'T'
+            && b[i + 23] == b'Z';
+        if is_time {
+            out.push_str("TIME");
+            i += 24;
+        } else {
+            let c = text[i..].chars().next().unwrap();
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+/// Unmounts `<dir>/mnt` when dropped (the README's session leaves it
+/// mounted).
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = try_run(
+            Command::new(BIN).arg("unmount").arg(self.0.join("mnt")),
+            Duration::from_secs(20),
+        );
+    }
+}
+
+#[test]
+fn the_readme_session_runs_as_written() {
+    if !fuse_ok() {
+        return;
+    }
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("### Checkpoints: undo one step")
+        .expect("the README's checkpoints section");
+    let block = &readme[start..];
+    let block = &block[block.find("```console\n").unwrap() + 11..];
+    let block = &block[..block.find("```").unwrap()];
+    // Each `$ command` with the output shown after it.
+    let mut steps: Vec<(String, String)> = Vec::new();
+    for line in block.lines() {
+        match line.strip_prefix("$ ") {
+            Some(cmd) => steps.push((cmd.to_owned(), String::new())),
+            None => {
+                let last = steps.last_mut().unwrap();
+                last.1.push_str(line);
+                last.1.push('\n');
+            }
+        }
+    }
+    assert!(steps.len() >= 10, "{steps:#?}");
+    let dir = tempfile::tempdir().unwrap();
+    let _unmount = Unmount(dir.path().to_path_buf());
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (cmd, want) in &steps {
+        let out = run(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("exec 2>&1; {cmd}"))
+                .current_dir(dir.path())
+                .env("PATH", &path),
+            Duration::from_secs(30),
+        );
+        assert!(out.success(), "$ {cmd}: {}", out.describe());
+        let got = mask_times(
+            &out.stdout
+                .replace(&dir.path().display().to_string(), "/tmp/demo"),
+        );
+        assert_eq!(got, mask_times(want), "$ {cmd}");
+    }
 }
