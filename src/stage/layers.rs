@@ -433,10 +433,41 @@ fn capture(
     Ok(())
 }
 
+/// Whether the zone's layers need [`recover`]: a change journaled, or a
+/// layer the manifest does not list (a checkpoint whose journal a
+/// machine crash lost).
+pub fn needs_recovery(zdir: &Path, entry: &ZoneEntry) -> bool {
+    entry.pending.is_some() || !orphans(zdir, entry).is_empty()
+}
+
+/// The layers under `<zone>/layers/` that are no checkpoint of `entry`.
+fn orphans(zdir: &Path, entry: &ZoneEntry) -> Vec<u64> {
+    let Ok(list) = std::fs::read_dir(zdir.join("layers")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<u64> = list
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|id| !entry.checkpoints.iter().any(|c| c.id == *id))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 /// Finish the change `entry.pending` journals (a checkpoint is undone:
-/// its layer laid back under the upper dir); the entry is then as it
+/// its layer laid back under the upper dir), then lay back any layer no
+/// checkpoint lists the same way (newest first); the entry is then as it
 /// should be, its `pending` cleared (the caller saves it).
 pub fn recover(zdir: &Path, entry: &mut ZoneEntry, prefix: &str) -> io::Result<()> {
+    recover_pending(zdir, entry, prefix)?;
+    for id in orphans(zdir, entry).into_iter().rev() {
+        entry.pending = Some(Pending::Checkpoint { id });
+        recover_pending(zdir, entry, prefix)?;
+    }
+    Ok(())
+}
+
+fn recover_pending(zdir: &Path, entry: &mut ZoneEntry, prefix: &str) -> io::Result<()> {
     match entry.pending {
         None => return Ok(()),
         Some(Pending::Checkpoint { id }) => {
@@ -771,7 +802,30 @@ fn copy_tree(
     }
 }
 
-/// Remove what a rewind left in `<zone>/trash/`.
-pub fn empty_trash(zdir: &Path) -> io::Result<()> {
-    remove_path(&zdir.join("trash"))
+/// What rewinds left in `<zone>/trash/`, moved aside (to `<zone>/tmp/`)
+/// for [`remove_all_of`] to remove without the stage's lock: removing
+/// 10,000 files can take seconds, and no rewind waits for it.
+pub fn take_trash(zdir: &Path) -> io::Result<Vec<PathBuf>> {
+    let trash = zdir.join("trash");
+    let list = match std::fs::read_dir(&trash) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for e in list {
+        let e = e?;
+        let to = scratch(zdir, "gone")?;
+        rename(&e.path(), &to)?;
+        out.push(to);
+    }
+    Ok(out)
+}
+
+/// Remove each of `paths` and all under it.
+pub fn remove_all_of(paths: &[PathBuf]) -> io::Result<()> {
+    for p in paths {
+        remove_path(p)?;
+    }
+    Ok(())
 }

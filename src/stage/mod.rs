@@ -159,7 +159,7 @@ impl Stages {
             // (a checkpoint undone) before the overlay is made.
             let ids = {
                 let mut entry = held.manifest.zones[&z.name].clone();
-                if entry.pending.is_some() {
+                if layers::needs_recovery(&zdir, &entry) {
                     layers::recover(&zdir, &mut entry, xattrs.prefix()).map_err(io)?;
                     held.manifest.zones.insert(z.name.clone(), entry.clone());
                     held.save()?;

@@ -545,14 +545,29 @@ impl StageService {
                 zones.push(z);
             }
         }
+        // What the rewind dropped is removed after the answer.
+        let mut doomed = Vec::new();
+        for (_, w) in &work {
+            match layers::take_trash(&w.dir) {
+                Ok(d) => doomed.extend(d),
+                Err(e) => tracing::warn!(zone = %w.name, "cannot empty the stage's trash: {e}"),
+            }
+        }
         drop(held);
         for (i, paths) in &forget {
             let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
             self.live.forget_cached(*i, &refs);
         }
-        for (_, w) in &work {
-            if let Err(e) = layers::empty_trash(&w.dir) {
-                tracing::warn!(zone = %w.name, "cannot empty the stage's trash: {e}");
+        if !doomed.is_empty() {
+            let spawned = std::thread::Builder::new()
+                .name("zm-trash".into())
+                .spawn(move || {
+                    if let Err(e) = layers::remove_all_of(&doomed) {
+                        tracing::warn!("cannot remove what a rewind dropped: {e}");
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!("cannot start removing what a rewind dropped: {e}");
             }
         }
         Ok(RewindReport { zones })
@@ -825,7 +840,7 @@ impl OfflineStage {
             let xattrs = dir::xattrs_of(&entry.xattrs)
                 .ok_or_else(|| format!("{}: unknown xattrs '{}'", dir.display(), entry.xattrs))?;
             let zdir = dir::zone_dir(dir, &name);
-            if entry.pending.is_some() {
+            if layers::needs_recovery(&zdir, &entry) {
                 layers::recover(&zdir, &mut entry, xattrs.prefix())
                     .map_err(|e| format!("zone '{name}': {e}"))?;
                 save_entry(&mut held, &name, &entry)?;
@@ -918,7 +933,9 @@ impl OfflineStage {
                 .filter(|c| *c > id)
                 .collect();
             journal(&mut held, w, &mut entry, Pending::Rewind { to: id })?;
-            let _ = layers::empty_trash(&w.dir);
+            if let Ok(doomed) = layers::take_trash(&w.dir) {
+                let _ = layers::remove_all_of(&doomed);
+            }
             zones.push(ZoneRewind {
                 zone: w.name.clone(),
                 to: id,
