@@ -183,8 +183,8 @@ impl Stages {
                 .ok()
                 .as_ref()
                 .map(tree::Fingerprint::of);
-            let empty =
-                std::fs::read_dir(zdir.join("upper")).map_or(true, |mut d| d.next().is_none());
+            let empty = ids.is_empty()
+                && std::fs::read_dir(zdir.join("upper")).map_or(true, |mut d| d.next().is_none());
             if empty && now.is_some() {
                 fingerprints.settle(&[], &[], &[(PathBuf::new(), now)])
             } else {
