@@ -111,6 +111,35 @@ Exit status: 0 everything applied; 6 some paths not applied (the host
 changed them meanwhile, or a worker still has files open for writing): they
 stay staged; 1 the commit failed (run it again: it completes); 2 bad usage.";
 
+pub(crate) const CHECKPOINT: &str = "\
+Examples:
+  zonemount checkpoint /tmp/task-42                    # every staged zone; prints the id
+  zonemount checkpoint --label 'before npm install' /tmp/task-42/work
+
+Files open for writing are taken as they are at that instant. Past 32
+checkpoints of a zone the two oldest are merged (the oldest is dropped).
+
+Exit status: 0; 1 the daemon can't be reached, or the checkpoint failed
+(nothing was recorded); 2 bad usage, or no staged zone there.";
+
+pub(crate) const CHECKPOINTS: &str = "\
+Examples:
+  zonemount checkpoints /tmp/task-42
+  zonemount checkpoints --json ~/.local/state/zonemount/stages/tmp-task-42-1a2b3c4d
+
+Exit status: 0; 1 the daemon can't be reached, or the stage can't be read;
+2 bad usage, or no staged zone there.";
+
+pub(crate) const REWIND: &str = "\
+Examples:
+  zonemount rewind /tmp/task-42 3                      # every zone as at checkpoint 3
+  zonemount rewind /tmp/task-42 3 /work/src/main.rs    # only this path; the rest stays
+
+A whole-zone rewind drops the checkpoints after ID and every change since.
+
+Exit status: 0; 6 a zone was left alone (a worker has files of it open for
+writing); 1 the rewind failed (run it again: it completes); 2 bad usage.";
+
 pub(crate) const DISCARD: &str = "\
 Examples:
   zonemount discard /tmp/task-42                       # drop every staged change

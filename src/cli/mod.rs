@@ -110,6 +110,18 @@ enum Cmd {
     /// --prune removes those no mount holds that keep no change.
     #[command(after_help = help::STAGES)]
     Stages(stages::StagesArgs),
+    /// Record the staged zones' state now as a checkpoint (no file is
+    /// copied) and print its id. Not a decision: a worker may take one.
+    #[command(after_help = help::CHECKPOINT)]
+    Checkpoint(stage_cmd::CheckpointArgs),
+    /// List the staged zones' checkpoints: id, time, label, and how many
+    /// paths changed since the one before.
+    #[command(after_help = help::CHECKPOINTS)]
+    Checkpoints(stage_cmd::CheckpointsArgs),
+    /// Make the staged zones (or only PATHs) what they were at checkpoint
+    /// ID, at once for the live worker. Not a decision: a worker may.
+    #[command(after_help = help::REWIND)]
+    Rewind(stage_cmd::RewindArgs),
     /// What this machine allows (FUSE, fusermount3, privilege, passthrough,
     /// io_uring, file handles, the --isolate sandbox, state dirs) and what
     /// zonemount does about each; exit 0 when a mount can be made here, 5
@@ -204,6 +216,10 @@ pub(crate) struct MountArgs {
     /// or /var/lib/zonemount/stages for root). One mount at a time.
     #[arg(long, value_name = "DIR")]
     pub(crate) stage_dir: Option<PathBuf>,
+    /// How many checkpoints a staged zone keeps: past N the two oldest
+    /// layers are merged, the oldest checkpoint dropped (default 32).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) max_checkpoints: Option<u16>,
     /// Tell the worker of each refusal, one line in words, in F (a file it
     /// can read; `run` makes one and names it in $ZONEMOUNT_REFUSALS).
     #[arg(long, value_name = "F")]
@@ -374,6 +390,18 @@ pub fn run() -> ExitCode {
             Err(f) => Err(f),
         },
         Cmd::Discard(a) => match stage_cmd::discard(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::Checkpoint(a) => match stage_cmd::checkpoint(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::Checkpoints(a) => match stage_cmd::checkpoints(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::Rewind(a) => match stage_cmd::rewind(&a) {
             Ok(code) => return ExitCode::from(code),
             Err(f) => Err(f),
         },

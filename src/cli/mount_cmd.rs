@@ -283,6 +283,9 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         record: None,
         control: None,
         stage_dir: a.stage_dir.as_deref().map(abs),
+        max_checkpoints: a
+            .max_checkpoints
+            .map_or(crate::stage::service::MAX_CHECKPOINTS, usize::from),
         refusal_log: a.refusal_log.as_deref().map(abs),
         refusal_log_root: a.refusal_log_root.clone(),
     })

@@ -1,5 +1,6 @@
 //! `changes`, `commit` and `discard`: a staged zone's change report, and
-//! applying it to the backing dir or dropping it. TARGET is a live mount
+//! applying it to the backing dir or dropping it; `checkpoint`,
+//! `checkpoints` and `rewind`: its checkpoints. TARGET is a live mount
 //! (asked over its control socket) or a stage dir no mount holds (worked
 //! on here, under the stage's lock).
 
@@ -13,9 +14,10 @@ use super::Failure;
 use crate::control::protocol::Request;
 use crate::mount;
 use crate::stage::report::{
-    Change, ChangesReport, CommitReport, DiscardReport, FileType, Kind, What,
+    Change, ChangesReport, CheckpointsReport, CommitReport, DiscardReport, FileType, Kind,
+    RewindReport, What,
 };
-use crate::stage::service::OfflineStage;
+use crate::stage::service::{OfflineStage, Span};
 use crate::stage::{self, dir::MANIFEST};
 use crate::text;
 
@@ -32,12 +34,57 @@ pub(crate) struct ChangesArgs {
     pub(crate) diff: bool,
     /// Print the staged changes as one patch in git's extended diff format
     /// (what `git apply` applies to a copy of the backing dir).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["since", "between", "diff"])]
     pub(crate) patch: bool,
+    /// What changed since checkpoint ID (its view against the zone now).
+    #[arg(long, value_name = "ID", conflicts_with = "between")]
+    pub(crate) since: Option<u64>,
+    /// What changed from checkpoint A to the later checkpoint B.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub(crate) between: Option<Vec<u64>>,
     /// A mount's directory, or a stage dir no mount is using.
     pub(crate) target: PathBuf,
     /// Only these paths (and what is under them): in the mount, or as a
     /// worker sees them (/zone/...).
+    pub(crate) paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckpointArgs {
+    /// One JSON object: the checkpoint's id, and each zone's.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// A label for it (shown by `checkpoints`).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) label: Option<String>,
+    /// A mount's directory (every staged zone), or a staged zone's dir in
+    /// it (that zone).
+    pub(crate) target: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckpointsArgs {
+    /// One JSON object: each zone's checkpoints.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// A mount's directory, a staged zone's dir in it, or a stage dir no
+    /// mount is using.
+    pub(crate) target: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RewindArgs {
+    /// One JSON object: what each zone now shows, and the checkpoints
+    /// dropped.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// A mount's directory, a staged zone's dir in it, or a stage dir no
+    /// mount is using (whole zones only).
+    pub(crate) target: PathBuf,
+    /// The checkpoint (`zonemount checkpoints` lists them).
+    pub(crate) id: u64,
+    /// Only these paths (and what is under them): the rest, and the
+    /// checkpoints, are kept.
     pub(crate) paths: Vec<PathBuf>,
 }
 
@@ -51,6 +98,10 @@ pub(crate) struct CommitArgs {
     /// in a dir the worker deleted) is removed.
     #[arg(long)]
     pub(crate) force: bool,
+    /// Apply the state at checkpoint ID, not the zone now (the zone's
+    /// view does not change; the checkpoints before ID are dropped).
+    #[arg(long, value_name = "ID")]
+    pub(crate) upto: Option<u64>,
     /// A mount's directory, or a stage dir no mount is using.
     pub(crate) target: PathBuf,
     /// Only these paths (and what is under them).
@@ -76,17 +127,40 @@ enum Target {
 }
 
 pub(crate) fn changes(a: &ChangesArgs) -> Result<u8, Failure> {
-    let (target, paths) = open("changes", &a.target, &a.paths, a.patch)?;
+    let span = match (a.since, a.between.as_deref()) {
+        (Some(id), _) => Span {
+            from: Some(id),
+            to: None,
+        },
+        (None, Some([x, y])) => Span {
+            from: Some(*x),
+            to: Some(*y),
+        },
+        _ => Span::default(),
+    };
+    let (target, paths) = open(
+        "changes",
+        &a.target,
+        &a.paths,
+        a.patch || span != Span::default(),
+    )?;
     let report: ChangesReport = match target {
-        Target::Mount(mut c) => c
+        Target::Mount(mut c) if span == Span::default() => c
             .stage(Request::Changes {
                 paths,
                 diff: a.diff,
                 patch: a.patch,
             })
             .map_err(refused)?,
+        Target::Mount(mut c) => c
+            .stage(Request::ChangesIn {
+                paths,
+                diff: a.diff,
+                span,
+            })
+            .map_err(refused)?,
         Target::Stage(s) if a.patch => s.patch(&paths).map_err(offline)?,
-        Target::Stage(s) => s.changes(&paths, a.diff).map_err(offline)?,
+        Target::Stage(s) => s.changes_in(&paths, a.diff, span).map_err(offline)?,
     };
     if a.patch && !a.json {
         return patch_out(&a.target, &report);
@@ -191,14 +265,21 @@ fn not_in_patch(c: &Change, all: &[Change]) -> Option<String> {
 
 pub(crate) fn commit(a: &CommitArgs) -> Result<u8, Failure> {
     let (target, paths) = open("commit", &a.target, &a.paths, true)?;
-    let report: CommitReport = match target {
-        Target::Mount(mut c) => c
+    let report: CommitReport = match (target, a.upto) {
+        (Target::Mount(mut c), None) => c
             .stage(Request::Commit {
                 paths,
                 force: a.force,
             })
             .map_err(refused)?,
-        Target::Stage(s) => s.commit(&paths, a.force).map_err(offline)?,
+        (Target::Mount(mut c), Some(upto)) => c
+            .stage(Request::CommitUpto {
+                paths,
+                force: a.force,
+                upto,
+            })
+            .map_err(refused)?,
+        (Target::Stage(s), upto) => s.commit_upto(&paths, a.force, upto).map_err(offline)?,
     };
     show(a.json, &report, render_commit)?;
     Ok(if report.conflicts() > 0 {
@@ -220,6 +301,77 @@ pub(crate) fn discard(a: &DiscardArgs) -> Result<u8, Failure> {
     } else {
         0
     })
+}
+
+pub(crate) fn checkpoint(a: &CheckpointArgs) -> Result<u8, Failure> {
+    let (target, zone) = locate(&a.target)?;
+    let (target, paths) = open("checkpoint", &target, &zone, true)?;
+    let report: CheckpointsReport = match target {
+        Target::Mount(mut c) => c
+            .stage(Request::Checkpoint {
+                paths,
+                label: a.label.clone(),
+            })
+            .map_err(refused)?,
+        Target::Stage(_) => {
+            return Err(Failure::new(
+                2,
+                format!(
+                    "{}: a checkpoint is taken of a live mount: give its mountpoint",
+                    a.target.display()
+                ),
+            ));
+        }
+    };
+    show(a.json, &report, render_checkpoint)?;
+    Ok(0)
+}
+
+pub(crate) fn checkpoints(a: &CheckpointsArgs) -> Result<u8, Failure> {
+    let (target, zone) = locate(&a.target)?;
+    let (target, paths) = open("checkpoints", &target, &zone, true)?;
+    let report: CheckpointsReport = match target {
+        Target::Mount(mut c) => c.stage(Request::Checkpoints { paths }).map_err(refused)?,
+        Target::Stage(s) => s.checkpoints(&paths).map_err(offline)?,
+    };
+    show(a.json, &report, render_checkpoints)?;
+    Ok(0)
+}
+
+pub(crate) fn rewind(a: &RewindArgs) -> Result<u8, Failure> {
+    let (target, zone) = locate(&a.target)?;
+    let given: Vec<PathBuf> = zone.into_iter().chain(a.paths.iter().cloned()).collect();
+    let (target, paths) = open("rewind", &target, &given, true)?;
+    let report: RewindReport = match target {
+        Target::Mount(mut c) => c
+            .stage(Request::Rewind { id: a.id, paths })
+            .map_err(refused)?,
+        Target::Stage(s) => s.rewind(a.id, &paths).map_err(offline)?,
+    };
+    show(a.json, &report, render_rewind)?;
+    Ok(if report.left_alone() > 0 {
+        EXIT_CONFLICT
+    } else {
+        0
+    })
+}
+
+/// TARGET as given: a mount or a stage dir, or a dir inside a live mount
+/// (its mount, and the dir as a path in it).
+fn locate(t: &Path) -> Result<(PathBuf, Vec<PathBuf>), Failure> {
+    if t.join(MANIFEST).is_file() {
+        return Ok((t.to_path_buf(), Vec::new()));
+    }
+    let abs = mount::absolute(t);
+    if mount::find_record(&abs).is_some() {
+        return Ok((t.to_path_buf(), Vec::new()));
+    }
+    for up in abs.ancestors().skip(1) {
+        if mount::find_record(up).is_some() {
+            return Ok((up.to_path_buf(), vec![abs.clone()]));
+        }
+    }
+    Ok((t.to_path_buf(), Vec::new()))
 }
 
 fn refused(e: crate::control::ClientError) -> Failure {
@@ -450,6 +602,70 @@ fn render_discard(report: &DiscardReport) -> String {
         }
     }
     out.push_str(&format!("{n} discarded\n"));
+    out
+}
+
+fn render_checkpoint(report: &CheckpointsReport) -> String {
+    let mut out = String::new();
+    for z in &report.zones {
+        for c in &z.checkpoints {
+            out.push_str(&format!("checkpoint {}  /{}  {}\n", c.id, z.zone, c.time));
+        }
+    }
+    if let Some(id) = report.id {
+        out.push_str(&format!("{id}\n"));
+    }
+    out
+}
+
+fn render_checkpoints(report: &CheckpointsReport) -> String {
+    let mut out = String::new();
+    for z in &report.zones {
+        out.push_str(&format!("/{}\n", z.zone));
+        if z.checkpoints.is_empty() {
+            out.push_str("  no checkpoints\n");
+        }
+        for c in &z.checkpoints {
+            out.push_str(&format!(
+                "  {:>4}  {}  {:>6} paths{}\n",
+                c.id,
+                c.time,
+                c.paths.unwrap_or(0),
+                c.label
+                    .as_deref()
+                    .map(|l| format!("  {}", text::escape(l.as_bytes())))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    out
+}
+
+fn render_rewind(report: &RewindReport) -> String {
+    let mut out = String::new();
+    for z in &report.zones {
+        if let Some(why) = &z.left_alone {
+            out.push_str(&format!("left alone /{}: {}\n", z.zone, text::message(why)));
+            continue;
+        }
+        if z.paths.is_empty() {
+            out.push_str(&format!("rewound /{} to checkpoint {}", z.zone, z.to));
+            if !z.dropped.is_empty() {
+                let ids: Vec<String> = z.dropped.iter().map(u64::to_string).collect();
+                out.push_str(&format!(" (dropped checkpoints {})", ids.join(", ")));
+            }
+            out.push('\n');
+        } else {
+            for p in &z.paths {
+                out.push_str(&format!(
+                    "rewound /{}/{} to checkpoint {}\n",
+                    z.zone,
+                    name(p),
+                    z.to
+                ));
+            }
+        }
+    }
     out
 }
 

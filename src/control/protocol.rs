@@ -16,6 +16,14 @@
 //! - `{"v":1,"op":"deny_pending"}` → `{"v":1,"ok":true,"denied":N}` (what
 //!   `zonemount unmount` sends first, so no waiting syscall keeps the mount
 //!   busy).
+//! - `{"v":1,"op":"changes","paths":[...],"diff":false}` (`"since":ID` or
+//!   `"between":[A,B]`: between checkpoints' views), `{"v":1,"op":"commit",
+//!   "paths":[...],"force":false}` (`"upto":ID`), `{"v":1,"op":"discard",
+//!   "paths":[...]}` → the report of `stage::report`.
+//! - `{"v":1,"op":"checkpoint","paths":["/zone"],"label":"..."}`,
+//!   `{"v":1,"op":"checkpoints","paths":[...]}`, `{"v":1,"op":"rewind",
+//!   "id":ID,"paths":[...]}` → `stage::report`'s `CheckpointsReport` or
+//!   `RewindReport`. Not decisions: the worker's side may send them.
 //! - `{"v":1,"op":"worker","boundary":"pid-namespace"}` →
 //!   `{"v":1,"ok":true}`: what `zonemount run`'s init sends from CMD's PID
 //!   namespace before CMD starts (`"boundary":"session","why":"..."` when
@@ -42,6 +50,7 @@ use serde_json::Value;
 
 use crate::approval::side::Claim;
 use crate::approval::{Decision, Scope};
+use crate::stage::service::Span;
 use crate::text;
 
 mod answer;
@@ -90,6 +99,35 @@ pub enum Request {
     Discard {
         paths: Vec<PathBuf>,
     },
+    /// `changes` between two views of the staged zones (`since` a
+    /// checkpoint, or `between` two): on the wire a `changes` with
+    /// `since` or `between`.
+    ChangesIn {
+        paths: Vec<PathBuf>,
+        diff: bool,
+        span: Span,
+    },
+    /// `commit` of the state at checkpoint `upto`: on the wire a
+    /// `commit` with `upto`.
+    CommitUpto {
+        paths: Vec<PathBuf>,
+        force: bool,
+        upto: u64,
+    },
+    /// Take a checkpoint of the staged zones `paths` names (none: all).
+    Checkpoint {
+        paths: Vec<PathBuf>,
+        label: Option<String>,
+    },
+    /// The checkpoints of the staged zones `paths` names.
+    Checkpoints {
+        paths: Vec<PathBuf>,
+    },
+    /// Make the zones (or paths) what they were at checkpoint `id`.
+    Rewind {
+        id: u64,
+        paths: Vec<PathBuf>,
+    },
     /// `run`'s worker: what keeps it from deciding.
     Worker(Claim),
 }
@@ -119,7 +157,7 @@ impl Request {
 fn unknown_op(op: &str) -> String {
     format!(
         "unknown op '{op}': use list, watch, decide, status, deny_pending, changes, commit, \
-         discard or worker"
+         discard, checkpoint, checkpoints, rewind or worker"
     )
 }
 
@@ -172,16 +210,38 @@ enum Wire {
             skip_serializing_if = "std::ops::Not::not"
         )]
         patch: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        between: Option<[u64; 2]>,
     },
     Commit {
         #[serde(flatten)]
         paths: Paths,
         #[serde(default, deserialize_with = "flag")]
         force: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upto: Option<u64>,
     },
     Discard {
         #[serde(flatten)]
         paths: Paths,
+    },
+    Checkpoint {
+        #[serde(flatten)]
+        paths: Paths,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
+    },
+    Checkpoints {
+        #[serde(flatten)]
+        paths: Paths,
+    },
+    Rewind {
+        #[serde(flatten)]
+        paths: Paths,
+        #[serde(default)]
+        id: Option<u64>,
     },
     Worker {
         #[serde(default, deserialize_with = "lenient")]
@@ -308,13 +368,42 @@ impl From<Request> for Wire {
                 paths: Paths::from(&paths[..]),
                 diff,
                 patch,
+                since: None,
+                between: None,
             },
             Request::Commit { paths, force } => Wire::Commit {
                 paths: Paths::from(&paths[..]),
                 force,
+                upto: None,
             },
             Request::Discard { paths } => Wire::Discard {
                 paths: Paths::from(&paths[..]),
+            },
+            Request::ChangesIn { paths, diff, span } => Wire::Changes {
+                paths: Paths::from(&paths[..]),
+                diff,
+                patch: false,
+                since: span.to.is_none().then_some(span.from).flatten(),
+                between: match (span.from, span.to) {
+                    (Some(a), Some(b)) => Some([a, b]),
+                    _ => None,
+                },
+            },
+            Request::CommitUpto { paths, force, upto } => Wire::Commit {
+                paths: Paths::from(&paths[..]),
+                force,
+                upto: Some(upto),
+            },
+            Request::Checkpoint { paths, label } => Wire::Checkpoint {
+                paths: Paths::from(&paths[..]),
+                label,
+            },
+            Request::Checkpoints { paths } => Wire::Checkpoints {
+                paths: Paths::from(&paths[..]),
+            },
+            Request::Rewind { id, paths } => Wire::Rewind {
+                paths: Paths::from(&paths[..]),
+                id: Some(id),
             },
             Request::Worker(claim) => {
                 let (boundary, why) = match claim {
@@ -360,16 +449,70 @@ impl TryFrom<Wire> for Request {
                 };
                 Request::Decide { id, decision }
             }
-            Wire::Changes { paths, diff, patch } => Request::Changes {
+            Wire::Changes {
+                paths,
+                diff,
+                patch,
+                since: None,
+                between: None,
+            } => Request::Changes {
                 paths: paths.into(),
                 diff,
                 patch,
             },
-            Wire::Commit { paths, force } => Request::Commit {
+            Wire::Changes { patch: true, .. } => {
+                return Err("changes takes \"patch\" without \"since\" or \"between\"".into());
+            }
+            Wire::Changes {
+                paths,
+                diff,
+                since,
+                between,
+                patch: false,
+            } => Request::ChangesIn {
+                paths: paths.into(),
+                diff,
+                span: match (since, between) {
+                    (Some(a), None) => Span {
+                        from: Some(a),
+                        to: None,
+                    },
+                    (None, Some([a, b])) => Span {
+                        from: Some(a),
+                        to: Some(b),
+                    },
+                    _ => return Err("changes takes \"since\" or \"between\", not both".into()),
+                },
+            },
+            Wire::Commit {
+                paths,
+                force,
+                upto: None,
+            } => Request::Commit {
                 paths: paths.into(),
                 force,
             },
+            Wire::Commit {
+                paths,
+                force,
+                upto: Some(upto),
+            } => Request::CommitUpto {
+                paths: paths.into(),
+                force,
+                upto,
+            },
             Wire::Discard { paths } => Request::Discard {
+                paths: paths.into(),
+            },
+            Wire::Checkpoint { paths, label } => Request::Checkpoint {
+                paths: paths.into(),
+                label,
+            },
+            Wire::Checkpoints { paths } => Request::Checkpoints {
+                paths: paths.into(),
+            },
+            Wire::Rewind { paths, id } => Request::Rewind {
+                id: id.ok_or("rewind needs a numeric \"id\" (a checkpoint's)")?,
                 paths: paths.into(),
             },
             Wire::Worker { boundary, why } => Request::Worker(

@@ -187,9 +187,14 @@ async fn connection(stream: UnixStream, srv: Arc<Server>) -> io::Result<()> {
         let reply = match req {
             Request::Watch => return watch(&srv, &mut lines, &mut w).await,
             // A commit copies files: off the async workers.
-            Request::Changes { .. } | Request::Commit { .. } | Request::Discard { .. } => {
-                tokio::task::block_in_place(|| answer(&srv, req, peer))
-            }
+            Request::Changes { .. }
+            | Request::Commit { .. }
+            | Request::Discard { .. }
+            | Request::ChangesIn { .. }
+            | Request::CommitUpto { .. }
+            | Request::Checkpoint { .. }
+            | Request::Checkpoints { .. }
+            | Request::Rewind { .. } => tokio::task::block_in_place(|| answer(&srv, req, peer)),
             _ => answer(&srv, req, peer),
         };
         send(&mut w, &reply).await?;
@@ -244,15 +249,20 @@ fn answer(srv: &Server, req: Request, peer: Peer) -> Value {
         },
         // A watch streams: the connection handles it before it gets here.
         Request::Watch => fail("watch is a stream: send it as the first request of a connection"),
-        Request::Changes { .. } | Request::Commit { .. } | Request::Discard { .. } => {
-            match &srv.stage {
-                None => fail("this mount has no staged zone"),
-                Some(run) => match run(&req, peer) {
-                    Ok(answer) => ok_answer(&answer),
-                    Err(e) => fail(e),
-                },
-            }
-        }
+        Request::Changes { .. }
+        | Request::Commit { .. }
+        | Request::Discard { .. }
+        | Request::ChangesIn { .. }
+        | Request::CommitUpto { .. }
+        | Request::Checkpoint { .. }
+        | Request::Checkpoints { .. }
+        | Request::Rewind { .. } => match &srv.stage {
+            None => fail("this mount has no staged zone"),
+            Some(run) => match run(&req, peer) {
+                Ok(answer) => ok_answer(&answer),
+                Err(e) => fail(e),
+            },
+        },
     }
 }
 

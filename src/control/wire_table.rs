@@ -44,8 +44,8 @@ fn err(s: &str) -> Result<Request, String> {
     Err(s.to_owned())
 }
 
-const UNKNOWN_OP_TAIL: &str =
-    "': use list, watch, decide, status, deny_pending, changes, commit, discard or worker";
+const UNKNOWN_OP_TAIL: &str = "': use list, watch, decide, status, deny_pending, changes, commit, discard, checkpoint, \
+     checkpoints, rewind or worker";
 
 fn unknown_op(op: &str) -> Result<Request, String> {
     Err(format!("unknown op '{op}{UNKNOWN_OP_TAIL}"))

@@ -122,6 +122,20 @@ impl<H> Handles<H> {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
+    /// The open handles `which` picks.
+    pub fn picked(&self, which: impl Fn(&Handle<H>) -> bool) -> Vec<Arc<Handle<H>>> {
+        self.shards
+            .iter()
+            .flat_map(|s| {
+                s.lock()
+                    .values()
+                    .filter(|h| which(h))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// How many open handles `which` picks.
     pub fn count(&self, which: impl Fn(&Handle<H>) -> bool) -> usize {
         self.shards

@@ -211,9 +211,8 @@ pub fn staged_overlay() -> Result<&'static str, String> {
         fs::create_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
     let (root, how) = crate::stage::sys::overlay::mount(&crate::stage::sys::overlay::Layers {
-        lower: &lower,
-        upper: &upper,
-        work: &work,
+        lower: &[&lower],
+        upper: Some((&upper, &work)),
     })
     .map_err(|e| e.to_string())?;
     rustix::fs::openat(

@@ -95,6 +95,8 @@ pub struct Settings {
     /// Where staged zones keep their changes (None: the default for the
     /// mountpoint, see `stage::dir::default_for`).
     pub stage_dir: Option<PathBuf>,
+    /// How many checkpoints a staged zone keeps (`--max-checkpoints`).
+    pub max_checkpoints: usize,
     /// Tell the worker of each refusal in this file (`--refusal-log`),
     /// paths written as under `refusal_log_root` (default: the
     /// mountpoint).
@@ -118,6 +120,7 @@ impl Default for Settings {
             record: None,
             control: None,
             stage_dir: None,
+            max_checkpoints: crate::stage::service::MAX_CHECKPOINTS,
             refusal_log: None,
             refusal_log_root: None,
         }
@@ -199,7 +202,10 @@ pub fn build(
     let owner = Owner::current();
     let stages = Stages::open(table, mountpoint, settings.stage_dir.as_deref())
         .map_err(|e| MountError::Stage(e.to_string()))?
-        .map(Arc::new);
+        .map(|mut s| {
+            s.max_checkpoints = settings.max_checkpoints;
+            Arc::new(s)
+        });
     let fs = filesystem(
         table,
         mountpoint,

@@ -1,7 +1,8 @@
 //! The stage service of a mount, composed: the filesystem core as the
 //! live mount it asks (`stage::service::LiveMount`), the mount's stages,
 //! ledger and worker side; and the control socket's handler of
-//! `changes`, `commit` and `discard`, which hands each request to it.
+//! `changes`, `commit`, `discard`, `checkpoint`, `checkpoints` and
+//! `rewind`, which hands each request to it.
 
 use std::sync::Arc;
 
@@ -36,6 +37,18 @@ pub fn stage_fn(service: StageService) -> StageFn {
                 service.commit(paths, *force, by).map(Answer::Commit)
             }
             Request::Discard { paths } => service.discard(paths, by).map(Answer::Discard),
+            Request::ChangesIn { paths, diff, span } => {
+                service.changes_in(paths, *diff, *span).map(Answer::Changes)
+            }
+            Request::CommitUpto { paths, force, upto } => service
+                .commit_upto(paths, *force, Some(*upto), by)
+                .map(Answer::Commit),
+            // Not decisions: the worker's side may.
+            Request::Checkpoint { paths, label } => service
+                .checkpoint(paths, label.clone())
+                .map(Answer::Checkpoints),
+            Request::Checkpoints { paths } => service.checkpoints(paths).map(Answer::Checkpoints),
+            Request::Rewind { id, paths } => service.rewind(*id, paths).map(Answer::Rewind),
             _ => Err("not a stage request".into()),
         }
     })

@@ -9,6 +9,11 @@
 //!                     overlay's xattr namespace, when it was made
 //!   <zone>/upper/     the overlay's upper dir: what the workers changed
 //!   <zone>/work/      the overlay's work dir
+//!   <zone>/layers/<id>/  a checkpoint: the upper dir as it was then,
+//!                     frozen (the overlay's lower layers, newest first,
+//!                     over the backing dir)
+//!   <zone>/trash/     layers a rewind dropped, removed after it
+//!   <zone>/tmp/       scratch (a checkpoint's copies, a view's links)
 //!   <zone>/...        the zone's fingerprints and commit journal
 //! ```
 //!
@@ -40,6 +45,13 @@ pub struct Manifest {
     /// Seconds since the epoch when the stage dir was made.
     pub created: u64,
     pub zones: BTreeMap<String, ZoneEntry>,
+    /// The id the next checkpoint gets (ids count from 1, never reused).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_checkpoint: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -47,6 +59,42 @@ pub struct ZoneEntry {
     pub backing: PathBuf,
     /// `trusted` or `user`: where the overlay keeps its markers.
     pub xattrs: String,
+    /// The zone's checkpoints, oldest first: each a frozen layer,
+    /// `layers/<id>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoints: Vec<Checkpoint>,
+    /// A change of the layers under way (journaled before it starts; a
+    /// stage opened with one finishes it first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Pending>,
+}
+
+/// One checkpoint of a zone.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub id: u64,
+    /// Seconds since the epoch, and the nanoseconds.
+    pub time: u64,
+    #[serde(default)]
+    pub nanos: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// A change of a zone's layers that was under way.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Pending {
+    /// Checkpoint `id` was being taken (the upper dir frozen as
+    /// `layers/<id>`, open files moved back): undone when found.
+    Checkpoint { id: u64 },
+    /// A rewind to checkpoint `to`: every later layer and the upper dir
+    /// go to the trash.
+    Rewind { to: u64 },
+    /// Layers merged by moving: each layer after `into` up to `upto`
+    /// (none: every layer and the upper dir) moved onto `layers/<into>`,
+    /// which then becomes `layers/<upto>` (or the upper dir).
+    Merge { into: u64, upto: Option<u64> },
 }
 
 pub fn xattrs_name(x: Xattrs) -> &'static str {
@@ -210,6 +258,7 @@ pub fn hold(dir: &Path, mountpoint: &Path) -> Result<Held, StageError> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             zones: BTreeMap::new(),
+            next_checkpoint: 0,
         },
         Err(e) => return Err(io_err(dir)(e)),
     };
@@ -261,12 +310,14 @@ impl Held {
                     ZoneEntry {
                         backing: backing.to_path_buf(),
                         xattrs: xattrs_name(xattrs).to_owned(),
+                        checkpoints: Vec::new(),
+                        pending: None,
                     },
                 );
                 self.save()?;
             }
         }
-        for sub in ["upper", "work"] {
+        for sub in ["upper", "work", "layers"] {
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
@@ -276,8 +327,9 @@ impl Held {
         Ok(())
     }
 
-    /// Write the manifest atomically (temp + rename).
-    fn save(&self) -> Result<(), StageError> {
+    /// Write the manifest atomically (temp + fsync + rename + the dir
+    /// fsynced): after a crash it is the old one or the new one, whole.
+    pub fn save(&self) -> Result<(), StageError> {
         let tmp = self.dir.join(format!(".{MANIFEST}.tmp"));
         let text = serde_json::to_vec_pretty(&self.manifest).map_err(|e| StageError::Bad {
             dir: self.dir.clone(),
@@ -292,7 +344,10 @@ impl Held {
             .map_err(io_err(&self.dir))?;
         f.write_all(&text).map_err(io_err(&self.dir))?;
         f.sync_all().map_err(io_err(&self.dir))?;
-        fs::rename(&tmp, self.dir.join(MANIFEST)).map_err(io_err(&self.dir))
+        fs::rename(&tmp, self.dir.join(MANIFEST)).map_err(io_err(&self.dir))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(&self.dir))
     }
 }
 

@@ -13,6 +13,8 @@
 //!   CLI and the Rust API.
 //! - `tree`: what a stage holds compared to its backing dir (the change
 //!   report, diffs), and applying it to the backing dir or dropping it.
+//! - `layers`: checkpoints, each a frozen upper dir under the live one;
+//!   rewinding to one, merging them, a checkpoint's view.
 //!
 //! [`Stages`] is what a mount holds: its locked stage dir and, for each
 //! staged zone, the overlay whose root the filesystem uses as the zone's
@@ -20,6 +22,7 @@
 
 pub mod actors;
 pub mod dir;
+pub mod layers;
 pub mod report;
 pub mod service;
 pub mod sys;
@@ -52,6 +55,9 @@ pub struct ZoneStage {
     pub actors: actors::StageActors,
     /// The backing dir, to note from.
     lower: OwnedFd,
+    /// The checkpoints' ids, oldest first: the overlay's lower layers
+    /// (`layers/<id>`, newest first) over the backing dir.
+    pub checkpoints: Mutex<Vec<u64>>,
 }
 
 impl ZoneStage {
@@ -89,10 +95,17 @@ impl ZoneStage {
             )?;
         }
         rustix::fs::fchmod(&up, rustix::fs::Mode::from_raw_mode(low.st_mode & 0o7777))?;
+        let ids = self.checkpoints.lock().clone();
+        let dirs: Vec<PathBuf> = ids
+            .iter()
+            .rev()
+            .map(|id| layers::layer_dir(&self.dir, *id))
+            .collect();
+        let mut lower: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+        lower.push(&self.backing);
         let (fd, how) = overlay::mount(&overlay::Layers {
-            lower: &self.backing,
-            upper: &self.upper,
-            work: &self.work,
+            lower: &lower,
+            upper: Some((&self.upper, &self.work)),
         })?;
         debug_assert_eq!(how, self.xattrs);
         Ok(fd)
@@ -105,8 +118,12 @@ impl ZoneStage {
 pub struct Stages {
     pub dir: PathBuf,
     zones: Vec<Option<ZoneStage>>,
-    /// Holds the stage dir's lock for the mount's life.
-    _held: Mutex<dir::Held>,
+    /// How many checkpoints a zone keeps: past it, the two oldest layers
+    /// are merged.
+    pub max_checkpoints: usize,
+    /// Holds the stage dir's lock for the mount's life; its manifest is
+    /// the checkpoints' record (changed under this lock).
+    held: Mutex<dir::Held>,
 }
 
 impl Stages {
@@ -142,6 +159,18 @@ impl Stages {
                 dir: zdir.clone(),
                 source: e,
             };
+            // A checkpoint, rewind or merge a crash cut short: finished
+            // (a checkpoint undone) before the overlay is made.
+            let ids = {
+                let mut entry = held.manifest.zones[&z.name].clone();
+                if layers::needs_recovery(&zdir, &entry) {
+                    layers::recover(&zdir, &mut entry, xattrs.prefix()).map_err(io)?;
+                    held.manifest.zones.insert(z.name.clone(), entry.clone());
+                    held.save()?;
+                }
+                layers::clean(&zdir).map_err(io)?;
+                entry.checkpoints.iter().map(|c| c.id).collect::<Vec<_>>()
+            };
             let fingerprints = tree::Fingerprints::open(&zdir).map_err(io)?;
             let actors = actors::StageActors::open(&zdir).map_err(io)?;
             let lower = rustix::fs::open(
@@ -159,8 +188,8 @@ impl Stages {
                 .ok()
                 .as_ref()
                 .map(tree::Fingerprint::of);
-            let empty =
-                std::fs::read_dir(zdir.join("upper")).map_or(true, |mut d| d.next().is_none());
+            let empty = ids.is_empty()
+                && std::fs::read_dir(zdir.join("upper")).map_or(true, |mut d| d.next().is_none());
             if empty && now.is_some() {
                 fingerprints.settle(&[], &[], &[(PathBuf::new(), now)])
             } else {
@@ -177,13 +206,21 @@ impl Stages {
                 fingerprints,
                 actors,
                 lower,
+                checkpoints: Mutex::new(ids),
             }));
         }
         Ok(Some(Stages {
             dir,
             zones,
-            _held: Mutex::new(held),
+            max_checkpoints: service::MAX_CHECKPOINTS,
+            held: Mutex::new(held),
         }))
+    }
+
+    /// The stage dir, locked, and its manifest: held while the layers
+    /// change.
+    pub fn held(&self) -> parking_lot::MutexGuard<'_, dir::Held> {
+        self.held.lock()
     }
 
     /// Zone `i`'s stage, if it is staged.

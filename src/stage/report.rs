@@ -340,13 +340,77 @@ impl DiscardReport {
     }
 }
 
-/// Any of the three answers, as the control socket sends it.
+/// One checkpoint of a zone, as `checkpoint` and `checkpoints` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointInfo {
+    pub id: u64,
+    /// When it was taken: RFC 3339, UTC.
+    pub time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// How many paths changed since the checkpoint before it (or since
+    /// the backing dir, for the oldest); `checkpoints` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<u64>,
+}
+
+/// One staged zone's checkpoints, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneCheckpoints {
+    pub zone: String,
+    pub checkpoints: Vec<CheckpointInfo>,
+    /// `checkpoint` only, when the zone took none: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// The answer to `checkpoint` (the one taken, `id`, in each zone) and
+/// to `checkpoints` (each zone's, `id` absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointsReport {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    pub zones: Vec<ZoneCheckpoints>,
+}
+
+/// One staged zone's rewind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneRewind {
+    pub zone: String,
+    /// The checkpoint the zone (or `paths`) now shows.
+    pub to: u64,
+    /// The checkpoints after it, dropped (a whole-zone rewind).
+    pub dropped: Vec<u64>,
+    /// A rewind of some paths: those (relative to the zone dir).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathBuf>,
+    /// The zone was left alone: why (files open for writing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_alone: Option<String>,
+}
+
+/// The answer to `rewind`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RewindReport {
+    pub zones: Vec<ZoneRewind>,
+}
+
+impl RewindReport {
+    /// How many zones were left alone.
+    pub fn left_alone(&self) -> usize {
+        self.zones.iter().filter(|z| z.left_alone.is_some()).count()
+    }
+}
+
+/// Any of the answers, as the control socket sends it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Answer {
     Changes(ChangesReport),
     Commit(CommitReport),
     Discard(DiscardReport),
+    Checkpoints(CheckpointsReport),
+    Rewind(RewindReport),
 }
 
 #[cfg(test)]

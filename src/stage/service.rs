@@ -23,9 +23,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::RwLockWriteGuard;
 
-use super::report::{Change, ChangesReport, CommitReport, DiscardReport, Kind, ZoneChanges};
+use super::dir::{Checkpoint, Pending, ZoneEntry};
+use super::report::{
+    Change, ChangesReport, CheckpointInfo, CheckpointsReport, CommitReport, DiscardReport, Kind,
+    RewindReport, ZoneChanges, ZoneCheckpoints, ZoneRewind,
+};
+pub use super::work::Span;
 use super::work::{Detail, Outcome, ZoneWork, by_zone};
-use super::{StageError, Stages, dir, tree};
+use super::{StageError, Stages, dir, layers, tree};
 use crate::approval::side::{NsId, Worker, WorkerSide};
 use crate::audit::{self, Audit};
 
@@ -36,6 +41,12 @@ pub trait LiveMount: Send + Sync {
     fn hold_still(&self) -> RwLockWriteGuard<'_, ()>;
     /// How many files of zone `zone` are open for writing now.
     fn open_for_writing(&self, zone: usize) -> usize;
+    /// The files of zone `zone` open for writing now (fds through its
+    /// overlay).
+    fn writable_fds(&self, zone: usize) -> Vec<Arc<std::os::fd::OwnedFd>>;
+    /// Zone `zone`'s dir as the filesystem uses it (a staged zone's
+    /// overlay root).
+    fn zone_dir(&self, zone: usize) -> Option<Arc<std::os::fd::OwnedFd>>;
     /// Mount zone `zone`'s overlay afresh and make it the zone's dir (its
     /// layers changed underneath).
     fn restage(&self, zone: usize) -> io::Result<()>;
@@ -120,6 +131,7 @@ impl StageService {
                         upper: z.upper.clone(),
                         dir: z.dir.clone(),
                         xattrs: z.xattrs,
+                        checkpoints: z.checkpoints.lock().clone(),
                     },
                 )
             })
@@ -129,17 +141,44 @@ impl StageService {
     /// The changes under `paths` of each rw zone: a staged zone's from its
     /// stage (with diffs when `diff`), a plain zone's as the mount saw them.
     pub fn changes(&self, paths: &[PathBuf], diff: bool) -> Result<ChangesReport, String> {
-        self.report(paths, if diff { Detail::Diff } else { Detail::List })
+        self.changes_in(paths, diff, Span::default())
     }
 
     /// [`Self::changes`], each staged zone's with its patch in git's
     /// extended diff format (`changes --patch`).
     pub fn patch(&self, paths: &[PathBuf]) -> Result<ChangesReport, String> {
-        self.report(paths, Detail::Patch)
+        self.report(paths, Detail::Patch, Span::default())
     }
 
-    fn report(&self, paths: &[PathBuf], detail: Detail) -> Result<ChangesReport, String> {
+    /// [`Self::changes`] between two views of the staged zones (`span`:
+    /// checkpoints, or one and now); a zone without those checkpoints is
+    /// left out (and plain zones, which have none).
+    pub fn changes_in(
+        &self,
+        paths: &[PathBuf],
+        diff: bool,
+        span: Span,
+    ) -> Result<ChangesReport, String> {
+        self.report(paths, if diff { Detail::Diff } else { Detail::List }, span)
+    }
+
+    fn report(
+        &self,
+        paths: &[PathBuf],
+        detail: Detail,
+        span: Span,
+    ) -> Result<ChangesReport, String> {
+        // The layers don't change while they are read (a checkpoint's
+        // merge, a rewind).
+        let _held = self.stages.as_ref().map(|s| s.held());
         let work = self.work();
+        if span != Span::default() {
+            if self.stages.is_none() {
+                return Err("this mount has no staged zone".into());
+            }
+            let list: Vec<ZoneWork> = work.into_iter().map(|(_, w)| w).collect();
+            return span_changes(&list, paths, detail, span);
+        }
         let rw = self.live.rw_zones();
         let names: Vec<&str> = rw.iter().map(|(n, _)| n.as_str()).collect();
         let wanted = by_zone(paths, &names)?;
@@ -178,11 +217,30 @@ impl StageService {
         force: bool,
         by: Caller,
     ) -> Result<CommitReport, String> {
-        let work = self.work();
+        self.commit_upto(paths, force, None, by)
+    }
+
+    /// [`Self::commit`] of the zones' state at checkpoint `upto` (none:
+    /// now). The checkpoints' layers up to it (all: none) are merged
+    /// first: the checkpoints before it (all) are dropped.
+    pub fn commit_upto(
+        &self,
+        paths: &[PathBuf],
+        force: bool,
+        upto: Option<u64>,
+        by: Caller,
+    ) -> Result<CommitReport, String> {
+        let mut work = self.work();
         let names: Vec<&str> = work.iter().map(|(_, w)| w.name.as_str()).collect();
         let wanted = by_zone(paths, &names)?;
+        if let Some(id) = upto {
+            work.retain(|(_, w)| w.has(id));
+            if !work.iter().any(|(_, w)| wanted.contains_key(&w.name)) {
+                return Err(no_checkpoint(id));
+            }
+        }
         self.own_side("commit", by)?;
-        let zones = self.change_stages(&work, &wanted, |w, fp, f| w.commit(fp, f, force))?;
+        let zones = self.change_stages(&work, &wanted, upto, |w, fp, f| w.commit(fp, f, force))?;
         let report = CommitReport { zones };
         let applied = report
             .zones
@@ -203,7 +261,7 @@ impl StageService {
         let names: Vec<&str> = work.iter().map(|(_, w)| w.name.as_str()).collect();
         let wanted = by_zone(paths, &names)?;
         self.own_side("discard", by)?;
-        let zones = self.change_stages(&work, &wanted, ZoneWork::discard)?;
+        let zones = self.change_stages(&work, &wanted, None, ZoneWork::discard)?;
         let report = DiscardReport { zones };
         let dropped = report
             .zones
@@ -246,10 +304,12 @@ impl StageService {
         &self,
         work: &[(usize, ZoneWork)],
         wanted: &BTreeMap<String, Vec<PathBuf>>,
+        upto: Option<u64>,
         apply: impl Fn(&ZoneWork, &tree::Fingerprints, &[PathBuf]) -> Result<T, String>,
     ) -> Result<Vec<T>, String> {
         let mut zones = Vec::new();
         let mut forget = Vec::new();
+        let mut held = self.stages.as_ref().map(|s| s.held());
         self.settle_writers(work);
         {
             let _still = self.live.hold_still();
@@ -265,7 +325,32 @@ impl StageService {
                     zones.push(T::left_alone(&w.name, open));
                     continue;
                 }
-                let mut answer = apply(w, &stage.fingerprints, filter)?;
+                // Its checkpoints' layers merged first, up to `upto`.
+                let merged = match held.as_mut() {
+                    Some(h) => merge_for(h, w, upto)?,
+                    None => None,
+                };
+                if merged.is_some() {
+                    *stage.checkpoints.lock() = merged.iter().flatten().copied().collect();
+                }
+                let answer = match upto {
+                    Some(id) => apply(
+                        &w.with_upper(layers::layer_dir(&w.dir, id)),
+                        &stage.fingerprints,
+                        filter,
+                    ),
+                    None => apply(w, &stage.fingerprints, filter),
+                };
+                let mut answer = match answer {
+                    Ok(a) => a,
+                    Err(e) => {
+                        let _ = self.live.restage(*i);
+                        return Err(e);
+                    }
+                };
+                if let Some(id) = upto {
+                    w.renote_later(&stage.fingerprints, &answer.done(), id)?;
+                }
                 // Who made each change goes in the answer (and the
                 // ledger); the record of what is gone from the stage goes.
                 stage.actors.fill(answer.changes_mut());
@@ -280,11 +365,240 @@ impl StageService {
                 zones.push(answer);
             }
         }
+        drop(held);
         for (i, paths) in &forget {
             let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
             self.live.forget_cached(*i, &refs);
         }
         Ok(zones)
+    }
+
+    fn stages(&self) -> Result<&Arc<Stages>, String> {
+        self.stages
+            .as_ref()
+            .ok_or_else(|| "this mount has no staged zone".to_owned())
+    }
+
+    /// Take a checkpoint of the staged zones `paths` names (a zone, or
+    /// none: all): one id for all of them. Not a decision: anyone who may
+    /// use the control socket may (the worker's side too).
+    pub fn checkpoint(
+        &self,
+        paths: &[PathBuf],
+        label: Option<String>,
+    ) -> Result<CheckpointsReport, String> {
+        let stages = self.stages()?;
+        let work = self.work();
+        let wanted = zones_of(&work, paths, "checkpoint")?;
+        let mut held = stages.held();
+        let id = held.manifest.next_checkpoint.max(1);
+        held.manifest.next_checkpoint = id + 1;
+        let (time, nanos) = layers::now();
+        let mut zones = Vec::new();
+        let _still = self.live.hold_still();
+        for (i, w) in work.iter().filter(|(_, w)| wanted.contains(&w.name)) {
+            let Some(stage) = stages.zone(*i) else {
+                continue;
+            };
+            let prefix = w.xattrs.prefix();
+            let mut entry = entry_of(&held, &w.name)?;
+            entry.pending = Some(Pending::Checkpoint { id });
+            save_entry(&mut held, &w.name, &entry)?;
+            let fds = self.live.writable_fds(*i);
+            let open: Vec<std::os::fd::BorrowedFd<'_>> =
+                fds.iter().map(|f| std::os::fd::AsFd::as_fd(&**f)).collect();
+            let taken = layers::freeze(&w.dir, id, &open, prefix).and_then(|()| {
+                stage.checkpoints.lock().push(id);
+                self.live.restage(*i)
+            });
+            if let Err(e) = taken {
+                // Undone: the layer laid back under the upper dir.
+                stage.checkpoints.lock().retain(|c| *c != id);
+                let undo = layers::recover(&w.dir, &mut entry, prefix);
+                let _ = save_entry(&mut held, &w.name, &entry);
+                let _ = self.live.restage(*i);
+                return Err(format!(
+                    "zone '{}': cannot take checkpoint {id}: {e}{}",
+                    w.name,
+                    undo.err()
+                        .map(|u| format!(" (and undoing it: {u})"))
+                        .unwrap_or_default()
+                ));
+            }
+            entry.checkpoints.push(Checkpoint {
+                id,
+                time,
+                nanos,
+                label: label.clone(),
+            });
+            entry.pending = None;
+            save_entry(&mut held, &w.name, &entry)?;
+            // Bounded: past the most kept, the two oldest layers merged.
+            if entry.checkpoints.len() > self.max_checkpoints() {
+                let (into, upto) = (entry.checkpoints[0].id, entry.checkpoints[1].id);
+                journal(
+                    &mut held,
+                    w,
+                    &mut entry,
+                    Pending::Merge {
+                        into,
+                        upto: Some(upto),
+                    },
+                )?;
+                *stage.checkpoints.lock() = ids(&entry);
+                self.live
+                    .restage(*i)
+                    .map_err(|e| format!("zone '{}': cannot mount its stage again: {e}", w.name))?;
+            }
+            zones.push(ZoneCheckpoints {
+                zone: w.name.clone(),
+                checkpoints: entry.checkpoints.last().map(info).into_iter().collect(),
+                skipped: None,
+            });
+        }
+        Ok(CheckpointsReport {
+            id: Some(id),
+            zones,
+        })
+    }
+
+    /// How many checkpoints a zone keeps.
+    fn max_checkpoints(&self) -> usize {
+        self.stages
+            .as_ref()
+            .map_or(MAX_CHECKPOINTS, |s| s.max_checkpoints)
+    }
+
+    /// The checkpoints of the staged zones `paths` names (none: all),
+    /// each with how many paths changed since the one before.
+    pub fn checkpoints(&self, paths: &[PathBuf]) -> Result<CheckpointsReport, String> {
+        let stages = self.stages()?;
+        let work = self.work();
+        let wanted = zones_of(&work, paths, "checkpoints")?;
+        let held = stages.held();
+        let list: Vec<ZoneWork> = work.into_iter().map(|(_, w)| w).collect();
+        list_checkpoints(&held, &list, &wanted)
+    }
+
+    /// Make the staged zones `paths` names (or only those paths) what
+    /// they were at checkpoint `id`. A whole zone: its later checkpoints
+    /// and its changes since are dropped; some paths: each copied from
+    /// the checkpoint's view into the live one (or removed), the
+    /// checkpoints kept. A zone with files open for writing is left
+    /// alone. Not a decision: the worker's side may.
+    pub fn rewind(&self, id: u64, paths: &[PathBuf]) -> Result<RewindReport, String> {
+        let stages = self.stages()?;
+        let work = self.work();
+        let names: Vec<&str> = work.iter().map(|(_, w)| w.name.as_str()).collect();
+        let wanted = by_zone(paths, &names)?;
+        if !work
+            .iter()
+            .any(|(_, w)| wanted.contains_key(&w.name) && w.has(id))
+        {
+            return Err(no_checkpoint(id));
+        }
+        let mut held = stages.held();
+        self.settle_writers(&work);
+        let mut zones = Vec::new();
+        let mut forget = Vec::new();
+        {
+            let _still = self.live.hold_still();
+            for (i, w) in &work {
+                let (Some(filter), true, Some(stage)) =
+                    (wanted.get(&w.name), w.has(id), stages.zone(*i))
+                else {
+                    continue;
+                };
+                let mut z = ZoneRewind {
+                    zone: w.name.clone(),
+                    to: id,
+                    dropped: Vec::new(),
+                    paths: filter.clone(),
+                    left_alone: None,
+                };
+                let open = self.live.open_for_writing(*i);
+                if open > 0 {
+                    z.left_alone = Some(format!(
+                        "a worker has {open} file(s) of /{} open for writing; try again once they are closed",
+                        w.name
+                    ));
+                    zones.push(z);
+                    continue;
+                }
+                let again = |e: io::Error| format!("zone '{}': rewind: {e}", w.name);
+                if filter.is_empty() {
+                    let mut entry = entry_of(&held, &w.name)?;
+                    z.dropped = entry
+                        .checkpoints
+                        .iter()
+                        .map(|c| c.id)
+                        .filter(|c| *c > id)
+                        .collect();
+                    // The names the dropped layers hold: the kernel forgets them.
+                    let mut names = layers::paths_in(&w.upper);
+                    for d in &z.dropped {
+                        names.extend(layers::paths_in(&layers::layer_dir(&w.dir, *d)));
+                    }
+                    journal(&mut held, w, &mut entry, Pending::Rewind { to: id })?;
+                    *stage.checkpoints.lock() = ids(&entry);
+                    self.live.restage(*i).map_err(again)?;
+                    forget.push((*i, names));
+                } else {
+                    let below: Vec<PathBuf> = w
+                        .checkpoints
+                        .iter()
+                        .rev()
+                        .filter(|c| **c <= id)
+                        .map(|c| layers::layer_dir(&w.dir, *c))
+                        .collect();
+                    let view = layers::view(&w.backing, &below).map_err(again)?;
+                    let live = self
+                        .live
+                        .zone_dir(*i)
+                        .ok_or_else(|| format!("zone '{}': no overlay", w.name))?;
+                    let mut touched = Vec::new();
+                    for p in filter {
+                        touched.extend(
+                            layers::restore(
+                                view.fd(),
+                                std::os::fd::AsFd::as_fd(&*live),
+                                p,
+                                w.xattrs.prefix(),
+                            )
+                            .map_err(again)?,
+                        );
+                    }
+                    forget.push((*i, touched));
+                }
+                zones.push(z);
+            }
+        }
+        // What the rewind dropped is removed after the answer.
+        let mut doomed = Vec::new();
+        for (_, w) in &work {
+            match layers::take_trash(&w.dir) {
+                Ok(d) => doomed.extend(d),
+                Err(e) => tracing::warn!(zone = %w.name, "cannot empty the stage's trash: {e}"),
+            }
+        }
+        drop(held);
+        for (i, paths) in &forget {
+            let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+            self.live.forget_cached(*i, &refs);
+        }
+        if !doomed.is_empty() {
+            let spawned = std::thread::Builder::new()
+                .name("zm-trash".into())
+                .spawn(move || {
+                    if let Err(e) = layers::remove_all_of(&doomed) {
+                        tracing::warn!("cannot remove what a rewind dropped: {e}");
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!("cannot start removing what a rewind dropped: {e}");
+            }
+        }
+        Ok(RewindReport { zones })
     }
 
     /// The ledger's record of a commit or discard: who, which paths (and
@@ -383,38 +697,209 @@ fn first_last(c: &Change) -> Option<crate::actor::FirstLast> {
     })
 }
 
+/// How many checkpoints a zone keeps by default: past it, the two oldest
+/// layers are merged (the oldest checkpoint is dropped).
+pub const MAX_CHECKPOINTS: usize = 32;
+
+fn no_checkpoint(id: u64) -> String {
+    format!("no checkpoint {id} in the zones this applies to (`zonemount checkpoints` lists them)")
+}
+
+/// The zones `paths` names, whole (none: all).
+fn zones_of(
+    work: &[(usize, ZoneWork)],
+    paths: &[PathBuf],
+    what: &str,
+) -> Result<Vec<String>, String> {
+    let names: Vec<&str> = work.iter().map(|(_, w)| w.name.as_str()).collect();
+    let wanted = by_zone(paths, &names)?;
+    if wanted.values().any(|f| !f.is_empty()) {
+        return Err(format!(
+            "{what} applies to a whole zone: give the mount or a zone's dir, not a path inside it"
+        ));
+    }
+    Ok(wanted.into_keys().collect())
+}
+
+fn entry_of(held: &dir::Held, zone: &str) -> Result<ZoneEntry, String> {
+    held.manifest
+        .zones
+        .get(zone)
+        .cloned()
+        .ok_or_else(|| format!("zone '{zone}' is not in the stage's manifest"))
+}
+
+fn save_entry(held: &mut dir::Held, zone: &str, entry: &ZoneEntry) -> Result<(), String> {
+    held.manifest.zones.insert(zone.to_owned(), entry.clone());
+    held.save().map_err(|e| e.to_string())
+}
+
+/// Journal `p` for zone `w`, do it, record it done.
+fn journal(
+    held: &mut dir::Held,
+    w: &ZoneWork,
+    entry: &mut ZoneEntry,
+    p: Pending,
+) -> Result<(), String> {
+    let zone = w.name.clone();
+    layers::journaled(&w.dir, entry, p, w.xattrs.prefix(), &mut |e| {
+        save_entry(held, &zone, e).map_err(io::Error::other)
+    })
+    .map_err(|e| format!("zone '{}': {e} (run it again: it completes)", w.name))
+}
+
+fn ids(entry: &ZoneEntry) -> Vec<u64> {
+    entry.checkpoints.iter().map(|c| c.id).collect()
+}
+
+fn info(c: &Checkpoint) -> CheckpointInfo {
+    let at = std::time::UNIX_EPOCH + Duration::new(c.time, c.nanos);
+    CheckpointInfo {
+        id: c.id,
+        time: humantime::format_rfc3339_millis(at).to_string(),
+        label: c.label.clone(),
+        paths: None,
+    }
+}
+
+/// Before a commit or discard of zone `w`: its checkpoints' layers merged
+/// up to `upto` (none: all of them, into the upper dir). Returns the
+/// checkpoints left when it merged, None when there were none to merge.
+fn merge_for(
+    held: &mut dir::Held,
+    w: &ZoneWork,
+    upto: Option<u64>,
+) -> Result<Option<Vec<u64>>, String> {
+    let mut entry = entry_of(held, &w.name)?;
+    let Some(oldest) = entry.checkpoints.first().map(|c| c.id) else {
+        return Ok(None);
+    };
+    journal(held, w, &mut entry, Pending::Merge { into: oldest, upto })?;
+    Ok(Some(ids(&entry)))
+}
+
+/// The changes of `span` in the staged zones `paths` names that have its
+/// checkpoints.
+fn span_changes(
+    work: &[ZoneWork],
+    paths: &[PathBuf],
+    detail: Detail,
+    span: Span,
+) -> Result<ChangesReport, String> {
+    if let (Some(a), Some(b)) = (span.from, span.to) {
+        if a >= b {
+            return Err(format!(
+                "--between {a} {b}: give the older checkpoint first"
+            ));
+        }
+    }
+    let names: Vec<&str> = work.iter().map(|w| w.name.as_str()).collect();
+    let wanted = by_zone(paths, &names)?;
+    let mut zones = Vec::new();
+    let mut missing = None;
+    for w in work {
+        let Some(filter) = wanted.get(&w.name) else {
+            continue;
+        };
+        if let Some(id) = [span.from, span.to]
+            .into_iter()
+            .flatten()
+            .find(|id| !w.has(*id))
+        {
+            missing = Some(id);
+            continue;
+        }
+        zones.push(w.changes_in(filter, detail, span)?);
+    }
+    match (zones.is_empty(), missing) {
+        (true, Some(id)) => Err(no_checkpoint(id)),
+        _ => Ok(ChangesReport { zones }),
+    }
+}
+
+/// Each zone's checkpoints, with the paths changed since the one before.
+fn list_checkpoints(
+    held: &dir::Held,
+    work: &[ZoneWork],
+    wanted: &[String],
+) -> Result<CheckpointsReport, String> {
+    let mut zones = Vec::new();
+    for w in work.iter().filter(|w| wanted.contains(&w.name)) {
+        let entry = entry_of(held, &w.name)?;
+        let mut list = Vec::new();
+        let mut prev = None;
+        for c in &entry.checkpoints {
+            let mut i = info(c);
+            let n = w.changes_in(
+                &[],
+                Detail::List,
+                Span {
+                    from: prev,
+                    to: Some(c.id),
+                },
+            )?;
+            i.paths = Some(n.changes.len() as u64);
+            list.push(i);
+            prev = Some(c.id);
+        }
+        zones.push(ZoneCheckpoints {
+            zone: w.name.clone(),
+            checkpoints: list,
+            skipped: None,
+        });
+    }
+    Ok(CheckpointsReport { id: None, zones })
+}
+
 /// A stage dir no mount holds, locked while this is alive: its changes,
 /// committed or discarded from here.
 #[derive(Debug)]
 pub struct OfflineStage {
     work: Vec<ZoneWork>,
-    _held: dir::Held,
+    held: parking_lot::Mutex<dir::Held>,
 }
 
 impl OfflineStage {
     /// Lock stage dir `dir` (refused while a mount holds it) and read its
-    /// zones.
+    /// zones; a checkpoint, rewind or merge a crash cut short is finished
+    /// first (a checkpoint undone).
     pub fn open(dir: &Path) -> Result<OfflineStage, String> {
-        let held = dir::hold(dir, Path::new("")).map_err(|e| match e {
+        let mut held = dir::hold(dir, Path::new("")).map_err(|e| match e {
             StageError::InUse { .. } => {
                 format!("{e} — while it is mounted, give the mountpoint instead of the stage dir")
             }
             other => other.to_string(),
         })?;
         let mut work = Vec::new();
-        for (name, entry) in &held.manifest.zones {
+        let zones: Vec<(String, ZoneEntry)> = held
+            .manifest
+            .zones
+            .iter()
+            .map(|(n, e)| (n.clone(), e.clone()))
+            .collect();
+        for (name, mut entry) in zones {
             let xattrs = dir::xattrs_of(&entry.xattrs)
                 .ok_or_else(|| format!("{}: unknown xattrs '{}'", dir.display(), entry.xattrs))?;
-            let zdir = dir::zone_dir(dir, name);
+            let zdir = dir::zone_dir(dir, &name);
+            if layers::needs_recovery(&zdir, &entry) {
+                layers::recover(&zdir, &mut entry, xattrs.prefix())
+                    .map_err(|e| format!("zone '{name}': {e}"))?;
+                save_entry(&mut held, &name, &entry)?;
+            }
+            let _ = layers::clean(&zdir);
             work.push(ZoneWork {
                 name: name.clone(),
                 backing: entry.backing.clone(),
                 upper: zdir.join("upper"),
                 dir: zdir,
                 xattrs,
+                checkpoints: ids(&entry),
             });
         }
-        Ok(OfflineStage { work, _held: held })
+        Ok(OfflineStage {
+            work,
+            held: parking_lot::Mutex::new(held),
+        })
     }
 
     /// Each zone `paths` names, with its filter.
@@ -430,15 +915,34 @@ impl OfflineStage {
 
     /// The staged changes under `paths` (with diffs when `diff`).
     pub fn changes(&self, paths: &[PathBuf], diff: bool) -> Result<ChangesReport, String> {
-        self.report(paths, if diff { Detail::Diff } else { Detail::List })
+        self.changes_in(paths, diff, Span::default())
     }
 
     /// The staged changes under `paths`, each zone's with its patch.
     pub fn patch(&self, paths: &[PathBuf]) -> Result<ChangesReport, String> {
-        self.report(paths, Detail::Patch)
+        self.report(paths, Detail::Patch, Span::default())
     }
 
-    fn report(&self, paths: &[PathBuf], detail: Detail) -> Result<ChangesReport, String> {
+    /// The changes between two views (`span`): see
+    /// [`StageService::changes_in`].
+    pub fn changes_in(
+        &self,
+        paths: &[PathBuf],
+        diff: bool,
+        span: Span,
+    ) -> Result<ChangesReport, String> {
+        self.report(paths, if diff { Detail::Diff } else { Detail::List }, span)
+    }
+
+    fn report(
+        &self,
+        paths: &[PathBuf],
+        detail: Detail,
+        span: Span,
+    ) -> Result<ChangesReport, String> {
+        if span != Span::default() {
+            return span_changes(&self.work, paths, detail, span);
+        }
         let zones = self
             .wanted(paths)?
             .into_iter()
@@ -451,26 +955,104 @@ impl OfflineStage {
         Ok(ChangesReport { zones })
     }
 
+    /// Each zone's checkpoints (`paths`: zones; none: all).
+    pub fn checkpoints(&self, paths: &[PathBuf]) -> Result<CheckpointsReport, String> {
+        let indexed: Vec<(usize, ZoneWork)> = self
+            .work
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (i, w.with_upper(w.upper.clone())))
+            .collect();
+        let wanted = zones_of(&indexed, paths, "checkpoints")?;
+        list_checkpoints(&self.held.lock(), &self.work, &wanted)
+    }
+
+    /// Rewind whole zones to checkpoint `id` (some paths only: on a live
+    /// mount).
+    pub fn rewind(&self, id: u64, paths: &[PathBuf]) -> Result<RewindReport, String> {
+        let wanted = self.wanted(paths)?;
+        if wanted.iter().any(|(_, f)| !f.is_empty()) {
+            return Err(
+                "a rewind of some paths needs the live mount: mount the stage again (same \
+                 --stage-dir) and give its mountpoint"
+                    .into(),
+            );
+        }
+        if !wanted.iter().any(|(w, _)| w.has(id)) {
+            return Err(no_checkpoint(id));
+        }
+        let mut held = self.held.lock();
+        let mut zones = Vec::new();
+        for (w, _) in wanted.into_iter().filter(|(w, _)| w.has(id)) {
+            let mut entry = entry_of(&held, &w.name)?;
+            let dropped = entry
+                .checkpoints
+                .iter()
+                .map(|c| c.id)
+                .filter(|c| *c > id)
+                .collect();
+            journal(&mut held, w, &mut entry, Pending::Rewind { to: id })?;
+            if let Ok(doomed) = layers::take_trash(&w.dir) {
+                let _ = layers::remove_all_of(&doomed);
+            }
+            zones.push(ZoneRewind {
+                zone: w.name.clone(),
+                to: id,
+                dropped,
+                paths: Vec::new(),
+                left_alone: None,
+            });
+        }
+        Ok(RewindReport { zones })
+    }
+
     /// Apply the staged changes under `paths` (conflicts too when `force`).
     pub fn commit(&self, paths: &[PathBuf], force: bool) -> Result<CommitReport, String> {
-        let zones = self
-            .wanted(paths)?
-            .into_iter()
-            .map(|(w, f)| {
-                let mut z = w.commit(&w.fingerprints()?, &f, force)?;
-                w.settle_actors(&mut z, &f)?;
-                Ok::<_, String>(z)
-            })
-            .collect::<Result<_, _>>()?;
+        self.commit_upto(paths, force, None)
+    }
+
+    /// Apply the state at checkpoint `upto` (none: now) under `paths`.
+    pub fn commit_upto(
+        &self,
+        paths: &[PathBuf],
+        force: bool,
+        upto: Option<u64>,
+    ) -> Result<CommitReport, String> {
+        let mut wanted = self.wanted(paths)?;
+        if let Some(id) = upto {
+            wanted.retain(|(w, _)| w.has(id));
+            if wanted.is_empty() {
+                return Err(no_checkpoint(id));
+            }
+        }
+        let mut held = self.held.lock();
+        let mut zones = Vec::new();
+        for (w, f) in wanted {
+            merge_for(&mut held, w, upto)?;
+            let fp = w.fingerprints()?;
+            let mut answer = match upto {
+                Some(id) => w
+                    .with_upper(layers::layer_dir(&w.dir, id))
+                    .commit(&fp, &f, force)?,
+                None => w.commit(&fp, &f, force)?,
+            };
+            if let Some(id) = upto {
+                w.renote_later(&fp, &answer.done(), id)?;
+            }
+            w.settle_actors(&mut answer, &f)?;
+            zones.push(answer);
+        }
         Ok(CommitReport { zones })
     }
 
-    /// Drop the staged changes under `paths`.
+    /// Drop the staged changes under `paths` (and every checkpoint).
     pub fn discard(&self, paths: &[PathBuf]) -> Result<DiscardReport, String> {
+        let mut held = self.held.lock();
         let zones = self
             .wanted(paths)?
             .into_iter()
             .map(|(w, f)| {
+                merge_for(&mut held, w, None)?;
                 let mut z = w.discard(&w.fingerprints()?, &f)?;
                 w.settle_actors(&mut z, &f)?;
                 Ok::<_, String>(z)

@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::report::{Change, ZoneChanges, ZoneCommit, ZoneDiscard};
-use super::tree;
+use super::{layers, tree};
 use crate::stage::sys::overlay::Xattrs;
 use crate::text;
 
@@ -28,6 +28,17 @@ pub(super) struct ZoneWork {
     pub(super) upper: PathBuf,
     pub(super) dir: PathBuf,
     pub(super) xattrs: Xattrs,
+    /// Its checkpoints' ids, oldest first.
+    pub(super) checkpoints: Vec<u64>,
+}
+
+/// Which two views of a zone a change report compares: `from` (a
+/// checkpoint; none: the backing dir) and `to` (a later checkpoint; none:
+/// the zone now).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Span {
+    pub from: Option<u64>,
+    pub to: Option<u64>,
 }
 
 impl ZoneWork {
@@ -36,12 +47,114 @@ impl ZoneWork {
             .map_err(|e| format!("zone '{}': cannot open its layers: {e}", self.name))
     }
 
+    /// After a commit up to checkpoint `upto` applied `done`: a path the
+    /// later layers change again (or under one applied) is noted as the
+    /// backing dir has it now, the state the worker's later change was
+    /// made over (its note went with the commit).
+    pub(super) fn renote_later(
+        &self,
+        fp: &tree::Fingerprints,
+        done: &[PathBuf],
+        upto: u64,
+    ) -> Result<(), String> {
+        let err = |e: std::io::Error| format!("zone '{}': {e}", self.name);
+        let mut later: Vec<PathBuf> = Vec::new();
+        for id in self.checkpoints.iter().filter(|id| **id > upto) {
+            later.extend(layers::paths_in(&layers::layer_dir(&self.dir, *id)));
+        }
+        later.extend(layers::paths_in(&self.upper));
+        later.sort();
+        later.dedup();
+        let backing = tree::Root::open(&self.backing).map_err(err)?;
+        let mut set = Vec::new();
+        for q in later {
+            if done.iter().any(|p| q.starts_with(p)) {
+                let now = backing
+                    .stat(&q)
+                    .map_err(|e| err(e.into()))?
+                    .as_ref()
+                    .map(tree::Fingerprint::of);
+                set.push((q, now));
+            }
+        }
+        if set.is_empty() {
+            return Ok(());
+        }
+        fp.settle(&[], &[], &set).map_err(err)
+    }
+
+    /// Whether it has checkpoint `id`.
+    pub(super) fn has(&self, id: u64) -> bool {
+        self.checkpoints.contains(&id)
+    }
+
+    /// The same zone with `upper` as its upper dir (a commit up to a
+    /// checkpoint: its layer).
+    pub(super) fn with_upper(&self, upper: PathBuf) -> ZoneWork {
+        ZoneWork {
+            name: self.name.clone(),
+            backing: self.backing.clone(),
+            upper,
+            dir: self.dir.clone(),
+            xattrs: self.xattrs,
+            checkpoints: self.checkpoints.clone(),
+        }
+    }
+
+    /// The view at `from` (read-only), and the layers above it up to
+    /// `to` flattened into one, for a change report between the two.
+    fn span(&self, span: Span) -> Result<(tree::Layers, layers::Flat), String> {
+        let err = |e: std::io::Error| format!("zone '{}': {e}", self.name);
+        let below: Vec<PathBuf> = self
+            .checkpoints
+            .iter()
+            .rev()
+            .filter(|id| span.from.is_some_and(|f| **id <= f))
+            .map(|id| layers::layer_dir(&self.dir, *id))
+            .collect();
+        let mut above: Vec<PathBuf> = self
+            .checkpoints
+            .iter()
+            .filter(|id| span.from.is_none_or(|f| **id > f) && span.to.is_none_or(|t| **id <= t))
+            .map(|id| layers::layer_dir(&self.dir, *id))
+            .collect();
+        if span.to.is_none() {
+            above.push(self.upper.clone());
+        }
+        let flat = if above.is_empty() {
+            // The same view twice: compared with an empty layer.
+            let empty = self.dir.join("tmp").join("empty");
+            std::fs::create_dir_all(&empty).map_err(err)?;
+            layers::flatten(&self.dir, &[empty], self.xattrs.prefix()).map_err(err)?
+        } else {
+            layers::flatten(&self.dir, &above, self.xattrs.prefix()).map_err(err)?
+        };
+        let lower = layers::view(&self.backing, &below).map_err(err)?;
+        let l = tree::Layers::over(lower, &flat.path, self.xattrs.prefix()).map_err(err)?;
+        Ok((l, flat))
+    }
+
     pub(super) fn changes(
         &self,
         filter: &[PathBuf],
         detail: Detail,
     ) -> Result<ZoneChanges, String> {
-        let l = self.layers()?;
+        self.changes_in(filter, detail, Span::default())
+    }
+
+    /// The changes between the two views of `span`.
+    pub(super) fn changes_in(
+        &self,
+        filter: &[PathBuf],
+        detail: Detail,
+        span: Span,
+    ) -> Result<ZoneChanges, String> {
+        let (l, _flat) = if span == Span::default() && self.checkpoints.is_empty() {
+            (self.layers()?, None)
+        } else {
+            let (l, flat) = self.span(span)?;
+            (l, Some(flat))
+        };
         let at = |e| format!("zone '{}': {e}", self.name);
         let mut list = tree::changes(&l, filter).map_err(at)?;
         if detail == Detail::Diff {

@@ -307,3 +307,47 @@ def test_a_staged_zone_is_reviewed_then_committed_or_discarded(project: Path, zm
     assert (final / "new.txt").read_text() == "new\n"
     assert (final / "keep.txt").read_text() == "old\nmore\n"
     assert not (final / "drop.txt").exists()
+
+
+def test_checkpoints_and_rewind_of_a_staged_zone(project: Path, zm_bin: str) -> None:
+    final = project / "final"
+    (final / "keep.txt").write_text("old\n")
+    with zonemount.mount(
+        project / "mnt",
+        zones=[f"out={final}:staged"],
+        args=["--stage-dir", str(project / "stage")],
+    ) as m:
+        work = m.mountpoint / "out"
+        subprocess.run(["setsid", "-w", "sh", "-c", "echo one > keep.txt"], cwd=work, check=True)
+        first = m.client.checkpoint(label="one")
+        subprocess.run(
+            ["setsid", "-w", "sh", "-c", "echo two > keep.txt && echo n > new.txt"],
+            cwd=work,
+            check=True,
+        )
+        second = m.client.checkpoint(["/out"])
+        assert second > first
+        listed = m.client.checkpoints()
+        assert [(z.zone, [c.id for c in z.checkpoints]) for z in listed] == [
+            ("out", [first, second])
+        ]
+        assert listed[0].checkpoints[0].label == "one"
+        assert [c.paths for c in listed[0].checkpoints] == [1, 2]
+        since = m.client.changes(since=first)
+        assert sorted((c.path, c.kind) for c in since[0].changes) == [
+            ("keep.txt", "modified"),
+            ("new.txt", "added"),
+        ]
+        between = m.client.changes(between=(first, second), diff=True)
+        keep = next(c for c in between[0].changes if c.path == "keep.txt")
+        assert keep.diff is not None and "-one" in keep.diff and "+two" in keep.diff
+        some = m.client.rewind(first, ["/out/keep.txt"])
+        assert some[0].paths == ("keep.txt",) and some[0].left_alone is None
+        assert (work / "keep.txt").read_text() == "one\n"
+        assert (work / "new.txt").exists()
+        whole = m.client.rewind(first)
+        assert whole[0].dropped == (second,)
+        assert not (work / "new.txt").exists()
+        done = m.client.commit(upto=first)
+        assert [c.path for c in done[0].applied] == ["keep.txt"]
+    assert (final / "keep.txt").read_text() == "one\n"

@@ -106,7 +106,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "UID[:GID]")]
     pub(crate) user: Option<String>,
     /// With a staged zone: when CMD exits, print its changes and (on a
-    /// terminal) ask to commit, discard or keep them; without a terminal
+    /// terminal) ask to commit, discard or keep them (or rewind them to a
+    /// checkpoint first); without a terminal
     /// keep them and print the commands to finish.
     #[arg(long)]
     pub(crate) review: bool,

@@ -125,6 +125,22 @@ impl LiveMount for Core {
             .count(|h| matches!(h, Handle::File { zone: z, writable: true, .. } if *z == zone))
     }
 
+    /// Files of zone `zone` open for writing now: their fds.
+    fn writable_fds(&self, zone: usize) -> Vec<std::sync::Arc<std::os::fd::OwnedFd>> {
+        self.handles
+            .picked(|h| matches!(h, Handle::File { zone: z, writable: true, .. } if *z == zone))
+            .into_iter()
+            .filter_map(|h| match &*h {
+                Handle::File { fd, .. } => Some(fd.clone()),
+                Handle::Dir { .. } => None,
+            })
+            .collect()
+    }
+
+    fn zone_dir(&self, zone: usize) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+        self.zone_dir_fd(zone)
+    }
+
     /// Mount zone `zone`'s overlay afresh and make it the zone's dir:
     /// after a commit or discard changed its layers, the old overlay's
     /// cached view is stale. Nodes are reached again from the new one (by
@@ -165,6 +181,16 @@ impl LiveMount for Core {
         };
         let _ = n.inval_inode(crate::fuse::INodeNo(root.ino), 0, 0);
         // A name's parent: the zone dir, or a node whose path it is.
+        let dirs: std::collections::HashMap<PathBuf, u64> = if paths.is_empty() {
+            Default::default()
+        } else {
+            nodes
+                .iter()
+                .filter_map(|(ino, _, _)| self.inodes.get(*ino))
+                .filter(|node| node.is_dir)
+                .map(|node| (node.zone_path(), node.ino))
+                .collect()
+        };
         for p in paths {
             let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
                 continue;
@@ -172,11 +198,7 @@ impl LiveMount for Core {
             let parent_ino = if parent.as_os_str().is_empty() {
                 Some(root.ino)
             } else {
-                nodes
-                    .iter()
-                    .filter_map(|(ino, _, _)| self.inodes.get(*ino))
-                    .find(|node| node.is_dir && node.zone_path() == parent)
-                    .map(|node| node.ino)
+                dirs.get(parent).copied()
             };
             if let Some(pi) = parent_ino {
                 let _ = n.inval_entry(crate::fuse::INodeNo(pi), name);

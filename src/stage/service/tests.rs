@@ -31,6 +31,12 @@ impl LiveMount for Fake {
     fn open_for_writing(&self, _zone: usize) -> usize {
         self.open.load(Ordering::SeqCst)
     }
+    fn writable_fds(&self, _zone: usize) -> Vec<Arc<std::os::fd::OwnedFd>> {
+        Vec::new()
+    }
+    fn zone_dir(&self, _zone: usize) -> Option<Arc<std::os::fd::OwnedFd>> {
+        None
+    }
     fn restage(&self, zone: usize) -> io::Result<()> {
         assert!(self.still.is_locked(), "restaged while mutations ran");
         self.restaged.lock().push(zone);

@@ -1,8 +1,10 @@
 //! The kernel's overlayfs for a staged zone: mounted detached (fsopen,
 //! fsconfig, fsmount: it is in no mount namespace, so nothing but the fd
-//! this returns reaches it), lower = the zone's backing dir, upper and
-//! work = the stage's dirs. Every change through it lands in upper; the
-//! backing dir is only ever read.
+//! this returns reaches it), lower = the stage's checkpoints (newest
+//! first) over the zone's backing dir, upper and work = the stage's dirs.
+//! Every change through it lands in upper; the backing dir and the
+//! checkpoints are only ever read. Without an upper (a checkpoint's view)
+//! the overlay is read-only.
 //!
 //! - With CAP_SYS_ADMIN (root): mounted here, with `trusted.overlay.*`
 //!   xattrs.
@@ -62,12 +64,13 @@ impl Xattrs {
     }
 }
 
-/// The three directories of an overlay.
+/// The directories of an overlay: its lower layers, the topmost first
+/// (at least one; two when there is no upper), and its upper and work
+/// dirs (none: a read-only overlay).
 #[derive(Debug, Clone, Copy)]
 pub struct Layers<'a> {
-    pub lower: &'a Path,
-    pub upper: &'a Path,
-    pub work: &'a Path,
+    pub lower: &'a [&'a Path],
+    pub upper: Option<(&'a Path, &'a Path)>,
 }
 
 /// How long the child that mounts in a user namespace may take.
@@ -94,7 +97,7 @@ fn failed(step: Step, e: Errno, how: Xattrs) -> io::Error {
         }
         Step::Maps => "cannot map our uid and gid in the stage's user namespace",
         Step::Open => "the kernel has no overlay filesystem",
-        Step::Lower => "the overlay refused the backing dir as its lower layer",
+        Step::Lower => "the overlay refused the backing dir or a checkpoint as a lower layer",
         Step::Upper => "the overlay refused the stage's upper dir",
         Step::Work => "the overlay refused the stage's work dir",
         Step::Option => "the overlay refused an option",
@@ -152,11 +155,11 @@ impl Step {
 
 /// Everything the mount needs, made before any fork.
 struct Prepared {
-    lower: Layer,
-    upper: Layer,
-    work: Layer,
-    /// `lowerdir` as a legacy option string (`:` `,` `\` escaped), for
-    /// kernels without `lowerdir+`.
+    lower: Vec<Layer>,
+    /// Upper and work.
+    upper: Option<(Layer, Layer)>,
+    /// `lowerdir` as a legacy option string (each path's `:` `,` `\`
+    /// escaped, joined by `:`), for kernels without `lowerdir+`.
     lower_legacy: CString,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
@@ -190,18 +193,29 @@ fn cstring(p: &Path) -> io::Result<CString> {
 impl Prepared {
     fn new(layers: &Layers<'_>) -> io::Result<Prepared> {
         let mut legacy = Vec::new();
-        for &b in layers.lower.as_os_str().as_bytes() {
-            if matches!(b, b':' | b',' | b'\\') {
-                legacy.push(b'\\');
+        for (i, l) in layers.lower.iter().enumerate() {
+            if i > 0 {
+                legacy.push(b':');
             }
-            legacy.push(b);
+            for &b in l.as_os_str().as_bytes() {
+                if matches!(b, b':' | b',' | b'\\') {
+                    legacy.push(b'\\');
+                }
+                legacy.push(b);
+            }
         }
         let uid = rustix::process::getuid().as_raw();
         let gid = rustix::process::getgid().as_raw();
         Ok(Prepared {
-            lower: Layer::open(layers.lower)?,
-            upper: Layer::open(layers.upper)?,
-            work: Layer::open(layers.work)?,
+            lower: layers
+                .lower
+                .iter()
+                .map(|l| Layer::open(l))
+                .collect::<io::Result<_>>()?,
+            upper: match layers.upper {
+                Some((u, w)) => Some((Layer::open(u)?, Layer::open(w)?)),
+                None => None,
+            },
             lower_legacy: CString::new(legacy)
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a path"))?,
             uid_map: format!("{uid} {uid} 1").into_bytes(),
@@ -223,17 +237,33 @@ impl Prepared {
         // only the paths reach its own copies.
         let by_fd = how == Xattrs::Trusted;
         let lower_plus = c"lowerdir+";
-        let lower = if by_fd {
-            fsconfig_set_fd(fs, lower_plus, self.lower.fd.as_fd())
-        } else {
-            Err(Errno::INVAL)
-        };
-        lower
-            .or_else(|_| fsconfig_set_string(fs, lower_plus, self.lower.path.as_c_str()))
-            .or_else(|_| fsconfig_set_string(fs, c"lowerdir", self.lower_legacy.as_c_str()))
-            .map_err(|e| (Step::Lower, e))?;
-        set_layer(fs, c"upperdir", &self.upper, by_fd).map_err(|e| (Step::Upper, e))?;
-        set_layer(fs, c"workdir", &self.work, by_fd).map_err(|e| (Step::Work, e))?;
+        // Each layer with `lowerdir+` (6.8), topmost first; else the
+        // whole list at once, the legacy way.
+        let mut plus = true;
+        for (i, layer) in self.lower.iter().enumerate() {
+            let first = if by_fd {
+                fsconfig_set_fd(fs, lower_plus, layer.fd.as_fd())
+            } else {
+                Err(Errno::INVAL)
+            }
+            .or_else(|_| fsconfig_set_string(fs, lower_plus, layer.path.as_c_str()));
+            match first {
+                Ok(()) => {}
+                Err(_) if i == 0 => {
+                    plus = false;
+                    break;
+                }
+                Err(e) => return Err((Step::Lower, e)),
+            }
+        }
+        if !plus {
+            fsconfig_set_string(fs, c"lowerdir", self.lower_legacy.as_c_str())
+                .map_err(|e| (Step::Lower, e))?;
+        }
+        if let Some((upper, work)) = &self.upper {
+            set_layer(fs, c"upperdir", upper, by_fd).map_err(|e| (Step::Upper, e))?;
+            set_layer(fs, c"workdir", work, by_fd).map_err(|e| (Step::Work, e))?;
+        }
         let options: &[(&CStr, &CStr)] = match how {
             Xattrs::Trusted => &[
                 (c"redirect_dir", c"nofollow"),
@@ -250,10 +280,15 @@ impl Prepared {
             fsconfig_set_flag(fs, c"userxattr").map_err(|e| (Step::Option, e))?;
         }
         fsconfig_create(fs).map_err(|e| (Step::Create, e))?;
+        let read_only = if self.upper.is_none() {
+            MountAttrFlags::MOUNT_ATTR_RDONLY
+        } else {
+            MountAttrFlags::empty()
+        };
         fsmount(
             fs,
             FsMountFlags::FSMOUNT_CLOEXEC,
-            MountAttrFlags::MOUNT_ATTR_NODEV | MountAttrFlags::MOUNT_ATTR_NOSUID,
+            MountAttrFlags::MOUNT_ATTR_NODEV | MountAttrFlags::MOUNT_ATTR_NOSUID | read_only,
         )
         .map_err(|e| (Step::Mount, e))
     }
@@ -398,9 +433,8 @@ mod tests {
         }
         std::fs::write(lower.join("old"), "old\n").unwrap();
         let layers = Layers {
-            lower: &lower,
-            upper: &upper,
-            work: &work,
+            lower: &[&lower],
+            upper: Some((&upper, &work)),
         };
         let (root, how) = match mount(&layers) {
             Ok(m) => m,

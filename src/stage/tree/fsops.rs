@@ -45,6 +45,12 @@ impl Root {
         })
     }
 
+    /// A tree already open (e.g. a checkpoint's read-only overlay, which
+    /// lives as long as its fd); `path` names it in messages.
+    pub fn from_fd(fd: OwnedFd, path: PathBuf) -> Root {
+        Root { fd, path }
+    }
+
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

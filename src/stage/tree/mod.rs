@@ -44,7 +44,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 pub use crate::stage::report::{Change, Conflict, FileType as ChangeType, Kind, What};
-use fsops::Root;
+pub(crate) use fsops::{Root, remove_all};
 use rustix::fs::{FileType, OFlags, Stat};
 
 /// What a commit applied, and what it left out (conflicts).
@@ -67,6 +67,15 @@ impl Layers {
     pub fn open(lower: &Path, upper: &Path, prefix: &str) -> io::Result<Layers> {
         Ok(Layers {
             lower: Root::open(lower)?,
+            upper: Root::open(upper)?,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// `upper` over a tree already open (a checkpoint's view).
+    pub fn over(lower: Root, upper: &Path, prefix: &str) -> io::Result<Layers> {
+        Ok(Layers {
+            lower,
             upper: Root::open(upper)?,
             prefix: prefix.to_owned(),
         })

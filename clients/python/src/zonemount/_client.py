@@ -348,6 +348,68 @@ def is_under(path: str, directory: str) -> bool:
     return path == top or path.startswith(top + "/")
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint of a staged zone."""
+
+    id: int
+    #: When it was taken: RFC 3339, UTC.
+    time: str
+    label: Optional[str] = None
+    #: How many paths changed since the checkpoint before it (or since
+    #: the backing dir, for the oldest); ``checkpoints()`` only.
+    paths: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Checkpoint":
+        return cls(
+            id=int(d.get("id", 0)),
+            time=str(d.get("time", "")),
+            label=_opt_str(d.get("label")),
+            paths=_opt_int(d.get("paths")),
+        )
+
+
+@dataclass(frozen=True)
+class ZoneCheckpoints:
+    """A staged zone's checkpoints, oldest first."""
+
+    zone: str
+    checkpoints: list[Checkpoint]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ZoneCheckpoints":
+        return cls(
+            zone=str(d.get("zone", "")),
+            checkpoints=[Checkpoint.from_json(c) for c in d.get("checkpoints", [])],
+        )
+
+
+@dataclass(frozen=True)
+class ZoneRewind:
+    """What a rewind did in one staged zone."""
+
+    zone: str
+    #: The checkpoint the zone (or ``paths``) now shows.
+    to: int
+    #: The later checkpoints dropped (a whole-zone rewind).
+    dropped: tuple[int, ...] = ()
+    #: A rewind of some paths: those (relative to the zone's dir).
+    paths: tuple[str, ...] = ()
+    #: Why the zone was left alone (files open for writing); None: done.
+    left_alone: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ZoneRewind":
+        return cls(
+            zone=str(d.get("zone", "")),
+            to=int(d.get("to", 0)),
+            dropped=tuple(int(i) for i in d.get("dropped", [])),
+            paths=tuple(str(p) for p in d.get("paths", [])),
+            left_alone=_opt_str(d.get("left_alone")),
+        )
+
+
 def exact(d: dict[str, Any], key: str) -> Optional[bytes]:
     """The exact bytes of field ``key`` of a protocol object: its
     ``<key>_b64`` sibling (present when the bytes are not UTF-8), else the
@@ -497,8 +559,9 @@ class Client:
         self._call({"op": "decide", "id": id, "decision": "deny"})
 
     def _stage_call(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """A ``changes``, ``commit`` or ``discard``: on a connection of its
-        own without a timeout (a commit copies files)."""
+        """A ``changes``, ``commit``, ``discard``, ``checkpoint``,
+        ``checkpoints`` or ``rewind``: on a connection of its own without a
+        timeout (a commit copies files)."""
         s = self._open()
         s.settimeout(None)
         reader = s.makefile("rb")
@@ -509,19 +572,65 @@ class Client:
             reader.close()
             s.close()
 
-    def changes(self, paths: Sequence[str] = (), diff: bool = False) -> list[ZoneChanges]:
+    def changes(
+        self,
+        paths: Sequence[str] = (),
+        diff: bool = False,
+        since: Optional[int] = None,
+        between: Optional[tuple[int, int]] = None,
+    ) -> list[ZoneChanges]:
         """Each rw zone's change report; ``paths`` (as a worker sees them,
         ``/zone/...``) limit it; ``diff`` adds unified diffs of staged text
-        files."""
-        a = self._stage_call({"op": "changes", "paths": list(paths), "diff": diff})
+        files. ``since`` (a checkpoint's id): what changed since it;
+        ``between`` (two ids, the older first): from one to the other
+        (staged zones that have them only)."""
+        obj: dict[str, Any] = {"op": "changes", "paths": list(paths), "diff": diff}
+        if since is not None and between is not None:
+            raise ValueError("changes takes since or between, not both")
+        if since is not None:
+            obj["since"] = since
+        if between is not None:
+            obj["between"] = [between[0], between[1]]
+        a = self._stage_call(obj)
         return [ZoneChanges.from_json(z) for z in a.get("zones", [])]
 
-    def commit(self, paths: Sequence[str] = (), force: bool = False) -> list[ZoneCommit]:
-        """Apply the staged changes (under ``paths``) to the backing dirs.
+    def commit(
+        self, paths: Sequence[str] = (), force: bool = False, upto: Optional[int] = None
+    ) -> list[ZoneCommit]:
+        """Apply the staged changes (under ``paths``) to the backing dirs
+        (``upto``: the state at that checkpoint; the view does not change).
         A path the host changed meanwhile is left staged as a conflict
         unless ``force``; check each zone's ``conflicts``."""
-        a = self._stage_call({"op": "commit", "paths": list(paths), "force": force})
+        obj: dict[str, Any] = {"op": "commit", "paths": list(paths), "force": force}
+        if upto is not None:
+            obj["upto"] = upto
+        a = self._stage_call(obj)
         return [ZoneCommit.from_json(z) for z in a.get("zones", [])]
+
+    def checkpoint(self, zones: Sequence[str] = (), label: Optional[str] = None) -> int:
+        """Take a checkpoint of the staged zones (``zones``: ``/zone``
+        names; none: all) and return its id. No file is copied; files
+        open for writing are taken as they are. Not a decision: the
+        worker's own side may call it."""
+        obj: dict[str, Any] = {"op": "checkpoint", "paths": list(zones)}
+        if label is not None:
+            obj["label"] = label
+        a = self._stage_call(obj)
+        return int(a.get("id", 0))
+
+    def checkpoints(self, zones: Sequence[str] = ()) -> list[ZoneCheckpoints]:
+        """Each staged zone's checkpoints, oldest first, with how many
+        paths changed since the one before."""
+        a = self._stage_call({"op": "checkpoints", "paths": list(zones)})
+        return [ZoneCheckpoints.from_json(z) for z in a.get("zones", [])]
+
+    def rewind(self, id: int, paths: Sequence[str] = ()) -> list[ZoneRewind]:
+        """Make the staged zones (or only ``paths``, ``/zone/...``) what
+        they were at checkpoint ``id``, at once for the live worker. A
+        whole zone drops its later checkpoints; ``paths`` keep them. A
+        zone with files open for writing is left alone (``left_alone``)."""
+        a = self._stage_call({"op": "rewind", "id": id, "paths": list(paths)})
+        return [ZoneRewind.from_json(z) for z in a.get("zones", [])]
 
     def discard(self, paths: Sequence[str] = ()) -> list[ZoneCommit]:
         """Drop the staged changes (under ``paths``); the mount shows the

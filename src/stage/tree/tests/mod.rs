@@ -52,9 +52,8 @@ fn stage_in(elsewhere: Option<&Path>) -> Option<Stage> {
     fs::write(lower.join("d/sub/z"), "z\n").unwrap();
     fs::write(lower.join("bin"), [0u8, 1, 2, 3]).unwrap();
     let (view, how) = match overlay::mount(&overlay::Layers {
-        lower: &lower,
-        upper: &upper,
-        work: &work,
+        lower: &[&lower],
+        upper: Some((&upper, &work)),
     }) {
         Ok(m) => m,
         Err(e) if std::env::var_os("CI").is_none() => {

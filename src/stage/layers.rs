@@ -1,0 +1,831 @@
+//! A staged zone's checkpoints as overlay layers. A checkpoint freezes
+//! the stage's upper dir as `<zone>/layers/<id>` (a rename: no file data
+//! is copied) and starts a fresh upper dir; the zone's overlay is then
+//! the upper dir over every layer, newest first, over the backing dir.
+//!
+//! - [`freeze`]: a checkpoint; files open for writing are captured as
+//!   they are at that instant: the open inode moves on to the fresh upper
+//!   dir (its writer keeps writing to the live view) and a copy of it
+//!   stays in the frozen layer.
+//! - [`apply`]: one layer laid onto another as the overlay would show the
+//!   two (whiteouts and opaque dirs kept), by moving entries (merging
+//!   layers: a commit, the bounded number of layers) or by hard links (a
+//!   flattened copy of several layers, for a change report).
+//! - [`rewind`], [`merge`]: whole-layer changes, journaled in the
+//!   manifest ([`Pending`]) before they start; [`recover`] finishes (or,
+//!   for a checkpoint, undoes) one found there.
+//! - [`view`]: a read-only overlay of some layers over the backing dir:
+//!   the zone as it was at a checkpoint.
+
+use std::ffi::{OsStr, OsString};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, Stat, Timespec, Timestamps};
+use rustix::io::Errno;
+
+use super::dir::{Pending, ZoneEntry};
+use super::sys::overlay;
+use super::tree::{Root, remove_all};
+
+/// `<zone>/layers/<id>`: checkpoint `id`'s frozen layer.
+pub fn layer_dir(zdir: &Path, id: u64) -> PathBuf {
+    zdir.join("layers").join(id.to_string())
+}
+
+/// A zone's layer dirs, oldest first.
+pub fn layer_dirs(zdir: &Path, entry: &ZoneEntry) -> Vec<PathBuf> {
+    entry
+        .checkpoints
+        .iter()
+        .map(|c| layer_dir(zdir, c.id))
+        .collect()
+}
+
+/// How [`apply`] lays an entry down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum How {
+    /// Renamed from the newer layer (which is used up).
+    Move,
+    /// Hard links (directories made anew): the newer layer is kept.
+    Link,
+}
+
+fn ctx(e: Errno, what: &str, p: &Path) -> io::Error {
+    io::Error::new(
+        io::Error::from(e).kind(),
+        format!("{what} {}: {e}", p.display()),
+    )
+}
+
+fn nofollow() -> OFlags {
+    OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+fn open_dir_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, Errno> {
+    rfs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | nofollow(),
+        Mode::empty(),
+    )
+}
+
+fn open_dir(p: &Path) -> io::Result<OwnedFd> {
+    rfs::open(
+        p,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| ctx(e, "open", p))
+}
+
+fn names(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
+    let mut out = Vec::new();
+    for e in rfs::Dir::read_from(dir)? {
+        let e = e?;
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            out.push(OsStr::from_bytes(n).to_os_string());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn is_dir(st: &Stat) -> bool {
+    FileType::from_raw_mode(st.st_mode) == FileType::Directory
+}
+
+fn stat_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Option<Stat>, Errno> {
+    match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn opaque_name(prefix: &str) -> String {
+    format!("{prefix}opaque")
+}
+
+fn is_opaque(dir: BorrowedFd<'_>, prefix: &str) -> bool {
+    let mut buf = [0u8; 8];
+    matches!(rfs::fgetxattr(dir, opaque_name(prefix).as_str(), &mut buf[..]), Ok(n) if n >= 1 && buf[0] == b'y')
+}
+
+fn set_opaque(dir: BorrowedFd<'_>, prefix: &str) -> Result<(), Errno> {
+    rfs::fsetxattr(
+        dir,
+        opaque_name(prefix).as_str(),
+        b"y",
+        rfs::XattrFlags::empty(),
+    )
+}
+
+/// The extended attributes of `fd` (those this process may read).
+fn xattrs_of(fd: BorrowedFd<'_>) -> Vec<(OsString, Vec<u8>)> {
+    let mut list = vec![0u8; 64 * 1024];
+    let Ok(n) = rfs::flistxattr(fd, &mut list[..]) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for name in list[..n].split(|b| *b == 0).filter(|s| !s.is_empty()) {
+        let name = OsStr::from_bytes(name);
+        let mut v = vec![0u8; 64 * 1024];
+        if let Ok(len) = rfs::fgetxattr(fd, name, &mut v[..]) {
+            v.truncate(len);
+            out.push((name.to_os_string(), v));
+        }
+    }
+    out
+}
+
+/// Whether an xattr name is one a layer copy keeps: the overlay's
+/// markers and the user's own.
+fn kept(name: &OsStr, prefix: &str) -> bool {
+    let n = name.as_bytes();
+    n.starts_with(prefix.as_bytes()) || n.starts_with(b"user.")
+}
+
+/// Give `to` the mode, owner, times and xattrs of `from` (`st`): the
+/// overlay's markers are set when `markers`, never removed.
+fn copy_attrs(
+    from: BorrowedFd<'_>,
+    to: BorrowedFd<'_>,
+    st: &Stat,
+    prefix: &str,
+    markers: bool,
+) -> Result<(), Errno> {
+    let theirs = xattrs_of(from);
+    for (name, value) in &theirs {
+        let overlay = name.as_bytes().starts_with(prefix.as_bytes());
+        if kept(name, prefix) && (markers || !overlay) {
+            rfs::fsetxattr(to, name.as_os_str(), value, rfs::XattrFlags::empty())?;
+        }
+    }
+    for (name, _) in xattrs_of(to) {
+        let overlay = name.as_bytes().starts_with(prefix.as_bytes());
+        if kept(&name, prefix) && !overlay && !theirs.iter().any(|(n, _)| *n == name) {
+            let _ = rfs::fremovexattr(to, name.as_os_str());
+        }
+    }
+    if rustix::process::geteuid().is_root() {
+        rfs::fchown(
+            to,
+            Some(rfs::Uid::from_raw(st.st_uid)),
+            Some(rfs::Gid::from_raw(st.st_gid)),
+        )?;
+    }
+    rfs::fchmod(to, Mode::from_raw_mode(st.st_mode & 0o7777))?;
+    rfs::futimens(
+        to,
+        &Timestamps {
+            last_access: Timespec {
+                tv_sec: st.st_atime,
+                tv_nsec: st.st_atime_nsec as _,
+            },
+            last_modification: Timespec {
+                tv_sec: st.st_mtime,
+                tv_nsec: st.st_mtime_nsec as _,
+            },
+        },
+    )
+}
+
+/// Lay layer `s` onto the older layer `t`, so that `t` shows what the two
+/// showed stacked: an entry of `s` replaces `t`'s (a whiteout stays a
+/// whiteout: it still hides what is below `t`); a directory of `s` that
+/// is not opaque is laid into `t`'s directory, entry by entry, and gives
+/// it its own attributes; a directory that took the place of something
+/// in `t` is made opaque (what was below was hidden). `Move` renames each
+/// entry out of `s` (run again after a crash, it completes), `Link`
+/// hard-links it (`t` a scratch dir).
+pub fn apply(s: BorrowedFd<'_>, t: BorrowedFd<'_>, how: How, prefix: &str) -> Result<(), Errno> {
+    for name in names(s)? {
+        let Some(ss) = stat_at(s, &name)? else {
+            continue;
+        };
+        let ts = stat_at(t, &name)?;
+        if is_dir(&ss) {
+            let sd = open_dir_at(s, &name)?;
+            let s_opaque = is_opaque(sd.as_fd(), prefix);
+            if let (Some(tst), false) = (ts.as_ref(), s_opaque) {
+                if is_dir(tst) {
+                    let td = open_dir_at(t, &name)?;
+                    apply(sd.as_fd(), td.as_fd(), how, prefix)?;
+                    copy_attrs(sd.as_fd(), td.as_fd(), &ss, prefix, false)?;
+                    if how == How::Move {
+                        let _ = rfs::unlinkat(s, &name, AtFlags::REMOVEDIR);
+                    }
+                    continue;
+                }
+            }
+            // It replaces whatever `t` has there: opaque first (when
+            // moving, on the source: a rerun then sees it so).
+            let make_opaque = ts.is_some() && !s_opaque;
+            if make_opaque && how == How::Move {
+                set_opaque(sd.as_fd(), prefix)?;
+            }
+            if ts.is_some() {
+                remove_all(t, &name)?;
+            }
+            match how {
+                How::Move => rfs::renameat(s, &name, t, &name)?,
+                How::Link => {
+                    link_tree(sd.as_fd(), &ss, t, &name, prefix)?;
+                    if make_opaque {
+                        set_opaque(open_dir_at(t, &name)?.as_fd(), prefix)?;
+                    }
+                }
+            }
+        } else {
+            if ts.is_some() {
+                remove_all(t, &name)?;
+            }
+            match how {
+                How::Move => rfs::renameat(s, &name, t, &name)?,
+                How::Link => rfs::linkat(s, &name, t, &name, AtFlags::empty())?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Directory `sd` (`st`) made again as `name` in `t`, its entries hard
+/// links, its attributes and the overlay's markers copied.
+fn link_tree(
+    sd: BorrowedFd<'_>,
+    st: &Stat,
+    t: BorrowedFd<'_>,
+    name: &OsStr,
+    prefix: &str,
+) -> Result<(), Errno> {
+    rfs::mkdirat(t, name, Mode::from_raw_mode(0o700))?;
+    let td = open_dir_at(t, name)?;
+    for n in names(sd)? {
+        let Some(cs) = stat_at(sd, &n)? else {
+            continue;
+        };
+        if is_dir(&cs) {
+            link_tree(open_dir_at(sd, &n)?.as_fd(), &cs, td.as_fd(), &n, prefix)?;
+        } else {
+            rfs::linkat(sd, &n, td.as_fd(), &n, AtFlags::empty())?;
+        }
+    }
+    copy_attrs(sd, td.as_fd(), st, prefix, true)
+}
+
+/// Remove `p` and all under it, if it is there.
+fn remove_path(p: &Path) -> io::Result<()> {
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+        return Ok(());
+    };
+    match open_dir(parent) {
+        Ok(d) => remove_all(d.as_fd(), name).map_err(|e| ctx(e, "remove", p)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn exists(p: &Path) -> bool {
+    p.symlink_metadata().is_ok()
+}
+
+fn mkdir(p: &Path) -> io::Result<()> {
+    match rfs::mkdir(p, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(Errno::EXIST) => Ok(()),
+        Err(e) => Err(ctx(e, "make", p)),
+    }
+}
+
+fn rename(from: &Path, to: &Path) -> io::Result<()> {
+    rfs::rename(from, to).map_err(|e| ctx(e, &format!("rename {} to", from.display()), to))
+}
+
+static SCRATCH: AtomicU64 = AtomicU64::new(0);
+
+/// A scratch name under `<zone>/tmp/`, unique in this process.
+fn scratch(zdir: &Path, what: &str) -> io::Result<PathBuf> {
+    let tmp = zdir.join("tmp");
+    mkdir(&tmp)?;
+    Ok(tmp.join(format!(
+        "{what}-{}-{}",
+        std::process::id(),
+        SCRATCH.fetch_add(1, Ordering::Relaxed)
+    )))
+}
+
+/// Empty `<zone>/tmp/` and `<zone>/trash/` (leftovers of a crash): only
+/// while the stage is locked and no operation runs.
+pub fn clean(zdir: &Path) -> io::Result<()> {
+    for sub in ["tmp", "trash"] {
+        remove_path(&zdir.join(sub))?;
+    }
+    Ok(())
+}
+
+/// Take checkpoint `id`: the upper dir becomes `layers/<id>`, a fresh
+/// upper dir starts; each of `open` (files of the zone open for writing,
+/// through its overlay) goes on in the fresh upper dir, with a copy of it
+/// as it is now left in the layer. The caller holds mutations still and
+/// has journaled [`Pending::Checkpoint`].
+pub fn freeze(zdir: &Path, id: u64, open: &[BorrowedFd<'_>], prefix: &str) -> io::Result<()> {
+    let upper = zdir.join("upper");
+    let layer = layer_dir(zdir, id);
+    mkdir(&zdir.join("layers"))?;
+    rename(&upper, &layer)?;
+    mkdir(&upper)?;
+    if open.is_empty() {
+        return Ok(());
+    }
+    let ld = open_dir(&layer)?;
+    let ud = open_dir(&upper)?;
+    for fd in open {
+        capture(zdir, ld.as_fd(), ud.as_fd(), *fd, prefix)
+            .map_err(|e| io::Error::new(e.kind(), format!("a file open for writing: {e}")))?;
+    }
+    Ok(())
+}
+
+/// One file open for writing (`fd`, through the overlay), captured.
+fn capture(
+    zdir: &Path,
+    layer: BorrowedFd<'_>,
+    upper: BorrowedFd<'_>,
+    fd: BorrowedFd<'_>,
+    prefix: &str,
+) -> io::Result<()> {
+    let st = rfs::fstat(fd)?;
+    if st.st_nlink == 0 || FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        // Unlinked: in no layer's view.
+        return Ok(());
+    }
+    // Where the overlay has it now (its name in the overlay's root).
+    let link = rfs::readlinkat(
+        rfs::CWD,
+        format!("/proc/self/fd/{}", fd.as_raw_fd()),
+        Vec::new(),
+    )?;
+    let rel = Path::new(OsStr::from_bytes(link.as_bytes()));
+    let Ok(rel) = rel.strip_prefix("/") else {
+        return Ok(());
+    };
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Ok(());
+    };
+    // Its directory in the layer, and the same in the fresh upper dir.
+    let mut ldir = rfs::openat(layer, ".", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut udir = rfs::openat(upper, ".", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    for comp in parent.components() {
+        let c = comp.as_os_str();
+        let next = match open_dir_at(ldir.as_fd(), c) {
+            Ok(d) => d,
+            Err(Errno::NOENT | Errno::NOTDIR) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(dst) = stat_at(ldir.as_fd(), c)? else {
+            return Ok(());
+        };
+        match rfs::mkdirat(udir.as_fd(), c, Mode::from_raw_mode(0o700)) {
+            Ok(()) => {
+                let made = open_dir_at(udir.as_fd(), c)?;
+                copy_attrs(next.as_fd(), made.as_fd(), &dst, prefix, false)?;
+            }
+            Err(Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        udir = open_dir_at(udir.as_fd(), c)?;
+        ldir = next;
+    }
+    let Some(fst) = stat_at(ldir.as_fd(), name)? else {
+        return Ok(());
+    };
+    if FileType::from_raw_mode(fst.st_mode) != FileType::RegularFile {
+        return Ok(());
+    }
+    // The copy, beside the stage (same filesystem), then the moves.
+    let copy = scratch(zdir, "capture")?;
+    let tmp = open_dir(&zdir.join("tmp"))?;
+    let copy_name = copy.file_name().unwrap_or_default();
+    {
+        let src = rfs::openat(
+            ldir.as_fd(),
+            name,
+            OFlags::RDONLY | nofollow(),
+            Mode::empty(),
+        )?;
+        let dst = rfs::openat(
+            tmp.as_fd(),
+            copy_name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | nofollow(),
+            Mode::from_raw_mode(0o600),
+        )?;
+        let (mut a, mut b) = (std::fs::File::from(src), std::fs::File::from(dst));
+        io::copy(&mut a, &mut b)?;
+        copy_attrs(a.as_fd(), b.as_fd(), &fst, prefix, true)?;
+    }
+    rfs::renameat(ldir.as_fd(), name, udir.as_fd(), name)?;
+    rfs::renameat(tmp.as_fd(), copy_name, ldir.as_fd(), name)?;
+    Ok(())
+}
+
+/// Whether the zone's layers need [`recover`]: a change journaled, or a
+/// layer the manifest does not list (a checkpoint whose journal a
+/// machine crash lost).
+pub fn needs_recovery(zdir: &Path, entry: &ZoneEntry) -> bool {
+    entry.pending.is_some() || !orphans(zdir, entry).is_empty()
+}
+
+/// The layers under `<zone>/layers/` that are no checkpoint of `entry`.
+fn orphans(zdir: &Path, entry: &ZoneEntry) -> Vec<u64> {
+    let Ok(list) = std::fs::read_dir(zdir.join("layers")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<u64> = list
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|id| !entry.checkpoints.iter().any(|c| c.id == *id))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Finish the change `entry.pending` journals (a checkpoint is undone:
+/// its layer laid back under the upper dir), then lay back any layer no
+/// checkpoint lists the same way (newest first); the entry is then as it
+/// should be, its `pending` cleared (the caller saves it).
+pub fn recover(zdir: &Path, entry: &mut ZoneEntry, prefix: &str) -> io::Result<()> {
+    recover_pending(zdir, entry, prefix)?;
+    for id in orphans(zdir, entry).into_iter().rev() {
+        entry.pending = Some(Pending::Checkpoint { id });
+        recover_pending(zdir, entry, prefix)?;
+    }
+    Ok(())
+}
+
+fn recover_pending(zdir: &Path, entry: &mut ZoneEntry, prefix: &str) -> io::Result<()> {
+    match entry.pending {
+        None => return Ok(()),
+        Some(Pending::Checkpoint { id }) => {
+            let layer = layer_dir(zdir, id);
+            let upper = zdir.join("upper");
+            if exists(&layer) {
+                if exists(&upper) {
+                    let (ld, ud) = (open_dir(&layer)?, open_dir(&upper)?);
+                    apply(ud.as_fd(), ld.as_fd(), How::Move, prefix)
+                        .map_err(|e| ctx(e, "lay back", &upper))?;
+                    remove_path(&upper)?;
+                }
+                rename(&layer, &upper)?;
+            }
+            entry.checkpoints.retain(|c| c.id != id);
+        }
+        Some(Pending::Rewind { to }) => rewind_layers(zdir, entry, to)?,
+        Some(Pending::Merge { into, upto }) => merge_layers(zdir, entry, into, upto, prefix)?,
+    }
+    entry.pending = None;
+    Ok(())
+}
+
+/// Rewind to checkpoint `to`: the upper dir and every later layer go to
+/// `<zone>/trash/` (removed after, by [`clean`] or the caller); a fresh
+/// upper dir starts. Run again, it completes.
+fn rewind_layers(zdir: &Path, entry: &mut ZoneEntry, to: u64) -> io::Result<()> {
+    let trash = zdir.join("trash");
+    mkdir(&trash)?;
+    let upper = zdir.join("upper");
+    let n = SCRATCH.fetch_add(1, Ordering::Relaxed);
+    if exists(&upper) {
+        rename(
+            &upper,
+            &trash.join(format!("upper-{}-{n}", std::process::id())),
+        )?;
+    }
+    for c in entry.checkpoints.iter().filter(|c| c.id > to) {
+        let l = layer_dir(zdir, c.id);
+        if exists(&l) {
+            rename(
+                &l,
+                &trash.join(format!("{}-{}-{n}", c.id, std::process::id())),
+            )?;
+        }
+    }
+    mkdir(&upper)?;
+    entry.checkpoints.retain(|c| c.id <= to);
+    Ok(())
+}
+
+/// Merge: each layer after `into` (up to `upto`; none: all, and the upper
+/// dir) moved onto `layers/<into>`, oldest first, which then becomes
+/// `layers/<upto>` (or the upper dir); the checkpoints before `upto` (all
+/// of them) are dropped. Run again, it completes.
+fn merge_layers(
+    zdir: &Path,
+    entry: &mut ZoneEntry,
+    into: u64,
+    upto: Option<u64>,
+    prefix: &str,
+) -> io::Result<()> {
+    let t = layer_dir(zdir, into);
+    if exists(&t) {
+        let td = open_dir(&t)?;
+        for c in &entry.checkpoints {
+            if c.id <= into || upto.is_some_and(|u| c.id > u) {
+                continue;
+            }
+            let s = layer_dir(zdir, c.id);
+            if !exists(&s) {
+                continue;
+            }
+            apply(open_dir(&s)?.as_fd(), td.as_fd(), How::Move, prefix)
+                .map_err(|e| ctx(e, "merge", &s))?;
+            remove_path(&s)?;
+        }
+        match upto {
+            None => {
+                let upper = zdir.join("upper");
+                if exists(&upper) {
+                    apply(open_dir(&upper)?.as_fd(), td.as_fd(), How::Move, prefix)
+                        .map_err(|e| ctx(e, "merge", &upper))?;
+                    remove_path(&upper)?;
+                }
+                rename(&t, &upper)?;
+            }
+            Some(u) if u != into => rename(&t, &layer_dir(zdir, u))?,
+            Some(_) => {}
+        }
+    }
+    match upto {
+        None => entry.checkpoints.clear(),
+        Some(u) => entry.checkpoints.retain(|c| c.id >= u),
+    }
+    Ok(())
+}
+
+/// Journal `p` in `entry`, save (`save`), do it, save again.
+pub fn journaled(
+    zdir: &Path,
+    entry: &mut ZoneEntry,
+    p: Pending,
+    prefix: &str,
+    save: &mut dyn FnMut(&ZoneEntry) -> io::Result<()>,
+) -> io::Result<()> {
+    entry.pending = Some(p);
+    save(entry)?;
+    recover(zdir, entry, prefix)?;
+    save(entry)
+}
+
+/// The layers flattened into one dir (oldest first in `dirs`): the dir
+/// itself when there is one, else a scratch dir of hard links, removed
+/// when dropped.
+#[derive(Debug)]
+pub struct Flat {
+    pub path: PathBuf,
+    scratch: bool,
+}
+
+impl Drop for Flat {
+    fn drop(&mut self) {
+        if self.scratch {
+            let _ = remove_path(&self.path);
+        }
+    }
+}
+
+/// `dirs` (oldest first, at least one) as one layer.
+pub fn flatten(zdir: &Path, dirs: &[PathBuf], prefix: &str) -> io::Result<Flat> {
+    if let [one] = dirs {
+        return Ok(Flat {
+            path: one.clone(),
+            scratch: false,
+        });
+    }
+    let path = scratch(zdir, "view")?;
+    mkdir(&path)?;
+    let flat = Flat {
+        path,
+        scratch: true,
+    };
+    let td = open_dir(&flat.path)?;
+    for d in dirs {
+        apply(open_dir(d)?.as_fd(), td.as_fd(), How::Link, prefix)
+            .map_err(|e| ctx(e, "lay out", d))?;
+    }
+    Ok(flat)
+}
+
+/// The zone as it was at a checkpoint: `layers` (newest first) over the
+/// backing dir, read-only; the backing dir itself when there is none.
+pub fn view(backing: &Path, layers: &[PathBuf]) -> io::Result<Root> {
+    if layers.is_empty() {
+        return Root::open(backing);
+    }
+    let mut lower: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+    lower.push(backing);
+    let (fd, _) = overlay::mount(&overlay::Layers {
+        lower: &lower,
+        upper: None,
+    })?;
+    Ok(Root::from_fd(fd, layers[0].clone()))
+}
+
+/// Seconds and nanoseconds since the epoch.
+pub fn now() -> (u64, u32) {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or((0, 0), |d| (d.as_secs(), d.subsec_nanos()))
+}
+
+/// Every path a layer holds (relative to it), directories before what
+/// they hold.
+pub fn paths_in(layer: &Path) -> Vec<PathBuf> {
+    fn walk(dir: BorrowedFd<'_>, rel: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(list) = names(dir) else { return };
+        for n in list {
+            let p = rel.join(&n);
+            out.push(p.clone());
+            if let Ok(sub) = open_dir_at(dir, &n) {
+                walk(sub.as_fd(), &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(d) = open_dir(layer) {
+        walk(d.as_fd(), Path::new(""), &mut out);
+    }
+    out
+}
+
+/// The directory `rel` under `root`, reached without symlinks; None when
+/// it is not one.
+fn dir_beneath(root: BorrowedFd<'_>, rel: &Path) -> Option<OwnedFd> {
+    let mut d = rfs::openat(root, ".", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    for c in rel.components() {
+        d = open_dir_at(d.as_fd(), c.as_os_str()).ok()?;
+    }
+    Some(d)
+}
+
+/// Make `rel` in the live view (`live`, the zone's overlay root) what it
+/// is in `view` (a checkpoint's view): removed when the view has nothing
+/// there, else copied from it whole (its directories made as the view
+/// has them); returns the paths touched (relative to the zone dir).
+pub fn restore(
+    view: BorrowedFd<'_>,
+    live: BorrowedFd<'_>,
+    rel: &Path,
+    prefix: &str,
+) -> io::Result<Vec<PathBuf>> {
+    let shown = |e: Errno| ctx(e, "rewind", rel);
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Ok(Vec::new());
+    };
+    let mut touched = vec![rel.to_path_buf()];
+    let then = dir_beneath(view, parent)
+        .and_then(|d| stat_at(d.as_fd(), name).ok().flatten().map(|st| (d, st)));
+    let Some((vparent, vst)) = then else {
+        if let Some(lp) = dir_beneath(live, parent) {
+            remove_all(lp.as_fd(), name).map_err(shown)?;
+        }
+        return Ok(touched);
+    };
+    // The parents, as the view has them.
+    let mut vd = rfs::openat(view, ".", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut ld = rfs::openat(live, ".", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut at = PathBuf::new();
+    for c in parent.components() {
+        let c = c.as_os_str();
+        at.push(c);
+        let vs = stat_at(vd.as_fd(), c)?.ok_or_else(|| shown(Errno::NOENT))?;
+        match stat_at(ld.as_fd(), c).map_err(shown)? {
+            Some(st) if is_dir(&st) => {}
+            other => {
+                if other.is_some() {
+                    remove_all(ld.as_fd(), c).map_err(shown)?;
+                }
+                rfs::mkdirat(ld.as_fd(), c, Mode::from_raw_mode(0o700)).map_err(shown)?;
+                let made = open_dir_at(ld.as_fd(), c).map_err(shown)?;
+                copy_attrs(
+                    open_dir_at(vd.as_fd(), c)?.as_fd(),
+                    made.as_fd(),
+                    &vs,
+                    prefix,
+                    false,
+                )
+                .map_err(shown)?;
+                touched.push(at.clone());
+            }
+        }
+        vd = open_dir_at(vd.as_fd(), c).map_err(shown)?;
+        ld = open_dir_at(ld.as_fd(), c).map_err(shown)?;
+    }
+    remove_all(ld.as_fd(), name).map_err(shown)?;
+    copy_tree(
+        vparent.as_fd(),
+        name,
+        &vst,
+        ld.as_fd(),
+        rel,
+        prefix,
+        &mut touched,
+    )
+    .map_err(shown)?;
+    Ok(touched)
+}
+
+/// `name` in `from` (`st`) copied whole as `name` in `to`: data, mode,
+/// owner, times, user xattrs; a symlink as a symlink.
+fn copy_tree(
+    from: BorrowedFd<'_>,
+    name: &OsStr,
+    st: &Stat,
+    to: BorrowedFd<'_>,
+    rel: &Path,
+    prefix: &str,
+    touched: &mut Vec<PathBuf>,
+) -> Result<(), Errno> {
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Directory => {
+            rfs::mkdirat(to, name, Mode::from_raw_mode(0o700))?;
+            let (sd, td) = (open_dir_at(from, name)?, open_dir_at(to, name)?);
+            for n in names(sd.as_fd())? {
+                let Some(cs) = stat_at(sd.as_fd(), &n)? else {
+                    continue;
+                };
+                let p = rel.join(&n);
+                touched.push(p.clone());
+                copy_tree(sd.as_fd(), &n, &cs, td.as_fd(), &p, prefix, touched)?;
+            }
+            copy_attrs(sd.as_fd(), td.as_fd(), st, prefix, false)
+        }
+        FileType::RegularFile => {
+            let src = rfs::openat(from, name, OFlags::RDONLY | nofollow(), Mode::empty())?;
+            let dst = rfs::openat(
+                to,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | nofollow(),
+                Mode::from_raw_mode(0o600),
+            )?;
+            let (mut a, mut b) = (std::fs::File::from(src), std::fs::File::from(dst));
+            io::copy(&mut a, &mut b).map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+            copy_attrs(a.as_fd(), b.as_fd(), st, prefix, false)
+        }
+        FileType::Symlink => {
+            let target = rfs::readlinkat(from, name, Vec::new())?;
+            rfs::symlinkat(target.as_c_str(), to, name)?;
+            if rustix::process::geteuid().is_root() {
+                rfs::chownat(
+                    to,
+                    name,
+                    Some(rfs::Uid::from_raw(st.st_uid)),
+                    Some(rfs::Gid::from_raw(st.st_gid)),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )?;
+            }
+            Ok(())
+        }
+        kind => {
+            rfs::mknodat(
+                to,
+                name,
+                kind,
+                Mode::from_raw_mode(st.st_mode & 0o7777),
+                st.st_rdev,
+            )?;
+            Ok(())
+        }
+    }
+}
+
+/// What rewinds left in `<zone>/trash/`, moved aside (to `<zone>/tmp/`)
+/// for [`remove_all_of`] to remove without the stage's lock: removing
+/// 10,000 files can take seconds, and no rewind waits for it.
+pub fn take_trash(zdir: &Path) -> io::Result<Vec<PathBuf>> {
+    let trash = zdir.join("trash");
+    let list = match std::fs::read_dir(&trash) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for e in list {
+        let e = e?;
+        let to = scratch(zdir, "gone")?;
+        rename(&e.path(), &to)?;
+        out.push(to);
+    }
+    Ok(out)
+}
+
+/// Remove each of `paths` and all under it.
+pub fn remove_all_of(paths: &[PathBuf]) -> io::Result<()> {
+    for p in paths {
+        remove_path(p)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,606 @@
+//! Checkpoints of a staged zone through real mounts: a task in steps,
+//! checkpointed after each and rewound to each in turn (the view compared
+//! with a listing taken at that step, the backing dir never touched), a
+//! file held open for writing across a checkpoint, checkpoints through a
+//! SIGKILLed daemon and a remount, a rewind or checkpoint cut short, a
+//! rewind of some paths, `changes --since/--between`, `commit --upto`,
+//! and the oldest layers merged past `--max-checkpoints`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+/// A staged zone `work` (backing `<tmp>/b`) with a few files; the stage
+/// in `<tmp>/stage`; `extra` mount arguments.
+fn staged(extra: &[&str]) -> Setup {
+    let mut s = Setup::new(
+        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n",
+    )
+    .backing_dir("work", "b")
+    .file("work", "f", "old\n")
+    .file("work", "gone", "bye\n")
+    .file("work", "d/y", "y\n")
+    .file("work", "d/sub/z", "z\n");
+    let stage = s.root().join("stage");
+    s = s.arg("--stage-dir").arg(&stage.to_string_lossy());
+    for a in extra {
+        s = s.arg(a);
+    }
+    s
+}
+
+fn mnt(m: &TestMount) -> String {
+    m.mountpoint().to_string_lossy().into_owned()
+}
+
+/// `zonemount checkpoint MNT`: its id (the last line).
+#[track_caller]
+fn checkpoint(m: &TestMount, label: &str) -> u64 {
+    let out = m.zonemount(&["checkpoint", "--label", label, &mnt(m)]);
+    assert!(out.success(), "checkpoint: {}", out.describe());
+    out.stdout
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no id: {}", out.describe()))
+}
+
+#[track_caller]
+fn rewind(m: &TestMount, id: u64, paths: &[&str]) {
+    let id = id.to_string();
+    let mp = mnt(m);
+    let mut args = vec!["rewind", &mp, &id];
+    args.extend(paths);
+    let out = m.zonemount(&args);
+    assert!(out.success(), "rewind {id} {paths:?}: {}", out.describe());
+}
+
+#[track_caller]
+fn sh(m: &TestMount, cmd: &str) {
+    let out = m.sh_in("work", cmd, &[]);
+    assert!(out.success(), "{cmd}: {}", out.describe());
+}
+
+/// The zone as the worker sees it (no times: directories' change with
+/// any listing).
+fn view(m: &TestMount) -> Vec<String> {
+    tree_listing(&m.path("work"), false)
+}
+
+/// The ids `checkpoints --json TARGET` lists for zone work, with their
+/// path counts and labels.
+fn listed(m: &TestMount, target: &str) -> Vec<(u64, u64, String)> {
+    let out = m.zonemount(&["checkpoints", "--json", target]);
+    assert!(out.success(), "checkpoints: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    v["zones"][0]["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["id"].as_u64().unwrap(),
+                c["paths"].as_u64().unwrap(),
+                c["label"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The paths `changes --json ARGS...` lists, each `kind path`.
+fn changed(m: &TestMount, args: &[&str]) -> Vec<String> {
+    let mut all = vec!["changes", "--json"];
+    all.extend(args);
+    let out = m.zonemount(&all);
+    assert!(out.success(), "changes {args:?}: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let mut list: Vec<String> = v["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|z| z["changes"].as_array().unwrap().clone())
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["kind"].as_str().unwrap(),
+                c["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    list.sort();
+    list
+}
+
+#[test]
+fn a_task_in_steps_rewinds_to_each_checkpoint() {
+    if !fuse_ok() || !require(Need::Tool("git")) {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    let git = "git -c user.name=t -c user.email=t@example.com -c init.defaultBranch=main";
+    let steps: Vec<(&str, String)> = vec![
+        (
+            "git",
+            format!("{git} init -q . && {git} add -A && {git} commit -qm one"),
+        ),
+        (
+            "edit and rename",
+            format!(
+                "echo new >> f && mv d/y d/y2 && mkdir -p src/deep && echo a > src/deep/a && {git} add -A && {git} commit -qm two"
+            ),
+        ),
+        ("delete", "rm gone && rm -r d/sub".to_owned()),
+        (
+            "a dir replaced",
+            "rm -r d && echo 'now a file' > d && rm -r src && mkdir src && echo b > src/b"
+                .to_owned(),
+        ),
+        (
+            "chmod and link",
+            "chmod 600 f && ln -s f link && ln f hard".to_owned(),
+        ),
+    ];
+    let mut taken = Vec::new();
+    for (label, cmd) in &steps {
+        sh(&m, cmd);
+        let id = checkpoint(&m, label);
+        taken.push((id, view(&m)));
+    }
+    // A file held open for writing across a checkpoint: taken as it was.
+    let mut held = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(m.path("work/held"))
+        .unwrap();
+    held.write_all(b"first\n").unwrap();
+    let at_first = checkpoint(&m, "held open");
+    let first_view = view(&m);
+    held.write_all(b"second\n").unwrap();
+    drop(held);
+    assert_eq!(
+        fs::read_to_string(m.path("work/held")).unwrap(),
+        "first\nsecond\n"
+    );
+    let ids: Vec<u64> = taken.iter().map(|(id, _)| *id).collect();
+    let list = listed(&m, &mnt(&m));
+    assert_eq!(
+        list.iter().map(|c| c.0).collect::<Vec<_>>(),
+        [ids.clone(), vec![at_first]].concat()
+    );
+    assert_eq!(list[0].2, "git");
+    assert!(
+        list.iter().all(|c| c.1 > 0),
+        "every step changed paths: {list:?}"
+    );
+    // Rewound to each in turn, newest first: the view as it was then.
+    rewind(&m, at_first, &[]);
+    assert_eq!(
+        fs::read_to_string(m.path("work/held")).unwrap(),
+        "first\n",
+        "the write after the checkpoint went to the live view only"
+    );
+    assert_eq!(view(&m), first_view);
+    for (id, want) in taken.iter().rev() {
+        rewind(&m, *id, &[]);
+        assert_eq!(&view(&m), want, "the view at checkpoint {id}");
+    }
+    // Git agrees with the first step's view.
+    let out = m.sh_in(
+        "work",
+        "git status --porcelain && git log --oneline | wc -l",
+        &[],
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout.trim(), "1", "{}", out.describe());
+    // The later checkpoints are gone; the first is kept.
+    assert_eq!(
+        listed(&m, &mnt(&m)).iter().map(|c| c.0).collect::<Vec<_>>(),
+        [ids[0]]
+    );
+    assert_eq!(
+        tree_listing(&backing, true),
+        before,
+        "checkpoint and rewind touched the backing dir"
+    );
+}
+
+#[test]
+fn checkpoints_survive_a_killed_daemon_and_a_remount() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = staged(&[]).mount();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    sh(&m, "echo one > f && sync f");
+    let one = checkpoint(&m, "one");
+    let at_one = view(&m);
+    sh(&m, "rm -r d && echo two > f && echo n > n && sync f n");
+    let two = checkpoint(&m, "two");
+    let at_two = view(&m);
+    sh(&m, "echo three > f && sync f");
+    let now = view(&m);
+    let pids = daemon_pids_for(m.mountpoint());
+    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
+    let _ = run(
+        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "the killed daemon's mount stayed"
+    );
+    // Offline: the stage dir lists them, and what changed since.
+    let stage = m.root().join("stage").to_string_lossy().into_owned();
+    assert_eq!(
+        listed(&m, &stage).iter().map(|c| c.0).collect::<Vec<_>>(),
+        [one, two]
+    );
+    assert_eq!(
+        changed(&m, &["--since", &two.to_string(), &stage]),
+        ["modified f"]
+    );
+    let out = mount_again(&m);
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(view(&m), now);
+    assert_eq!(
+        listed(&m, &mnt(&m)).iter().map(|c| c.0).collect::<Vec<_>>(),
+        [one, two]
+    );
+    rewind(&m, two, &[]);
+    assert_eq!(view(&m), at_two);
+    // A rewind cut short by a crash after it was journaled completes
+    // when the stage is next opened.
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    set_pending(&m, serde_json::json!({"op": "rewind", "to": one}));
+    let out = mount_again(&m);
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(view(&m), at_one);
+    assert_eq!(
+        listed(&m, &mnt(&m)).iter().map(|c| c.0).collect::<Vec<_>>(),
+        [one]
+    );
+    // A checkpoint cut short (its layer frozen, not recorded) is undone:
+    // nothing of the view is lost.
+    sh(&m, "echo four > f && echo x > x && sync f x");
+    let live = view(&m);
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    let zone = m.root().join("stage/work");
+    fs::rename(zone.join("upper"), zone.join("layers/99")).unwrap();
+    fs::create_dir(zone.join("upper")).unwrap();
+    fs::write(zone.join("upper/late"), "written after the freeze\n").unwrap();
+    set_pending(&m, serde_json::json!({"op": "checkpoint", "id": 99}));
+    let out = mount_again(&m);
+    assert!(out.success(), "remount: {}", out.describe());
+    let mut want = live.clone();
+    want.push(
+        tree_listing(&zone.join("upper"), false)
+            .into_iter()
+            .find(|l| l.starts_with("late:"))
+            .unwrap(),
+    );
+    want.sort();
+    assert_eq!(view(&m), want);
+    assert!(!zone.join("layers/99").exists());
+    assert_eq!(
+        listed(&m, &mnt(&m)).iter().map(|c| c.0).collect::<Vec<_>>(),
+        [one]
+    );
+    // A frozen layer whose journal line was lost (a machine crash) is laid
+    // back all the same.
+    let live = view(&m);
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    fs::rename(zone.join("upper"), zone.join("layers/98")).unwrap();
+    fs::create_dir(zone.join("upper")).unwrap();
+    let out = mount_again(&m);
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(view(&m), live);
+    assert!(!zone.join("layers/98").exists());
+    assert_eq!(tree_listing(&backing, true), before);
+}
+
+/// Journal `pending` for zone work in the stage's manifest (as a crash
+/// after the journal and before the step leaves it).
+fn set_pending(m: &TestMount, pending: serde_json::Value) {
+    let p = m.root().join("stage/stage.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+    v["zones"]["work"]["pending"] = pending;
+    fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+/// `zonemount mount` of the same project with the same stage, on the same
+/// mountpoint.
+fn mount_again(m: &TestMount) -> Out {
+    let stage = m.root().join("stage");
+    let config = m.root().join("project.yaml");
+    let mut args: Vec<String> = vec!["mount".into(), "-q".into()];
+    args.extend(default_mount_args().iter().cloned());
+    args.extend([
+        "--config".to_string(),
+        config.display().to_string(),
+        "--stage-dir".into(),
+        stage.display().to_string(),
+        mnt(m),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = m.zonemount(&args);
+    if out.success() {
+        wait_mounted(m.mountpoint());
+    }
+    out
+}
+
+#[test]
+fn some_paths_rewind_and_changes_between_checkpoints() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    sh(&m, "echo a1 > a && echo f1 > f");
+    let one = checkpoint(&m, "one");
+    sh(&m, "echo a2 > a && echo f2 > f && rm -r d && echo b > b");
+    let two = checkpoint(&m, "two");
+    sh(&m, "echo a3 > a && rm b");
+    let (one_s, two_s) = (one.to_string(), two.to_string());
+    let mp = mnt(&m);
+    assert_eq!(
+        changed(&m, &["--between", &one_s, &two_s, &mp]),
+        ["added b", "deleted d", "modified a", "modified f"]
+    );
+    assert_eq!(
+        changed(&m, &["--since", &two_s, &mp]),
+        ["deleted b", "modified a"]
+    );
+    assert_eq!(
+        changed(&m, &["--since", &one_s, &mp, "/work/a"]),
+        ["modified a"]
+    );
+    let out = m.zonemount(&[
+        "changes",
+        "--between",
+        &one_s,
+        &two_s,
+        "--diff",
+        &mp,
+        "/work/f",
+    ]);
+    assert!(
+        out.success() && out.stdout.contains("-f1\n+f2"),
+        "{}",
+        out.describe()
+    );
+    let out = m.zonemount(&["changes", "--between", &two_s, &one_s, &mp]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains("older checkpoint first"),
+        "{}",
+        out.describe()
+    );
+    let out = m.zonemount(&["changes", "--since", "77", &mp]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains("no checkpoint 77"),
+        "{}",
+        out.describe()
+    );
+    // Some paths: a (a file) and d (a deleted tree) as at checkpoint one;
+    // f, b and the checkpoints stay.
+    rewind(&m, one, &["/work/a", &format!("{mp}/work/d")]);
+    assert_eq!(fs::read_to_string(m.path("work/a")).unwrap(), "a1\n");
+    assert_eq!(fs::read_to_string(m.path("work/d/sub/z")).unwrap(), "z\n");
+    assert_eq!(fs::read_to_string(m.path("work/f")).unwrap(), "f2\n");
+    assert!(!m.path("work/b").exists());
+    assert_eq!(
+        listed(&m, &mp).iter().map(|c| c.0).collect::<Vec<_>>(),
+        [one, two]
+    );
+    // A path that did not exist at the checkpoint is removed.
+    sh(&m, "echo late > late");
+    rewind(&m, two, &["/work/late"]);
+    assert!(!m.path("work/late").exists());
+    assert_eq!(
+        changed(&m, &["--since", &one_s, &mp]),
+        ["modified f"],
+        "a and d are as at checkpoint one again"
+    );
+    assert_eq!(tree_listing(&backing, true), before);
+}
+
+#[test]
+fn commit_upto_applies_a_checkpoint_and_keeps_the_view() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    sh(&m, "echo a1 > a && echo f1 > f && rm gone");
+    let one = checkpoint(&m, "one");
+    sh(&m, "echo a2 > a && rm -r d");
+    let two = checkpoint(&m, "two");
+    sh(&m, "echo f3 > f");
+    let now = view(&m);
+    let mp = mnt(&m);
+    let out = m.zonemount(&["commit", "--upto", &one.to_string(), &mp]);
+    assert!(out.success(), "commit --upto: {}", out.describe());
+    let b = |p: &str| fs::read_to_string(m.backing("work", p)).ok();
+    assert_eq!(b("a").as_deref(), Some("a1\n"));
+    assert_eq!(b("f").as_deref(), Some("f1\n"));
+    assert!(b("gone").is_none() && b("d/y").is_some());
+    assert_eq!(view(&m), now, "the view did not change");
+    assert_eq!(
+        listed(&m, &mp).iter().map(|c| c.0).collect::<Vec<_>>(),
+        [one, two]
+    );
+    assert_eq!(
+        changed(&m, &[&mp]),
+        ["deleted d", "modified a", "modified f"]
+    );
+    // A plain commit applies the view and ends the checkpoints.
+    let out = m.zonemount(&["commit", &mp]);
+    assert!(out.success(), "commit: {}", out.describe());
+    assert_eq!(b("a").as_deref(), Some("a2\n"));
+    assert_eq!(b("f").as_deref(), Some("f3\n"));
+    assert!(b("d/y").is_none());
+    assert!(listed(&m, &mp).is_empty());
+    assert!(changed(&m, &[&mp]).is_empty());
+}
+
+#[test]
+fn past_max_checkpoints_the_oldest_merge_and_each_view_stays() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&["--max-checkpoints", "3"]).mount();
+    let steps = [
+        "echo 1 > f && mkdir -p n/m && echo 1 > n/m/x",
+        "rm -r d && echo 2 > d",
+        "rm d && mkdir d && echo 3 > d/new && rm -r n",
+        "mkdir n && echo 4 > n/other && chmod 700 d",
+        "rm f && echo 5 > g",
+        "rm -r d && mkdir -p d/sub && echo 6 > d/sub/z",
+    ];
+    let mut taken = Vec::new();
+    for (i, s) in steps.iter().enumerate() {
+        sh(&m, s);
+        taken.push((checkpoint(&m, &format!("step {i}")), view(&m)));
+    }
+    let mp = mnt(&m);
+    let kept: Vec<u64> = listed(&m, &mp).iter().map(|c| c.0).collect();
+    let want: Vec<u64> = taken[3..].iter().map(|(id, _)| *id).collect();
+    assert_eq!(kept, want, "the three newest kept");
+    let layers = fs::read_dir(m.root().join("stage/work/layers"))
+        .unwrap()
+        .count();
+    assert_eq!(layers, 3);
+    for (id, at) in taken[3..].iter().rev() {
+        rewind(&m, *id, &[]);
+        assert_eq!(&view(&m), at, "the view at checkpoint {id}");
+    }
+}
+
+#[test]
+fn the_worker_side_may_checkpoint_and_rewind_but_not_commit() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let mp = mnt(&m);
+    let bin = env!("CARGO_BIN_EXE_zonemount");
+    // One shell that changes the stage, then calls zonemount itself.
+    let out = m.sh_in(
+        "work",
+        &format!(
+            "echo w1 > f && {bin} checkpoint {mp} >/dev/null && echo w2 > f && \
+             {bin} rewind {mp} 1 && cat f && {bin} commit {mp}; echo commit=$?"
+        ),
+        &[],
+    );
+    assert!(out.stdout.contains("w1\n"), "{}", out.describe());
+    assert!(out.stdout.contains("commit=1"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("worker's own side"),
+        "{}",
+        out.describe()
+    );
+}
+
+/// Each RFC 3339 time (`2026-11-26T20:06:44.372Z`) as `TIME`.
+fn mask_times(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < b.len() {
+        let is_time = b.len() - i >= 24
+            && b[i..i + 4].iter().all(u8::is_ascii_digit)
+            && b[i + 4] == b'-'
+            && b[i + 10] == b'T'
+            && b[i + 23] == b'Z';
+        if is_time {
+            out.push_str("TIME");
+            i += 24;
+        } else {
+            let c = text[i..].chars().next().unwrap();
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+/// Unmounts `<dir>/mnt` when dropped (the README's session leaves it
+/// mounted).
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = try_run(
+            Command::new(BIN).arg("unmount").arg(self.0.join("mnt")),
+            Duration::from_secs(20),
+        );
+    }
+}
+
+#[test]
+fn the_readme_session_runs_as_written() {
+    if !fuse_ok() {
+        return;
+    }
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("### Checkpoints: undo one step")
+        .expect("the README's checkpoints section");
+    let block = &readme[start..];
+    let block = &block[block.find("```console\n").unwrap() + 11..];
+    let block = &block[..block.find("```").unwrap()];
+    // Each `$ command` with the output shown after it.
+    let mut steps: Vec<(String, String)> = Vec::new();
+    for line in block.lines() {
+        match line.strip_prefix("$ ") {
+            Some(cmd) => steps.push((cmd.to_owned(), String::new())),
+            None => {
+                let last = steps.last_mut().unwrap();
+                last.1.push_str(line);
+                last.1.push('\n');
+            }
+        }
+    }
+    assert!(steps.len() >= 10, "{steps:#?}");
+    let dir = tempfile::tempdir().unwrap();
+    let _unmount = Unmount(dir.path().to_path_buf());
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (cmd, want) in &steps {
+        let out = run(
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("exec 2>&1; {cmd}"))
+                .current_dir(dir.path())
+                .env("PATH", &path),
+            Duration::from_secs(30),
+        );
+        assert!(out.success(), "$ {cmd}: {}", out.describe());
+        let got = mask_times(
+            &out.stdout
+                .replace(&dir.path().display().to_string(), "/tmp/demo"),
+        );
+        assert_eq!(got, mask_times(want), "$ {cmd}");
+    }
+}
