@@ -512,7 +512,7 @@ fn the_worker_side_may_checkpoint_and_rewind_but_not_commit() {
     assert!(out.stdout.contains("w1\n"), "{}", out.describe());
     assert!(out.stdout.contains("commit=1"), "{}", out.describe());
     assert!(
-        out.stderr.contains("worker's own side"),
+        out.stderr.contains("a worker may not decide for itself"),
         "{}",
         out.describe()
     );

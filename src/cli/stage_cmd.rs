@@ -323,7 +323,16 @@ pub(crate) fn checkpoint(a: &CheckpointArgs) -> Result<u8, Failure> {
             ));
         }
     };
-    show(a.json, &report, render_checkpoint)?;
+    if a.json {
+        show(true, &report, render_checkpoint)?;
+    } else {
+        // What was taken, for people, on stderr; the id alone on stdout,
+        // for `id=$(zonemount checkpoint ...)`.
+        eprint!("{}", render_checkpoint(&report));
+        if let Some(id) = report.id {
+            println!("{id}");
+        }
+    }
     Ok(0)
 }
 
@@ -611,9 +620,6 @@ fn render_checkpoint(report: &CheckpointsReport) -> String {
         for c in &z.checkpoints {
             out.push_str(&format!("checkpoint {}  /{}  {}\n", c.id, z.zone, c.time));
         }
-    }
-    if let Some(id) = report.id {
-        out.push_str(&format!("{id}\n"));
     }
     out
 }

@@ -234,7 +234,17 @@ const RECORDS: &[&str] = &[
 /// Commands that load a config.
 const LOADS: &[&str] = &["mount", "run", "derive", "check"];
 /// Commands that keep or read stage dirs.
-const STAGES: &[&str] = &["mount", "run", "changes", "commit", "discard", "stages"];
+const STAGES: &[&str] = &[
+    "mount",
+    "run",
+    "changes",
+    "commit",
+    "discard",
+    "stages",
+    "checkpoint",
+    "checkpoints",
+    "rewind",
+];
 
 /// (name, what it does, the commands it concerns; empty: every one).
 const ENVIRONMENT: &[(&str, &str, &[&str])] = &[
