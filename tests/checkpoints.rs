@@ -604,3 +604,84 @@ fn the_readme_session_runs_as_written() {
         assert_eq!(got, mask_times(want), "$ {cmd}");
     }
 }
+
+/// Rows in table t of the SQLite database `db` in the zone, and its
+/// integrity check, as a new reader finds them.
+fn sqlite_rows(m: &TestMount) -> String {
+    let out = m.sh_in(
+        "work",
+        "python3 -c \"import sqlite3; c = sqlite3.connect('db'); \
+         print(c.execute('select count(*) from t').fetchone()[0], \
+         c.execute('pragma integrity_check').fetchone()[0])\"",
+        &[],
+    );
+    assert!(out.success(), "{}", out.describe());
+    out.stdout.trim().to_owned()
+}
+
+/// A virtualenv, then a SQLite database in WAL mode whose writer keeps its
+/// connection (and so the -wal and -shm files) open across two
+/// checkpoints: each checkpoint holds the database as a crash would have
+/// left it, which SQLite recovers; the venv comes back whole.
+#[test]
+fn a_venv_and_a_sqlite_wal_writer_open_across_checkpoints_rewind() {
+    if !fuse_ok() || !require(Need::Tool("python3")) {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    let out = m.sh_in("work", "python3 -m venv --without-pip venv", &[]);
+    assert!(out.success(), "{}", out.describe());
+    let venv = checkpoint(&m, "venv");
+    let venv_view = view(&m);
+    // The writer: one row, then waits; a second row, then waits.
+    let script = "import sqlite3, sys\n\
+        c = sqlite3.connect('db')\n\
+        c.execute('pragma journal_mode=wal')\n\
+        c.execute('create table t (x text)')\n\
+        c.execute(\"insert into t values ('one')\"); c.commit()\n\
+        print('ready', flush=True); sys.stdin.readline()\n\
+        c.execute(\"insert into t values ('two')\"); c.commit()\n\
+        print('ready', flush=True); sys.stdin.readline()\n";
+    let mut writer = Command::new("python3")
+        .args(["-c", script])
+        .current_dir(m.path("work"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = writer.stdin.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(writer.stdout.take().unwrap()));
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    assert!(m.path("work/db-wal").exists(), "WAL mode");
+    let one = checkpoint(&m, "one row");
+    writeln!(stdin).unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let two = checkpoint(&m, "two rows");
+    writeln!(stdin).unwrap();
+    drop(stdin);
+    assert!(writer.wait().unwrap().success());
+    assert_eq!(sqlite_rows(&m), "2 ok");
+    rewind(&m, two, &[]);
+    assert_eq!(sqlite_rows(&m), "2 ok", "at the second checkpoint");
+    rewind(&m, one, &[]);
+    assert_eq!(sqlite_rows(&m), "1 ok", "at the first checkpoint");
+    rewind(&m, venv, &[]);
+    assert_eq!(view(&m), venv_view, "the view at the venv's checkpoint");
+    let out = m.sh_in(
+        "work",
+        "venv/bin/python -c 'import sys; print(sys.prefix)'",
+        &[],
+    );
+    assert!(
+        out.success() && out.stdout.trim().ends_with("/venv"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        tree_listing(&backing, true),
+        before,
+        "checkpoint and rewind touched the backing dir"
+    );
+}
