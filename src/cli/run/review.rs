@@ -154,8 +154,9 @@ pub(super) fn finish(after: After) {
             }
         }
         After::Kept(dir) => eprintln!(
-            "zonemount: run: the task's changes are staged in {}; review and finish with:\n  {}\n  {}\n  {}",
+            "zonemount: run: the task's changes are staged in {}; review and finish with:\n  {}\n  {}\n  {}\n  {}",
             dir.display(),
+            stage_cmd::finish_line("review", &dir),
             stage_cmd::finish_line("changes --diff", &dir),
             stage_cmd::finish_line("commit", &dir),
             stage_cmd::finish_line("discard", &dir),
