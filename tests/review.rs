@@ -313,3 +313,78 @@ fn run_review_walks_the_same_way_on_a_terminal() {
         out.describe()
     );
 }
+
+/// The README's one-terminal session, run as written: each `$ command`
+/// (the one that reviews through a pty, typed the answers the README
+/// shows after each `?`), its output as shown (in order; the others'
+/// exactly).
+#[test]
+fn the_readme_review_session_runs_as_written() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("### Review per file, from one terminal")
+        .expect("the README's review section");
+    let block = &readme[start..];
+    let block = &block[block.find("```console\n").unwrap() + 11..];
+    let block = &block[..block.find("```").unwrap()];
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    for line in block.lines() {
+        match line.strip_prefix("$ ") {
+            Some(cmd) => steps.push((cmd.to_owned(), Vec::new())),
+            None => steps.last_mut().unwrap().1.push(line.to_owned()),
+        }
+    }
+    assert!(steps.len() >= 5, "{steps:#?}");
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().display().to_string();
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut reviewed = false;
+    for (cmd, want) in &steps {
+        // An answer is what follows a prompt's `? `.
+        let keys: Vec<&str> = want
+            .iter()
+            .filter_map(|l| l.split_once("]? ").map(|(_, k)| k))
+            .collect();
+        if keys.is_empty() {
+            let out = run(
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("exec 2>&1; {cmd}"))
+                    .current_dir(dir.path())
+                    .env("PATH", &path),
+                Duration::from_secs(30),
+            );
+            assert!(out.success(), "$ {cmd}: {}", out.describe());
+            let mut shown = want.join("\n");
+            if !shown.is_empty() {
+                shown.push('\n');
+            }
+            assert_eq!(out.stdout.replace(&demo, "/tmp/demo"), shown, "$ {cmd}");
+            continue;
+        }
+        reviewed = true;
+        let out = on_pty(dir.path(), cmd, &keys, &[("PATH", &path)]);
+        assert!(out.success(), "$ {cmd}: {}", out.describe());
+        let got = out.stdout.replace("\r\n", "\n").replace(&demo, "/tmp/demo");
+        let mut at = 0;
+        for line in want.iter().filter(|l| !l.is_empty()) {
+            let line = match line.split_once("]? ") {
+                Some((prompt, _)) => format!("{prompt}]? "),
+                None => line.clone(),
+            };
+            match got[at..].find(&line) {
+                Some(i) => at += i + line.len(),
+                None => panic!("$ {cmd}: {line:?} not shown (in order) in:\n{got}"),
+            }
+        }
+    }
+    assert!(reviewed, "the README's session reviews nothing");
+}
