@@ -207,7 +207,7 @@ pub(super) fn root_exit_status(roff: &mut Roff) {
             "6",
             "commit: some staged paths were not applied (the host changed them meanwhile, or a \
              worker still has files of the zone open for writing); they stay staged. discard: \
-             a zone was left alone.",
+             a zone was left alone. review: a commit in it left conflicts.",
         ),
     ] {
         roff.control("TP", []);
