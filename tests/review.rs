@@ -198,7 +198,8 @@ fn review_discards_the_rest_and_quits_keeping_the_rest() {
     );
     assert!(out.success(), "{}", out.describe());
     assert!(
-        out.stdout.contains("0 committed, 3 discarded, 0 kept in the stage"),
+        out.stdout
+            .contains("0 committed, 3 discarded, 0 kept in the stage"),
         "{}",
         out.describe()
     );
@@ -229,10 +230,7 @@ fn review_without_a_terminal_prints_what_to_run_and_decides_nothing() {
         out.describe()
     );
     assert_eq!(staged_paths(&m, &mnt).len(), 1);
-    assert_eq!(
-        fs::read_to_string(m.backing("work", "f")).unwrap(),
-        "old\n"
-    );
+    assert_eq!(fs::read_to_string(m.backing("work", "f")).unwrap(), "old\n");
 }
 
 #[test]
@@ -256,15 +254,11 @@ fn the_workers_side_may_not_review() {
     );
     assert_eq!(out.code(), Some(1), "{}", out.describe());
     assert!(
-        out.stdout.contains("commit refused")
-            && out.stdout.contains("from another terminal"),
+        out.stdout.contains("commit refused") && out.stdout.contains("from another terminal"),
         "{}",
         out.describe()
     );
-    assert_eq!(
-        fs::read_to_string(m.backing("work", "f")).unwrap(),
-        "old\n"
-    );
+    assert_eq!(fs::read_to_string(m.backing("work", "f")).unwrap(), "old\n");
     assert_eq!(staged_paths(&m, &mnt).len(), 1);
 }
 
@@ -295,7 +289,8 @@ fn run_review_walks_the_same_way_on_a_terminal() {
         out.describe()
     );
     assert!(
-        out.stdout.contains("1 committed, 3 discarded, 1 kept in the stage")
+        out.stdout
+            .contains("1 committed, 3 discarded, 1 kept in the stage")
             && out.stdout.contains("the task's changes are staged in"),
         "{}",
         out.describe()

@@ -16,10 +16,10 @@ mod helper_form;
 mod list;
 mod manuals;
 mod mount_cmd;
+mod review;
 mod run;
 mod sd_notify;
 mod stage_cmd;
-mod review;
 mod stages;
 
 use std::path::PathBuf;

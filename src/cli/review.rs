@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::stage_cmd::{self, Target, EXIT_CONFLICT};
 use super::Failure;
+use super::stage_cmd::{self, EXIT_CONFLICT, Target};
 use crate::control::protocol::Request;
 use crate::stage::report::{
     Change, ChangesReport, CheckpointsReport, CommitReport, DiscardReport, FileType, RewindReport,
@@ -224,18 +224,19 @@ pub(crate) fn walk(stage: &mut Stage, input: &mut dyn BufRead) -> Outcome {
         // dir with changes under it, or a dir two changes or more are in),
         // or one change.
         let under = |d: &Path| rest.iter().filter(|i| i.path.starts_with(d)).count();
-        let group: Option<PathBuf> = if first.dir && !opened.contains(&first.path) && under(&first.path) > 1 {
-            Some(first.path.clone())
-        } else {
-            first
-                .path
-                .ancestors()
-                .skip(1)
-                .filter(|d| d.components().count() > 2)
-                .filter(|d| !opened.contains(*d) && under(d) > 1)
-                .last()
-                .map(Path::to_path_buf)
-        };
+        let group: Option<PathBuf> =
+            if first.dir && !opened.contains(&first.path) && under(&first.path) > 1 {
+                Some(first.path.clone())
+            } else {
+                first
+                    .path
+                    .ancestors()
+                    .skip(1)
+                    .filter(|d| d.components().count() > 2)
+                    .filter(|d| !opened.contains(*d) && under(d) > 1)
+                    .last()
+                    .map(Path::to_path_buf)
+            };
         let subject = group.clone().unwrap_or_else(|| first.path.clone());
         let checkpoints = stage.checkpoints();
         if let Some(d) = &group {
@@ -276,8 +277,8 @@ pub(crate) fn walk(stage: &mut Stage, input: &mut dyn BufRead) -> Outcome {
         };
         let rest_paths = || -> Vec<PathBuf> { rest.iter().map(|i| i.path.clone()).collect() };
         let result = match answer.as_str() {
-            "c" => apply_commit(stage, &[subject.clone()], &mut committed),
-            "d" => apply_discard(stage, &[subject.clone()], &mut discarded),
+            "c" => apply_commit(stage, std::slice::from_ref(&subject), &mut committed),
+            "d" => apply_discard(stage, std::slice::from_ref(&subject), &mut discarded),
             "C" => apply_commit(stage, &top(rest_paths()), &mut committed),
             "D" => apply_discard(stage, &top(rest_paths()), &mut discarded),
             "k" => {
