@@ -383,3 +383,77 @@ fn the_readme_review_session_runs_as_written() {
     }
     assert!(reviewed, "the README's session reviews nothing");
 }
+
+/// A commit the host's change conflicts with: said as `commit` says it,
+/// left staged, not asked again; the walk goes on; exit 6.
+#[test]
+fn a_conflicting_commit_is_reported_kept_and_exits_6() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let m = staged().mount();
+    let out = worker(&m, "echo new > f && echo t > top.txt");
+    assert!(out.success(), "{}", out.describe());
+    // The host's change gets other times than the stage's notes.
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(m.backing("work", "f"), "host\n").unwrap();
+    let mnt = m.mountpoint().display().to_string();
+    let out = on_pty(
+        m.root(),
+        &format!("{} review {}", quote(BIN), quote(&mnt)),
+        &["c", "c"],
+        &[],
+    );
+    assert_eq!(out.code(), Some(6), "{}", out.describe());
+    assert!(
+        out.stdout.contains("conflict  /work/f: ")
+            && out.stdout.contains("1 committed, 0 discarded, 1 kept in the stage"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "f")).unwrap(),
+        "host\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "top.txt")).unwrap(),
+        "t\n"
+    );
+    assert_eq!(
+        staged_paths(&m, &mnt),
+        vec![("modified".to_string(), "f".to_string())]
+    );
+}
+
+/// `r`: the stage rewound to a checkpoint, then the walk goes on with
+/// what it holds.
+#[test]
+fn review_rewinds_to_a_checkpoint_then_goes_on() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let m = staged().mount();
+    let mnt = m.mountpoint().display().to_string();
+    assert!(worker(&m, "echo a > a").success());
+    let out = m.zonemount(&["checkpoint", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    let id = out.stdout.trim().to_string();
+    assert!(worker(&m, "echo b > b").success());
+    let out = on_pty(
+        m.root(),
+        &format!("{} review {}", quote(BIN), quote(&mnt)),
+        &["r", &id, "c"],
+        &[],
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("Decide [c,d,k,v,C,D,K,r,q,?]? ")
+            && out.stdout.contains(&format!("rewound /work to checkpoint {id}"))
+            && out.stdout.contains("1 committed, 0 discarded, 0 kept in the stage"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(fs::read_to_string(m.backing("work", "a")).unwrap(), "a\n");
+    assert!(!m.backing("work", "b").exists());
+    assert!(staged_paths(&m, &mnt).is_empty());
+}

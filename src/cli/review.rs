@@ -277,9 +277,14 @@ pub(crate) fn walk(stage: &mut Stage, input: &mut dyn BufRead) -> Outcome {
         };
         let rest_paths = || -> Vec<PathBuf> { rest.iter().map(|i| i.path.clone()).collect() };
         let result = match answer.as_str() {
-            "c" => apply_commit(stage, std::slice::from_ref(&subject), &mut committed),
+            "c" => apply_commit(
+                stage,
+                std::slice::from_ref(&subject),
+                &mut committed,
+                &mut kept,
+            ),
             "d" => apply_discard(stage, std::slice::from_ref(&subject), &mut discarded),
-            "C" => apply_commit(stage, &top(rest_paths()), &mut committed),
+            "C" => apply_commit(stage, &top(rest_paths()), &mut committed, &mut kept),
             "D" => apply_discard(stage, &top(rest_paths()), &mut discarded),
             "k" => {
                 kept.insert(subject.clone());
@@ -351,10 +356,13 @@ fn top(paths: Vec<PathBuf>) -> Vec<PathBuf> {
     out
 }
 
+/// Commit `paths`; a conflict is said, left staged and not asked again
+/// (it is among what is kept).
 fn apply_commit(
     stage: &mut Stage,
     paths: &[PathBuf],
     done: &mut Vec<String>,
+    kept: &mut BTreeSet<PathBuf>,
 ) -> Result<Option<u8>, String> {
     let r = stage.commit(paths)?;
     let mut code = None;
@@ -364,6 +372,7 @@ fn apply_commit(
         }
         for c in &z.conflicts {
             code = Some(EXIT_CONFLICT);
+            kept.insert(Path::new("/").join(&z.zone).join(&c.path));
             eprintln!(
                 "conflict  /{}/{}: {} (left in the stage; `zonemount commit --force` applies it anyway)",
                 z.zone,
