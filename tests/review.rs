@@ -323,7 +323,8 @@ fn the_readme_review_session_runs_as_written() {
         .find("### Review per file, from one terminal")
         .expect("the README's review section");
     let block = &readme[start..];
-    let block = &block[block.find("```console\n").unwrap() + 11..];
+    // `console pty`: it needs a terminal (tests/readme.rs leaves it to us).
+    let block = &block[block.find("```console pty\n").unwrap() + 15..];
     let block = &block[..block.find("```").unwrap()];
     let mut steps: Vec<(String, Vec<String>)> = Vec::new();
     for line in block.lines() {
