@@ -408,7 +408,9 @@ fn a_conflicting_commit_is_reported_kept_and_exits_6() {
     assert_eq!(out.code(), Some(6), "{}", out.describe());
     assert!(
         out.stdout.contains("conflict  /work/f: ")
-            && out.stdout.contains("1 committed, 0 discarded, 1 kept in the stage"),
+            && out
+                .stdout
+                .contains("1 committed, 0 discarded, 1 kept in the stage"),
         "{}",
         out.describe()
     );
@@ -449,8 +451,12 @@ fn review_rewinds_to_a_checkpoint_then_goes_on() {
     assert!(out.success(), "{}", out.describe());
     assert!(
         out.stdout.contains("Decide [c,d,k,v,C,D,K,r,q,?]? ")
-            && out.stdout.contains(&format!("rewound /work to checkpoint {id}"))
-            && out.stdout.contains("1 committed, 0 discarded, 0 kept in the stage"),
+            && out
+                .stdout
+                .contains(&format!("rewound /work to checkpoint {id}"))
+            && out
+                .stdout
+                .contains("1 committed, 0 discarded, 0 kept in the stage"),
         "{}",
         out.describe()
     );

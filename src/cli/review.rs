@@ -466,3 +466,67 @@ fn ask_rewind(stage: &mut Stage, ids: &[u64], input: &mut dyn BufRead) {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stage::report::{Kind, ZoneChanges};
+
+    #[test]
+    fn the_rest_is_decided_by_its_topmost_paths() {
+        let p = |s: &str| PathBuf::from(s);
+        assert_eq!(
+            top(vec![
+                p("/w/d"),
+                p("/w/d/x"),
+                p("/w/d/y"),
+                p("/w/dx"),
+                p("/w/f")
+            ]),
+            vec![p("/w/d"), p("/w/dx"), p("/w/f")]
+        );
+    }
+
+    #[test]
+    fn items_are_the_staged_zones_changes_in_path_order_as_a_worker_names_them() {
+        let mut dir = Change::plain(PathBuf::from("src"), Kind::Added);
+        dir.file_type = Some(FileType::Dir);
+        let zone = |name: &str, staged: bool, changes: Vec<Change>| ZoneChanges {
+            zone: name.to_owned(),
+            staged,
+            changes,
+            incomplete: false,
+            patch: None,
+        };
+        let report = ChangesReport {
+            zones: vec![
+                zone(
+                    "work",
+                    true,
+                    vec![
+                        Change::plain(PathBuf::from("src/b"), Kind::Added),
+                        Change::plain(PathBuf::from("a"), Kind::Modified),
+                        dir,
+                    ],
+                ),
+                zone(
+                    "plain",
+                    false,
+                    vec![Change::plain(PathBuf::from("x"), Kind::Added)],
+                ),
+            ],
+        };
+        let got: Vec<(PathBuf, bool)> = items(&report)
+            .into_iter()
+            .map(|i| (i.path, i.dir))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (PathBuf::from("/work/a"), false),
+                (PathBuf::from("/work/src"), true),
+                (PathBuf::from("/work/src/b"), false),
+            ]
+        );
+    }
+}
