@@ -39,6 +39,8 @@ command -v setfattr >/dev/null || missing+=(attr)
 command -v git >/dev/null || missing+=(git)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v timeout >/dev/null || missing+=(coreutils)
+# a pty for the review walk (tests/review.rs)
+command -v script >/dev/null || missing+=(bsdutils)
 # man pages rendered (tests/manuals.rs), units verified and the .deb
 # installed into a scratch root (tests/package.rs, tests/lifecycle.rs).
 command -v man >/dev/null || missing+=(man-db)
@@ -118,7 +120,7 @@ fi
 # is unusable (a private mount namespace with it covered), as an
 # unprivileged user with the setuid fusermount3, and as root over FUSE
 # over io_uring where the kernel has it (scripts/test-envs.sh).
-ENV_SUITES=(errno_table lifecycle run approvals escape bounded_fds staged checkpoints data_path moves ask_lock stages package direct attribution)
+ENV_SUITES=(errno_table lifecycle run approvals escape bounded_fds staged checkpoints data_path moves ask_lock stages package direct attribution review)
 rc_envs=0
 for env_name in nofusermount user uring; do
   rc_env=0

@@ -4,7 +4,8 @@
 //! output lines are what a reader sees, not checked), each ```python block
 //! with the client importable (as after `pip install ./clients/python`). Blocks marked
 //! ```sh no-test (the install line, the test command itself) and ```text
-//! ones are not run. The examples' mountpoint /tmp/task-42 is given a
+//! ones are not run; ```console pty ones need a terminal: tests/review.rs
+//! runs them through one. The examples' mountpoint /tmp/task-42 is given a
 //! directory of the test's own; every mount a block leaves is unmounted
 //! (exact paths), on panic too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

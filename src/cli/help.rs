@@ -148,6 +148,22 @@ Examples:
 Exit status: 0; 6 a zone was left alone (a worker still has files of it
 open for writing); 1 the discard failed; 2 bad usage.";
 
+pub(crate) const REVIEW: &str = "\
+Keys, for each file or directory (its summary line shown first):
+  c commit it   d discard it   k keep it staged   v view its diff ($PAGER on a terminal)
+  o decide a directory's changes one by one   C commit the rest   D discard the rest
+  K or q keep the rest   r rewind to a checkpoint (when there are some)   ? help
+Each decision is applied at once, as `commit TARGET PATH` or `discard TARGET PATH`
+would (the worker's side may not decide); a summary ends the walk. With stdin not a
+terminal nothing is decided: the changes and the commands to finish are printed.
+
+Examples:
+  zonemount review /tmp/task-42                        # walk a live mount's stage
+  zonemount review ~/.local/state/zonemount/stages/ID  # a stage dir no mount holds
+
+Exit status: 0; 6 a commit left conflicts (they stay staged); 1 an operation failed
+or was refused; 2 bad usage.";
+
 pub(crate) const APPROVALS_LIST: &str = "\
 Examples:
   zonemount approvals list /tmp/task-42

@@ -16,6 +16,7 @@ mod helper_form;
 mod list;
 mod manuals;
 mod mount_cmd;
+mod review;
 mod run;
 mod sd_notify;
 mod stage_cmd;
@@ -105,6 +106,10 @@ enum Cmd {
     /// Drop staged changes: the mount shows the backing dirs' files again.
     #[command(after_help = help::DISCARD)]
     Discard(stage_cmd::DiscardArgs),
+    /// Walk the staged changes like `git add -p`: commit, discard or keep
+    /// each file or directory (after a look at its diff), or the rest.
+    #[command(after_help = help::REVIEW)]
+    Review(review::ReviewArgs),
     /// The stage dirs under the state dir: the mountpoint each was made
     /// for, whether a mount holds it, its changes, size and last change;
     /// --prune removes those no mount holds that keep no change.
@@ -390,6 +395,10 @@ pub fn run() -> ExitCode {
             Err(f) => Err(f),
         },
         Cmd::Discard(a) => match stage_cmd::discard(&a) {
+            Ok(code) => return ExitCode::from(code),
+            Err(f) => Err(f),
+        },
+        Cmd::Review(a) => match review::review(&a) {
             Ok(code) => return ExitCode::from(code),
             Err(f) => Err(f),
         },

@@ -121,7 +121,7 @@ pub(crate) struct DiscardArgs {
 
 /// Where the operation runs: a live mount, asked over its control
 /// socket, or a stage dir no mount holds, locked and worked on here.
-enum Target {
+pub(crate) enum Target {
     Mount(crate::control::Client),
     Stage(OfflineStage),
 }
@@ -393,7 +393,7 @@ fn offline(e: String) -> Failure {
 
 /// The mount or stage dir `t`, and the worker-form paths of `paths` there
 /// (a path outside the mount refused in the name of `cmd`).
-fn open(
+pub(crate) fn open(
     cmd: &str,
     t: &Path,
     paths: &[PathBuf],

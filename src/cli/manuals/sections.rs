@@ -129,7 +129,7 @@ pub(super) fn root_description(roff: &mut Roff) {
          directory only when committed. The config format is in zonemount.yaml(5).",
         "zonemount mount makes a mount that outlives the command; zonemount run mounts on a \
          fresh directory, runs one command there (optionally in a bubblewrap sandbox) and \
-         always unmounts. status, approvals, check, changes, commit and discard act on a live \
+         always unmounts. status, approvals, check, changes, commit, discard and review act on a live \
          mount through its control socket.",
     ] {
         roff.control("PP", []);
@@ -207,7 +207,7 @@ pub(super) fn root_exit_status(roff: &mut Roff) {
             "6",
             "commit: some staged paths were not applied (the host changed them meanwhile, or a \
              worker still has files of the zone open for writing); they stay staged. discard: \
-             a zone was left alone.",
+             a zone was left alone. review: a commit in it left conflicts.",
         ),
     ] {
         roff.control("TP", []);
@@ -230,6 +230,7 @@ const RECORDS: &[&str] = &[
     "changes",
     "commit",
     "discard",
+    "review",
 ];
 /// Commands that load a config.
 const LOADS: &[&str] = &["mount", "run", "derive", "check"];
@@ -240,6 +241,7 @@ const STAGES: &[&str] = &[
     "changes",
     "commit",
     "discard",
+    "review",
     "stages",
     "checkpoint",
     "checkpoints",
@@ -289,6 +291,12 @@ const ENVIRONMENT: &[(&str, &str, &[&str])] = &[
         "With --foreground under systemd (Type=notify): READY=1 is sent once the mount is \
          live, STOPPING=1 when it unmounts.",
         &["mount"],
+    ),
+    (
+        "PAGER",
+        "review (and run --review) shows a diff through it when set and stdout is a \
+         terminal (run by sh -c); otherwise the diff is printed.",
+        &["review", "run"],
     ),
     (
         "TMPDIR",

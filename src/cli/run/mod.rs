@@ -106,9 +106,10 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "UID[:GID]")]
     pub(crate) user: Option<String>,
     /// With a staged zone: when CMD exits, print its changes and (on a
-    /// terminal) ask to commit, discard or keep them (or rewind them to a
-    /// checkpoint first); without a terminal
-    /// keep them and print the commands to finish.
+    /// terminal) walk them as `zonemount review` does: commit, discard or
+    /// keep each file or directory, view its diff, rewind to a
+    /// checkpoint; without a terminal keep them and print the commands to
+    /// finish.
     #[arg(long)]
     pub(crate) review: bool,
     /// With a staged zone: commit its changes when CMD exits 0 (conflicts

@@ -1,20 +1,18 @@
 //! What `run` does with a staged zone's changes when CMD has exited, before
 //! the mount goes: `--commit-on-success` commits them when CMD exited 0;
-//! `--review` prints the change summary and, on a terminal, asks to
-//! commit, discard or keep the stage, or to rewind it to one of its
-//! checkpoints first (then asks again); otherwise the stage is kept (when it
-//! holds anything) and the commands to finish are printed. An empty stage
+//! `--review` prints the change summary and, on a terminal, walks it as
+//! `zonemount review` does (per file or directory, like `git add -p`:
+//! `cli::review`); otherwise the stage is kept (when it holds anything)
+//! and the commands to finish are printed. An empty stage
 //! is removed once the mount is gone.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use super::super::approvals::connect;
 use super::super::stage_cmd::{self, EXIT_CONFLICT};
 use crate::control::protocol::Request;
-use crate::stage::report::{
-    Change, ChangesReport, CheckpointsReport, CommitReport, DiscardReport, RewindReport,
-};
+use crate::stage::report::{Change, ChangesReport, CommitReport};
 use crate::text;
 
 /// What `run` asked for.
@@ -85,110 +83,15 @@ pub(super) fn decide(mountpoint: &Path, wanted: Wanted, success: bool) -> (After
     if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
         return (After::Kept(dir), None);
     }
-    loop {
-        let checkpoints: Vec<u64> = client
-            .stage::<CheckpointsReport>(Request::Checkpoints { paths: Vec::new() })
-            .map(|r| {
-                let mut ids: Vec<u64> = r
-                    .zones
-                    .iter()
-                    .flat_map(|z| z.checkpoints.iter().map(|c| c.id))
-                    .collect();
-                ids.sort_unstable();
-                ids.dedup();
-                ids
-            })
-            .unwrap_or_default();
-        if checkpoints.is_empty() {
-            eprint!("zonemount: run: [c]ommit, [d]iscard or [k]eep the stage? ");
-        } else {
-            let ids: Vec<String> = checkpoints.iter().map(u64::to_string).collect();
-            eprint!(
-                "zonemount: run: [c]ommit, [d]iscard, [k]eep the stage, or [r]ewind ID to a checkpoint ({})? ",
-                ids.join(", ")
-            );
-        }
-        let _ = std::io::stderr().flush();
-        let mut line = String::new();
-        if std::io::stdin().lock().read_line(&mut line).unwrap_or(0) == 0 {
-            return (After::Kept(dir), None);
-        }
-        match line.trim() {
-            "c" | "commit" => return commit(&mut client, dir),
-            "d" | "discard" => {
-                return match client.stage::<DiscardReport>(Request::Discard { paths: Vec::new() }) {
-                    Ok(r) => {
-                        let dropped = r
-                            .zones
-                            .iter()
-                            .flat_map(|z| z.discarded.iter().map(move |c| (z.zone.as_str(), c)));
-                        eprint!("{}", indent(dropped, "discarded"));
-                        (After::Done(dir), None)
-                    }
-                    Err(e) => {
-                        eprintln!(
-                            "zonemount: run: discard failed: {}",
-                            text::message(&e.to_string())
-                        );
-                        (After::Kept(dir), None)
-                    }
-                };
-            }
-            "k" | "keep" | "" => return (After::Kept(dir), None),
-            other => {
-                if let Some(id) = rewind_to(other).filter(|id| checkpoints.contains(id)) {
-                    rewind(&mut client, id);
-                }
-            }
-        }
-    }
-}
-
-/// `r ID` / `rewind ID`: the checkpoint asked for.
-fn rewind_to(answer: &str) -> Option<u64> {
-    let mut words = answer.split_whitespace();
-    match words.next()? {
-        "r" | "rewind" => words.next()?.parse().ok(),
-        _ => None,
-    }
-}
-
-/// Rewind the stage to checkpoint `id` and show what it then holds.
-fn rewind(client: &mut crate::control::Client, id: u64) {
-    match client.stage::<RewindReport>(Request::Rewind {
-        id,
-        paths: Vec::new(),
-    }) {
-        Ok(r) => {
-            for z in &r.zones {
-                match &z.left_alone {
-                    Some(why) => eprintln!(
-                        "zonemount: run: /{} left alone: {}",
-                        z.zone,
-                        text::message(why)
-                    ),
-                    None => eprintln!("zonemount: run: rewound /{} to checkpoint {id}", z.zone),
-                }
-            }
-        }
-        Err(e) => {
-            eprintln!(
-                "zonemount: run: rewind failed: {}",
-                text::message(&e.to_string())
-            );
-            return;
-        }
-    }
-    if let Ok(changes) = client.stage::<ChangesReport>(Request::Changes {
-        paths: Vec::new(),
-        diff: false,
-        patch: false,
-    }) {
-        eprint!(
-            "zonemount: run: staged changes:\n{}",
-            stage_cmd::render_changes(&changes)
-        );
-    }
+    // The same walk as `zonemount review` (per file or directory).
+    let mut stage = super::super::review::Stage::mount(client, "run");
+    let outcome = super::super::review::walk(&mut stage, &mut std::io::stdin().lock());
+    let after = if outcome.left {
+        After::Kept(dir)
+    } else {
+        After::Done(dir)
+    };
+    (after, outcome.code)
 }
 
 fn commit(client: &mut crate::control::Client, dir: PathBuf) -> (After, Option<u8>) {
@@ -251,8 +154,9 @@ pub(super) fn finish(after: After) {
             }
         }
         After::Kept(dir) => eprintln!(
-            "zonemount: run: the task's changes are staged in {}; review and finish with:\n  {}\n  {}\n  {}",
+            "zonemount: run: the task's changes are staged in {}; review and finish with:\n  {}\n  {}\n  {}\n  {}",
             dir.display(),
+            stage_cmd::finish_line("review", &dir),
             stage_cmd::finish_line("changes --diff", &dir),
             stage_cmd::finish_line("commit", &dir),
             stage_cmd::finish_line("discard", &dir),

@@ -1,0 +1,466 @@
+//! `zonemount review` and `run --review`, walked through a pty (made by
+//! util-linux `script`) with the keys a person would type: per file, per
+//! directory, the rest; a diff on `v`; then the backing dir and the stage
+//! are exactly as decided. No terminal: the commands to run, nothing
+//! decided. A name's escape sequences never reach the terminal raw. The
+//! worker's side may not review.
+//!
+//! Every mount is torn down by its guard; every run is bounded.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_zonemount");
+
+fn staged() -> Setup {
+    let s = Setup::new(
+        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n      approval: { write: preApproved }\n",
+    )
+    .backing_dir("work", "b")
+    .file("work", "f", "old\n")
+    .file("work", "gone", "bye\n")
+    .file("work", "d/y", "y\n")
+    .file("work", "d/sub/z", "z\n");
+    let stage = s.root().join("stage");
+    s.arg("--stage-dir").arg(&stage.to_string_lossy())
+}
+
+/// A worker's script in the zone, in a session of its own (so the test
+/// may decide after it).
+fn worker(m: &TestMount, script: &str) -> Out {
+    m.sh_in(
+        "work",
+        &format!("setsid -w sh -c '{}'", script.replace('\'', "'\\''")),
+        &[],
+    )
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// `cmd` (a shell command line) on a pty, `keys` typed into it (one
+/// answer a line); stdout and stderr both arrive as the pty's output.
+fn on_pty(cwd: &Path, cmd: &str, keys: &[&str], env: &[(&str, &str)]) -> Out {
+    let keyfile = cwd.join(".keys");
+    let mut text = keys.join("\n");
+    text.push('\n');
+    fs::write(&keyfile, text).unwrap();
+    let line = format!(
+        "script -q -e -c {} /dev/null < {}",
+        quote(cmd),
+        quote(&keyfile.to_string_lossy())
+    );
+    let mut c = Command::new("sh");
+    c.args(["-c", &line]).current_dir(cwd).env_remove("PAGER");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = run(&mut c, Duration::from_secs(60));
+    let _ = fs::remove_file(&keyfile);
+    out
+}
+
+/// The staged changes' (kind, path), from `changes --json`.
+fn staged_paths(m: &TestMount, target: &str) -> Vec<(String, String)> {
+    let out = m.zonemount(&["changes", "--json", target]);
+    assert!(out.success(), "{}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let mut got: Vec<(String, String)> = v["zones"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|z| z["changes"].as_array().cloned().unwrap_or_default())
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap_or("?").to_string(),
+                c["path"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    got
+}
+
+#[test]
+fn review_walks_files_and_directories_and_applies_each_decision() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let m = staged().mount();
+    let out = worker(
+        &m,
+        "echo new > f && rm gone && echo Y > d/y && echo Z > d/sub/z \
+         && mkdir src && echo 1 > src/a && echo 2 > src/b \
+         && echo t > top.txt && printf \"e\\033[2Jvil\" > \"$(printf \"e\\033[2Jvil\")\"",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let mnt = m.mountpoint().display().to_string();
+    // In path order: the dir /work/d (d/sub/z, d/y): view, then one by
+    // one: commit d/sub/z, discard d/y; /work/e<ESC>[2Jvil: keep;
+    // /work/f: view its diff, keep; /work/gone: commit (the delete);
+    // /work/src (added, with a and b): commit the whole dir at once;
+    // /work/top.txt: commit it and the rest... which is only it.
+    let keys = ["v", "o", "c", "d", "k", "x", "v", "k", "c", "c", "C"];
+    let out = on_pty(
+        m.root(),
+        &format!("{} review {}", quote(BIN), quote(&mnt)),
+        &keys,
+        &[("PAGER", "sed s/^/PAGED:/")],
+    );
+    assert!(out.success(), "{}", out.describe());
+    let shown = &out.stdout;
+    // Nothing raw from a name reaches the terminal.
+    assert!(
+        !shown.contains('\u{1b}') && shown.contains("e\\x1b[2Jvil"),
+        "{shown:?}"
+    );
+    // The dir's diff, through $PAGER (stdout is the pty).
+    assert!(
+        shown.contains("PAGED:+Y") && shown.contains("PAGED:+Z"),
+        "{shown:?}"
+    );
+    // f's diff.
+    assert!(
+        shown.contains("PAGED:-old") && shown.contains("PAGED:+new"),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains("/work/d/  (2 changes)")
+            && shown.contains("/work/src/  (3 changes)")
+            && shown.contains("Decide the whole directory")
+            && shown.contains("c - commit it"),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains("6 committed, 1 discarded, 2 kept in the stage"),
+        "{shown:?}"
+    );
+    let b = |rel: &str| fs::read_to_string(m.backing("work", rel)).ok();
+    assert_eq!(b("d/sub/z").as_deref(), Some("Z\n"), "committed");
+    assert_eq!(b("d/y").as_deref(), Some("y\n"), "discarded");
+    assert_eq!(b("f").as_deref(), Some("old\n"), "kept");
+    assert_eq!(b("gone"), None, "the delete committed");
+    assert_eq!(b("src/a").as_deref(), Some("1\n"));
+    assert_eq!(b("src/b").as_deref(), Some("2\n"));
+    assert_eq!(b("top.txt").as_deref(), Some("t\n"));
+    assert!(!m.backing("work", "e\u{1b}[2Jvil").exists(), "kept");
+    // The view: what was kept and what the backing dir has.
+    let v = |rel: &str| fs::read_to_string(m.path(rel)).ok();
+    assert_eq!(v("work/f").as_deref(), Some("new\n"));
+    assert_eq!(v("work/d/y").as_deref(), Some("y\n"));
+    assert_eq!(
+        staged_paths(&m, &mnt),
+        vec![
+            ("added".to_string(), "e\u{1b}[2Jvil".to_string()),
+            ("modified".to_string(), "f".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn review_discards_the_rest_and_quits_keeping_the_rest() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let mut m = staged().mount();
+    let out = worker(&m, "echo new > f && rm gone && echo t > top.txt");
+    assert!(out.success(), "{}", out.describe());
+    let mnt = m.mountpoint().display().to_string();
+    // f: keep; gone: quit (the rest kept).
+    let out = on_pty(
+        m.root(),
+        &format!("{} review {}", quote(BIN), quote(&mnt)),
+        &["k", "q"],
+        &[],
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(staged_paths(&m, &mnt).len(), 3);
+    // A stage dir no mount holds: D discards everything left.
+    assert!(m.unmount().success());
+    assert!(wait_until(Duration::from_secs(10), || daemon_pids_for(
+        m.mountpoint()
+    )
+    .is_empty()));
+    let stage = m.root().join("stage").display().to_string();
+    let out = on_pty(
+        m.root(),
+        &format!("{} review {}", quote(BIN), quote(&stage)),
+        &["D"],
+        &[],
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout
+            .contains("0 committed, 3 discarded, 0 kept in the stage"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "gone")).unwrap(),
+        "bye\n"
+    );
+    assert!(!m.backing("work", "top.txt").exists());
+}
+
+#[test]
+fn review_without_a_terminal_prints_what_to_run_and_decides_nothing() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let m = staged().mount();
+    let out = worker(&m, "echo new > f");
+    assert!(out.success(), "{}", out.describe());
+    let mnt = m.mountpoint().display().to_string();
+    let out = m.zonemount(&["review", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stderr.contains("M  /work/f")
+            && out.stderr.contains("nothing decided")
+            && out.stderr.contains(&format!("zonemount commit {mnt}"))
+            && out.stderr.contains(&format!("zonemount review {mnt}")),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(staged_paths(&m, &mnt).len(), 1);
+    assert_eq!(fs::read_to_string(m.backing("work", "f")).unwrap(), "old\n");
+}
+
+#[test]
+fn the_workers_side_may_not_review() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let m = staged().mount();
+    let mnt = m.mountpoint().display().to_string();
+    // The shell that writes runs the review: refused, naming the fix.
+    let keys = m.root().join("keys");
+    fs::write(&keys, "c\n").unwrap();
+    let out = m.sh_in(
+        "work",
+        &format!(
+            "echo new > f && script -q -e -c {} /dev/null < {}",
+            quote(&format!("{} review {}", quote(BIN), quote(&mnt))),
+            quote(&keys.to_string_lossy())
+        ),
+        &[],
+    );
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stdout.contains("commit refused") && out.stdout.contains("from another terminal"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(fs::read_to_string(m.backing("work", "f")).unwrap(), "old\n");
+    assert_eq!(staged_paths(&m, &mnt).len(), 1);
+}
+
+#[test]
+fn run_review_walks_the_same_way_on_a_terminal() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let s = Setup::new("")
+        .backing_dir("work", "b")
+        .file("work", "f", "old\n");
+    let root = s.root().to_path_buf();
+    let zone = format!("work={}:staged", root.join("b").display());
+    let stage = root.join("stage").display().to_string();
+    let cmd = format!(
+        "{} run -q --zone {} --stage-dir {} --review -- sh -c {}",
+        quote(BIN),
+        quote(&zone),
+        quote(&stage),
+        quote("echo a > a && mkdir -p lib && echo x > lib/x && echo y > lib/y && echo new > f")
+    );
+    // /work/a: commit; /work/f: view, keep; /work/lib: discard whole.
+    let out = on_pty(&root, &cmd, &["c", "v", "k", "d"], &[]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("-old") && out.stdout.contains("+new"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        out.stdout
+            .contains("1 committed, 3 discarded, 1 kept in the stage")
+            && out.stdout.contains("the task's changes are staged in"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(fs::read_to_string(root.join("b/a")).unwrap(), "a\n");
+    assert_eq!(fs::read_to_string(root.join("b/f")).unwrap(), "old\n");
+    assert!(!root.join("b/lib").exists());
+    let out = run(
+        Command::new(BIN).args(["changes", &stage]),
+        Duration::from_secs(30),
+    );
+    assert!(
+        out.stdout.contains("M  /work/f") && !out.stdout.contains("/work/lib"),
+        "{}",
+        out.describe()
+    );
+}
+
+/// The README's one-terminal session, run as written: each `$ command`
+/// (the one that reviews through a pty, typed the answers the README
+/// shows after each `?`), its output as shown (in order; the others'
+/// exactly).
+#[test]
+fn the_readme_review_session_runs_as_written() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("### Review per file, from one terminal")
+        .expect("the README's review section");
+    let block = &readme[start..];
+    // `console pty`: it needs a terminal (tests/readme.rs leaves it to us).
+    let block = &block[block.find("```console pty\n").unwrap() + 15..];
+    let block = &block[..block.find("```").unwrap()];
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    for line in block.lines() {
+        match line.strip_prefix("$ ") {
+            Some(cmd) => steps.push((cmd.to_owned(), Vec::new())),
+            None => steps.last_mut().unwrap().1.push(line.to_owned()),
+        }
+    }
+    assert!(steps.len() >= 5, "{steps:#?}");
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().display().to_string();
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut reviewed = false;
+    for (cmd, want) in &steps {
+        // An answer is what follows a prompt's `? `.
+        let keys: Vec<&str> = want
+            .iter()
+            .filter_map(|l| l.split_once("]? ").map(|(_, k)| k))
+            .collect();
+        if keys.is_empty() {
+            let out = run(
+                Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("exec 2>&1; {cmd}"))
+                    .current_dir(dir.path())
+                    .env("PATH", &path),
+                Duration::from_secs(30),
+            );
+            assert!(out.success(), "$ {cmd}: {}", out.describe());
+            let mut shown = want.join("\n");
+            if !shown.is_empty() {
+                shown.push('\n');
+            }
+            assert_eq!(out.stdout.replace(&demo, "/tmp/demo"), shown, "$ {cmd}");
+            continue;
+        }
+        reviewed = true;
+        let out = on_pty(dir.path(), cmd, &keys, &[("PATH", &path)]);
+        assert!(out.success(), "$ {cmd}: {}", out.describe());
+        let got = out.stdout.replace("\r\n", "\n").replace(&demo, "/tmp/demo");
+        let mut at = 0;
+        for line in want.iter().filter(|l| !l.is_empty()) {
+            let line = match line.split_once("]? ") {
+                Some((prompt, _)) => format!("{prompt}]? "),
+                None => line.clone(),
+            };
+            match got[at..].find(&line) {
+                Some(i) => at += i + line.len(),
+                None => panic!("$ {cmd}: {line:?} not shown (in order) in:\n{got}"),
+            }
+        }
+    }
+    assert!(reviewed, "the README's session reviews nothing");
+}
+
+/// A commit the host's change conflicts with: said as `commit` says it,
+/// left staged, not asked again; the walk goes on; exit 6.
+#[test]
+fn a_conflicting_commit_is_reported_kept_and_exits_6() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let m = staged().mount();
+    let out = worker(&m, "echo new > f && echo t > top.txt");
+    assert!(out.success(), "{}", out.describe());
+    // The host's change gets other times than the stage's notes.
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(m.backing("work", "f"), "host\n").unwrap();
+    let mnt = m.mountpoint().display().to_string();
+    let out = on_pty(
+        m.root(),
+        &format!("{} review {}", quote(BIN), quote(&mnt)),
+        &["c", "c"],
+        &[],
+    );
+    assert_eq!(out.code(), Some(6), "{}", out.describe());
+    assert!(
+        out.stdout.contains("conflict  /work/f: ")
+            && out
+                .stdout
+                .contains("1 committed, 0 discarded, 1 kept in the stage"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "f")).unwrap(),
+        "host\n"
+    );
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "top.txt")).unwrap(),
+        "t\n"
+    );
+    assert_eq!(
+        staged_paths(&m, &mnt),
+        vec![("modified".to_string(), "f".to_string())]
+    );
+}
+
+/// `r`: the stage rewound to a checkpoint, then the walk goes on with
+/// what it holds.
+#[test]
+fn review_rewinds_to_a_checkpoint_then_goes_on() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let m = staged().mount();
+    let mnt = m.mountpoint().display().to_string();
+    assert!(worker(&m, "echo a > a").success());
+    let out = m.zonemount(&["checkpoint", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    let id = out.stdout.trim().to_string();
+    assert!(worker(&m, "echo b > b").success());
+    let out = on_pty(
+        m.root(),
+        &format!("{} review {}", quote(BIN), quote(&mnt)),
+        &["r", &id, "c"],
+        &[],
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("Decide [c,d,k,v,C,D,K,r,q,?]? ")
+            && out
+                .stdout
+                .contains(&format!("rewound /work to checkpoint {id}"))
+            && out
+                .stdout
+                .contains("1 committed, 0 discarded, 0 kept in the stage"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(fs::read_to_string(m.backing("work", "a")).unwrap(), "a\n");
+    assert!(!m.backing("work", "b").exists());
+    assert!(staged_paths(&m, &mnt).is_empty());
+}
