@@ -247,9 +247,17 @@ export class Client {
    * checkpoint's view and the zone now; `between` ([older, newer]): between
    * two checkpoints' views (staged zones that have them). */
   async changes(
-    options: { paths?: PathArg[]; diff?: boolean; since?: number; between?: [number, number]; timeoutMs?: number } = {},
+    options: {
+      paths?: PathArg[];
+      diff?: boolean;
+      patch?: boolean;
+      since?: number;
+      between?: [number, number];
+      timeoutMs?: number;
+    } = {},
   ): Promise<ChangesReport> {
     const span: Record<string, unknown> = {};
+    if (options.patch) span["patch"] = true;
     if (options.since !== undefined) span["since"] = checkId(options.since);
     if (options.between !== undefined) span["between"] = options.between.map(checkId);
     const a = await this.call(

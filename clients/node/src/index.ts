@@ -24,6 +24,7 @@ export type { MountRecord } from "./registry.js";
 export { PROTOCOL_VERSION, exact } from "./types.js";
 export type {
   ApprovalRule,
+  Actor,
   Change,
   ChangesReport,
   CheckpointInfo,

@@ -173,6 +173,23 @@ export interface Status {
 
 /** One changed path of a zone: of a staged zone (every field the change
  * has) or of a plain rw zone (`path` and `kind` only, no renames). */
+/** Who made a change: the process (its id as the daemon sees it), its
+ * command, the caller's uid, and when. The command is what the process
+ * presented (a worker can set its own argv and comm), not proof. */
+export interface Actor {
+  pid: number;
+  uid: number;
+  /** RFC 3339, UTC. */
+  time: string;
+  /** The process's name (at most 15 bytes); absent when unknown (the
+   * process was gone before it could be read). */
+  comm?: string;
+  comm_b64?: string;
+  /** The first 512 bytes of its argv, NULs as spaces; absent when unknown. */
+  argv?: string;
+  argv_b64?: string;
+}
+
 export interface Change {
   /** Relative to the zone's directory. */
   path: string;
@@ -193,6 +210,9 @@ export interface Change {
   /** With `diff`: a unified diff of a text file, or a line for a mode or a
    * symlink's target ("" when there is nothing to show). */
   diff?: string;
+  /** The process that made the path's first change, and its last. */
+  first?: Actor;
+  last?: Actor;
   [key: string]: unknown;
 }
 
@@ -216,6 +236,9 @@ export interface ZoneChanges {
   /** A plain zone whose workers changed more paths than the mount
    * remembers: `changes` is not all. */
   incomplete?: boolean;
+  /** With `patch`: a staged zone's changes as one patch in git's extended
+   * diff format (what `git apply` applies to a copy of the backing dir). */
+  patch?: string;
 }
 
 /** The answer to `changes`. */
@@ -393,6 +416,13 @@ function readChange(v: unknown): Change {
   want(o, "kind", "string", what);
   for (const k of ["path_b64", "from", "from_b64", "file_type", "diff"]) maybe(o, k, "string", what);
   for (const k of ["size", "mode", "old_size", "old_mode", "entries"]) maybe(o, k, "number", what);
+  for (const k of ["first", "last"]) {
+    if (o[k] === undefined || o[k] === null) continue;
+    const a = object(o[k], `a change's ${k} actor`);
+    for (const n of ["pid", "uid"]) want(a, n, "number", `a change's ${k} actor`);
+    want(a, "time", "string", `a change's ${k} actor`);
+    for (const n of ["comm", "comm_b64", "argv", "argv_b64"]) maybe(a, n, "string", `a change's ${k} actor`);
+  }
   return o as unknown as Change;
 }
 
@@ -420,6 +450,7 @@ export function readChangesReport(answer: Json): ChangesReport {
   return zones(answer, "a changes answer", (o) => {
     want(o, "staged", "boolean", "a zone's changes");
     maybe(o, "incomplete", "boolean", "a zone's changes");
+    maybe(o, "patch", "string", "a zone's changes");
     o["changes"] = list(o, "changes", "a zone's changes", readChange);
     return o as unknown as ZoneChanges;
   });

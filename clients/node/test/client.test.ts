@@ -363,7 +363,18 @@ test("zones on the command line", LIMIT, async (t) => {
     fs.writeFileSync(path.join(m.mountpoint, "out/new.txt"), "x");
     assert.throws(() => fs.writeFileSync(path.join(m.mountpoint, "in/new.txt"), "x"), /EROFS/);
     const report = await m.client.changes();
-    assert.deepEqual(report.zones[0], { zone: "out", staged: false, changes: [{ path: "new.txt", kind: "added" }] });
+    const { first, last, ...change } = report.zones[0]!.changes[0]!;
+    assert.deepEqual(
+      { ...report.zones[0], changes: [change] },
+      { zone: "out", staged: false, changes: [{ path: "new.txt", kind: "added" }] },
+    );
+    // Who made it: this process (node), first and last.
+    for (const a of [first, last]) {
+      assert.equal(a?.pid, process.pid);
+      assert.equal(a?.comm, "node");
+      assert.equal(a?.uid, process.getuid?.());
+      assert.match(a?.argv ?? "", /client\.test\.js/);
+    }
   });
   assert.equal(fs.readFileSync(path.join(p.final, "new.txt"), "utf8"), "x");
 });
@@ -395,6 +406,10 @@ test("a staged zone is reviewed, then discarded in part and committed", LIMIT, a
       assert.match(keep.diff ?? "", /\+more/);
       assert.ok(keep.what?.includes("content"), JSON.stringify(keep));
       assert.equal(keep.file_type, "file");
+      // As one patch in git's format.
+      const patch = (await m.client.changes({ patch: true })).zones[0]!.patch ?? "";
+      assert.match(patch, /^diff --git a\/keep\.txt b\/keep\.txt\n/m);
+      assert.match(patch, /\n\+more/);
       // Limited to paths.
       const one = await m.client.changes({ paths: ["/out/new.txt"] });
       assert.deepEqual(
