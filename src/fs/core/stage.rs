@@ -158,7 +158,16 @@ impl LiveMount for Core {
             Anchor::Held(held) => held.replace(fd),
             _ => return Err(io::Error::other("a zone dir without its fd")),
         }
-        self.reach.clear_cache();
+        // The old overlay's fds are closed off this call's path.
+        let old = self.reach.take_cache();
+        if old.len() > 64 {
+            let closing = std::thread::Builder::new()
+                .name("zm-close".into())
+                .spawn(move || drop(old));
+            if let Err(e) = closing {
+                tracing::debug!("closing the old overlay's fds here: {e}");
+            }
+        }
         Ok(())
     }
 
