@@ -497,7 +497,9 @@ fn the_worker_side_may_checkpoint_and_rewind_but_not_commit() {
     if !fuse_ok() {
         return;
     }
-    let m = staged(&[]).mount();
+    let s = staged(&[]);
+    let ledger = s.root().join("ledger.jsonl");
+    let m = s.arg("--audit-log").arg(&ledger.to_string_lossy()).mount();
     let mp = mnt(&m);
     let bin = env!("CARGO_BIN_EXE_zonemount");
     // One shell that changes the stage, then calls zonemount itself.
@@ -516,6 +518,24 @@ fn the_worker_side_may_checkpoint_and_rewind_but_not_commit() {
         "{}",
         out.describe()
     );
+    // Both are in the ledger, with who asked.
+    let records: Vec<serde_json::Value> = fs::read_to_string(&ledger)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for event in ["checkpoint", "rewind"] {
+        let r = records
+            .iter()
+            .find(|r| r["event"] == event)
+            .unwrap_or_else(|| panic!("no {event} record: {records:#?}"));
+        assert_eq!(r["id"], 1, "{r}");
+        assert_eq!(r["zone"], "work", "{r}");
+        assert!(
+            r["pid"].as_u64().is_some() && r["uid"].as_u64().is_some(),
+            "{r}"
+        );
+    }
 }
 
 /// Each RFC 3339 time (`2026-11-26T20:06:44.372Z`) as `TIME`.

@@ -358,6 +358,7 @@ impl StageService {
         &self,
         paths: &[PathBuf],
         label: Option<String>,
+        by: Caller,
     ) -> Result<CheckpointsReport, String> {
         let stages = self.stages()?;
         let work = self.work();
@@ -427,6 +428,7 @@ impl StageService {
                 checkpoints: entry.checkpoints.last().map(info).into_iter().collect(),
                 skipped: None,
             });
+            self.log_layers(audit::Kind::Checkpoint, &w.name, id, &[], label.clone(), by);
         }
         Ok(CheckpointsReport {
             id: Some(id),
@@ -458,7 +460,7 @@ impl StageService {
     /// the checkpoint's view into the live one (or removed), the
     /// checkpoints kept. A zone with files open for writing is left
     /// alone. Not a decision: the worker's side may.
-    pub fn rewind(&self, id: u64, paths: &[PathBuf]) -> Result<RewindReport, String> {
+    pub fn rewind(&self, id: u64, paths: &[PathBuf], by: Caller) -> Result<RewindReport, String> {
         let stages = self.stages()?;
         let work = self.work();
         let names: Vec<&str> = work.iter().map(|(_, w)| w.name.as_str()).collect();
@@ -542,6 +544,16 @@ impl StageService {
                     }
                     forget.push((*i, touched));
                 }
+                let dropped: Vec<String> = z.dropped.iter().map(u64::to_string).collect();
+                self.log_layers(
+                    audit::Kind::Rewind,
+                    &w.name,
+                    id,
+                    &z.paths,
+                    (!dropped.is_empty())
+                        .then(|| format!("dropped checkpoints {}", dropped.join(", "))),
+                    by,
+                );
                 zones.push(z);
             }
         }
@@ -600,6 +612,40 @@ impl StageService {
             }
             .paths(&paths),
         );
+    }
+
+    /// The ledger's record of a checkpoint or rewind of zone `zone` (to
+    /// checkpoint `id`; `paths` of it when some), by `by`.
+    fn log_layers(
+        &self,
+        kind: audit::Kind,
+        zone: &str,
+        id: u64,
+        paths: &[PathBuf],
+        summary: Option<String>,
+        by: Caller,
+    ) {
+        let Some(a) = &self.audit else { return };
+        let paths: Vec<Vec<u8>> = paths
+            .iter()
+            .map(|p| {
+                let mut w = format!("/{zone}/").into_bytes();
+                w.extend(p.clone().into_os_string().into_vec());
+                w
+            })
+            .collect();
+        let mut r = audit::Record {
+            id: Some(id),
+            zone: Some(zone.to_owned()),
+            pid: by.pid,
+            uid: Some(by.uid),
+            summary,
+            ..Default::default()
+        };
+        if !paths.is_empty() {
+            r = r.paths(&paths);
+        }
+        a.log(kind, &r);
     }
 
     /// At unmount: each rw zone's change report, in the ledger (one record
