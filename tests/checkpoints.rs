@@ -624,3 +624,35 @@ fn the_readme_session_runs_as_written() {
         assert_eq!(got, mask_times(want), "$ {cmd}");
     }
 }
+
+#[test]
+fn a_file_open_across_checkpoints_and_renamed_between_them_is_taken_where_it_is() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let mut held = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(m.path("work/held"))
+        .unwrap();
+    held.write_all(b"one\n").unwrap();
+    checkpoint(&m, "one");
+    sh(&m, "mv held moved");
+    held.write_all(b"two\n").unwrap();
+    let two = checkpoint(&m, "two");
+    held.write_all(b"three\n").unwrap();
+    drop(held);
+    assert_eq!(
+        fs::read_to_string(m.path("work/moved")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+    rewind(&m, two, &[]);
+    assert_eq!(
+        fs::read_to_string(m.path("work/moved")).unwrap(),
+        "one\ntwo\n",
+        "the checkpoint kept the file as it was, under its new name"
+    );
+    assert!(!m.path("work/held").exists());
+}

@@ -41,9 +41,10 @@ pub trait LiveMount: Send + Sync {
     fn hold_still(&self) -> RwLockWriteGuard<'_, ()>;
     /// How many files of zone `zone` are open for writing now.
     fn open_for_writing(&self, zone: usize) -> usize;
-    /// The files of zone `zone` open for writing now (fds through its
-    /// overlay).
-    fn writable_fds(&self, zone: usize) -> Vec<Arc<std::os::fd::OwnedFd>>;
+    /// The files of zone `zone` open for writing now: fds through its
+    /// overlay, each with its path in the zone as the mount last saw it
+    /// (None: not known).
+    fn writable_fds(&self, zone: usize) -> Vec<(Arc<std::os::fd::OwnedFd>, Option<PathBuf>)>;
     /// Zone `zone`'s dir as the filesystem uses it (a staged zone's
     /// overlay root).
     fn zone_dir(&self, zone: usize) -> Option<Arc<std::os::fd::OwnedFd>>;
@@ -378,8 +379,10 @@ impl StageService {
             entry.pending = Some(Pending::Checkpoint { id });
             save_entry(&mut held, &w.name, &entry)?;
             let fds = self.live.writable_fds(*i);
-            let open: Vec<std::os::fd::BorrowedFd<'_>> =
-                fds.iter().map(|f| std::os::fd::AsFd::as_fd(&**f)).collect();
+            let open: Vec<(std::os::fd::BorrowedFd<'_>, Option<&Path>)> = fds
+                .iter()
+                .map(|(f, p)| (std::os::fd::AsFd::as_fd(&**f), p.as_deref()))
+                .collect();
             let taken = layers::freeze(&w.dir, id, &open, prefix).and_then(|()| {
                 stage.checkpoints.lock().push(id);
                 self.live.restage(*i)
