@@ -37,6 +37,10 @@ pub enum Kind {
     /// At unmount: what the workers changed in one rw zone (staged: what
     /// its stage holds).
     Changes,
+    /// A checkpoint of a staged zone taken (`id`, `zone`, who).
+    Checkpoint,
+    /// A staged zone (or `paths` of it) rewound to checkpoint `id`.
+    Rewind,
 }
 
 /// One record. Fields that don't apply stay `None` and are left out.

@@ -497,7 +497,9 @@ fn the_worker_side_may_checkpoint_and_rewind_but_not_commit() {
     if !fuse_ok() {
         return;
     }
-    let m = staged(&[]).mount();
+    let s = staged(&[]);
+    let ledger = s.root().join("ledger.jsonl");
+    let m = s.arg("--audit-log").arg(&ledger.to_string_lossy()).mount();
     let mp = mnt(&m);
     let bin = env!("CARGO_BIN_EXE_zonemount");
     // One shell that changes the stage, then calls zonemount itself.
@@ -516,6 +518,24 @@ fn the_worker_side_may_checkpoint_and_rewind_but_not_commit() {
         "{}",
         out.describe()
     );
+    // Both are in the ledger, with who asked.
+    let records: Vec<serde_json::Value> = fs::read_to_string(&ledger)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for event in ["checkpoint", "rewind"] {
+        let r = records
+            .iter()
+            .find(|r| r["event"] == event)
+            .unwrap_or_else(|| panic!("no {event} record: {records:#?}"));
+        assert_eq!(r["id"], 1, "{r}");
+        assert_eq!(r["zone"], "work", "{r}");
+        assert!(
+            r["pid"].as_u64().is_some() && r["uid"].as_u64().is_some(),
+            "{r}"
+        );
+    }
 }
 
 /// Each RFC 3339 time (`2026-11-26T20:06:44.372Z`) as `TIME`.
@@ -684,4 +704,36 @@ fn a_venv_and_a_sqlite_wal_writer_open_across_checkpoints_rewind() {
         before,
         "checkpoint and rewind touched the backing dir"
     );
+}
+
+#[test]
+fn a_file_open_across_checkpoints_and_renamed_between_them_is_taken_where_it_is() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let mut held = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(m.path("work/held"))
+        .unwrap();
+    held.write_all(b"one\n").unwrap();
+    checkpoint(&m, "one");
+    sh(&m, "mv held moved");
+    held.write_all(b"two\n").unwrap();
+    let two = checkpoint(&m, "two");
+    held.write_all(b"three\n").unwrap();
+    drop(held);
+    assert_eq!(
+        fs::read_to_string(m.path("work/moved")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+    rewind(&m, two, &[]);
+    assert_eq!(
+        fs::read_to_string(m.path("work/moved")).unwrap(),
+        "one\ntwo\n",
+        "the checkpoint kept the file as it was, under its new name"
+    );
+    assert!(!m.path("work/held").exists());
 }

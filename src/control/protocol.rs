@@ -614,4 +614,83 @@ mod tests {
             assert_eq!(Request::from_value(&v), Ok(r));
         }
     }
+
+    #[test]
+    fn checkpoint_requests_read_back_as_written() {
+        let since = Span {
+            from: Some(3),
+            to: None,
+        };
+        let between = Span {
+            from: Some(2),
+            to: Some(5),
+        };
+        for r in [
+            Request::Checkpoint {
+                paths: vec!["/work".into()],
+                label: Some("before npm install".into()),
+            },
+            Request::Checkpoint {
+                paths: vec![],
+                label: None,
+            },
+            Request::Checkpoints { paths: vec![] },
+            Request::Rewind {
+                id: 4,
+                paths: vec!["/work/a".into()],
+            },
+            Request::ChangesIn {
+                paths: vec![],
+                diff: true,
+                span: since,
+            },
+            Request::ChangesIn {
+                paths: vec!["/w/x".into()],
+                diff: false,
+                span: between,
+            },
+            Request::CommitUpto {
+                paths: vec![],
+                force: false,
+                upto: 2,
+            },
+        ] {
+            let v = r.clone().to_value();
+            assert_eq!(Request::from_value(&v), Ok(r));
+        }
+        let v = Request::ChangesIn {
+            paths: vec![],
+            diff: false,
+            span: between,
+        }
+        .to_value();
+        assert_eq!(v["op"], "changes");
+        assert_eq!(v["between"], json!([2, 5]));
+        assert!(v.get("since").is_none(), "{v}");
+        // A plain `changes` and `commit` go out as v1 sent them.
+        let plain = Request::Changes {
+            paths: vec![],
+            diff: false,
+            patch: false,
+        }
+        .to_value();
+        assert!(
+            plain.get("since").is_none()
+                && plain.get("between").is_none()
+                && plain.get("patch").is_none()
+        );
+        let patch_since = json!({"v": 1, "op": "changes", "patch": true, "since": 1});
+        assert!(Request::from_value(&patch_since).is_err());
+        let both = json!({"v": 1, "op": "changes", "since": 1, "between": [1, 2]});
+        assert_eq!(
+            Request::from_value(&both),
+            Err("changes takes \"since\" or \"between\", not both".to_owned())
+        );
+        let no_id = json!({"v": 1, "op": "rewind", "paths": []});
+        assert!(
+            Request::from_value(&no_id)
+                .unwrap_err()
+                .contains("rewind needs")
+        );
+    }
 }

@@ -42,6 +42,9 @@ pub enum Handle<H> {
         writable: bool,
         /// Made by a create whose approval is pending: its writes wait.
         held: Option<Arc<H>>,
+        /// The node it was opened on (a checkpoint finds the file by the
+        /// node's path).
+        node: u64,
     },
     Dir {
         node: Arc<Node>,

@@ -397,11 +397,27 @@ impl Reach {
     }
 
     /// Close every cached fd: nodes are reached again from their zone
-    /// dirs (after a staged zone's dir moved to a fresh overlay; tests).
+    /// dirs (tests).
+    #[cfg(test)]
     pub fn clear_cache(&self) {
         for s in &self.fd_cache {
             s.lock().clear();
         }
+    }
+
+    /// Empty the cache: nodes are reached again from their zone dirs
+    /// (after a staged zone's dir moved to a fresh overlay). The fds are
+    /// handed back to be closed elsewhere (closing a staged zone's
+    /// thousands of fds on its old overlay takes milliseconds).
+    pub fn take_cache(&self) -> Vec<Arc<OwnedFd>> {
+        let mut out = Vec::new();
+        for s in &self.fd_cache {
+            let mut s = s.lock();
+            while let Some((_, fd)) = s.pop_lru() {
+                out.push(fd);
+            }
+        }
+        out
     }
 
     /// Close the least recently used half of the cache.

@@ -45,10 +45,10 @@ pub fn stage_fn(service: StageService) -> StageFn {
                 .map(Answer::Commit),
             // Not decisions: the worker's side may.
             Request::Checkpoint { paths, label } => service
-                .checkpoint(paths, label.clone())
+                .checkpoint(paths, label.clone(), by)
                 .map(Answer::Checkpoints),
             Request::Checkpoints { paths } => service.checkpoints(paths).map(Answer::Checkpoints),
-            Request::Rewind { id, paths } => service.rewind(*id, paths).map(Answer::Rewind),
+            Request::Rewind { id, paths } => service.rewind(*id, paths, by).map(Answer::Rewind),
             _ => Err("not a stage request".into()),
         }
     })

@@ -330,10 +330,16 @@ pub fn clean(zdir: &Path) -> io::Result<()> {
 
 /// Take checkpoint `id`: the upper dir becomes `layers/<id>`, a fresh
 /// upper dir starts; each of `open` (files of the zone open for writing,
-/// through its overlay) goes on in the fresh upper dir, with a copy of it
-/// as it is now left in the layer. The caller holds mutations still and
-/// has journaled [`Pending::Checkpoint`].
-pub fn freeze(zdir: &Path, id: u64, open: &[BorrowedFd<'_>], prefix: &str) -> io::Result<()> {
+/// through its overlay, with their paths in the zone where known) goes on
+/// in the fresh upper dir, with a copy of it as it is now left in the
+/// layer. The caller holds mutations still and has journaled
+/// [`Pending::Checkpoint`].
+pub fn freeze(
+    zdir: &Path,
+    id: u64,
+    open: &[(BorrowedFd<'_>, Option<&Path>)],
+    prefix: &str,
+) -> io::Result<()> {
     let upper = zdir.join("upper");
     let layer = layer_dir(zdir, id);
     mkdir(&zdir.join("layers"))?;
@@ -344,19 +350,21 @@ pub fn freeze(zdir: &Path, id: u64, open: &[BorrowedFd<'_>], prefix: &str) -> io
     }
     let ld = open_dir(&layer)?;
     let ud = open_dir(&upper)?;
-    for fd in open {
-        capture(zdir, ld.as_fd(), ud.as_fd(), *fd, prefix)
+    for (fd, at) in open {
+        capture(zdir, ld.as_fd(), ud.as_fd(), *fd, *at, prefix)
             .map_err(|e| io::Error::new(e.kind(), format!("a file open for writing: {e}")))?;
     }
     Ok(())
 }
 
-/// One file open for writing (`fd`, through the overlay), captured.
+/// One file open for writing (`fd`, through the overlay; `at`: its path
+/// as the mount last saw it), captured.
 fn capture(
     zdir: &Path,
     layer: BorrowedFd<'_>,
     upper: BorrowedFd<'_>,
     fd: BorrowedFd<'_>,
+    at: Option<&Path>,
     prefix: &str,
 ) -> io::Result<()> {
     let st = rfs::fstat(fd)?;
@@ -364,16 +372,34 @@ fn capture(
         // Unlinked: in no layer's view.
         return Ok(());
     }
-    // Where the overlay has it now (its name in the overlay's root).
+    // Where the mount last saw it, or its name in the overlay it was
+    // opened through: the first whose file in the layer is this one (the
+    // overlay shows the real file's size, times and mode); else the file
+    // in the layer that is (a rename through a later overlay).
     let link = rfs::readlinkat(
         rfs::CWD,
         format!("/proc/self/fd/{}", fd.as_raw_fd()),
         Vec::new(),
     )?;
-    let rel = Path::new(OsStr::from_bytes(link.as_bytes()));
-    let Ok(rel) = rel.strip_prefix("/") else {
+    let named = Path::new(OsStr::from_bytes(link.as_bytes()))
+        .strip_prefix("/")
+        .ok()
+        .map(Path::to_path_buf);
+    let is_it = |rel: &Path| -> bool {
+        dir_beneath(layer, rel.parent().unwrap_or(Path::new("")))
+            .and_then(|d| stat_at(d.as_fd(), rel.file_name()?).ok().flatten())
+            .is_some_and(|l| same_file(&l, &st))
+    };
+    let found = at
+        .map(Path::to_path_buf)
+        .into_iter()
+        .chain(named)
+        .find(|p| is_it(p))
+        .or_else(|| find_file(layer, Path::new(""), &st));
+    let Some(rel) = found else {
         return Ok(());
     };
+    let rel = rel.as_path();
     let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
         return Ok(());
     };
@@ -452,6 +478,47 @@ fn orphans(zdir: &Path, entry: &ZoneEntry) -> Vec<u64> {
         .collect();
     out.sort_unstable();
     out
+}
+
+/// Whether a layer's file (`l`) is the one an overlay fd shows (`o`):
+/// the overlay gives the real file's size, times and mode.
+fn same_file(l: &Stat, o: &Stat) -> bool {
+    FileType::from_raw_mode(l.st_mode) == FileType::RegularFile
+        && (
+            l.st_mode,
+            l.st_size,
+            l.st_mtime,
+            l.st_mtime_nsec,
+            l.st_ctime,
+            l.st_ctime_nsec,
+        ) == (
+            o.st_mode,
+            o.st_size,
+            o.st_mtime,
+            o.st_mtime_nsec,
+            o.st_ctime,
+            o.st_ctime_nsec,
+        )
+}
+
+/// The path under `dir` (at `rel` in the layer) of the file `o` shows.
+fn find_file(dir: BorrowedFd<'_>, rel: &Path, o: &Stat) -> Option<PathBuf> {
+    for n in names(dir).ok()? {
+        let Ok(Some(st)) = stat_at(dir, &n) else {
+            continue;
+        };
+        if same_file(&st, o) {
+            return Some(rel.join(&n));
+        }
+        if is_dir(&st) {
+            if let Ok(sub) = open_dir_at(dir, &n) {
+                if let Some(p) = find_file(sub.as_fd(), &rel.join(&n), o) {
+                    return Some(p);
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Finish the change `entry.pending` journals (a checkpoint is undone:

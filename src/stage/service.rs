@@ -41,9 +41,10 @@ pub trait LiveMount: Send + Sync {
     fn hold_still(&self) -> RwLockWriteGuard<'_, ()>;
     /// How many files of zone `zone` are open for writing now.
     fn open_for_writing(&self, zone: usize) -> usize;
-    /// The files of zone `zone` open for writing now (fds through its
-    /// overlay).
-    fn writable_fds(&self, zone: usize) -> Vec<Arc<std::os::fd::OwnedFd>>;
+    /// The files of zone `zone` open for writing now: fds through its
+    /// overlay, each with its path in the zone as the mount last saw it
+    /// (None: not known).
+    fn writable_fds(&self, zone: usize) -> Vec<(Arc<std::os::fd::OwnedFd>, Option<PathBuf>)>;
     /// Zone `zone`'s dir as the filesystem uses it (a staged zone's
     /// overlay root).
     fn zone_dir(&self, zone: usize) -> Option<Arc<std::os::fd::OwnedFd>>;
@@ -386,6 +387,7 @@ impl StageService {
         &self,
         paths: &[PathBuf],
         label: Option<String>,
+        by: Caller,
     ) -> Result<CheckpointsReport, String> {
         let stages = self.stages()?;
         let work = self.work();
@@ -405,8 +407,10 @@ impl StageService {
             entry.pending = Some(Pending::Checkpoint { id });
             save_entry(&mut held, &w.name, &entry)?;
             let fds = self.live.writable_fds(*i);
-            let open: Vec<std::os::fd::BorrowedFd<'_>> =
-                fds.iter().map(|f| std::os::fd::AsFd::as_fd(&**f)).collect();
+            let open: Vec<(std::os::fd::BorrowedFd<'_>, Option<&Path>)> = fds
+                .iter()
+                .map(|(f, p)| (std::os::fd::AsFd::as_fd(&**f), p.as_deref()))
+                .collect();
             let taken = layers::freeze(&w.dir, id, &open, prefix).and_then(|()| {
                 stage.checkpoints.lock().push(id);
                 self.live.restage(*i)
@@ -455,6 +459,7 @@ impl StageService {
                 checkpoints: entry.checkpoints.last().map(info).into_iter().collect(),
                 skipped: None,
             });
+            self.log_layers(audit::Kind::Checkpoint, &w.name, id, &[], label.clone(), by);
         }
         Ok(CheckpointsReport {
             id: Some(id),
@@ -486,7 +491,7 @@ impl StageService {
     /// the checkpoint's view into the live one (or removed), the
     /// checkpoints kept. A zone with files open for writing is left
     /// alone. Not a decision: the worker's side may.
-    pub fn rewind(&self, id: u64, paths: &[PathBuf]) -> Result<RewindReport, String> {
+    pub fn rewind(&self, id: u64, paths: &[PathBuf], by: Caller) -> Result<RewindReport, String> {
         let stages = self.stages()?;
         let work = self.work();
         let names: Vec<&str> = work.iter().map(|(_, w)| w.name.as_str()).collect();
@@ -570,6 +575,16 @@ impl StageService {
                     }
                     forget.push((*i, touched));
                 }
+                let dropped: Vec<String> = z.dropped.iter().map(u64::to_string).collect();
+                self.log_layers(
+                    audit::Kind::Rewind,
+                    &w.name,
+                    id,
+                    &z.paths,
+                    (!dropped.is_empty())
+                        .then(|| format!("dropped checkpoints {}", dropped.join(", "))),
+                    by,
+                );
                 zones.push(z);
             }
         }
@@ -631,6 +646,40 @@ impl StageService {
             .paths(&paths)
             .actors(actors),
         );
+    }
+
+    /// The ledger's record of a checkpoint or rewind of zone `zone` (to
+    /// checkpoint `id`; `paths` of it when some), by `by`.
+    fn log_layers(
+        &self,
+        kind: audit::Kind,
+        zone: &str,
+        id: u64,
+        paths: &[PathBuf],
+        summary: Option<String>,
+        by: Caller,
+    ) {
+        let Some(a) = &self.audit else { return };
+        let paths: Vec<Vec<u8>> = paths
+            .iter()
+            .map(|p| {
+                let mut w = format!("/{zone}/").into_bytes();
+                w.extend(p.clone().into_os_string().into_vec());
+                w
+            })
+            .collect();
+        let mut r = audit::Record {
+            id: Some(id),
+            zone: Some(zone.to_owned()),
+            pid: by.pid,
+            uid: Some(by.uid),
+            summary,
+            ..Default::default()
+        };
+        if !paths.is_empty() {
+            r = r.paths(&paths);
+        }
+        a.log(kind, &r);
     }
 
     /// At unmount: each rw zone's change report, in the ledger (one record

@@ -396,6 +396,7 @@ impl Core {
             zone,
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
             held: None,
+            node: node.ino,
         });
         Ok((fh, direct))
     }

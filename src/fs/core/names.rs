@@ -382,6 +382,7 @@ impl Core {
             zone,
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
             held,
+            node: node.ino,
         });
         let entry = self.entry(Some(zone), to_attr(node.ino, &st));
         Ok((entry, node, fh, direct))

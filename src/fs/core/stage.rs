@@ -125,13 +125,20 @@ impl LiveMount for Core {
             .count(|h| matches!(h, Handle::File { zone: z, writable: true, .. } if *z == zone))
     }
 
-    /// Files of zone `zone` open for writing now: their fds.
-    fn writable_fds(&self, zone: usize) -> Vec<std::sync::Arc<std::os::fd::OwnedFd>> {
+    /// Files of zone `zone` open for writing now: their fds, and where
+    /// the mount last saw each (its node's path; renames through the
+    /// mount move it).
+    fn writable_fds(
+        &self,
+        zone: usize,
+    ) -> Vec<(std::sync::Arc<std::os::fd::OwnedFd>, Option<PathBuf>)> {
         self.handles
             .picked(|h| matches!(h, Handle::File { zone: z, writable: true, .. } if *z == zone))
             .into_iter()
             .filter_map(|h| match &*h {
-                Handle::File { fd, .. } => Some(fd.clone()),
+                Handle::File { fd, node, .. } => {
+                    Some((fd.clone(), self.inodes.get(*node).map(|n| n.zone_path())))
+                }
                 Handle::Dir { .. } => None,
             })
             .collect()
@@ -158,7 +165,16 @@ impl LiveMount for Core {
             Anchor::Held(held) => held.replace(fd),
             _ => return Err(io::Error::other("a zone dir without its fd")),
         }
-        self.reach.clear_cache();
+        // The old overlay's fds are closed off this call's path.
+        let old = self.reach.take_cache();
+        if old.len() > 64 {
+            let closing = std::thread::Builder::new()
+                .name("zm-close".into())
+                .spawn(move || drop(old));
+            if let Err(e) = closing {
+                tracing::debug!("closing the old overlay's fds here: {e}");
+            }
+        }
         Ok(())
     }
 

@@ -31,7 +31,7 @@ impl LiveMount for Fake {
     fn open_for_writing(&self, _zone: usize) -> usize {
         self.open.load(Ordering::SeqCst)
     }
-    fn writable_fds(&self, _zone: usize) -> Vec<Arc<std::os::fd::OwnedFd>> {
+    fn writable_fds(&self, _zone: usize) -> Vec<(Arc<std::os::fd::OwnedFd>, Option<PathBuf>)> {
         Vec::new()
     }
     fn zone_dir(&self, _zone: usize) -> Option<Arc<std::os::fd::OwnedFd>> {
