@@ -143,7 +143,9 @@ pub struct Node {
     /// Index of the zone; `None` only for the mount root.
     pub zone: Option<usize>,
     pub anchor: Anchor,
-    pub key: (u64, u64),
+    /// The backing object's (st_dev, st_ino), and the zone's restage
+    /// generation it was last seen in (see [`Node::key`]).
+    key: Mutex<(u64, u64, u64)>,
     pub is_dir: bool,
     pub is_symlink: bool,
     pub place: Mutex<Place>,
@@ -153,6 +155,25 @@ pub struct Node {
 }
 
 impl Node {
+    /// The backing object's identity, (st_dev, st_ino), as last seen.
+    pub fn key(&self) -> (u64, u64) {
+        let k = *self.key.lock();
+        (k.0, k.1)
+    }
+
+    /// The restage generation of the node's zone its key was last seen in
+    /// (0: before any).
+    pub fn key_generation(&self) -> u64 {
+        self.key.lock().2
+    }
+
+    /// A staged zone's overlay was mounted afresh (a checkpoint, a rewind,
+    /// a commit): its objects have new identities at the same names, so a
+    /// node is taken to be what its name now shows.
+    pub fn rekey(&self, dev: u64, ino: u64, generation: u64) {
+        *self.key.lock() = (dev, ino, generation);
+    }
+
     /// The synthetic mount root.
     pub fn is_root(&self) -> bool {
         matches!(self.anchor, Anchor::None)
@@ -271,7 +292,7 @@ impl Inodes {
             ino: ROOT,
             zone: None,
             anchor: Anchor::None,
-            key: (0, 0),
+            key: Mutex::new((0, 0, 0)),
             is_dir: true,
             is_symlink: false,
             place: Mutex::new(Place {
@@ -290,7 +311,7 @@ impl Inodes {
                 ino,
                 zone: Some(i),
                 anchor: f.anchor,
-                key: (f.dev, f.ino),
+                key: Mutex::new((f.dev, f.ino, 0)),
                 is_dir: true,
                 is_symlink: false,
                 place: Mutex::new(Place { parent: None, name }),
@@ -402,7 +423,7 @@ impl Inodes {
             ino,
             zone: Some(zone),
             anchor: f.anchor,
-            key: (f.dev, f.ino),
+            key: Mutex::new((f.dev, f.ino, 0)),
             is_dir: f.is_dir,
             is_symlink: f.is_symlink,
             place: Mutex::new(Place {
@@ -444,7 +465,8 @@ impl Inodes {
         let left = prev.saturating_sub(n);
         node.lookups.store(left, Ordering::Relaxed);
         if left == 0 {
-            let key = (node.zone.unwrap_or(0), node.key.0, node.key.1);
+            let (dev, ino_) = node.key();
+            let key = (node.zone.unwrap_or(0), dev, ino_);
             if maps.by_key.get(&key) == Some(&ino) {
                 maps.by_key.remove(&key);
             }

@@ -28,7 +28,7 @@ use std::ffi::{OsStr, OsString};
 use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use lru::LruCache;
 use parking_lot::Mutex;
@@ -102,14 +102,32 @@ pub struct Reach {
     fs_fds: Mutex<HashMap<i32, Option<Arc<OwnedFd>>>>,
     /// `/proc/self/fd`, to reopen `O_PATH` fds for real work.
     pub procfds: ProcFds,
+    /// How many times each zone's dir was replaced by a fresh overlay
+    /// mount (a staged zone's checkpoint, rewind, commit or discard).
+    restaged: Vec<AtomicU64>,
 }
 
 /// One step of a walk down by names: a node, its name in the step above,
 /// and the identity it must have.
-struct Step {
-    ino: u64,
-    key: (u64, u64),
+struct Step<'a> {
+    node: Who<'a>,
     name: OsString,
+}
+
+/// The node a step reopens: the one asked for, or an ancestor.
+enum Who<'a> {
+    This(&'a Node),
+    Up(Arc<Node>),
+}
+
+impl std::ops::Deref for Who<'_> {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        match self {
+            Who::This(n) => n,
+            Who::Up(n) => n,
+        }
+    }
 }
 
 impl Reach {
@@ -180,7 +198,23 @@ impl Reach {
             name_hasher: std::hash::RandomState::new(),
             fs_fds: Mutex::new(fs_fds),
             procfds,
+            restaged: zone_roots.iter().map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// Zone `zone`'s dir is a fresh overlay mount now: its nodes are found
+    /// again by name (see `walk_down`).
+    pub fn restaged(&self, zone: usize) {
+        if let Some(g) = self.restaged.get(zone) {
+            g.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// How many times zone `zone`'s dir was mounted afresh.
+    fn restages(&self, zone: usize) -> u64 {
+        self.restaged
+            .get(zone)
+            .map_or(0, |g| g.load(Ordering::Acquire))
     }
 
     /// Whether nodes are reopened by kernel file handle, and if not, why.
@@ -283,8 +317,7 @@ impl Reach {
         let stale = || FsError::Os(libc::ESTALE);
         let Place { parent, name } = node.place.lock().clone();
         let mut steps = vec![Step {
-            ino: node.ino,
-            key: node.key,
+            node: Who::This(node),
             name,
         }];
         let mut up = parent;
@@ -299,8 +332,7 @@ impl Reach {
             }
             let Place { parent, name } = p.place.lock().clone();
             steps.push(Step {
-                ino: p.ino,
-                key: p.key,
+                node: Who::Up(p.clone()),
                 name,
             });
             up = parent;
@@ -315,12 +347,19 @@ impl Reach {
                 }
                 Err(e) => return Err(e.into()),
             };
-            if (st.st_dev, st.st_ino) != s.key {
-                // Something else has that name now: the host replaced it.
-                return Err(stale());
+            if (st.st_dev, st.st_ino) != s.node.key() {
+                let generation = s.node.zone.map_or(0, |z| self.restages(z));
+                if s.node.key_generation() < generation {
+                    // The zone's overlay was mounted afresh since this
+                    // node was last seen: the same name is the same file.
+                    s.node.rekey(st.st_dev, st.st_ino, generation);
+                } else {
+                    // Something else has that name now: the host replaced it.
+                    return Err(stale());
+                }
             }
             let child = Arc::new(child);
-            self.keep(s.ino, child.clone());
+            self.keep(s.node.ino, child.clone());
             fd = child;
         }
         Ok(fd)

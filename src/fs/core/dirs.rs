@@ -231,7 +231,7 @@ impl Core {
                 continue;
             }
             // d_ino is a hint (the node id comes with lookup).
-            let ino = self.inodes.likely_id(zone, node.key.0, e.ino);
+            let ino = self.inodes.likely_id(zone, node.key().0, e.ino);
             out.push(DirItem {
                 offset: 0,
                 name: e.name,

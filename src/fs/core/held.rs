@@ -159,7 +159,7 @@ impl Core {
                     made: Made {
                         dir: c.dir,
                         name: c.name,
-                        key: node.key,
+                        key: node.key(),
                         expected: c.expected,
                         ctx: c.ctx,
                         first,

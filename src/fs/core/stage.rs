@@ -165,6 +165,7 @@ impl LiveMount for Core {
             Anchor::Held(held) => held.replace(fd),
             _ => return Err(io::Error::other("a zone dir without its fd")),
         }
+        self.reach.restaged(zone);
         // The old overlay's fds are closed off this call's path.
         let old = self.reach.take_cache();
         if old.len() > 64 {
