@@ -126,27 +126,6 @@ pub trait Filesystem: Send + Sync + 'static {
     fn dispatch(&self, req: Request<'_>, reply: Reply);
 }
 
-#[cfg(test)]
-mod op_counts_tests {
-    use super::*;
-    use crate::fuse::abi::op;
-
-    #[test]
-    fn counts_by_name_and_folds_unknown_opcodes() {
-        let c = OpCounts::default();
-        c.count(op::LOOKUP);
-        c.count(op::LOOKUP);
-        c.count(op::RELEASE);
-        c.count(40); // not spoken here
-        c.count(4096); // CUSE_INIT, past the slots
-        let s = c.snapshot();
-        assert_eq!(s.get("LOOKUP"), Some(&2));
-        assert_eq!(s.get("RELEASE"), Some(&1));
-        assert_eq!(s.get("OTHER"), Some(&2));
-        assert_eq!(s.len(), 3);
-    }
-}
-
 /// Decode one request and hand it to `fs` with its reply, the data it
 /// asks for held to `max_data` ([`Agreed::max_data`]).
 pub(crate) fn handle(
@@ -167,5 +146,26 @@ pub(crate) fn handle(
             tracing::warn!(opcode = h.opcode, "a malformed request; answered EIO");
             reply.error(libc::EIO);
         }
+    }
+}
+
+#[cfg(test)]
+mod op_counts_tests {
+    use super::*;
+    use crate::fuse::abi::op;
+
+    #[test]
+    fn counts_by_name_and_folds_unknown_opcodes() {
+        let c = OpCounts::default();
+        c.count(op::LOOKUP);
+        c.count(op::LOOKUP);
+        c.count(op::RELEASE);
+        c.count(40); // not spoken here
+        c.count(4096); // CUSE_INIT, past the slots
+        let s = c.snapshot();
+        assert_eq!(s.get("LOOKUP"), Some(&2));
+        assert_eq!(s.get("RELEASE"), Some(&1));
+        assert_eq!(s.get("OTHER"), Some(&2));
+        assert_eq!(s.len(), 3);
     }
 }
