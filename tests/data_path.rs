@@ -289,3 +289,42 @@ fn a_host_append_shows_through_by_default() {
         drop(held);
     }
 }
+
+/// `status --json` counts the FUSE requests the daemon answered, by
+/// opcode: five opens and closes of a file are five OPENs and, once the
+/// kernel has sent them (a RELEASE may come after close returns), five
+/// RELEASEs more, whichever way the data goes.
+#[test]
+fn status_counts_requests_by_opcode() {
+    if !fuse_ok() {
+        return;
+    }
+    for args in PATHS {
+        let s = Setup::zones(Mode::Sandboxed, &[("ws", "mode: rw")]).file("ws", "f", "data");
+        let m = with_args(s, args).mount();
+        let count = |st: &Value, op: &str| st["fuse_requests"][op].as_u64().unwrap_or(0);
+        let f = m.mountpoint().join("ws/f");
+        assert_eq!(fs::read(&f).unwrap(), b"data", "{args:?}");
+        // The read's RELEASE may come after its close returned: wait for
+        // it, so that it is not counted as one of the five below.
+        let mut before = status(&m);
+        let settled = wait_until(std::time::Duration::from_secs(10), || {
+            before = status(&m);
+            count(&before, "OPEN") >= 1 && count(&before, "RELEASE") == count(&before, "OPEN")
+        });
+        assert!(settled, "{args:?}: {before}");
+        assert!(count(&before, "LOOKUP") >= 1, "{args:?}: {before}");
+        let (opens, releases) = (count(&before, "OPEN"), count(&before, "RELEASE"));
+        for _ in 0..5 {
+            drop(fs::File::open(&f).unwrap());
+        }
+        let mut after = status(&m);
+        assert_eq!(count(&after, "OPEN"), opens + 5, "{args:?}: {after}");
+        let released = wait_until(std::time::Duration::from_secs(10), || {
+            after = status(&m);
+            count(&after, "RELEASE") >= releases + 5
+        });
+        assert!(released, "{args:?}: {after}");
+        assert_eq!(count(&after, "RELEASE"), releases + 5, "{args:?}: {after}");
+    }
+}

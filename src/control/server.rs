@@ -345,6 +345,7 @@ mod tests {
                 .collect(),
             io: None,
             cache_ttl_secs: None,
+            fuse_requests: None,
             recent_refusals: Vec::new(),
             degraded: None,
             stage_dir: None,

@@ -154,6 +154,7 @@ impl Filesystem for ZoneFs {
     fn dispatch(&self, req: Request<'_>, reply: Reply) {
         let ino = req.nodeid;
         let core = &self.core;
+        core.requests().count(req.opcode);
         match req.op {
             Op::Lookup { name } => {
                 let ctx = ctx(&req, "lookup");

@@ -57,6 +57,53 @@ pub mod op {
     pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
     pub const COPY_FILE_RANGE: u32 = 47;
+
+    /// An opcode's name as the kernel's header spells it, without
+    /// `FUSE_` (`None`: one this daemon does not speak).
+    pub fn name(opcode: u32) -> Option<&'static str> {
+        Some(match opcode {
+            LOOKUP => "LOOKUP",
+            FORGET => "FORGET",
+            GETATTR => "GETATTR",
+            SETATTR => "SETATTR",
+            READLINK => "READLINK",
+            SYMLINK => "SYMLINK",
+            MKNOD => "MKNOD",
+            MKDIR => "MKDIR",
+            UNLINK => "UNLINK",
+            RMDIR => "RMDIR",
+            RENAME => "RENAME",
+            LINK => "LINK",
+            OPEN => "OPEN",
+            READ => "READ",
+            WRITE => "WRITE",
+            STATFS => "STATFS",
+            RELEASE => "RELEASE",
+            FSYNC => "FSYNC",
+            SETXATTR => "SETXATTR",
+            GETXATTR => "GETXATTR",
+            LISTXATTR => "LISTXATTR",
+            REMOVEXATTR => "REMOVEXATTR",
+            FLUSH => "FLUSH",
+            INIT => "INIT",
+            OPENDIR => "OPENDIR",
+            READDIR => "READDIR",
+            RELEASEDIR => "RELEASEDIR",
+            FSYNCDIR => "FSYNCDIR",
+            ACCESS => "ACCESS",
+            CREATE => "CREATE",
+            INTERRUPT => "INTERRUPT",
+            DESTROY => "DESTROY",
+            NOTIFY_REPLY => "NOTIFY_REPLY",
+            BATCH_FORGET => "BATCH_FORGET",
+            FALLOCATE => "FALLOCATE",
+            READDIRPLUS => "READDIRPLUS",
+            RENAME2 => "RENAME2",
+            LSEEK => "LSEEK",
+            COPY_FILE_RANGE => "COPY_FILE_RANGE",
+            _ => return None,
+        })
+    }
 }
 
 /// INIT flags (bits 32.. travel in `flags2`).

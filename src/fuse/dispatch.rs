@@ -5,11 +5,54 @@
 //! Both transports use it (`session` for `/dev/fuse`, `uring` for the
 //! rings); it uses neither, so the two never import each other.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::abi::InHeader;
 use super::reply::{Reply, Sink};
 use super::request::{Args, Malformed, Request, has_reply};
+
+/// How many requests of each opcode a filesystem answered: one relaxed
+/// atomic add per request (`status --json` shows them, so a workload's
+/// round trips can be counted without tracing).
+#[derive(Debug)]
+pub struct OpCounts([AtomicU64; OP_SLOTS]);
+
+/// Opcodes below this are counted by opcode; the rest together in the
+/// last slot.
+const OP_SLOTS: usize = 64;
+
+impl Default for OpCounts {
+    fn default() -> Self {
+        OpCounts(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl OpCounts {
+    pub fn count(&self, opcode: u32) {
+        let i = (opcode as usize).min(OP_SLOTS - 1);
+        self.0[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The opcodes seen, by name (`OTHER`: those this daemon does not
+    /// speak), with their counts.
+    pub fn snapshot(&self) -> BTreeMap<&'static str, u64> {
+        let mut out = BTreeMap::new();
+        for (i, n) in self.0.iter().enumerate() {
+            let n = n.load(Ordering::Relaxed);
+            if n == 0 {
+                continue;
+            }
+            let name = match i {
+                i if i == OP_SLOTS - 1 => "OTHER",
+                i => super::abi::op::name(i as u32).unwrap_or("OTHER"),
+            };
+            *out.entry(name).or_insert(0) += n;
+        }
+        out
+    }
+}
 
 /// What the kernel offered at INIT.
 #[derive(Debug, Clone, Copy)]
@@ -103,5 +146,26 @@ pub(crate) fn handle(
             tracing::warn!(opcode = h.opcode, "a malformed request; answered EIO");
             reply.error(libc::EIO);
         }
+    }
+}
+
+#[cfg(test)]
+mod op_counts_tests {
+    use super::*;
+    use crate::fuse::abi::op;
+
+    #[test]
+    fn counts_by_name_and_folds_unknown_opcodes() {
+        let c = OpCounts::default();
+        c.count(op::LOOKUP);
+        c.count(op::LOOKUP);
+        c.count(op::RELEASE);
+        c.count(40); // not spoken here
+        c.count(4096); // CUSE_INIT, past the slots
+        let s = c.snapshot();
+        assert_eq!(s.get("LOOKUP"), Some(&2));
+        assert_eq!(s.get("RELEASE"), Some(&1));
+        assert_eq!(s.get("OTHER"), Some(&2));
+        assert_eq!(s.len(), 3);
     }
 }

@@ -23,7 +23,7 @@ pub mod sys;
 mod types;
 mod uring;
 
-pub use dispatch::{Agreed, Filesystem, Offer, Wants};
+pub use dispatch::{Agreed, Filesystem, Offer, OpCounts, Wants};
 pub use reply::{BackingId, DirBuf, Reply, Sink};
 pub use request::{Op, Request};
 pub use session::{BackgroundSession, Notifier, Options, Session, Transport};

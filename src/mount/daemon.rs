@@ -225,6 +225,7 @@ fn status_fn(
         counters: Default::default(),
         io: None,
         cache_ttl_secs: None,
+        fuse_requests: None,
         recent_refusals: Vec::new(),
         degraded: None,
         stage_dir: core.stages().map(|s| s.dir.clone()),
@@ -251,6 +252,13 @@ fn status_fn(
                 rw: rw.as_secs_f64(),
                 ro: ro.as_secs_f64(),
             }),
+            fuse_requests: Some(
+                core.requests()
+                    .snapshot()
+                    .into_iter()
+                    .map(|(op, n)| (op.to_string(), n))
+                    .collect(),
+            ),
             recent_refusals: core
                 .recent_refusals()
                 .into_iter()

@@ -104,6 +104,10 @@ pub struct Status {
     /// Absent from older daemons.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_ttl_secs: Option<CacheTtls>,
+    /// FUSE requests answered since the mount, by opcode (`LOOKUP`,
+    /// `OPEN`, ...; only those seen). Absent from older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuse_requests: Option<BTreeMap<String, u64>>,
     /// The last refusals, oldest first, explained.
     #[serde(default)]
     pub recent_refusals: Vec<RecentRefusalInfo>,

@@ -338,6 +338,11 @@ impl Core {
     }
 
     /// The last refusals, oldest first (at most [`RECENT_REFUSALS`]).
+    /// The requests answered so far, by opcode.
+    pub fn requests(&self) -> &crate::fuse::OpCounts {
+        &self.requests
+    }
+
     pub fn recent_refusals(&self) -> Vec<RecentRefusal> {
         self.recent.lock().iter().cloned().collect()
     }

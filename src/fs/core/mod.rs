@@ -263,6 +263,8 @@ pub struct Core {
     who: crate::actor::Who,
     /// Interrupts that came before their call waited (see `held`).
     early: held::EarlyInterrupts,
+    /// Requests answered, by opcode (`status --json`: `fuse_requests`).
+    requests: crate::fuse::OpCounts,
 }
 
 impl std::fmt::Debug for Core {
@@ -373,6 +375,7 @@ impl Core {
             changelog: crate::fs::changes::ChangeLog::new(stages.clone()),
             who: crate::actor::Who::default(),
             early: held::EarlyInterrupts::default(),
+            requests: crate::fuse::OpCounts::default(),
             reach,
             handles: Handles::default(),
             broker,
