@@ -479,8 +479,10 @@ ckpt50() {
   local i n
   mkdir -p "$mnt_k/w/.ckpt50"
   for i in $(seq 1 50); do
-    echo "$i" > "$mnt_k/w/.ckpt50/c$i"
-    "$bin" checkpoint --label "bench $i" "$mnt_k" >/dev/null
+    # Written by a process that ends (a write by this shell itself would
+    # make the `discard` after the run a worker's own decision: refused).
+    sh -c 'echo "$1" > "$2"' sh "$i" "$mnt_k/w/.ckpt50/c$i"
+    "$bin" checkpoint --label "bench $i" "$mnt_k" >/dev/null 2>"$work/ckpt50.err" || { cat "$work/ckpt50.err" >&2; exit 1; }
   done
   n=$("$bin" checkpoints --json "$mnt_k" | python3 -c 'import json, sys; print(sum(len(z["checkpoints"]) for z in json.load(sys.stdin)["zones"]))')
   [ "$n" = 50 ] || { echo "bench: zm-ckpt50 keeps $n checkpoints, not 50" >&2; exit 1; }
@@ -643,7 +645,12 @@ case " $WORKLOADS " in *" fds "*) echo "== bounded fds"; fds_check ;; esac
 # time zonemount's own commands).
 case " $WORKLOADS " in *" checkpoint "*)
   echo "== checkpoint and rewind (scripts/bench-checkpoints.sh)"
-  bash scripts/bench-checkpoints.sh --reps "$([ $quick = 1 ] && echo 3 || echo 5)" --bin "$bin" --dir "$fs" | tee "$work/checkpoints.out" ;;
+  # Their per-zone lines on stderr are kept, and shown when it fails.
+  if ! bash scripts/bench-checkpoints.sh --reps "$([ $quick = 1 ] && echo 3 || echo 5)" --bin "$bin" --dir "$fs" \
+      2>"$work/checkpoints.err" | tee "$work/checkpoints.out"; then
+    echo "bench: scripts/bench-checkpoints.sh FAILED:" >&2; tail -20 "$work/checkpoints.err" >&2
+    echo "FAILED" >> "$work/checkpoints.out"
+  fi ;;
 esac
 
 # ---- report -------------------------------------------------------------------
@@ -725,6 +732,9 @@ if os.path.exists(f"{work}/checkpoints.out"):
     ckpt = {}
     lines.append("\ncheckpoint and rewind (scripts/bench-checkpoints.sh, median ms):")
     for l in open(f"{work}/checkpoints.out"):
+        if l.strip() == "FAILED":
+            ckpt["failed"] = True
+            lines.append("  scripts/bench-checkpoints.sh FAILED (its output is above)")
         m = re.match(r"^(.*?):\s+median ([0-9.]+) ms of ([0-9]+)$", l.strip())
         if m:
             ckpt[m.group(1)] = {"median_ms": float(m.group(2)), "runs": int(m.group(3))}
