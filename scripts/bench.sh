@@ -20,6 +20,9 @@
 #   zm-nopt  zonemount --no-passthrough (data through the daemon)
 #   zm-staged zonemount, the zone staged (changes go to a stage on the same
 #            ext4 image; the stage is discarded after each run)
+#   zm-ckpt50 the same with 50 checkpoints taken before each run (each after
+#            a small change: a 2-byte file of its own), --max-checkpoints 64
+#            (none merged); compared with zm-staged (DESIGN: within 1.3x)
 #   zm-uring zonemount, kernel passthrough on, served over FUSE over io_uring
 #            (the fuse module's enable_uring is switched on for the run and
 #            set back after; every other zonemount target is mounted with
@@ -50,7 +53,10 @@
 # once and cached as a tarball under /var/tmp/zonemount-bench-cache (kept
 # across runs), or a copy of --real-tree DIR (e.g. ~/.cargo/registry/src).
 # And, with the workload `commit`: a 10,000-file untar into the staged zone,
-# then `zonemount commit` timed against `cp -a` of the same tree.
+# then `zonemount commit` timed against `cp -a` of the same tree. With the
+# workload `checkpoint`: scripts/bench-checkpoints.sh on the ext4 image
+# (`zonemount checkpoint` with 10 and with 10,000 changed files, `rewind`
+# of 10,000), its medians in the table and the JSON.
 # Each workload runs REPS times; within a repetition the targets take turns
 # (the order rotates), with dentries and inodes dropped before each run.
 # "pinned": the daemons and the workload on CPU 0, or the CPUs of --cpus
@@ -113,10 +119,10 @@ else
 fi
 [[ "$pinned_cpus" =~ ^[0-9]+([,-][0-9]+)*$ ]] || { echo "bench: --cpus $pinned_cpus: a CPU list as taskset takes it (0 or 0,1 or 0-1)" >&2; exit 2; }
 json=${json:-$repo/target/bench.json}
-ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls real_grep real_status create unlink ask_pending fds commit"
+ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls real_grep real_status create unlink ask_pending fds commit checkpoint"
 WORKLOADS=${only//,/ }
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
-ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon"
+ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-ckpt50 zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon"
 TARGETS="native"
 for t in ${targets_opt//,/ }; do
   case " $ALL_TARGETS " in *" $t "*) ;; *) echo "bench: unknown target $t (known: $ALL_TARGETS)" >&2; exit 2 ;; esac
@@ -156,6 +162,7 @@ mnt_z="$work/mnt-zm"
 mnt_d="$work/mnt-zm-nopt"
 mnt_f="$work/mnt-fds"
 mnt_s="$work/mnt-zm-staged"
+mnt_k="$work/mnt-zm-ckpt50"
 mnt_u="$work/mnt-zm-uring"
 mnt_p="$work/mnt-zm-user"
 mnt_w="$work/mnt-zm-user-wb"
@@ -173,7 +180,7 @@ cleanup() {
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
   [ -n "${tracefs_mounted:-}" ] && umount "$tr"
-  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
@@ -187,7 +194,7 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o"
 # The unprivileged target's user must reach the helper, the mountpoints
 # and the fixtures.
 chmod 755 "$work"
@@ -275,6 +282,7 @@ root_of() {
     zm) echo "$mnt_z/w" ;;
     zm-nopt) echo "$mnt_d/w" ;;
     zm-staged) echo "$mnt_s/w" ;;
+    zm-ckpt50) echo "$mnt_k/w" ;;
     zm-uring) echo "$mnt_u/w" ;;
     zm-user) echo "$mnt_p/w" ;;
     zm-user-wb) echo "$mnt_w/w" ;;
@@ -357,6 +365,7 @@ want zm-caller && "$bin" mount -q --config "$work/zm.yaml" --threads "$threads" 
 want zm-base && "$base_bin" mount -q --config "$work/zm.yaml" --threads "$threads" --no-io-uring "$mnt_o"
 # The staged zone also serves the `commit` workload.
 { want zm-staged || [[ " $WORKLOADS " == *" commit "* ]]; } && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
+want zm-ckpt50 && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --max-checkpoints 64 --stage-dir "$fs/stage-ckpt50" "$mnt_k"
 echo "== targets: $TARGETS (mounts under $work)"
 
 # ---- fixtures (made natively, shared read-only) ----------------------------
@@ -463,6 +472,22 @@ isolated() { # workload taskset-prefix [run option]
     -- bash -c "$(declare -f now since timed "w_$1"); drop() { :; }; w_$1 '' s-iso ''" | tail -1
 }
 
+# zm-ckpt50, before each run (untimed): 50 checkpoints, each after a small
+# change of its own (a 2-byte file under .ckpt50/), then a check that the
+# zone keeps all 50.
+ckpt50() {
+  local i n
+  mkdir -p "$mnt_k/w/.ckpt50"
+  for i in $(seq 1 50); do
+    # Written by a process that ends (a write by this shell itself would
+    # make the `discard` after the run a worker's own decision: refused).
+    sh -c 'echo "$1" > "$2"' sh "$i" "$mnt_k/w/.ckpt50/c$i"
+    "$bin" checkpoint --label "bench $i" "$mnt_k" >/dev/null 2>"$work/ckpt50.err" || { cat "$work/ckpt50.err" >&2; exit 1; }
+  done
+  n=$("$bin" checkpoints --json "$mnt_k" | python3 -c 'import json, sys; print(sum(len(z["checkpoints"]) for z in json.load(sys.stdin)["zones"]))')
+  [ "$n" = 50 ] || { echo "bench: zm-ckpt50 keeps $n checkpoints, not 50" >&2; exit 1; }
+}
+
 cleanup_scratch() { rm -rf "$data"/s-* 2>/dev/null || true; }
 
 # ---- the interleaved run ------------------------------------------------------
@@ -477,6 +502,7 @@ run_workload() { # placement workload
     for t in "${order[@]}"; do
       local secs conn=""
       [ "$rep" = 1 ] && [ "$placement" = pinned ] && conn=$(conn_of "$t")
+      [ "$t" = zm-ckpt50 ] && ckpt50
       ops_begin "$conn"
       local as="$prefix"
       case "$t" in zm-user|zm-user-wb|zm-caller) as="${as_user[*]} $prefix" ;; esac
@@ -489,6 +515,7 @@ run_workload() { # placement workload
       ops_end "$conn" "$placement" "$w" "$t"
       # A staged run's changes are dropped (untimed), as after a task.
       [ "$t" = zm-staged ] && "$bin" discard "$mnt_s" >/dev/null
+      [ "$t" = zm-ckpt50 ] && "$bin" discard "$mnt_k" >/dev/null
       printf '%s\t%s\t%s\t%s\n' "$placement" "$w" "$t" "$secs" >> "$raw"
       printf '  %-9s %-14s %-8s rep %d: %ss\n' "$placement" "$w" "$t" "$rep" "$secs"
     done
@@ -607,13 +634,24 @@ for placement in "${places[@]}"; do
     case "$w" in
       ask_pending) ask_pending "$placement" ;;
       commit) commit_bench "$placement" ;;
-      fds) ;;
+      fds|checkpoint) ;;
       *) run_workload "$placement" "$w" ;;
     esac
   done
 done
 place "0-$(( $(nproc) - 1 ))"
 case " $WORKLOADS " in *" fds "*) echo "== bounded fds"; fds_check ;; esac
+# Checkpoint and rewind timings, on the ext4 image (not interleaved: they
+# time zonemount's own commands).
+case " $WORKLOADS " in *" checkpoint "*)
+  echo "== checkpoint and rewind (scripts/bench-checkpoints.sh)"
+  # Their per-zone lines on stderr are kept, and shown when it fails.
+  if ! bash scripts/bench-checkpoints.sh --reps "$([ $quick = 1 ] && echo 3 || echo 5)" --bin "$bin" --dir "$fs" \
+      2>"$work/checkpoints.err" | tee "$work/checkpoints.out"; then
+    echo "bench: scripts/bench-checkpoints.sh FAILED:" >&2; tail -20 "$work/checkpoints.err" >&2
+    echo "FAILED" >> "$work/checkpoints.out"
+  fi ;;
+esac
 
 # ---- report -------------------------------------------------------------------
 python3 - "$raw" "$json" "$work" "$quick" "$REPS" "$orig_args" "$threads" "$pinned_cpus" <<'PY'
@@ -626,7 +664,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-ckpt50": "zm (staged, 50 checkpoints)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
@@ -668,6 +706,10 @@ for placement in dict.fromkeys(p for p, _ in order):
             # Staged and unprivileged are also compared with the root daemon's plain zone.
             vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-user", "zm-user-wb", "zm-caller", "zm-base") and zm and statistics.median(zm) > 0 else ""
             vs_bf = f" ({vs_bindfs:.2f}x bindfs)" if t == "zm" and vs_bindfs is not None else ""
+            st = res.get((p, w, "zm-staged"))
+            if t == "zm-ckpt50" and st and statistics.median(st) > 0:
+                results[-1]["ratio_to_staged"] = s["median"] / statistics.median(st)
+                vs_zm += f" ({results[-1]['ratio_to_staged']:.2f}x zm-staged)"
             cells.append(f"{s['median']:.3f}s ({s['min']:.2f}-{s['max']:.2f})" + ("" if t == "native" or ratio is None else f" **{ratio:.2f}x**{vs_zm}{vs_bf}"))
         lines.append(f"| {w} | " + " | ".join(cells) + " |")
 fds = None
@@ -684,13 +726,26 @@ if os.path.exists(ops_file):
     lines.append("\nFUSE requests per run (pinned, first repetition, timed run incl. its warm-up):")
     for k, v in ops.items():
         lines.append(f"  {k}: total {sum(v.values())}: " + ", ".join(f"{o} {n}" for o, n in sorted(v.items(), key=lambda x: -x[1])))
+ckpt = None
+if os.path.exists(f"{work}/checkpoints.out"):
+    import re
+    ckpt = {}
+    lines.append("\ncheckpoint and rewind (scripts/bench-checkpoints.sh, median ms):")
+    for l in open(f"{work}/checkpoints.out"):
+        if l.strip() == "FAILED":
+            ckpt["failed"] = True
+            lines.append("  scripts/bench-checkpoints.sh FAILED (its output is above)")
+        m = re.match(r"^(.*?):\s+median ([0-9.]+) ms of ([0-9]+)$", l.strip())
+        if m:
+            ckpt[m.group(1)] = {"median_ms": float(m.group(2)), "runs": int(m.group(3))}
+            lines.append(f"  {m.group(1)}: {float(m.group(2)):.1f} ms (median of {m.group(3)})")
 approvals = open(f"{work}/ask-approvals").read().strip() if os.path.exists(f"{work}/ask-approvals") else None
 if approvals == "no":
     lines.append("\nask pending: `zonemount approvals` is not built yet, so the ask is denied at once; that row measures nothing pending.")
 doc = {
     "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     "kernel": platform.release(), "cpus": os.cpu_count(), "quick": quick, "reps": reps,
-    "command": "bash scripts/bench.sh " + sys.argv[6], "results": results, "bounded_fds": fds,
+    "command": "bash scripts/bench.sh " + sys.argv[6], "results": results, "bounded_fds": fds, "checkpoints": ckpt,
     "approvals_built": approvals == "yes", "fuse_ops": ops, "zonemount_threads": int(sys.argv[7]), "pinned_cpus": sys.argv[8],
 }
 os.makedirs(os.path.dirname(out) or ".", exist_ok=True)

@@ -6,9 +6,13 @@
 # every mount an ordinary user makes), and against a rw zone of a third
 # mount served over FUSE over io_uring (where the kernel has it: the fuse
 # module's enable_uring is switched on for that mount's handshake and set
-# back at once).
+# back at once); and against a staged rw zone of a fourth mount
+# (--max-checkpoints CKPT_KEEP) while a loop takes a checkpoint every
+# CKPT_EVERY_MS ms (and lists them every tenth time), so that layers are
+# frozen, remounted and merged under pjdfstest and fsx; the figures must be
+# the staged zone's.
 #
-#   bash scripts/conformance.sh [--quick]
+#   bash scripts/conformance.sh [--quick] [--only rw,staged,daemon,uring,checkpoints]
 #
 # Needs root (pjdfstest switches uids; the mount serves other users with
 # --allow-other). Installs pjdfstest 0.2.2 and fsx 0.3.2 with cargo when
@@ -36,7 +40,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 quick=0
-[ "${1:-}" = "--quick" ] && quick=1
+only="rw,staged,daemon,uring,checkpoints"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --only) only=${2:-}; shift ;;
+    *) echo "conformance: unknown option $1 (--quick, --only ZONES)" >&2; exit 2 ;;
+  esac
+  shift
+done
+for z in ${only//,/ }; do
+  case "$z" in rw|staged|daemon|uring|checkpoints) ;; *) echo "conformance: --only: unknown zone $z (rw, staged, daemon, uring, checkpoints)" >&2; exit 2 ;; esac
+done
+# on LABEL: LABEL's runs are wanted (--only).
+on() { case ",$only," in *",$1,"*) return 0 ;; esac; return 1; }
 brk=${ZONEMOUNT_CONFORMANCE_BREAK:-}
 case "$brk" in ""|kill|stop) ;; *) echo "conformance: ZONEMOUNT_CONFORMANCE_BREAK must be kill or stop" >&2; exit 2 ;; esac
 
@@ -86,7 +103,8 @@ bounded() {
 
 # What this run makes, each unique to it; cleanup (below) removes what
 # exists of it, so the trap goes in before the first one is made.
-work="" shm="" linkdir="" link="" slink="" dlink="" ulink="" mnt="" dmnt="" umnt=""
+work="" shm="" linkdir="" link="" slink="" dlink="" ulink="" clink="" mnt="" dmnt="" umnt="" cmnt=""
+ck_pid=""   # the checkpoint loop running now (ckpt_start), if any
 uring_param=/sys/module/fuse/parameters/enable_uring uring_was=""
 # The daemon serving $mnt: argv[0] is our zonemount binary and an argument
 # is exactly $mnt (the daemon this script started, no other).
@@ -96,7 +114,7 @@ daemon_pids() {
   for p in /proc/[0-9]*; do
     args=$(tr '\0' '\n' 2>/dev/null < "$p/cmdline") || continue
     [ "$(printf '%s\n' "$args" | head -1)" = "$bin" ] || continue
-    printf '%s\n' "$args" | tail -n +2 | grep -qxF "$mnt" && echo "${p#/proc/}"
+    printf '%s\n' "$args" | tail -n +2 | grep -qxF -e "$mnt" -e "${cmnt:-$mnt}" && echo "${p#/proc/}"
   done
   return 0
 }
@@ -107,12 +125,16 @@ cleanup() {
     kill -TERM "$running" 2>/dev/null || true
     wait "$running" 2>/dev/null || true
   fi
+  if [ -n "$ck_pid" ]; then
+    kill -TERM "$ck_pid" 2>/dev/null || true
+    wait "$ck_pid" 2>/dev/null || true
+  fi
   # A stopped daemon (the break hook) can't answer an unmount: end it first.
   if [ "$brk" = stop ]; then
     for p in $(daemon_pids); do kill -KILL "$p" 2>/dev/null || true; done
   fi
   if [ -n "$uring_was" ]; then echo "$uring_was" > "$uring_param"; fi
-  for m in "$mnt" "$dmnt" "$umnt"; do
+  for m in "$mnt" "$dmnt" "$umnt" "$cmnt"; do
     if mounted "$m"; then
       timeout 30 "$bin" unmount "$m" >/dev/null 2>&1 || true
       mounted "$m" && umount -l "$m" 2>/dev/null || true
@@ -122,9 +144,10 @@ cleanup() {
   if [ -n "$slink" ] && [ -L "$slink" ]; then rm -f "$slink"; fi
   if [ -n "$dlink" ] && [ -L "$dlink" ]; then rm -f "$dlink"; fi
   if [ -n "$ulink" ] && [ -L "$ulink" ]; then rm -f "$ulink"; fi
+  if [ -n "$clink" ] && [ -L "$clink" ]; then rm -f "$clink"; fi
   if [ -n "$linkdir" ]; then rmdir "$linkdir" 2>/dev/null || true; fi
   # Never remove files through a mount that is still there.
-  if [ -n "$work" ] && ! mounted "$mnt" && ! mounted "$dmnt" && ! mounted "$umnt"; then rm -rf "$work"; fi
+  if [ -n "$work" ] && ! mounted "$mnt" && ! mounted "$dmnt" && ! mounted "$umnt" && ! mounted "$cmnt"; then rm -rf "$work"; fi
   if [ -n "$shm" ]; then rm -rf "$shm"; fi
 }
 trap cleanup EXIT
@@ -135,6 +158,7 @@ chmod 755 "$work"
 mnt="$work/mnt"
 dmnt="$work/mnt-daemon"
 umnt="$work/mnt-uring"
+cmnt="$work/mnt-ckpt"
 shm=$(mktemp -d /dev/shm/zmconf.XXXXXX)   # fsx reference runs, ours alone
 # pjdfstest gets a short path to the zone (its unix-socket names must fit
 # in 108 bytes): a symlink in a directory of this run's own, /tmp/zmc.XXXX/z.
@@ -144,8 +168,9 @@ link="$linkdir/z"
 slink="$linkdir/s"
 dlink="$linkdir/d"
 ulink="$linkdir/u"
-mkdir -p "$mnt" "$dmnt" "$umnt" "$work/zone" "$work/szone" "$work/dzone" "$work/uzone"
-chmod 755 "$work/zone" "$work/szone" "$work/dzone" "$work/uzone"
+clink="$linkdir/c"
+mkdir -p "$mnt" "$dmnt" "$umnt" "$cmnt" "$work/zone" "$work/szone" "$work/dzone" "$work/uzone" "$work/czone"
+chmod 755 "$work/zone" "$work/szone" "$work/dzone" "$work/uzone" "$work/czone"
 cat > "$work/project.yaml" <<YAML
 sandbox:
   mode: direct
@@ -175,6 +200,11 @@ else
   echo "conformance: this kernel has no FUSE over io_uring ($uring_param): that mount is not made"
 fi
 
+# The checkpoints zone: staged, in a mount of its own that keeps at most
+# CKPT_KEEP checkpoints (so the loop below makes it merge layers).
+"$bin" mount -q --allow-other --max-checkpoints "$CKPT_KEEP" --zone "ck=$work/czone:staged" --stage-dir "$work/cstage" "$cmnt"
+ln -s "$cmnt/ck" "$clink"
+
 case "$brk" in
   kill)
     echo "conformance: BREAK=kill: SIGKILL to the daemon (pids $(daemon_pids | xargs)): the mount is dead"
@@ -184,6 +214,81 @@ case "$brk" in
     echo "conformance: BREAK=stop: SIGSTOP to the daemon (pids $(daemon_pids | xargs)): every call hangs"
     for p in $(daemon_pids); do kill -STOP "$p"; done ;;
 esac
+
+# ---- the checkpoint loop ----------------------------------------------
+# ckpt_start LABEL: in the background, every CKPT_EVERY_MS ms (at most
+# CKPT_MAX_CALLS times, and for at most the longest run's limit), take a
+# checkpoint of the checkpoints mount, and every tenth time list them;
+# each call has a time limit of its own and is logged. ckpt_stop LABEL ends
+# it (a stop file, then SIGTERM to its pid if it has not ended within 40 s),
+# says how many checkpoints were taken and merged during the run, and fails
+# the run (returns 1) on a failed or hung call, on a listing with more than
+# CKPT_KEEP checkpoints, or on fewer merges than CKPT_MIN_MERGES.
+ck_kept() { # how many checkpoints the zone keeps now, from `checkpoints --json`
+  timeout 30 "$bin" checkpoints --json "$cmnt" |
+    python3 -c 'import json, sys; print(sum(len(z["checkpoints"]) for z in json.load(sys.stdin)["zones"]))'
+}
+ck_loop() { # log stopfile
+  local log=$1 stopf=$2 i=0 id rc n end
+  local pause
+  pause=$(awk -v m="$CKPT_EVERY_MS" 'BEGIN { printf "%.3f", m / 1000 }')
+  end=$(( $(date +%s) + (LIMIT_PJD > LIMIT_FSX ? LIMIT_PJD : LIMIT_FSX) ))
+  while [ $i -lt "$CKPT_MAX_CALLS" ] && [ "$(date +%s)" -lt $end ]; do
+    sleep "$pause"
+    [ -e "$stopf" ] && break
+    i=$((i + 1))
+    rc=0
+    id=$(timeout 30 "$bin" checkpoint --label "conformance $i" "$cmnt" 2>>"$log.err") || rc=$?
+    if [ $rc -eq 0 ] && [[ "$id" =~ ^[0-9]+$ ]]; then echo "checkpoint $id" >> "$log"
+    else echo "checkpoint FAILED (exit $rc, output '$id')" >> "$log"; fi
+    if [ $((i % 10)) -eq 0 ]; then
+      rc=0
+      n=$(ck_kept 2>>"$log.err") || rc=$?
+      if [ $rc -eq 0 ] && [[ "$n" =~ ^[0-9]+$ ]]; then echo "listed $n" >> "$log"
+      else echo "listing FAILED (exit $rc)" >> "$log"; fi
+    fi
+  done
+}
+ck_before=0
+ckpt_start() { # label
+  local log="$work/ckpt-$1.log"
+  : > "$log"; : > "$log.err"; rm -f "$work/ckpt.stop"
+  ck_before=$(ck_kept 2>>"$log.err") || { echo "listing FAILED (before the run)" >> "$log"; ck_before=0; }
+  ck_loop "$log" "$work/ckpt.stop" &
+  ck_pid=$!
+}
+ckpt_stop() { # label
+  local label=$1 log="$work/ckpt-$1.log" taken failed listed over after merged i
+  touch "$work/ckpt.stop"
+  for i in $(seq 1 400); do kill -0 "$ck_pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$ck_pid" 2>/dev/null; then
+    echo "checkpoints during $label: the loop did not stop within 40 s: killed (pid $ck_pid)"
+    kill -TERM "$ck_pid" 2>/dev/null || true
+    wait "$ck_pid" 2>/dev/null || true
+    ck_pid=""
+    return 1
+  fi
+  wait "$ck_pid" 2>/dev/null || true
+  ck_pid=""
+  taken=$(grep -c '^checkpoint [0-9]' "$log" || true)
+  failed=$(grep -c 'FAILED' "$log" || true)
+  listed=$(grep -c '^listed ' "$log" || true)
+  over=$(awk -v k="$CKPT_KEEP" '$1 == "listed" && $2 > k' "$log" | wc -l)
+  after=$(ck_kept) || { echo "checkpoints during $label: cannot list them after the run"; return 1; }
+  merged=$((ck_before + taken - after))
+  echo "checkpoints during $label: $taken taken (every ${CKPT_EVERY_MS} ms), $merged merged (kept $after, at most $CKPT_KEEP), $listed listings"
+  if [ "$failed" -gt 0 ]; then
+    echo "checkpoints during $label: $failed calls FAILED:"; grep FAILED "$log" | head -5 | sed 's/^/  /'; tail -5 "$log.err" | sed 's/^/  /'
+    return 1
+  fi
+  if [ "$over" -gt 0 ] || [ "$after" -gt "$CKPT_KEEP" ]; then
+    echo "checkpoints during $label: a listing showed more than $CKPT_KEEP checkpoints (--max-checkpoints)"; return 1
+  fi
+  if [ "$merged" -lt "$CKPT_MIN_MERGES" ]; then
+    echo "checkpoints during $label: $merged merges, fewer than CKPT_MIN_MERGES=$CKPT_MIN_MERGES: the run did not test merging"; return 1
+  fi
+  return 0
+}
 
 status=0
 # ---- pjdfstest ---------------------------------------------------------
@@ -280,10 +385,15 @@ run_pjdfstest() {
   fi
   [ $pstatus -eq 0 ] || status=1
 }
-run_pjdfstest rw "$link"
-run_pjdfstest staged "$slink"
-run_pjdfstest daemon "$dlink"
-[ -z "$umnt" ] || run_pjdfstest uring "$ulink"
+on rw && run_pjdfstest rw "$link"
+on staged && run_pjdfstest staged "$slink"
+on daemon && run_pjdfstest daemon "$dlink"
+[ -z "$umnt" ] || ! on uring || run_pjdfstest uring "$ulink"
+if on checkpoints; then
+  ckpt_start pjdfstest
+  run_pjdfstest checkpoints "$clink"
+  ckpt_stop pjdfstest || status=1
+fi
 
 # ---- fsx ----------------------------------------------------------------
 if [ $quick -eq 1 ]; then seeds="1"; n=20000; else seeds="1 2 3"; n=100000; fi
@@ -292,6 +402,7 @@ run_fsx() { # name profile ops seed [zone]
   local name=$1 profile=$2 ops=$3 seed=$4 zone=${5:-rw}
   local backing="$work/zone/$name" at="$mnt/$zone/$name"
   [ "$zone" = st ] && backing="$work/stage/st/upper/$name"
+  [ "$zone" = ck ] && at="$cmnt/ck/$name"
   [ "$zone" = dp ] && backing="$work/dzone/$name" at="$dmnt/dp/$name"
   [ "$zone" = ur ] && backing="$work/uzone/$name" at="$umnt/ur/$name"
   local out="$work/fsx-$name.log"
@@ -304,6 +415,14 @@ run_fsx() { # name profile ops seed [zone]
     echo "fsx $name: the reference run on tmpfs failed"; return 1
   fi
   sync; echo 3 > /proc/sys/vm/drop_caches
+  # With checkpoints, the stage's copy is the newest one: in the upper dir,
+  # or else in the newest layer that has it; and the view must show it too.
+  if [ "$zone" = ck ]; then
+    backing=$(ck_copy "$name")
+    if ! cmp -s "$at" "$shm/$name"; then
+      echo "fsx $name: the file in the view differs from the reference run"; rm -f "$shm/$name"; return 1
+    fi
+  fi
   if ! cmp -s "$backing" "$shm/$name"; then
     echo "fsx $name: the backing file differs from the reference run"; rm -f "$shm/$name"; return 1
   fi
@@ -311,43 +430,78 @@ run_fsx() { # name profile ops seed [zone]
   if [ "$zone" = st ] && [ -e "$work/szone/$name" ]; then
     echo "fsx $name: the staged zone's backing dir got the file"; return 1
   fi
-  echo "fsx $name: $ops ops OK, $([ "$zone" = st ] && echo "staged copy" || echo "backing file") equals the reference"
+  if [ "$zone" = ck ] && [ -e "$work/czone/$name" ]; then
+    echo "fsx $name: the checkpointed zone's backing dir got the file"; return 1
+  fi
+  echo "fsx $name: $ops ops OK, $(case "$zone" in st|ck) echo "staged copy" ;; *) echo "backing file" ;; esac) equals the reference"
+}
+# ck_copy NAME: the checkpoints zone's newest copy of NAME in its stage.
+ck_copy() {
+  local d="$work/cstage/ck" l
+  if [ -e "$d/upper/$1" ]; then echo "$d/upper/$1"; return; fi
+  for l in $(ls "$d/layers" 2>/dev/null | sort -rn); do
+    if [ -e "$d/layers/$l/$1" ]; then echo "$d/layers/$l/$1"; return; fi
+  done
+  echo "$d/upper/$1"
+}
+# run_fsx_ckpt NAME ...: run_fsx on the checkpoints zone, the loop running.
+run_fsx_ckpt() {
+  local rc=0
+  ckpt_start "fsx-$1"
+  run_fsx "$@" ck || rc=1
+  ckpt_stop "fsx-$1" || rc=1
+  return $rc
 }
 start=$(date +%s)
 if [ -n "$brk" ]; then
   echo "fsx: not run on a deliberately broken mount"
 else
-  for s in $seeds; do
-    run_fsx "nommap-$s" fsx-nommap.toml "$n" "$s" || status=1
-    for part in 1 2 3 4 5; do
-      run_fsx "mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" || status=1
+  if on rw; then
+    for s in $seeds; do
+      run_fsx "nommap-$s" fsx-nommap.toml "$n" "$s" || status=1
+      for part in 1 2 3 4 5; do
+        run_fsx "mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" || status=1
+      done
     done
-  done
-  # The staged zone: the same plans, the file kept in the stage.
+  fi
   s=1
-  run_fsx "staged-nommap-$s" fsx-nommap.toml "$n" "$s" st || status=1
-  for part in 1 2 3 4 5; do
-    run_fsx "staged-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" st || status=1
-  done
+  # The staged zone: the same plans, the file kept in the stage.
+  if on staged; then
+    run_fsx "staged-nommap-$s" fsx-nommap.toml "$n" "$s" st || status=1
+    for part in 1 2 3 4 5; do
+      run_fsx "staged-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" st || status=1
+    done
+  fi
+  # The same plans on the checkpoints zone, the checkpoint loop running.
+  if on checkpoints; then
+    run_fsx_ckpt "ckpt-nommap-$s" fsx-nommap.toml "$n" "$s" || status=1
+    for part in 1 2 3 4 5; do
+      run_fsx_ckpt "ckpt-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" || status=1
+    done
+  fi
   # The same suite as a non-root worker (the daemon switches to its uid).
-  run_fsx "daemon-nommap-$s" fsx-nommap.toml "$n" "$s" dp || status=1
-  for part in 1 2 3 4 5; do
-    run_fsx "daemon-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" dp || status=1
-  done
-  if [ -n "$umnt" ]; then
+  if on daemon; then
+    run_fsx "daemon-nommap-$s" fsx-nommap.toml "$n" "$s" dp || status=1
+    for part in 1 2 3 4 5; do
+      run_fsx "daemon-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" dp || status=1
+    done
+  fi
+  if [ -n "$umnt" ] && on uring; then
     run_fsx "uring-nommap-$s" fsx-nommap.toml "$n" "$s" ur || status=1
     for part in 1 2 3 4 5; do
       run_fsx "uring-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" ur || status=1
     done
   fi
-  mkdir -p "$work/zone/nobody" && chown nobody "$work/zone/nobody"
-  if bounded "fsx as nobody" "$LIMIT_FSX" setpriv --reuid=nobody --regid=nogroup --clear-groups -- \
-      fsx -N $((n / 5)) -S 99 -f scripts/conformance/fsx-nommap.toml "$mnt/rw/nobody/f" >"$work/fsx-nobody.log" 2>&1; then
-    owner=$(stat -c %U "$work/zone/nobody/f")
-    echo "fsx as nobody: $((n / 5)) ops OK, backing file owned by $owner"
-    [ "$owner" = nobody ] || { echo "fsx as nobody: file owned by $owner"; status=1; }
-  else
-    echo "fsx as nobody FAILED:"; tail -30 "$work/fsx-nobody.log"; status=1
+  if on rw; then
+    mkdir -p "$work/zone/nobody" && chown nobody "$work/zone/nobody"
+    if bounded "fsx as nobody" "$LIMIT_FSX" setpriv --reuid=nobody --regid=nogroup --clear-groups -- \
+        fsx -N $((n / 5)) -S 99 -f scripts/conformance/fsx-nommap.toml "$mnt/rw/nobody/f" >"$work/fsx-nobody.log" 2>&1; then
+      owner=$(stat -c %U "$work/zone/nobody/f")
+      echo "fsx as nobody: $((n / 5)) ops OK, backing file owned by $owner"
+      [ "$owner" = nobody ] || { echo "fsx as nobody: file owned by $owner"; status=1; }
+    else
+      echo "fsx as nobody FAILED:"; tail -30 "$work/fsx-nobody.log"; status=1
+    fi
   fi
   echo "fsx total: $(( $(date +%s) - start )) s"
 fi
