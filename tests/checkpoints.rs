@@ -737,3 +737,29 @@ fn a_file_open_across_checkpoints_and_renamed_between_them_is_taken_where_it_is(
     );
     assert!(!m.path("work/held").exists());
 }
+
+/// A shell whose working directory is inside the zone, and a file it holds
+/// open, go on across a checkpoint and a rewind (the zone's overlay is
+/// mounted afresh under them: ESTALE before the daemon found its nodes
+/// again by name).
+#[test]
+fn a_working_directory_and_an_open_file_go_on_across_a_checkpoint() {
+    if !fuse_ok() || !require(Need::Tool("python3")) {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let mp = mnt(&m);
+    let bin = env!("CARGO_BIN_EXE_zonemount");
+    let out = m.sh_in(
+        "work",
+        &format!(
+            "set -e; mkdir sub && cd sub && echo a > f1 && exec 3<f1 && \
+             {bin} checkpoint {mp} >/dev/null 2>&1 && ls . && cat f1 && \
+             python3 -c 'import os; print(os.fstat(3).st_size)' && \
+             echo b > f2 && {bin} rewind {mp} 1 >/dev/null && ls . && cat f1"
+        ),
+        &[],
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout, "f1\na\n2\nf1\na\n", "{}", out.describe());
+}

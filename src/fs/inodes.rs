@@ -335,20 +335,23 @@ impl Inodes {
     /// Every node of zone `i` but its dir, with its place (parent id and
     /// name), for telling the kernel to forget them.
     pub fn zone_nodes(&self, i: usize) -> Vec<(u64, u64, OsString)> {
-        let nodes: Vec<Arc<Node>> = self
-            .maps
-            .read()
-            .by_ino
-            .values()
-            .filter(|n| n.zone == Some(i) && !self.is_permanent(n.ino))
-            .cloned()
-            .collect();
-        nodes
+        self.zone_node_list(i)
             .into_iter()
             .filter_map(|n| {
                 let place = n.place.lock().clone();
                 Some((n.ino, place.parent?.ino, place.name))
             })
+            .collect()
+    }
+
+    /// Every node of zone `i` but its dir.
+    pub fn zone_node_list(&self, i: usize) -> Vec<Arc<Node>> {
+        self.maps
+            .read()
+            .by_ino
+            .values()
+            .filter(|n| n.zone == Some(i) && !self.is_permanent(n.ino))
+            .cloned()
             .collect()
     }
 

@@ -350,7 +350,15 @@ pub fn freeze(
     }
     let ld = open_dir(&layer)?;
     let ud = open_dir(&upper)?;
+    // A file open through several handles (a close whose release has not
+    // arrived yet, then an open) is captured once: a second capture would
+    // take the first one's copy for the file and move it over it.
+    let mut done = std::collections::HashSet::new();
     for (fd, at) in open {
+        let st = rfs::fstat(*fd)?;
+        if !done.insert((st.st_dev, st.st_ino)) {
+            continue;
+        }
         capture(zdir, ld.as_fd(), ud.as_fd(), *fd, *at, prefix)
             .map_err(|e| io::Error::new(e.kind(), format!("a file open for writing: {e}")))?;
     }

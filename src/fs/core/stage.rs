@@ -166,6 +166,7 @@ impl LiveMount for Core {
             _ => return Err(io::Error::other("a zone dir without its fd")),
         }
         self.reach.restaged(zone);
+        self.forget_passthrough(zone);
         // The old overlay's fds are closed off this call's path.
         let old = self.reach.take_cache();
         if old.len() > 64 {
@@ -245,5 +246,36 @@ impl LiveMount for Core {
             })
             .collect();
         (list, incomplete)
+    }
+}
+
+impl Core {
+    /// After zone `zone`'s overlay was mounted afresh: the passthrough
+    /// backing files registered for its nodes are the old overlay's (the
+    /// kernel sends a file's reads and writes straight to them). A node no
+    /// handle has open gets a new one at its next open (the old overlay's
+    /// file may be a checkpoint's frozen copy now, which must not change);
+    /// one still open keeps its own (the kernel refuses two backing files
+    /// on one inode at once; a file open for writing went on in the fresh
+    /// upper dir, the same file).
+    fn forget_passthrough(&self, zone: usize) {
+        let open: std::collections::HashSet<u64> = self
+            .handles
+            .picked(|h| matches!(h, Handle::File { zone: z, .. } if *z == zone))
+            .iter()
+            .filter_map(|h| match &**h {
+                Handle::File { node, .. } => Some(*node),
+                Handle::Dir { .. } => None,
+            })
+            .collect();
+        for node in self.inodes.zone_node_list(zone) {
+            if open.contains(&node.ino) {
+                continue;
+            }
+            let mut slot = node.passthrough.lock();
+            if matches!(*slot, crate::fs::inodes::Passthrough::Id(_)) {
+                *slot = crate::fs::inodes::Passthrough::Unset;
+            }
+        }
     }
 }
