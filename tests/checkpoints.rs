@@ -763,3 +763,26 @@ fn a_working_directory_and_an_open_file_go_on_across_a_checkpoint() {
     assert!(out.success(), "{}", out.describe());
     assert_eq!(out.stdout, "f1\na\n2\nf1\na\n", "{}", out.describe());
 }
+
+/// `changes --since` names who made each change, as `changes` does.
+#[test]
+fn changes_since_a_checkpoint_name_who_made_them() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let id = checkpoint(&m, "start");
+    sh(&m, "echo new > made-after");
+    let out = m.zonemount(&["changes", "--json", "--since", &id.to_string(), &mnt(&m)]);
+    assert!(out.success(), "{}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let c = &v["zones"][0]["changes"][0];
+    assert_eq!(c["path"], "made-after", "{v}");
+    assert_eq!(c["last"]["comm"], "sh", "{v}");
+    let text = m.zonemount(&["changes", "--since", &id.to_string(), &mnt(&m)]);
+    assert!(
+        text.stdout.contains("made-after") && text.stdout.contains("  by sh"),
+        "{}",
+        text.describe()
+    );
+}

@@ -20,7 +20,7 @@ use crate::control::protocol::Request;
 use crate::stage::report::{
     Change, ChangesReport, CheckpointsReport, CommitReport, DiscardReport, FileType, RewindReport,
 };
-use crate::stage::service::Span;
+use crate::stage::service::{Reports, Span};
 use crate::text;
 
 #[derive(Debug, Args)]

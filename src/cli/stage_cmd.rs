@@ -17,7 +17,7 @@ use crate::stage::report::{
     Change, ChangesReport, CheckpointsReport, CommitReport, DiscardReport, FileType, Kind,
     RewindReport, What,
 };
-use crate::stage::service::{OfflineStage, Span};
+use crate::stage::service::{OfflineStage, Reports, Span};
 use crate::stage::{self, dir::MANIFEST};
 use crate::text;
 

@@ -22,7 +22,7 @@ use super::columns::columns;
 use crate::control::protocol::Request;
 use crate::stage::dir::{self, StageError};
 use crate::stage::report::ChangesReport;
-use crate::stage::service::OfflineStage;
+use crate::stage::service::{OfflineStage, Reports};
 use crate::text;
 
 #[derive(Debug, Args)]

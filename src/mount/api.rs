@@ -36,7 +36,7 @@ use super::session::{self, Background, SessionError, Settings};
 use crate::approval::Approvals;
 pub use crate::approval::channel::{Request, Requests, channel};
 use crate::config::ZoneTable;
-use crate::stage::service::{Caller, StageService};
+use crate::stage::service::{Caller, Reports, StageService};
 
 /// How to mount.
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@ use crate::control::protocol::Request;
 use crate::control::{Peer, StageFn};
 use crate::fs::core::Core;
 use crate::stage::report::Answer;
-use crate::stage::service::{Caller, StageService};
+use crate::stage::service::{Caller, Reports, StageService};
 
 /// The stage service of the mount whose core is `core`.
 pub fn service(core: &Arc<Core>, audit: Option<Arc<Audit>>, side: Arc<WorkerSide>) -> StageService {

@@ -28,8 +28,8 @@ use super::report::{
     Change, ChangesReport, CheckpointInfo, CheckpointsReport, CommitReport, DiscardReport, Kind,
     RewindReport, ZoneChanges, ZoneCheckpoints, ZoneRewind,
 };
-pub use super::work::Span;
-use super::work::{Detail, Outcome, ZoneWork, by_zone};
+pub use super::work::{Detail, Span};
+use super::work::{Outcome, ZoneWork, by_zone};
 use super::{StageError, Stages, dir, layers, tree};
 use crate::approval::side::{NsId, Worker, WorkerSide};
 use crate::audit::{self, Audit};
@@ -139,31 +139,9 @@ impl StageService {
             .collect()
     }
 
-    /// The changes under `paths` of each rw zone: a staged zone's from its
-    /// stage (with diffs when `diff`), a plain zone's as the mount saw them.
-    pub fn changes(&self, paths: &[PathBuf], diff: bool) -> Result<ChangesReport, String> {
-        self.changes_in(paths, diff, Span::default())
-    }
-
-    /// [`Self::changes`], each staged zone's with its patch in git's
-    /// extended diff format (`changes --patch`).
-    pub fn patch(&self, paths: &[PathBuf]) -> Result<ChangesReport, String> {
-        self.report(paths, Detail::Patch, Span::default())
-    }
-
-    /// [`Self::changes`] between two views of the staged zones (`span`:
-    /// checkpoints, or one and now); a zone without those checkpoints is
-    /// left out (and plain zones, which have none).
-    pub fn changes_in(
-        &self,
-        paths: &[PathBuf],
-        diff: bool,
-        span: Span,
-    ) -> Result<ChangesReport, String> {
-        self.report(paths, if diff { Detail::Diff } else { Detail::List }, span)
-    }
-
-    fn report(
+    /// The changes under `paths` of each rw zone (see [`Reports`]): a
+    /// staged zone's from its stage, a plain zone's as the mount saw them.
+    fn report_of(
         &self,
         paths: &[PathBuf],
         detail: Detail,
@@ -858,7 +836,11 @@ fn span_changes(
             missing = Some(id);
             continue;
         }
-        zones.push(w.changes_in(filter, detail, span)?);
+        let mut z = w.changes_in(filter, detail, span)?;
+        // Who made each: the path's first and last change as recorded
+        // (not only within the span).
+        w.actors()?.fill(&mut z.changes);
+        zones.push(z);
     }
     match (zones.is_empty(), missing) {
         (true, Some(id)) => Err(no_checkpoint(id)),
@@ -962,28 +944,8 @@ impl OfflineStage {
             .collect())
     }
 
-    /// The staged changes under `paths` (with diffs when `diff`).
-    pub fn changes(&self, paths: &[PathBuf], diff: bool) -> Result<ChangesReport, String> {
-        self.changes_in(paths, diff, Span::default())
-    }
-
-    /// The staged changes under `paths`, each zone's with its patch.
-    pub fn patch(&self, paths: &[PathBuf]) -> Result<ChangesReport, String> {
-        self.report(paths, Detail::Patch, Span::default())
-    }
-
-    /// The changes between two views (`span`): see
-    /// [`StageService::changes_in`].
-    pub fn changes_in(
-        &self,
-        paths: &[PathBuf],
-        diff: bool,
-        span: Span,
-    ) -> Result<ChangesReport, String> {
-        self.report(paths, if diff { Detail::Diff } else { Detail::List }, span)
-    }
-
-    fn report(
+    /// The staged changes under `paths` (see [`Reports`]).
+    fn report_of(
         &self,
         paths: &[PathBuf],
         detail: Detail,
@@ -1108,6 +1070,65 @@ impl OfflineStage {
             })
             .collect::<Result<_, _>>()?;
         Ok(DiscardReport { zones })
+    }
+}
+
+/// The change reports of a live mount's stages ([`StageService`]) and of
+/// a stage dir no mount holds ([`OfflineStage`]), asked the same way.
+pub trait Reports {
+    /// The report under `paths`, with `detail`, between the views of
+    /// `span` (the default: the backing dir and now).
+    #[doc(hidden)]
+    fn report(
+        &self,
+        paths: &[PathBuf],
+        detail: Detail,
+        span: Span,
+    ) -> Result<ChangesReport, String>;
+
+    /// The changes under `paths` (with diffs when `diff`).
+    fn changes(&self, paths: &[PathBuf], diff: bool) -> Result<ChangesReport, String> {
+        self.changes_in(paths, diff, Span::default())
+    }
+
+    /// [`Self::changes`], each staged zone's with its patch in git's
+    /// extended diff format (`changes --patch`).
+    fn patch(&self, paths: &[PathBuf]) -> Result<ChangesReport, String> {
+        self.report(paths, Detail::Patch, Span::default())
+    }
+
+    /// [`Self::changes`] between two views of the staged zones (`span`:
+    /// checkpoints, or one and now); a zone without those checkpoints is
+    /// left out (and plain zones, which have none).
+    fn changes_in(
+        &self,
+        paths: &[PathBuf],
+        diff: bool,
+        span: Span,
+    ) -> Result<ChangesReport, String> {
+        self.report(paths, if diff { Detail::Diff } else { Detail::List }, span)
+    }
+}
+
+impl Reports for StageService {
+    fn report(
+        &self,
+        paths: &[PathBuf],
+        detail: Detail,
+        span: Span,
+    ) -> Result<ChangesReport, String> {
+        self.report_of(paths, detail, span)
+    }
+}
+
+impl Reports for OfflineStage {
+    fn report(
+        &self,
+        paths: &[PathBuf],
+        detail: Detail,
+        span: Span,
+    ) -> Result<ChangesReport, String> {
+        self.report_of(paths, detail, span)
     }
 }
 

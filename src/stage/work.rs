@@ -13,7 +13,7 @@ use crate::text;
 
 /// What a change report holds beside the list of changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Detail {
+pub enum Detail {
     List,
     /// Each change's diff, for people (`changes --diff`).
     Diff,
