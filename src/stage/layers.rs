@@ -393,10 +393,29 @@ fn capture(
         .strip_prefix("/")
         .ok()
         .map(Path::to_path_buf);
+    // The file's birth time, where the filesystem keeps one (ext4, xfs,
+    // btrfs; the overlay shows the real file's): the same file whatever
+    // its writer does meanwhile (a passthrough or mmap write is not held
+    // still, and changes its size and times under the comparison).
+    let born = birth(fd, None);
     let is_it = |rel: &Path| -> bool {
-        dir_beneath(layer, rel.parent().unwrap_or(Path::new("")))
-            .and_then(|d| stat_at(d.as_fd(), rel.file_name()?).ok().flatten())
-            .is_some_and(|l| same_file(&l, &st))
+        dir_beneath(layer, rel.parent().unwrap_or(Path::new(""))).is_some_and(|d| {
+            let Some(name) = rel.file_name() else {
+                return false;
+            };
+            match (born, birth(d.as_fd(), Some(name))) {
+                (Some(a), Some(b)) => {
+                    a == b
+                        && stat_at(d.as_fd(), name).ok().flatten().is_some_and(|l| {
+                            FileType::from_raw_mode(l.st_mode) == FileType::RegularFile
+                        })
+                }
+                _ => stat_at(d.as_fd(), name)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|l| same_file(&l, &st)),
+            }
+        })
     };
     let found = at
         .map(Path::to_path_buf)
@@ -490,6 +509,18 @@ fn orphans(zdir: &Path, entry: &ZoneEntry) -> Vec<u64> {
 
 /// Whether a layer's file (`l`) is the one an overlay fd shows (`o`):
 /// the overlay gives the real file's size, times and mode.
+/// The birth time of `name` in `dir` (None: `dir` itself), when the
+/// filesystem keeps one.
+fn birth(dir: BorrowedFd<'_>, name: Option<&OsStr>) -> Option<(i64, u32)> {
+    let (path, flags) = match name {
+        Some(n) => (n, AtFlags::SYMLINK_NOFOLLOW),
+        None => (OsStr::new(""), AtFlags::EMPTY_PATH),
+    };
+    let x = rfs::statx(dir, path, flags, rfs::StatxFlags::BTIME).ok()?;
+    (x.stx_mask & rfs::StatxFlags::BTIME.bits() != 0)
+        .then_some((x.stx_btime.tv_sec, x.stx_btime.tv_nsec))
+}
+
 fn same_file(l: &Stat, o: &Stat) -> bool {
     FileType::from_raw_mode(l.st_mode) == FileType::RegularFile
         && (
