@@ -116,6 +116,9 @@ export interface ZoneStatus {
   name: string;
   backing: string;
   policy: PolicyStatus;
+  /** Under `run --isolate`: bound straight from its backing dir
+   * (`direct`) or served by the daemon, and why. */
+  isolate?: { direct: boolean; why: string };
 }
 
 /** A refusal the filesystem gave, explained. */
@@ -168,6 +171,8 @@ export interface Status {
   /** Where the staged zones keep their changes. */
   stage_dir?: string;
   worker_boundary?: WorkerBoundary;
+  /** FUSE requests answered since the mount, by opcode name. */
+  fuse_requests?: Record<string, number>;
   [key: string]: unknown;
 }
 

@@ -77,14 +77,29 @@ class ZoneStatus:
     name: str
     backing: str
     policy: ZonePolicy
+    #: Under ``run --isolate``: whether the zone is bound straight from its
+    #: backing dir (``direct``) or served by the daemon, and why.
+    isolate: Optional["IsolateRoute"] = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ZoneStatus":
+        iso = d.get("isolate")
         return cls(
             name=str(d["name"]),
             backing=str(d["backing"]),
             policy=ZonePolicy.from_json(d["policy"]),
+            isolate=None
+            if iso is None
+            else IsolateRoute(direct=bool(iso["direct"]), why=str(iso["why"])),
         )
+
+
+@dataclass(frozen=True)
+class IsolateRoute:
+    """How ``run --isolate`` gave a zone to its worker."""
+
+    direct: bool
+    why: str
 
 
 @dataclass(frozen=True)
@@ -197,6 +212,8 @@ class Status:
     #: Where the staged zones keep their changes (``None``: none staged).
     stage_dir: Optional[str] = None
     worker_boundary: Optional[WorkerBoundary] = None
+    #: FUSE requests answered since the mount, by opcode name.
+    fuse_requests: Optional[dict[str, int]] = None
     #: The object as received, for fields newer than this client.
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -237,6 +254,9 @@ class Status:
                     for x in degraded
                 ),
                 stage_dir=_opt_str(d.get("stage_dir")),
+                fuse_requests=None
+                if d.get("fuse_requests") is None
+                else {str(k): int(v) for k, v in d["fuse_requests"].items()},
                 worker_boundary=None
                 if wb is None
                 else WorkerBoundary(
