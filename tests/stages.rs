@@ -214,3 +214,39 @@ fn stages_of_a_dir_with_none_says_so() {
     );
     assert_eq!(out.stdout.trim(), "[]", "{}", out.describe());
 }
+
+/// A stage whose view is the backing dir's again but that keeps a
+/// checkpoint is not pruned (the checkpoint holds a state the worker had);
+/// once discarded, it is.
+#[test]
+fn prune_keeps_a_stage_with_checkpoints() {
+    if !fuse_ok() {
+        return;
+    }
+    let stages = Stages(tempfile::tempdir().unwrap());
+    let dir = stages.0.path().to_path_buf();
+    let d = dir.to_string_lossy().into_owned();
+    let mut m = staged(&dir, "ck").mount();
+    write(&m, "a");
+    let mp = m.mountpoint().to_string_lossy().into_owned();
+    let out = m.zonemount(&["checkpoint", &mp]);
+    assert!(out.success(), "{}", out.describe());
+    let out = m.sh_in("work", "setsid -w rm a", &[]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(m.unmount().success());
+    let out = m.zonemount(&["stages", "--prune", &d]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("keeps 1 checkpoint(s)") && dir.join("ck").exists(),
+        "{}",
+        out.describe()
+    );
+    let stage = dir.join("ck").to_string_lossy().into_owned();
+    assert!(m.zonemount(&["discard", &stage]).success());
+    let out = m.zonemount(&["stages", "--prune", &d]);
+    assert!(
+        out.success() && !dir.join("ck").exists(),
+        "{}",
+        out.describe()
+    );
+}

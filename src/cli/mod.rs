@@ -112,7 +112,8 @@ enum Cmd {
     Review(review::ReviewArgs),
     /// The stage dirs under the state dir: the mountpoint each was made
     /// for, whether a mount holds it, its changes, size and last change;
-    /// --prune removes those no mount holds that keep no change.
+    /// --prune removes those no mount holds that keep no change and no
+    /// checkpoint.
     #[command(after_help = help::STAGES)]
     Stages(stages::StagesArgs),
     /// Record the staged zones' state now as a checkpoint (no file is

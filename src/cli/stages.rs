@@ -2,7 +2,7 @@
 //! (or DIR), each with the mountpoint it was made for, whether a live
 //! mount holds it, how many changes it keeps, its size and when anything
 //! in it last changed; `--prune` removes the ones no mount holds and that
-//! keep no change.
+//! keep no change and no checkpoint.
 //!
 //! Whether a mount holds a stage is what its lock says (the daemon keeps
 //! it flock'ed while mounted), so each stage no mount holds is locked here
@@ -30,7 +30,8 @@ pub(crate) struct StagesArgs {
     /// One JSON array instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Remove the stage dirs no mount holds and that keep no change.
+    /// Remove the stage dirs no mount holds and that keep no change and no
+    /// checkpoint.
     #[arg(long)]
     pub(crate) prune: bool,
     /// Where the stage dirs are (default: `stages` in the state dir,
@@ -175,6 +176,21 @@ fn look(path: &Path, prune: bool) -> (StageRow, bool) {
         row.note = Some(format!(
             "keeps {} change(s): commit or discard them first",
             row.changes.unwrap_or_default()
+        ));
+        return (row, true);
+    }
+    // Checkpoints are kept too, even where the view is the backing dir's
+    // again: each may hold a state the worker had.
+    let kept = match stage.checkpoints(&[]) {
+        Ok(r) => r.zones.iter().map(|z| z.checkpoints.len()).sum::<usize>(),
+        Err(e) => {
+            row.note = Some(format!("cannot list its checkpoints: {e}"));
+            return (row, true);
+        }
+    };
+    if kept > 0 {
+        row.note = Some(format!(
+            "keeps {kept} checkpoint(s): discard the stage first to drop them"
         ));
         return (row, true);
     }
