@@ -231,25 +231,6 @@ fn a_name_and_an_argv_with_escape_sequences_never_reach_stdout_raw() {
     );
 }
 
-/// `zonemount mount` of the same project on its mountpoint, same stage.
-fn mount_again(m: &TestMount) -> Out {
-    let mut args: Vec<String> = vec!["mount".into(), "-q".into()];
-    args.extend(default_mount_args().iter().cloned());
-    args.extend([
-        "--config".to_string(),
-        m.root().join("project.yaml").display().to_string(),
-        "--stage-dir".into(),
-        m.root().join("stage").display().to_string(),
-        m.mountpoint().display().to_string(),
-    ]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = m.zonemount(&args);
-    if out.success() {
-        wait_mounted(m.mountpoint());
-    }
-    out
-}
-
 #[test]
 fn the_record_outlives_a_killed_daemon_and_a_commit_drops_only_its_paths() {
     if !fuse_ok() {
@@ -273,7 +254,7 @@ fn the_record_outlives_a_killed_daemon_and_a_commit_drops_only_its_paths() {
         wait_unmounted(m.mountpoint()),
         "the killed daemon's mount stayed"
     );
-    let out = mount_again(&m);
+    let out = m.mount_again_staged();
     assert!(out.success(), "remount after SIGKILL: {}", out.describe());
     let v = json_of(&m.zonemount(&["changes", "--json", &mnt]));
     assert_eq!(cmd(&change(&v, "work", "a")["first"]).0, "sh", "{v:#}");

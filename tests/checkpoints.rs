@@ -250,7 +250,7 @@ fn checkpoints_survive_a_killed_daemon_and_a_remount() {
         changed(&m, &["--since", &two.to_string(), &stage]),
         ["modified f"]
     );
-    let out = mount_again(&m);
+    let out = m.mount_again_staged();
     assert!(out.success(), "remount: {}", out.describe());
     assert_eq!(view(&m), now);
     assert_eq!(
@@ -264,7 +264,7 @@ fn checkpoints_survive_a_killed_daemon_and_a_remount() {
     let out = m.unmount();
     assert!(out.success(), "unmount: {}", out.describe());
     set_pending(&m, serde_json::json!({"op": "rewind", "to": one}));
-    let out = mount_again(&m);
+    let out = m.mount_again_staged();
     assert!(out.success(), "remount: {}", out.describe());
     assert_eq!(view(&m), at_one);
     assert_eq!(
@@ -282,7 +282,7 @@ fn checkpoints_survive_a_killed_daemon_and_a_remount() {
     fs::create_dir(zone.join("upper")).unwrap();
     fs::write(zone.join("upper/late"), "written after the freeze\n").unwrap();
     set_pending(&m, serde_json::json!({"op": "checkpoint", "id": 99}));
-    let out = mount_again(&m);
+    let out = m.mount_again_staged();
     assert!(out.success(), "remount: {}", out.describe());
     let mut want = live.clone();
     want.push(
@@ -305,7 +305,7 @@ fn checkpoints_survive_a_killed_daemon_and_a_remount() {
     assert!(out.success(), "unmount: {}", out.describe());
     fs::rename(zone.join("upper"), zone.join("layers/98")).unwrap();
     fs::create_dir(zone.join("upper")).unwrap();
-    let out = mount_again(&m);
+    let out = m.mount_again_staged();
     assert!(out.success(), "remount: {}", out.describe());
     assert_eq!(view(&m), live);
     assert!(!zone.join("layers/98").exists());
@@ -319,28 +319,6 @@ fn set_pending(m: &TestMount, pending: serde_json::Value) {
     let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
     v["zones"]["work"]["pending"] = pending;
     fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
-}
-
-/// `zonemount mount` of the same project with the same stage, on the same
-/// mountpoint.
-fn mount_again(m: &TestMount) -> Out {
-    let stage = m.root().join("stage");
-    let config = m.root().join("project.yaml");
-    let mut args: Vec<String> = vec!["mount".into(), "-q".into()];
-    args.extend(default_mount_args().iter().cloned());
-    args.extend([
-        "--config".to_string(),
-        config.display().to_string(),
-        "--stage-dir".into(),
-        stage.display().to_string(),
-        mnt(m),
-    ]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = m.zonemount(&args);
-    if out.success() {
-        wait_mounted(m.mountpoint());
-    }
-    out
 }
 
 #[test]
@@ -579,13 +557,7 @@ fn the_readme_session_runs_as_written() {
     if !fuse_ok() {
         return;
     }
-    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme
-        .find("### Checkpoints: undo one step")
-        .expect("the README's checkpoints section");
-    let block = &readme[start..];
-    let block = &block[block.find("```console\n").unwrap() + 11..];
-    let block = &block[..block.find("```").unwrap()];
+    let block = readme_block("### Checkpoints: undo one step", "console");
     // Each `$ command` with the output shown after it.
     let mut steps: Vec<(String, String)> = Vec::new();
     for line in block.lines() {

@@ -318,14 +318,8 @@ fn the_readme_review_session_runs_as_written() {
     if !fuse_ok() || !require(Need::Tool("script")) {
         return;
     }
-    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme
-        .find("### Review per file, from one terminal")
-        .expect("the README's review section");
-    let block = &readme[start..];
     // `console pty`: it needs a terminal (tests/readme.rs leaves it to us).
-    let block = &block[block.find("```console pty\n").unwrap() + 15..];
-    let block = &block[..block.find("```").unwrap()];
+    let block = readme_block("### Review per file, from one terminal", "console pty");
     let mut steps: Vec<(String, Vec<String>)> = Vec::new();
     for line in block.lines() {
         match line.strip_prefix("$ ") {

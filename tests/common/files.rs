@@ -123,3 +123,21 @@ fn xattr_names(p: &Path) -> Vec<String> {
         .map(|s| String::from_utf8_lossy(s).into_owned())
         .collect()
 }
+
+/// The body of the first code block fenced as ```` ```INFO ```` after the
+/// README heading `heading` (a test that replays a README session reads
+/// it from here, so the README can't drift from what runs).
+pub fn readme_block(heading: &str, info: &str) -> String {
+    let readme =
+        fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    let start = readme
+        .find(heading)
+        .unwrap_or_else(|| panic!("no {heading:?} in the README"));
+    let fence = format!("```{info}\n");
+    let block = &readme[start..];
+    let at = block
+        .find(&fence)
+        .unwrap_or_else(|| panic!("no {fence:?} block after {heading:?}"));
+    let block = &block[at + fence.len()..];
+    block[..block.find("```").expect("the block's end")].to_owned()
+}

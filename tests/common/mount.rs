@@ -197,6 +197,27 @@ pub struct TestMount {
 }
 
 impl TestMount {
+    /// `zonemount mount -q` of the same project (`project.yaml`) with the
+    /// stage dir `<root>/stage` on the same mountpoint, after the daemon
+    /// is gone (a SIGKILL, an unmount); waits until it is live.
+    pub fn mount_again_staged(&self) -> Out {
+        let mut args: Vec<String> = vec!["mount".into(), "-q".into()];
+        args.extend(default_mount_args().iter().cloned());
+        args.extend([
+            "--config".to_string(),
+            self.root().join("project.yaml").display().to_string(),
+            "--stage-dir".into(),
+            self.root().join("stage").display().to_string(),
+            self.mountpoint().display().to_string(),
+        ]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = self.zonemount(&args);
+        if out.success() {
+            wait_mounted(self.mountpoint());
+        }
+        out
+    }
+
     /// Mount a project config (see [`Setup::new`]); panics on failure.
     #[track_caller]
     pub fn new(yaml: &str) -> Self {
