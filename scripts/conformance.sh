@@ -406,9 +406,15 @@ run_fsx() { # name profile ops seed [zone]
   [ "$zone" = dp ] && backing="$work/dzone/$name" at="$dmnt/dp/$name"
   [ "$zone" = ur ] && backing="$work/uzone/$name" at="$umnt/ur/$name"
   local out="$work/fsx-$name.log"
-  if ! bounded "fsx $name" "$LIMIT_FSX" fsx -N "$ops" -S "$seed" -f "scripts/conformance/$profile" "$at" >"$out" 2>&1; then
+  local fsx_rc=0 ck_rc=0
+  bounded "fsx $name" "$LIMIT_FSX" fsx -N "$ops" -S "$seed" -f "scripts/conformance/$profile" "$at" >"$out" 2>&1 || fsx_rc=1
+  # The checkpoint loop (ck) ends with fsx: the stage's copy is found
+  # and compared below with no checkpoint moving it meanwhile.
+  if [ "$zone" = ck ]; then ckpt_stop "fsx-$name" || ck_rc=1; fi
+  if [ $fsx_rc -ne 0 ]; then
     echo "fsx $name (seed $seed) FAILED:"; tail -30 "$out"; return 1
   fi
+  [ $ck_rc -eq 0 ] || return 1
   grep -q 'All operations completed A-OK!' "$out" || { echo "fsx $name: exit 0 without A-OK"; tail -5 "$out"; return 1; }
   # The same plan on tmpfs must end with the same bytes as the backing file.
   if ! bounded "fsx $name (tmpfs reference)" "$LIMIT_FSX" fsx -N "$ops" -S "$seed" -f "scripts/conformance/$profile" "$shm/$name" >/dev/null 2>&1; then
@@ -445,12 +451,9 @@ ck_copy() {
   echo "$d/upper/$1"
 }
 # run_fsx_ckpt NAME ...: run_fsx on the checkpoints zone, the loop running.
-run_fsx_ckpt() {
-  local rc=0
+run_fsx_ckpt() { # run_fsx's arguments; run_fsx stops the loop when fsx ends
   ckpt_start "fsx-$1"
-  run_fsx "$@" ck || rc=1
-  ckpt_stop "fsx-$1" || rc=1
-  return $rc
+  run_fsx "$@" ck
 }
 start=$(date +%s)
 if [ -n "$brk" ]; then
@@ -473,12 +476,8 @@ else
     done
   fi
   # The same plans on the checkpoints zone, the checkpoint loop running:
-  # only with ZONEMOUNT_CONFORMANCE_CKPT_FSX=1 for now. fsx's files there
-  # fail today (a copy_file_range answers 0 bytes, or the size is wrong,
-  # after a checkpoint lands between fsx's close and reopen of its file):
-  # a known bug of checkpoints with a file open across them, being fixed;
-  # pjdfstest with checkpoints runs and gates above.
-  if on checkpoints && [ "${ZONEMOUNT_CONFORMANCE_CKPT_FSX:-0}" = 1 ]; then
+  # the view and the stage's newest copy must end as the reference run.
+  if on checkpoints; then
     run_fsx_ckpt "ckpt-nommap-$s" fsx-nommap.toml "$n" "$s" || status=1
     for part in 1 2 3 4 5; do
       run_fsx_ckpt "ckpt-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" || status=1

@@ -363,7 +363,57 @@ pub fn copy_file_range(
     len: u64,
 ) -> Sys<usize> {
     let len = usize::try_from(len).unwrap_or(usize::MAX);
-    rfs::copy_file_range(fd_in, Some(&mut off_in), fd_out, Some(&mut off_out), len)
+    let (start_in, start_out) = (off_in, off_out);
+    let n = rfs::copy_file_range(fd_in, Some(&mut off_in), fd_out, Some(&mut off_out), len)?;
+    if n > 0 || len == 0 {
+        return Ok(n);
+    }
+    // 0 means "at or past the end of the source" to the caller. The VFS
+    // checks that against the size the source's own inode caches, and a
+    // staged zone's overlay inode can lag the file it stands for: after a
+    // checkpoint the same file is reached through two overlay mounts (a
+    // handle opened before it, the kernel's passthrough file among them,
+    // writes through the old one), and only the mount written through
+    // learns the new size. `fstat` asks the real file; where it says
+    // there is data past `off_in`, copy it here.
+    let size = u64::try_from(rfs::fstat(fd_in)?.st_size).unwrap_or(0);
+    if start_in >= size {
+        return Ok(0);
+    }
+    let count = (size - start_in).min(len as u64);
+    let same = {
+        let (a, b) = (rfs::fstat(fd_in)?, rfs::fstat(fd_out)?);
+        (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    };
+    if same && start_out < start_in + count && start_in < start_out + count {
+        // What copy_file_range(2) says of overlapping ranges in one file.
+        return Err(Errno::INVAL);
+    }
+    copy_by_hand(fd_in, start_in, fd_out, start_out, count)
+}
+
+/// Up to `count` bytes from `fd_in` at `off_in` to `fd_out` at
+/// `off_out` by reads and writes, at most 1 MiB per call (a short count,
+/// as copy_file_range(2) may give); stops early at the end of the source.
+fn copy_by_hand(
+    fd_in: BorrowedFd<'_>,
+    off_in: u64,
+    fd_out: BorrowedFd<'_>,
+    off_out: u64,
+    count: u64,
+) -> Sys<usize> {
+    const CHUNK: usize = 1 << 20;
+    let mut buf = vec![0u8; (count as usize).min(CHUNK)];
+    let got = pread(fd_in, &mut buf, off_in)?;
+    let mut done = 0;
+    while done < got {
+        let n = pwrite(fd_out, &buf[done..got], off_out + done as u64)?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    Ok(done)
 }
 
 /// One directory entry as read from the backing store.
