@@ -1770,6 +1770,100 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_allow_its_own_request
     assert!(st.success(), "{err}");
 }
 
+/// `approvals allow ID` without the mountpoint finds the worker's own
+/// mount through the registry (the only live one here: as root, in a
+/// private mount namespace whose copies of other mounts are dropped; as a
+/// user, with a runtime dir of its own), and the daemon still refuses it
+/// from each way out of the worker's session; the test, outside, decides
+/// the same way.
+#[test]
+fn under_run_a_worker_cannot_allow_its_own_request_by_id_alone() {
+    if !fuse_ok() || (is_root() && !tool_ok("unshare")) {
+        return;
+    }
+    let _copies = NAMESPACE_COPIES.write().unwrap_or_else(|e| e.into_inner());
+    let runtime = tempfile::tempdir().unwrap();
+    let xdg = format!("XDG_RUNTIME_DIR={}", runtime.path().display());
+    let drop_then_exec = format!("{DROP_INHERITED_MOUNTS}\nexec \"$@\"");
+    let wrap: Vec<&str> = if is_root() {
+        vec![
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            &drop_then_exec,
+            "sh",
+        ]
+    } else {
+        vec!["env", &xdg]
+    };
+    let script = format!(
+        "echo mine > ../final/self.md & \
+         i=0; ID=; while [ -z \"$ID\" ] && [ $i -lt 400 ]; do \
+           ID=$(\"$ZM\" approvals list --json | sed -n 's/.*\"id\": *\\([0-9]*\\).*/\\1/p' | head -1); \
+           i=$((i+1)); sleep 0.05; done; \
+         {}; wait; {UNTIL_RELEASED}",
+        escapes("approvals allow \"$1\"")
+    );
+    let t = Task::start_under(&wrap, ZONES, &script);
+    t.said("attempts.done", "done");
+    for how in ["setsid", "fork", "nohup", "nested"] {
+        let said = t.said(&format!("{how}.out"), "rc=");
+        assert!(
+            said.contains("rc=1"),
+            "{how}: the allow went through: {said}"
+        );
+        assert!(
+            said.contains("can't be decided from here (it still waits, ")
+                && said.contains("runs inside the worker's PID namespace")
+                && said.contains(FIX_NS),
+            "{how}: {said}"
+        );
+    }
+    let listed = t.call(r#"{"v":1,"op":"list"}"#);
+    assert_eq!(
+        listed["requests"].as_array().map(Vec::len),
+        Some(1),
+        "still pending: {listed}"
+    );
+    let held = fs::read(t.ws.join("../final/self.md")).unwrap_or_default();
+    assert!(held.is_empty(), "the write went through: {held:?}");
+    // From outside the worker (this test, in the task's mount namespace
+    // or with its runtime dir), the same command decides.
+    let id = listed["requests"][0]["id"].as_u64().unwrap().to_string();
+    let pid = t.child.id().to_string();
+    let mut allow = if is_root() {
+        let mut c = Command::new("nsenter");
+        c.args(["-t", &pid, "-m", "--", BIN]);
+        c
+    } else {
+        let mut c = Command::new(BIN);
+        c.env("XDG_RUNTIME_DIR", runtime.path());
+        c
+    };
+    let out = run(
+        allow.args(["approvals", "allow", &id]),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout
+            .starts_with(&format!("allowed request {id} (scope once) on /"))
+            && out.stdout.contains("zonemount-run."),
+        "{}",
+        out.describe()
+    );
+    let final_md = t.ws.join("../final/self.md");
+    assert!(wait_until(Duration::from_secs(10), || {
+        fs::read_to_string(&final_md).is_ok_and(|t| t == "mine\n")
+    }));
+    let (st, err) = t.finish();
+    assert!(st.success(), "{err}");
+}
+
 #[test]
 fn under_run_a_worker_that_leaves_its_session_still_cannot_commit_its_stage() {
     if !fuse_ok() {
