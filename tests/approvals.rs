@@ -1831,9 +1831,19 @@ fn under_run_a_worker_cannot_allow_its_own_request_by_id_alone() {
     );
     let held = fs::read(t.ws.join("../final/self.md")).unwrap_or_default();
     assert!(held.is_empty(), "the write went through: {held:?}");
+    // `run` said the request on its stderr, with the command that decides.
+    let id = listed["requests"][0]["id"].as_u64().unwrap().to_string();
+    let said = format!(
+        "zonemount: run: request {id} waits for a decision (write /final/self.md by sh -c "
+    );
+    let err = t.stderr();
+    assert!(
+        err.lines().any(|l| l.starts_with(&said)
+            && l.contains(&format!("`zonemount approvals allow {id}` (or `deny {id}`) from another terminal, or from this shell if run is in the background; refused (EACCES) in "))),
+        "{err}"
+    );
     // From outside the worker (this test, in the task's mount namespace
     // or with its runtime dir), the same command decides.
-    let id = listed["requests"][0]["id"].as_u64().unwrap().to_string();
     let pid = t.child.id().to_string();
     let mut allow = if is_root() {
         let mut c = Command::new("nsenter");
