@@ -1990,3 +1990,81 @@ fn where_no_pid_namespace_can_be_made_run_says_so_and_the_session_rule_holds() {
     let (st, err) = t.finish();
     assert!(st.success(), "{err}");
 }
+
+/// Without the mountpoint, a request id that waits on two mounts is not
+/// guessed: `approvals allow 1` decides nothing (exit 2) and prints the
+/// exact command for each; `approvals list` shows both mounts' requests,
+/// each under its mountpoint; naming the mount decides. Two mounts of
+/// their own (as root in a private mount namespace, as a user with a
+/// runtime dir of their own), so no other mount is in the registry.
+#[test]
+fn without_the_mountpoint_an_id_pending_on_two_mounts_is_not_guessed() {
+    if !fuse_ok() || (is_root() && !tool_ok("unshare")) || !tool_ok("setsid") {
+        return;
+    }
+    let ns = PrivateNs::new(false);
+    let dir = ns.path();
+    let script = r#"
+zm() { "$ZONEMOUNT" "$@"; }
+mkdir -p a b ma mb
+trap 'zm unmount "$PWD/ma" >/dev/null 2>&1; zm unmount "$PWD/mb" >/dev/null 2>&1' EXIT
+(cd a && zm mount -q --preset permissive-sandbox --approval-timeout 30 ../ma) || exit 91
+(cd b && zm mount -q --preset permissive-sandbox --approval-timeout 30 ../mb) || exit 92
+zm list --json | sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' >> "$ZM_PIDS"
+# Each write in a session of its own: this shell may decide them.
+setsid -f sh -c 'echo x >> ma/work/f'
+setsid -f sh -c 'echo y >> mb/work/f'
+i=0; until [ "$(zm approvals list --json | grep -c '"id"')" -ge 2 ] || [ $i -ge 200 ]; do sleep 0.1; i=$((i+1)); done
+zm approvals list > list.out 2>&1
+zm approvals allow 1 > amb.out 2>&1; echo "rc=$?" >> amb.out
+zm approvals list --json | grep -c '"id"' > still.out
+zm approvals allow "$PWD/ma" 1 > a.out 2>&1 || exit 93
+zm approvals deny "$PWD/mb" 1 > b.out 2>&1 || exit 94
+i=0; until [ -s a/f ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done
+"#;
+    let out = if is_root() {
+        ns.run(script)
+    } else {
+        let runtime = tempfile::tempdir().unwrap();
+        let mut c = Command::new("sh");
+        c.args(["-c", &format!("set -u\n{script}")])
+            .current_dir(&dir)
+            .env("ZONEMOUNT", BIN)
+            .env("ZM_PIDS", dir.join(".pids"))
+            .env("XDG_RUNTIME_DIR", runtime.path());
+        run(&mut c, CMD_TIMEOUT)
+    };
+    assert!(out.success(), "{}", out.describe());
+    let read = |n: &str| fs::read_to_string(dir.join(n)).unwrap_or_default();
+    let (ma, mb) = (dir.join("ma"), dir.join("mb"));
+    assert_eq!(
+        read("amb.out"),
+        format!(
+            "zonemount: request 1 is pending on 2 mounts; nothing was decided: name the mount, one of\n  \
+             zonemount approvals allow {} 1\n  zonemount approvals allow {} 1\nrc=2\n",
+            ma.display(),
+            mb.display()
+        )
+    );
+    assert_eq!(
+        read("still.out"),
+        "2\n",
+        "the ambiguous allow decided something"
+    );
+    let list = read("list.out");
+    for m in [&ma, &mb] {
+        assert!(
+            list.contains(&format!("{}:\nID  AGE  ZONE  CLASS  OP", m.display())),
+            "{list}"
+        );
+    }
+    assert_eq!(
+        read("a.out"),
+        "allowed request 1 (scope once)\n",
+        "{}",
+        out.describe()
+    );
+    assert_eq!(read("b.out"), "denied request 1\n");
+    assert_eq!(read("a/f"), "x\n");
+    assert!(!dir.join("b/f").exists(), "the denied create stayed");
+}
