@@ -114,7 +114,7 @@ fn split_target(target: &[OsString]) -> Result<(Option<PathBuf>, u64), Failure> 
         Failure::new(
             2,
             format!(
-                "invalid request id '{}': a number, as `zonemount approvals list` shows it",
+                "invalid request id '{}': expected [MOUNTPOINT] ID, ID a number as `zonemount approvals list` shows it",
                 crate::text::message(&shown)
             ),
         )
