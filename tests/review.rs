@@ -3,7 +3,9 @@
 //! directory, the rest; a diff on `v`; then the backing dir and the stage
 //! are exactly as decided. No terminal: the commands to run, nothing
 //! decided. A name's escape sequences never reach the terminal raw. The
-//! worker's side may not review.
+//! worker's side may not review. The README's two one-terminal sessions
+//! run as written: review per file, and approve → review → commit (typed
+//! into one shell on a pty, the worker in the background).
 //!
 //! Every mount is torn down by its guard; every run is bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
