@@ -1770,6 +1770,110 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_allow_its_own_request
     assert!(st.success(), "{err}");
 }
 
+/// `approvals allow ID` without the mountpoint finds the worker's own
+/// mount through the registry (the only live one here: as root, in a
+/// private mount namespace whose copies of other mounts are dropped; as a
+/// user, with a runtime dir of its own), and the daemon still refuses it
+/// from each way out of the worker's session; the test, outside, decides
+/// the same way.
+#[test]
+fn under_run_a_worker_cannot_allow_its_own_request_by_id_alone() {
+    if !fuse_ok() || (is_root() && !(tool_ok("unshare") && tool_ok("nsenter"))) {
+        return;
+    }
+    let _copies = NAMESPACE_COPIES.write().unwrap_or_else(|e| e.into_inner());
+    let runtime = tempfile::tempdir().unwrap();
+    let xdg = format!("XDG_RUNTIME_DIR={}", runtime.path().display());
+    let drop_then_exec = format!("{DROP_INHERITED_MOUNTS}\nexec \"$@\"");
+    let wrap: Vec<&str> = if is_root() {
+        vec![
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            &drop_then_exec,
+            "sh",
+        ]
+    } else {
+        vec!["env", &xdg]
+    };
+    let script = format!(
+        "echo mine > ../final/self.md & \
+         i=0; ID=; while [ -z \"$ID\" ] && [ $i -lt 400 ]; do \
+           ID=$(\"$ZM\" approvals list --json | sed -n 's/.*\"id\": *\\([0-9]*\\).*/\\1/p' | head -1); \
+           i=$((i+1)); sleep 0.05; done; \
+         {}; wait; {UNTIL_RELEASED}",
+        escapes("approvals allow \"$1\"")
+    );
+    let t = Task::start_under(&wrap, ZONES, &script);
+    t.said("attempts.done", "done");
+    for how in ["setsid", "fork", "nohup", "nested"] {
+        let said = t.said(&format!("{how}.out"), "rc=");
+        assert!(
+            said.contains("rc=1"),
+            "{how}: the allow went through: {said}"
+        );
+        assert!(
+            said.contains("can't be decided from here (it still waits, ")
+                && said.contains("runs inside the worker's PID namespace")
+                && said.contains(FIX_NS),
+            "{how}: {said}"
+        );
+    }
+    let listed = t.call(r#"{"v":1,"op":"list"}"#);
+    assert_eq!(
+        listed["requests"].as_array().map(Vec::len),
+        Some(1),
+        "still pending: {listed}"
+    );
+    let held = fs::read(t.ws.join("../final/self.md")).unwrap_or_default();
+    assert!(held.is_empty(), "the write went through: {held:?}");
+    // `run` said the request on its stderr, with the command that decides.
+    let id = listed["requests"][0]["id"].as_u64().unwrap().to_string();
+    let said = format!(
+        "zonemount: run: request {id} waits for a decision (write /final/self.md by sh -c "
+    );
+    let err = t.stderr();
+    assert!(
+        err.lines().any(|l| l.starts_with(&said)
+            && l.contains(&format!("`zonemount approvals allow {id}` (or `deny {id}`) from another terminal, or from this shell if run is in the background; refused (EACCES) in "))),
+        "{err}"
+    );
+    // From outside the worker (this test, in the task's mount namespace
+    // or with its runtime dir), the same command decides.
+    let pid = t.child.id().to_string();
+    let mut allow = if is_root() {
+        let mut c = Command::new("nsenter");
+        c.args(["-t", &pid, "-m", "--", BIN]);
+        c
+    } else {
+        let mut c = Command::new(BIN);
+        c.env("XDG_RUNTIME_DIR", runtime.path());
+        c
+    };
+    let out = run(
+        allow.args(["approvals", "allow", &id]),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout
+            .starts_with(&format!("allowed request {id} (scope once) on /"))
+            && out.stdout.contains("zonemount-run."),
+        "{}",
+        out.describe()
+    );
+    let final_md = t.ws.join("../final/self.md");
+    assert!(wait_until(Duration::from_secs(10), || {
+        fs::read_to_string(&final_md).is_ok_and(|t| t == "mine\n")
+    }));
+    let (st, err) = t.finish();
+    assert!(st.success(), "{err}");
+}
+
 #[test]
 fn under_run_a_worker_that_leaves_its_session_still_cannot_commit_its_stage() {
     if !fuse_ok() {
@@ -1885,4 +1989,82 @@ fn where_no_pid_namespace_can_be_made_run_says_so_and_the_session_rule_holds() {
     assert_eq!(d["ok"], true, "{d}");
     let (st, err) = t.finish();
     assert!(st.success(), "{err}");
+}
+
+/// Without the mountpoint, a request id that waits on two mounts is not
+/// guessed: `approvals allow 1` decides nothing (exit 2) and prints the
+/// exact command for each; `approvals list` shows both mounts' requests,
+/// each under its mountpoint; naming the mount decides. Two mounts of
+/// their own (as root in a private mount namespace, as a user with a
+/// runtime dir of their own), so no other mount is in the registry.
+#[test]
+fn without_the_mountpoint_an_id_pending_on_two_mounts_is_not_guessed() {
+    if !fuse_ok() || (is_root() && !tool_ok("unshare")) || !tool_ok("setsid") {
+        return;
+    }
+    let ns = PrivateNs::new(false);
+    let dir = ns.path();
+    let script = r#"
+zm() { "$ZONEMOUNT" "$@"; }
+mkdir -p a b ma mb
+trap 'zm unmount "$PWD/ma" >/dev/null 2>&1; zm unmount "$PWD/mb" >/dev/null 2>&1' EXIT
+(cd a && zm mount -q --preset permissive-sandbox --approval-timeout 30 ../ma) || exit 91
+(cd b && zm mount -q --preset permissive-sandbox --approval-timeout 30 ../mb) || exit 92
+zm list --json | sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' >> "$ZM_PIDS"
+# Each write in a session of its own: this shell may decide them.
+setsid -f sh -c 'echo x >> ma/work/f'
+setsid -f sh -c 'echo y >> mb/work/f'
+i=0; until [ "$(zm approvals list --json | grep -c '"id"')" -ge 2 ] || [ $i -ge 200 ]; do sleep 0.1; i=$((i+1)); done
+zm approvals list > list.out 2>&1
+zm approvals allow 1 > amb.out 2>&1; echo "rc=$?" >> amb.out
+zm approvals list --json | grep -c '"id"' > still.out
+zm approvals allow "$PWD/ma" 1 > a.out 2>&1 || exit 93
+zm approvals deny "$PWD/mb" 1 > b.out 2>&1 || exit 94
+i=0; until [ -s a/f ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done
+"#;
+    let out = if is_root() {
+        ns.run(script)
+    } else {
+        let runtime = tempfile::tempdir().unwrap();
+        let mut c = Command::new("sh");
+        c.args(["-c", &format!("set -u\n{script}")])
+            .current_dir(&dir)
+            .env("ZONEMOUNT", BIN)
+            .env("ZM_PIDS", dir.join(".pids"))
+            .env("XDG_RUNTIME_DIR", runtime.path());
+        run(&mut c, CMD_TIMEOUT)
+    };
+    assert!(out.success(), "{}", out.describe());
+    let read = |n: &str| fs::read_to_string(dir.join(n)).unwrap_or_default();
+    let (ma, mb) = (dir.join("ma"), dir.join("mb"));
+    assert_eq!(
+        read("amb.out"),
+        format!(
+            "zonemount: request 1 is pending on 2 mounts; nothing was decided: name the mount, one of\n  \
+             zonemount approvals allow {} 1\n  zonemount approvals allow {} 1\nrc=2\n",
+            ma.display(),
+            mb.display()
+        )
+    );
+    assert_eq!(
+        read("still.out"),
+        "2\n",
+        "the ambiguous allow decided something"
+    );
+    let list = read("list.out");
+    for m in [&ma, &mb] {
+        assert!(
+            list.contains(&format!("{}:\nID  AGE  ZONE  CLASS  OP", m.display())),
+            "{list}"
+        );
+    }
+    assert_eq!(
+        read("a.out"),
+        "allowed request 1 (scope once)\n",
+        "{}",
+        out.describe()
+    );
+    assert_eq!(read("b.out"), "denied request 1\n");
+    assert_eq!(read("a/f"), "x\n");
+    assert!(!dir.join("b/f").exists(), "the denied create stayed");
 }

@@ -3,7 +3,9 @@
 //! directory, the rest; a diff on `v`; then the backing dir and the stage
 //! are exactly as decided. No terminal: the commands to run, nothing
 //! decided. A name's escape sequences never reach the terminal raw. The
-//! worker's side may not review.
+//! worker's side may not review. The README's two one-terminal sessions
+//! run as written: review per file, and approve → review → commit (typed
+//! into one shell on a pty, the worker in the background).
 //!
 //! Every mount is torn down by its guard; every run is bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -457,4 +459,266 @@ fn review_rewinds_to_a_checkpoint_then_goes_on() {
     assert_eq!(fs::read_to_string(m.backing("work", "a")).unwrap(), "a\n");
     assert!(!m.backing("work", "b").exists());
     assert!(staged_paths(&m, &mnt).is_empty());
+}
+
+/// One shell on a pty, typed into a line at a time as a person would:
+/// util-linux `script` running `bash /dev/stdin` (no prompt, no job
+/// numbers), with the terminal's echo off so its output is only what the
+/// commands print. As root it runs in a private mount namespace (the
+/// copies of other mounts dropped), so the registry shows it only its own
+/// mounts; as a user, with a runtime dir of its own. Dropping it SIGKILLs
+/// `script` (the pty hangs up: bash and a `run` still going get SIGHUP).
+struct PtyShell {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    out: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl PtyShell {
+    fn start(cwd: &Path, env: &[(&str, String)]) -> PtyShell {
+        use std::io::Read;
+        use std::process::Stdio;
+        let shell = "script -q -e -c 'bash --norc --noprofile /dev/stdin' /dev/null";
+        let mut c = if is_root() {
+            let mut c = Command::new("unshare");
+            c.args(["-m", "--propagation", "private", "--", "sh", "-c"])
+                .arg(format!("{DROP_INHERITED_MOUNTS}\nexec {shell}"));
+            c
+        } else {
+            let mut c = Command::new("sh");
+            c.args(["-c", &format!("exec {shell}")]);
+            c
+        };
+        c.current_dir(cwd)
+            .env("LC_ALL", "C")
+            .env_remove("PAGER")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().expect("script");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = out.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let mut sh = PtyShell { child, stdin, out };
+        sh.type_line("stty -echo; echo '::ready'");
+        sh.wait_for(0, "::ready\r\n", Duration::from_secs(20));
+        sh
+    }
+
+    fn type_line(&mut self, line: &str) {
+        use std::io::Write;
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| self.stdin.flush())
+            .expect("type into the pty");
+    }
+
+    /// Everything shown so far, CR LF as LF.
+    fn shown(&self) -> String {
+        String::from_utf8_lossy(&self.out.lock().unwrap()).replace("\r\n", "\n")
+    }
+
+    /// Waits (bounded: panics past `limit`) until `needle` is shown after
+    /// byte `from` of [`shown`](Self::shown); returns where it ends.
+    fn wait_for(&self, from: usize, needle: &str, limit: Duration) -> usize {
+        let needle = needle.replace("\r\n", "\n");
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let shown = self.shown();
+            if let Some(i) = shown.get(from..).and_then(|s| s.find(&needle)) {
+                return from + i + needle.len();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{needle:?} not shown within {limit:?}; the terminal shows:\n{shown}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Types `cmd`, then (each once `n` prompts are shown) `keys`, then a
+    /// marker; returns what the command showed and its exit status.
+    fn step(&mut self, n: usize, cmd: &str, keys: &[&str], limit: Duration) -> (String, i32) {
+        let from = self.shown().len();
+        self.type_line(cmd);
+        let mut at = from;
+        for k in keys {
+            at = self.wait_for(at, "]? ", limit);
+            self.type_line(k);
+        }
+        self.type_line(&format!("echo \"::step {n} rc=$?\""));
+        let end = self.wait_for(from, &format!("::step {n} rc="), limit);
+        let end_line = self.wait_for(end, "\n", limit);
+        let shown = self.shown();
+        let rc = shown[end..end_line - 1].trim().parse().unwrap_or(-1);
+        let out = shown[from..end - format!("::step {n} rc=").len()].to_owned();
+        (out, rc)
+    }
+}
+
+impl Drop for PtyShell {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// README output lines with what changes from run to run made the
+/// same: the README's directory (`/tmp/demo`) and `run`'s
+/// (`zonemount-run.` and six random characters); with `table`
+/// (`approvals list`), the AGE, PID and UID columns of each row, and the
+/// spaces that align columns of those widths.
+fn settled(text: &str, demo: &str, table: bool) -> Vec<String> {
+    let mut text = text.replace(demo, "/tmp/demo");
+    let mut at = 0;
+    while let Some(i) = text[at..].find("zonemount-run.") {
+        let start = at + i + "zonemount-run.".len();
+        let len = text[start..]
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(text.len() - start);
+        text.replace_range(start..start + len, "*");
+        at = start;
+    }
+    text.lines()
+        .map(|l| {
+            if !table {
+                return l.to_owned();
+            }
+            let mut words: Vec<&str> = l.split_whitespace().collect();
+            if words.len() >= 9 && words[0].parse::<u64>().is_ok() {
+                for i in [1, 6, 7] {
+                    words[i] = "*";
+                }
+            }
+            words.join(" ")
+        })
+        .collect()
+}
+
+/// The README's approve → review → commit session, typed into one shell on
+/// a pty exactly as written: the worker in the background under `run`, its
+/// pending request listed and allowed without naming the mount, `wait`,
+/// then `review` of the stage (typed the answers shown after each `?`) and
+/// `commit`. Each command's output is the README's (the run's directory,
+/// AGE, PID and UID aside; what the background `run` prints may come
+/// during `allow` or `wait`, so those two are compared together); each
+/// command exits 0. Before `approvals list` the shell waits, as a person
+/// would, until the worker's request is pending. The worker's `sh -e`
+/// stops at a refused read: without the allow, its changes never happen.
+#[test]
+fn the_readme_approve_review_commit_session_runs_as_written() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    if is_root() && !require(Need::Tool("unshare")) {
+        return;
+    }
+    let block = readme_block(
+        "### Approve, review and commit, from one terminal",
+        "console pty",
+    );
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    for line in block.lines() {
+        match line.strip_prefix("$ ") {
+            Some(cmd) => steps.push((cmd.to_owned(), Vec::new())),
+            None => steps.last_mut().unwrap().1.push(line.to_owned()),
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().display().to_string();
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let mut env = vec![(
+        "PATH",
+        format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    )];
+    // A user's registry of its own (root's is left to the namespace).
+    let runtime = tempfile::tempdir().unwrap();
+    if !is_root() {
+        env.push(("XDG_RUNTIME_DIR", runtime.path().display().to_string()));
+    }
+    let mut sh = PtyShell::start(dir.path(), &env);
+    let limit = Duration::from_secs(90);
+    let (mut listed, mut allowed, mut reviewed) = (false, false, false);
+    // `allow` and `wait`: (README, shown).
+    let mut together: (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for (n, (cmd, want)) in steps.iter().enumerate() {
+        let keys: Vec<&str> = want
+            .iter()
+            .filter_map(|l| l.split_once("]? ").map(|(_, k)| k))
+            .collect();
+        let table = cmd.starts_with("zonemount approvals list");
+        if table {
+            let (_, rc) = sh.step(
+                1000 + n,
+                "for i in $(seq 300); do zonemount approvals list --json | grep -q '\"id\"' && break; sleep 0.1; done",
+                &[],
+                limit,
+            );
+            assert_eq!(rc, 0);
+            listed = true;
+        }
+        let (got, rc) = sh.step(n, cmd, &keys, limit);
+        assert_eq!(rc, 0, "$ {cmd}: exit {rc}; the terminal shows:\n{got}");
+        if !keys.is_empty() {
+            reviewed = true;
+            let got = settled(&got, &demo, false).join("\n");
+            let mut at = 0;
+            for line in settled(&want.join("\n"), &demo, false) {
+                let line = match line.split_once("]? ") {
+                    Some((prompt, _)) => format!("{prompt}]? "),
+                    None => line,
+                };
+                match got[at..].find(&line) {
+                    Some(i) => at += i + line.len(),
+                    None => panic!("$ {cmd}: {line:?} not shown (in order) in:\n{got}"),
+                }
+            }
+            continue;
+        }
+        if cmd.starts_with("zonemount approvals allow") {
+            allowed = true;
+        }
+        if cmd.starts_with("zonemount approvals allow") || cmd == "wait" {
+            together.0.extend(settled(&want.join("\n"), &demo, false));
+            together.1.extend(settled(&got, &demo, false));
+            if cmd == "wait" {
+                together.0.sort();
+                together.1.sort();
+                assert_eq!(together.1, together.0, "$ {cmd} (with allow)");
+            }
+            continue;
+        }
+        assert_eq!(
+            settled(&got, &demo, table),
+            settled(&want.join("\n"), &demo, table),
+            "$ {cmd}"
+        );
+    }
+    assert!(
+        listed && allowed && reviewed,
+        "the README's session {steps:#?}"
+    );
+    drop(sh);
+    let read = |p: &str| fs::read_to_string(dir.path().join("project").join(p)).unwrap();
+    assert_eq!(
+        (read("app.py"), read("TODO"), read("guide.md")),
+        ("hello\n".into(), "notes\n".into(), "guide\n".into())
+    );
 }

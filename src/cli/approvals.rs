@@ -1,7 +1,15 @@
 //! `approvals list|watch|allow|deny` and `status`: clients of a mount's
 //! control socket, found through the mount registry. Human-readable by
 //! default, `--json` for scripts.
+//!
+//! `list`, `allow` and `deny` may leave the mountpoint out (a `run`'s is a
+//! fresh temporary directory): `list` then shows the pending requests of
+//! every live mount of this user in this mount namespace, and `allow ID` /
+//! `deny ID` act on the one such mount where request ID is pending; where
+//! several are, nothing is decided (exit 2) and the exact commands are
+//! printed. Who may decide is the daemon's rule either way.
 
+use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -27,14 +35,16 @@ pub(crate) struct StatusArgs {
 
 #[derive(Debug, Subcommand, Clone)]
 pub(crate) enum ApprovalsCmd {
-    /// List the requests waiting now.
+    /// List the requests waiting now (without MOUNTPOINT: those of every
+    /// live mount of this user, each mount named).
     #[command(after_help = super::help::APPROVALS_LIST)]
     List {
-        /// Print JSON (an array of requests).
+        /// Print JSON (an array of requests; without MOUNTPOINT each has
+        /// its `mountpoint`).
         #[arg(long)]
         json: bool,
-        /// The mount's directory.
-        mountpoint: PathBuf,
+        /// The mount's directory (default: every live mount of this user).
+        mountpoint: Option<PathBuf>,
     },
     /// Print requests and their outcomes as they happen (until the mount
     /// goes away or this is interrupted).
@@ -47,7 +57,10 @@ pub(crate) enum ApprovalsCmd {
         mountpoint: PathBuf,
     },
     /// Allow a request, once or for the rest of the mount.
-    #[command(after_help = super::help::APPROVALS_ALLOW)]
+    #[command(
+        after_help = super::help::APPROVALS_ALLOW,
+        override_usage = "zonemount approvals allow [--scope once|path|zone] [MOUNTPOINT] ID"
+    )]
     Allow {
         /// once: this request; path: this class on this path; zone: this
         /// class anywhere in the zone.
@@ -63,20 +76,213 @@ pub(crate) enum ApprovalsCmd {
             hide_possible_values = true
         )]
         scope: Scope,
-        /// The mount's directory.
-        mountpoint: PathBuf,
-        /// The request's id, as `approvals list` shows it.
-        id: u64,
+        /// The mount's directory, then the request's id as `approvals
+        /// list` shows it. Without MOUNTPOINT: the one live mount of this
+        /// user where request ID is pending.
+        #[arg(value_name = "[MOUNTPOINT] ID", num_args = 1..=2, required = true)]
+        target: Vec<OsString>,
     },
     /// Deny a request (EACCES; the same class on the same path is denied
     /// at once for the rest of the mount).
-    #[command(after_help = super::help::APPROVALS_DENY)]
+    #[command(
+        after_help = super::help::APPROVALS_DENY,
+        override_usage = "zonemount approvals deny [MOUNTPOINT] ID"
+    )]
     Deny {
-        /// The mount's directory.
-        mountpoint: PathBuf,
-        /// The request's id, as `approvals list` shows it.
-        id: u64,
+        /// The mount's directory, then the request's id as `approvals
+        /// list` shows it. Without MOUNTPOINT: the one live mount of this
+        /// user where request ID is pending.
+        #[arg(value_name = "[MOUNTPOINT] ID", num_args = 1..=2, required = true)]
+        target: Vec<OsString>,
     },
+}
+
+/// `[MOUNTPOINT] ID` as given to `allow` or `deny`.
+fn split_target(target: &[OsString]) -> Result<(Option<PathBuf>, u64), Failure> {
+    let (mp, id) = match target {
+        [id] => (None, id),
+        [mp, id] => (Some(PathBuf::from(mp)), id),
+        _ => {
+            return Err(Failure::new(
+                2,
+                "expected [MOUNTPOINT] ID, e.g. zonemount approvals allow /tmp/task-42 7",
+            ));
+        }
+    };
+    let shown = id.to_string_lossy();
+    let id = shown.parse::<u64>().map_err(|_| {
+        Failure::new(
+            2,
+            format!(
+                "invalid request id '{}': expected [MOUNTPOINT] ID, ID a number as `zonemount approvals list` shows it",
+                crate::text::message(&shown)
+            ),
+        )
+    })?;
+    Ok((mp, id))
+}
+
+/// A live mount of this user and what waits on it.
+struct Pending {
+    mountpoint: PathBuf,
+    requests: Vec<RequestInfo>,
+}
+
+/// The pending requests of every live mount of this user in this mount
+/// namespace (by mountpoint), and a line for each live one that could not
+/// be asked.
+fn every_live_mount() -> Result<(Vec<Pending>, Vec<String>), Failure> {
+    mount::check_runtime_dir().map_err(|e| Failure::new(1, e.to_string()))?;
+    let mut records = mount::records();
+    records.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
+    let mut found = Vec::new();
+    let mut unreachable = Vec::new();
+    for rec in records {
+        if !mount::process_alive(rec.pid) {
+            continue;
+        }
+        match connect(&rec.mountpoint).and_then(|mut c| c.list().map_err(failure)) {
+            Ok(requests) => found.push(Pending {
+                mountpoint: rec.mountpoint,
+                requests,
+            }),
+            Err(e) => unreachable.push(e.msg),
+        }
+    }
+    Ok((found, unreachable))
+}
+
+/// A mountpoint as a person reads it: escaped, shell-quoted when that
+/// gives the same text back.
+fn shown_mount(p: &Path) -> String {
+    let escaped = crate::text::path(p);
+    if escaped != p.to_string_lossy() {
+        return escaped;
+    }
+    shlex::try_quote(&escaped).map_or(escaped.clone(), |q| q.into_owned())
+}
+
+/// The mount `decide ID` means when no MOUNTPOINT is given: the one where
+/// request `id` is pending. None: a failure naming what is pending where
+/// (exit 1), or, where several are, the exact commands (exit 2).
+fn pick<'a>(mounts: &'a [Pending], id: u64, verb: &str) -> Result<&'a Path, Failure> {
+    let with: Vec<&Pending> = mounts
+        .iter()
+        .filter(|m| m.requests.iter().any(|r| r.id == id))
+        .collect();
+    match with.as_slice() {
+        [one] => Ok(&one.mountpoint),
+        [] => {
+            let waiting: Vec<String> = mounts
+                .iter()
+                .filter(|m| !m.requests.is_empty())
+                .map(|m| {
+                    let ids: Vec<String> = m.requests.iter().map(|r| r.id.to_string()).collect();
+                    format!("{}: {}", shown_mount(&m.mountpoint), ids.join(", "))
+                })
+                .collect();
+            let now = match (mounts.len(), waiting.is_empty()) {
+                (0, _) => "there is no live zonemount mount of this user here".to_owned(),
+                (_, true) => "nothing is pending on any live mount of this user".to_owned(),
+                (_, false) => format!("pending now: {}", waiting.join("; ")),
+            };
+            Err(Failure::new(
+                1,
+                format!(
+                    "no live mount has a pending request {id} (decided, timed out or withdrawn?); {now}"
+                ),
+            ))
+        }
+        several => {
+            let cmds: Vec<String> = several
+                .iter()
+                .map(|m| {
+                    format!(
+                        "  zonemount approvals {verb} {} {id}",
+                        shown_mount(&m.mountpoint)
+                    )
+                })
+                .collect();
+            Err(Failure::new(
+                2,
+                format!(
+                    "request {id} is pending on {} mounts; nothing was decided: name the mount, one of\n{}",
+                    several.len(),
+                    cmds.join("\n")
+                ),
+            ))
+        }
+    }
+}
+
+/// Decide `id` on `mountpoint`, or on the one live mount where it is
+/// pending; says what was decided (and where, when the mount was implied).
+fn decide(mountpoint: Option<&Path>, id: u64, d: Decision, verb: &str) -> Result<String, Failure> {
+    let said = match d {
+        Decision::Allow(scope) => format!("allowed request {id} (scope {scope})"),
+        Decision::Deny => format!("denied request {id}"),
+    };
+    if let Some(mp) = mountpoint {
+        connect(mp)?.decide(id, d).map_err(failure)?;
+        return Ok(format!("{said}\n"));
+    }
+    let (mounts, unreachable) = every_live_mount()?;
+    for line in &unreachable {
+        eprintln!("zonemount: {line}");
+    }
+    let mp = pick(&mounts, id, verb)?;
+    connect(mp)?.decide(id, d).map_err(failure)?;
+    Ok(format!("{said} on {}\n", shown_mount(mp)))
+}
+
+/// `approvals list` without a mountpoint.
+fn list_every(json: bool) -> Result<(), Failure> {
+    let (mounts, unreachable) = every_live_mount()?;
+    for line in &unreachable {
+        eprintln!("zonemount: {line}");
+    }
+    let waiting: Vec<&Pending> = mounts.iter().filter(|m| !m.requests.is_empty()).collect();
+    if json {
+        let mut all = Vec::new();
+        for m in &waiting {
+            for r in &m.requests {
+                let mut v = serde_json::to_value(r).map_err(|e| Failure::new(1, e.to_string()))?;
+                if let Value::Object(o) = &mut v {
+                    o.insert(
+                        "mountpoint".into(),
+                        serde_json::to_value(&m.mountpoint).unwrap_or(Value::Null),
+                    );
+                }
+                all.push(v);
+            }
+        }
+        return print(&format!("{}\n", pretty(&all)));
+    }
+    print(&render_every(&mounts, SystemTime::now()))
+}
+
+/// `approvals list` of every live mount, for people: each mount with
+/// requests, named, then its table.
+fn render_every(mounts: &[Pending], now: SystemTime) -> String {
+    let waiting: Vec<&Pending> = mounts.iter().filter(|m| !m.requests.is_empty()).collect();
+    if waiting.is_empty() {
+        return match mounts.len() {
+            0 => "no pending requests (no live zonemount mount of this user here)\n".into(),
+            1 => "no pending requests (1 live mount)\n".into(),
+            n => format!("no pending requests ({n} live mounts)\n"),
+        };
+    }
+    let tables: Vec<String> = waiting
+        .iter()
+        .map(|m| {
+            format!(
+                "{}:\n{}",
+                crate::text::path(&m.mountpoint),
+                render_list(&m.requests, now)
+            )
+        })
+        .collect();
+    tables.join("\n")
 }
 
 fn failure(e: ClientError) -> Failure {
@@ -137,6 +343,9 @@ fn print(text: &str) -> Result<(), Failure> {
 pub(crate) fn run(cmd: &ApprovalsCmd) -> Result<(), Failure> {
     match cmd {
         ApprovalsCmd::List { json, mountpoint } => {
+            let Some(mountpoint) = mountpoint else {
+                return list_every(*json);
+            };
             let list = connect(mountpoint)?.list().map_err(failure)?;
             if *json {
                 return print(&format!("{}\n", pretty(&list)));
@@ -144,21 +353,17 @@ pub(crate) fn run(cmd: &ApprovalsCmd) -> Result<(), Failure> {
             print(&render_list(&list, SystemTime::now()))
         }
         ApprovalsCmd::Watch { json, mountpoint } => watch(mountpoint, *json),
-        ApprovalsCmd::Allow {
-            scope,
-            mountpoint,
-            id,
-        } => {
-            connect(mountpoint)?
-                .decide(*id, Decision::Allow(*scope))
-                .map_err(failure)?;
-            print(&format!("allowed request {id} (scope {scope})\n"))
+        ApprovalsCmd::Allow { scope, target } => {
+            let (mp, id) = split_target(target)?;
+            let verb = match scope {
+                Scope::Once => "allow".to_owned(),
+                _ => format!("allow --scope {scope}"),
+            };
+            print(&decide(mp.as_deref(), id, Decision::Allow(*scope), &verb)?)
         }
-        ApprovalsCmd::Deny { mountpoint, id } => {
-            connect(mountpoint)?
-                .decide(*id, Decision::Deny)
-                .map_err(failure)?;
-            print(&format!("denied request {id}\n"))
+        ApprovalsCmd::Deny { target } => {
+            let (mp, id) = split_target(target)?;
+            print(&decide(mp.as_deref(), id, Decision::Deny, "deny")?)
         }
     }
 }
@@ -454,6 +659,79 @@ mod tests {
             );
             assert!(text.contains("vim notes.md\\x1b[1A\\xfe"), "{text}");
         }
+    }
+
+    fn on(mp: &str, ids: &[u64]) -> Pending {
+        Pending {
+            mountpoint: PathBuf::from(mp),
+            requests: ids.iter().map(|i| req(*i)).collect(),
+        }
+    }
+
+    #[test]
+    fn without_a_mountpoint_the_one_mount_where_the_request_waits_is_meant() {
+        let mounts = [on("/tmp/a", &[]), on("/tmp/b", &[1, 2]), on("/tmp/c", &[2])];
+        assert_eq!(pick(&mounts, 1, "allow").ok(), Some(Path::new("/tmp/b")));
+        // Pending on two mounts: nothing decided, both commands named.
+        let e = pick(&mounts, 2, "allow --scope path").err().unwrap();
+        assert_eq!(e.code, 2);
+        assert_eq!(
+            e.msg,
+            "request 2 is pending on 2 mounts; nothing was decided: name the mount, one of\n  \
+             zonemount approvals allow --scope path /tmp/b 2\n  zonemount approvals allow --scope path /tmp/c 2"
+        );
+        // Pending nowhere: what is pending where.
+        let e = pick(&mounts, 3, "deny").err().unwrap();
+        assert_eq!(e.code, 1);
+        assert!(
+            e.msg.ends_with("pending now: /tmp/b: 1, 2; /tmp/c: 2"),
+            "{}",
+            e.msg
+        );
+        let e = pick(&[], 3, "deny").err().unwrap();
+        assert!(
+            e.msg
+                .ends_with("there is no live zonemount mount of this user here"),
+            "{}",
+            e.msg
+        );
+    }
+
+    #[test]
+    fn a_mountpoint_in_a_command_is_quoted_and_escaped() {
+        assert_eq!(shown_mount(Path::new("/tmp/a b")), "'/tmp/a b'");
+        assert_eq!(shown_mount(Path::new("/tmp/a\x1b[2Kb")), "/tmp/a\\x1b[2Kb");
+    }
+
+    #[test]
+    fn the_target_is_an_id_after_an_optional_mountpoint() {
+        let t = |a: &[&str]| split_target(&a.iter().map(OsString::from).collect::<Vec<_>>());
+        assert_eq!(t(&["7"]).ok(), Some((None, 7)));
+        assert_eq!(
+            t(&["/tmp/m", "7"]).ok(),
+            Some((Some(PathBuf::from("/tmp/m")), 7))
+        );
+        let e = t(&["/tmp/m"]).err().unwrap();
+        assert_eq!(
+            (e.code, e.msg.starts_with("invalid request id '/tmp/m'")),
+            (2, true)
+        );
+    }
+
+    #[test]
+    fn every_mounts_list_names_each_mount_with_requests() {
+        let now = humantime::parse_rfc3339("2025-01-01T00:00:12Z").unwrap_or(SystemTime::now());
+        let s = render_every(&[on("/tmp/a", &[]), on("/tmp/b", &[4])], now);
+        assert!(s.starts_with("/tmp/b:\nID  AGE  ZONE"), "{s}");
+        assert!(!s.contains("/tmp/a"), "{s}");
+        assert_eq!(
+            render_every(&[on("/tmp/a", &[])], now),
+            "no pending requests (1 live mount)\n"
+        );
+        assert_eq!(
+            render_every(&[], now),
+            "no pending requests (no live zonemount mount of this user here)\n"
+        );
     }
 
     #[test]

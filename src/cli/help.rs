@@ -53,11 +53,14 @@ Exit status: 0; 1 the daemon can't be reached; 2 bad usage.";
 pub(crate) const APPROVALS: &str = "\
 Examples:
   zonemount approvals list /tmp/task-42
+  zonemount approvals list                       # every live mount of yours, each named
+  zonemount approvals allow 7                    # the one mount where request 7 waits
   zonemount approvals watch --json /tmp/task-42
   zonemount approvals allow --scope path /tmp/task-42 7
   zonemount approvals deny /tmp/task-42 8
 
-Exit status: 0; 1 the daemon can't be reached, or ID is not pending; 2 bad usage.";
+Exit status: 0; 1 the daemon can't be reached, or ID is not pending; 2 bad
+usage, or (without MOUNTPOINT) ID is pending on several mounts.";
 
 pub(crate) const CHECK: &str = "\
 Examples:
@@ -168,6 +171,7 @@ pub(crate) const APPROVALS_LIST: &str = "\
 Examples:
   zonemount approvals list /tmp/task-42
   zonemount approvals list --json /tmp/task-42 | jq '.[] | select(.class == \"read\")'
+  zonemount approvals list                 # every live mount of yours with requests, each named
 
 Exit status: 0; 1 the daemon can't be reached; 2 bad usage.";
 
@@ -183,17 +187,22 @@ Examples:
   zonemount approvals allow /tmp/task-42 7                  # this request only
   zonemount approvals allow --scope path /tmp/task-42 7     # this class on this path from now on
   zonemount approvals allow --scope zone /tmp/task-42 7     # this class anywhere in the zone
+  zonemount approvals allow 7                               # on the one live mount where 7 waits
 
 Exit status: 0 allowed; 1 not pending (decided, timed out, withdrawn), the
 daemon can't be reached, or asked from the worker's own side (its session,
-or inside its `zonemount run`: decide from another terminal); 2 bad usage.";
+or inside its `zonemount run`: decide from another terminal); 2 bad usage,
+or (without MOUNTPOINT) ID is pending on several mounts: the command for
+each is printed.";
 
 pub(crate) const APPROVALS_DENY: &str = "\
 Examples:
   zonemount approvals deny /tmp/task-42 7
+  zonemount approvals deny 7                 # on the one live mount where 7 waits
 
 Exit status: 0 denied; 1 not pending, the daemon can't be reached, or asked
-from the worker's own side; 2 bad usage.";
+from the worker's own side; 2 bad usage, or (without MOUNTPOINT) ID is
+pending on several mounts.";
 
 pub(crate) const STAGES: &str = "\
 Examples:

@@ -26,6 +26,7 @@
 //!    their exec, so no instant is left between their start and the
 //!    watcher knowing them.
 
+mod asks;
 mod direct;
 mod exec;
 mod plan;
@@ -168,6 +169,9 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
         .spawn()
         .map_err(|e| spawn_failure(cmd.get_program(), &e))?;
     drop(fds);
+    if !plan.quiet() {
+        asks::announce(&task.dir);
+    }
     if plan.isolate.is_some() {
         // Said for `status`; the sandbox doesn't hold the socket anyway.
         if let Err(e) = mount_cmd::register_worker(&task.dir, crate::approval::side::Claim::Isolate)
