@@ -758,6 +758,56 @@ fn three_mounts(parent: &Path) -> Vec<TestMount> {
         .collect()
 }
 
+/// A daemon that does not answer (stopped here with SIGSTOP; the guard
+/// lets it go on, panic or not) holds up neither `list` nor `approvals
+/// list`: each comes back within seconds, naming the mount (before, each
+/// waited out the control socket's 30 s read timeout per such mount).
+#[test]
+fn list_and_approvals_list_do_not_wait_on_a_stopped_daemon() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = Setup::new(
+        "sandbox:\n  mode: direct\n  zones:\n    ws:\n      path: ./ws\n      mode: rw\n",
+    )
+    .backing_dir("ws", "ws")
+    .file("ws", "f", "x\n")
+    .mount();
+    let mp = m.mountpoint().to_path_buf();
+    let pid = *daemon_pids_for(&mp).first().expect("the mount's daemon");
+    struct Cont(u32);
+    impl Drop for Cont {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-CONT", &self.0.to_string()])
+                .status();
+        }
+    }
+    kill("STOP", pid);
+    let _cont = Cont(pid);
+    let t = Instant::now();
+    let rows = list_json();
+    let row = row_for(&rows, &mp).unwrap_or_else(|| panic!("{mp:?} not listed"));
+    assert_eq!(row["stale"], false, "{row}");
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "list took {:?}",
+        t.elapsed()
+    );
+    let t = Instant::now();
+    let out = run(Command::new(BIN).args(["approvals", "list"]), CMD_TIMEOUT);
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "approvals list took {:?}",
+        t.elapsed()
+    );
+    let said = format!(
+        "{}: its daemon (pid {pid}) did not answer within",
+        mp.display()
+    );
+    assert!(out.stderr.contains(&said), "{}", out.describe());
+}
+
 fn list_json() -> Vec<serde_json::Value> {
     let out = run(Command::new(BIN).args(["list", "--json"]), CMD_TIMEOUT);
     assert!(out.success(), "{}", out.describe());

@@ -141,7 +141,30 @@ fn every_live_mount() -> Result<(Vec<Pending>, Vec<String>), Failure> {
         if !mount::process_alive(rec.pid) {
             continue;
         }
-        match connect(&rec.mountpoint).and_then(|mut c| c.list().map_err(failure)) {
+        // A stopped or stuck daemon must not hold up the others.
+        let wait = super::list::STATFS_WAIT;
+        let asked = connect(&rec.mountpoint).and_then(|c| {
+            c.answer_within(wait).list().map_err(|e| match e {
+                ClientError::Io(_, ref io)
+                    if matches!(
+                        io.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    Failure::new(
+                        1,
+                        format!(
+                            "{}: its daemon (pid {}) did not answer within {} s",
+                            shown_mount(&rec.mountpoint),
+                            rec.pid,
+                            wait.as_secs()
+                        ),
+                    )
+                }
+                e => failure(e),
+            })
+        });
+        match asked {
             Ok(requests) => found.push(Pending {
                 mountpoint: rec.mountpoint,
                 requests,

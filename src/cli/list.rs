@@ -66,7 +66,19 @@ impl MountStatus {
 /// Facts about the host that [`gather`] needs, as functions.
 pub(crate) struct Probe<'a> {
     pub(crate) daemon_alive: &'a dyn Fn(u32) -> bool,
-    pub(crate) not_connected: &'a dyn Fn(&Path) -> bool,
+    pub(crate) not_connected: &'a dyn Fn(&Path) -> Answer,
+}
+
+/// What a mount without a live daemon known for it says to a statfs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// "Transport endpoint is not connected": its daemon is gone.
+    NotConnected,
+    /// Anything else, in time.
+    Answers,
+    /// Nothing within [`STATFS_WAIT`]: a daemon alive but stuck (or
+    /// stopped); not stale, so `unmount --stale` leaves it alone.
+    Silent,
 }
 
 /// Join mounts and records into rows, sorted by mountpoint.
@@ -104,12 +116,20 @@ pub(crate) fn gather(mounts: &[MountEntry], records: &[Record], probe: &Probe) -
                     format!("daemon {pid} is gone; only its record is left")
                 });
             }
-            None => {
-                if row.mounted && (probe.not_connected)(&row.mountpoint) {
+            None if row.mounted => match (probe.not_connected)(&row.mountpoint) {
+                Answer::NotConnected => {
                     row.stale = true;
                     row.note = Some("transport endpoint is not connected".into());
                 }
-            }
+                Answer::Silent => {
+                    row.note = Some(format!(
+                        "not answering (no reply to statfs within {} s)",
+                        STATFS_WAIT.as_secs()
+                    ));
+                }
+                Answer::Answers => {}
+            },
+            None => {}
         }
     }
     rows.into_values().collect()
@@ -142,12 +162,35 @@ fn daemon_alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// How long `list` waits for a statfs of a mount no live daemon is
+/// known for (another user's, another namespace's, or a stuck one).
+pub(crate) const STATFS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A dead FUSE mount answers ENOTCONN (or ECONNABORTED while a dead
 /// daemon's io_uring queues are torn down). statfs, not stat: the kernel
 /// answers a stat of the root from its cache even after the daemon died.
-fn not_connected(path: &Path) -> bool {
+/// A daemon that is alive but stuck never answers: the statfs runs on a
+/// thread of its own, left behind after [`STATFS_WAIT`] (its wait for
+/// the daemon is a killable one, ended when this process exits).
+fn not_connected(path: &Path) -> Answer {
     use rustix::io::Errno;
-    rustix::fs::statfs(path).is_err_and(|e| e == Errno::NOTCONN || e == Errno::CONNABORTED)
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("list-statfs".into())
+        .spawn(move || {
+            let dead = rustix::fs::statfs(&path)
+                .is_err_and(|e| e == Errno::NOTCONN || e == Errno::CONNABORTED);
+            let _ = tx.send(dead);
+        });
+    if spawned.is_err() {
+        return Answer::Silent;
+    }
+    match rx.recv_timeout(STATFS_WAIT) {
+        Ok(true) => Answer::NotConnected,
+        Ok(false) => Answer::Answers,
+        Err(_) => Answer::Silent,
+    }
 }
 
 fn current() -> Vec<MountStatus> {
@@ -309,7 +352,11 @@ mod tests {
 
     fn rows(mounts: &[MountEntry], records: &[Record]) -> Vec<MountStatus> {
         let alive = |pid: u32| pid < 100;
-        let dead_mount = |p: &Path| p == Path::new("/m/dead");
+        let dead_mount = |p: &Path| match p.to_str() {
+            Some("/m/dead") => Answer::NotConnected,
+            Some("/m/stuck") => Answer::Silent,
+            _ => Answer::Answers,
+        };
         gather(
             mounts,
             records,
@@ -356,8 +403,19 @@ mod tests {
     }
 
     #[test]
+    fn a_mount_that_does_not_answer_is_said_so_and_not_stale() {
+        let r = rows(&[entry("/m/stuck", FSTYPE)], &[]);
+        assert!(!r[0].stale);
+        assert!(
+            r[0].note.as_deref().unwrap().contains("not answering"),
+            "{r:?}"
+        );
+        assert!(render(&r).contains("not answering"));
+    }
+
+    #[test]
     fn a_live_daemon_is_never_stat_ed() {
-        let never = |_: &Path| -> bool { panic!("stat of a live mount") };
+        let never = |_: &Path| -> Answer { panic!("stat of a live mount") };
         let alive = |_: u32| true;
         let r = gather(
             &[entry("/m/a", FSTYPE)],

@@ -64,7 +64,10 @@ fn unmount_denying(path: &Path, lazy: bool) -> Result<Unmounted, mount::UnmountE
 /// How many requests a live mount has pending (None: unknown, e.g. no
 /// control socket or not ours to ask).
 pub(crate) fn pending_count(path: &Path) -> Option<u64> {
-    let requests = client_of(path)?.list().ok()?;
+    let requests = client_of(path)?
+        .answer_within(super::list::STATFS_WAIT)
+        .list()
+        .ok()?;
     Some(requests.len() as u64)
 }
 

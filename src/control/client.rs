@@ -65,6 +65,14 @@ impl Client {
         })
     }
 
+    /// Wait at most `d` for each answer (30 s by default): for a scan of
+    /// every mount, where one stopped daemon must not hold up the rest.
+    pub fn answer_within(self, d: Duration) -> Client {
+        let _ = self.reader.get_ref().set_read_timeout(Some(d));
+        let _ = self.writer.set_write_timeout(Some(d));
+        self
+    }
+
     /// Send one request and read its answer; `ok: false` is an error.
     pub fn call(&mut self, req: Request) -> Result<Value, ClientError> {
         let mut line = serde_json::to_vec(&req.to_value())
