@@ -1715,6 +1715,26 @@ fn escapes(args: &str) -> String {
 const UNTIL_RELEASED: &str =
     "i=0; until [ -e release ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done";
 
+/// Each way out of the worker's session the script tried (`setsid`, a
+/// double fork, `nohup`, a nested PID namespace) was refused, saying why
+/// and what to do instead.
+#[track_caller]
+fn refused_each_way_out(t: &Task) {
+    for how in ["setsid", "fork", "nohup", "nested"] {
+        let said = t.said(&format!("{how}.out"), "rc=");
+        assert!(
+            said.contains("rc=1"),
+            "{how}: the allow went through: {said}"
+        );
+        assert!(
+            said.contains("can't be decided from here (it still waits, ")
+                && said.contains("runs inside the worker's PID namespace")
+                && said.contains(FIX_NS),
+            "{how}: {said}"
+        );
+    }
+}
+
 #[test]
 fn under_run_a_worker_that_leaves_its_session_still_cannot_allow_its_own_request() {
     if !fuse_ok() {
@@ -1731,19 +1751,7 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_allow_its_own_request
     );
     let t = Task::start(ZONES, &script);
     t.said("attempts.done", "done");
-    for how in ["setsid", "fork", "nohup", "nested"] {
-        let said = t.said(&format!("{how}.out"), "rc=");
-        assert!(
-            said.contains("rc=1"),
-            "{how}: the allow went through: {said}"
-        );
-        assert!(
-            said.contains("can't be decided from here (it still waits, ")
-                && said.contains("runs inside the worker's PID namespace")
-                && said.contains(FIX_NS),
-            "{how}: {said}"
-        );
-    }
+    refused_each_way_out(&t);
     let listed = t.call(r#"{"v":1,"op":"list"}"#);
     let reqs = listed["requests"].as_array().cloned().unwrap_or_default();
     assert_eq!(reqs.len(), 1, "still pending: {listed}");
@@ -1810,19 +1818,7 @@ fn under_run_a_worker_cannot_allow_its_own_request_by_id_alone() {
     );
     let t = Task::start_under(&wrap, ZONES, &script);
     t.said("attempts.done", "done");
-    for how in ["setsid", "fork", "nohup", "nested"] {
-        let said = t.said(&format!("{how}.out"), "rc=");
-        assert!(
-            said.contains("rc=1"),
-            "{how}: the allow went through: {said}"
-        );
-        assert!(
-            said.contains("can't be decided from here (it still waits, ")
-                && said.contains("runs inside the worker's PID namespace")
-                && said.contains(FIX_NS),
-            "{how}: {said}"
-        );
-    }
+    refused_each_way_out(&t);
     let listed = t.call(r#"{"v":1,"op":"list"}"#);
     assert_eq!(
         listed["requests"].as_array().map(Vec::len),
