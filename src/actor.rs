@@ -347,6 +347,17 @@ pub fn parse_stat(stat: &[u8]) -> Option<(Vec<u8>, u64)> {
 /// with the sequence number it was recorded under.
 pub type Trail = Vec<(u64, Actor)>;
 
+/// A trail carried to a new name by a rename numbered `seq`: its first
+/// and last change, both under the rename's number (the name had none of
+/// them before it).
+fn moved(t: &Trail, seq: u64) -> Trail {
+    let mut out: Trail = t.first().map(|(_, a)| (seq, a.clone())).into_iter().collect();
+    if t.len() > 1 {
+        out.extend(t.last().map(|(_, a)| (seq, a.clone())));
+    }
+    out
+}
+
 /// Each changed path's [`Trail`], by path (relative to the zone dir), and
 /// the marks (sequence numbers a checkpoint took with [`Trails::mark`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -453,17 +464,48 @@ impl Trails {
             for p in gone {
                 self.map.remove(&p);
             }
+            // What a checkpoint before the rename saw under `from` stays
+            // there (for `as_of` and `rewind`); the moved records start at
+            // the rename, so a rewind to before it drops them.
+            let mark = self.mark_before(seq);
             for p in below {
-                if let (Some(t), Ok(tail)) = (self.map.remove(&p), p.strip_prefix(from)) {
-                    self.map.insert(to.join(tail), t);
+                let (Some(t), Ok(tail)) = (self.map.remove(&p), p.strip_prefix(from)) else {
+                    continue;
+                };
+                let kept: Trail = t.iter().filter(|(s, _)| *s <= mark).cloned().collect();
+                self.map.insert(to.join(tail), moved(&t, seq));
+                if !kept.is_empty() {
+                    self.map.insert(p, kept);
                 }
             }
-            if let Some(t) = self.map.get(from).cloned() {
+            if let Some(t) = self.map.get(from) {
+                let t = moved(t, seq);
                 self.map.insert(to.to_path_buf(), t);
             }
         }
         self.change_at(from, seq, by.clone());
         self.change_at(to, seq, by);
+    }
+
+    /// Drop the changes after sequence number `seq` of `tree` and of
+    /// every path under it (a rewind of those paths to the mark `seq`).
+    pub fn rewind_tree(&mut self, tree: &Path, seq: u64) {
+        let under: Vec<PathBuf> = self
+            .map
+            .range::<Path, _>((Bound::Included(tree), Bound::Unbounded))
+            .map(|(p, _)| p)
+            .take_while(|p| p.starts_with(tree))
+            .cloned()
+            .collect();
+        for p in under {
+            if let Some(t) = self.map.get_mut(&p) {
+                t.retain(|(s, _)| *s <= seq);
+                if t.is_empty() {
+                    self.map.remove(&p);
+                }
+            }
+        }
+        self.seq = self.seq.max(seq);
     }
 
     /// `rel`'s first and last change, if it has a record.
@@ -486,6 +528,8 @@ impl Trails {
 
     /// [`Self::mark`] at a given sequence number (replaying a log).
     pub fn mark_at(&mut self, seq: u64) {
+        // Changes after it number higher, whatever was dropped since.
+        self.seq = self.seq.max(seq);
         if self.marks.last().is_none_or(|m| *m < seq) {
             self.marks.push(seq);
         }

@@ -5,13 +5,24 @@
 //! the fingerprints: a daemon killed loses none of what it answered).
 //!
 //! Lines: `{"s":SEQ,"p":PATH,"a":ACTOR}` a change of `p`;
-//! `{"s":SEQ,"p":FROM,"t":TO,"a":ACTOR}` a rename; `{"m":SEQ}` a mark (a
-//! checkpoint). A path that is not UTF-8 has its bytes in `p_b64`/`t_b64`.
+//! `{"s":SEQ,"p":FROM,"t":TO,"a":ACTOR}` a rename; `{"m":SEQ,"c":ID}` a
+//! mark (checkpoint ID; a stage made before marks carried ids has `m`
+//! alone); `{"r":SEQ,"c":ID}` a rewind to checkpoint ID (mark SEQ), and
+//! `{"r":SEQ,"c":ID,"p":PATH}` a rewind of `p` (and what is under it)
+//! only. A path that is not UTF-8 has its bytes in `p_b64`/`t_b64`.
 //! Read back in order, they give the same record. The file is rewritten
 //! from the record (atomically, once) when a commit or discard drops
 //! paths, and when it holds many more lines than the record has entries,
 //! so its size follows the paths changed, not the writes made.
+//!
+//! A checkpoint's mark is appended while the worker's changes are held
+//! still, before its layer is frozen; a rewind's line is appended while
+//! the rewind is journaled in the manifest, before the layers change, and
+//! again if the journal is found after a crash (a rewind line read twice
+//! gives the same record): the record and the view agree after a SIGKILL
+//! at any point.
 
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -30,10 +41,14 @@ const FILE: &str = "actors";
 /// entries (each entry is one to a few lines).
 const SLACK: usize = 4096;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, Default)]
 struct Line {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     m: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    r: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    c: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     s: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,13 +72,19 @@ impl Line {
     fn change(seq: u64, rel: &Path, a: &Actor) -> Line {
         let (p, p_b64) = Line::path(rel);
         Line {
-            m: None,
             s: Some(seq),
             p,
             p_b64,
-            t: None,
-            t_b64: None,
             a: Some(a.clone()),
+            ..Line::default()
+        }
+    }
+
+    fn mark(seq: u64, id: Option<u64>) -> Line {
+        Line {
+            m: Some(seq),
+            c: id,
+            ..Line::default()
         }
     }
 
@@ -84,6 +105,8 @@ pub struct StageActors {
 #[derive(Debug, Default)]
 struct Inner {
     trails: Trails,
+    /// Each checkpoint's mark: id → sequence number.
+    ids: BTreeMap<u64, u64>,
     /// Opened on the first change.
     log: Option<AppendLog>,
     lines: usize,
@@ -95,6 +118,7 @@ impl StageActors {
     pub fn open(zone_dir: &Path) -> io::Result<StageActors> {
         let path = zone_dir.join(FILE);
         let mut trails = Trails::default();
+        let mut ids = BTreeMap::new();
         let mut lines = 0;
         match std::fs::read(&path) {
             Ok(bytes) => {
@@ -104,7 +128,7 @@ impl StageActors {
                 for l in bytes[..used].split(|b| *b == b'\n') {
                     if let Ok(l) = serde_json::from_slice::<Line>(l) {
                         lines += 1;
-                        replay(&mut trails, l);
+                        replay(&mut trails, &mut ids, l);
                     }
                 }
             }
@@ -115,6 +139,7 @@ impl StageActors {
             path,
             inner: Mutex::new(Inner {
                 trails,
+                ids,
                 lines,
                 ..Inner::default()
             }),
@@ -190,33 +215,83 @@ impl StageActors {
         Ok(())
     }
 
-    /// Mark this point (for a checkpoint); its sequence number.
-    pub fn mark(&self) -> io::Result<u64> {
+    /// Mark this point for checkpoint `id` (the worker's changes held
+    /// still); its sequence number.
+    pub fn mark(&self, id: u64) -> io::Result<u64> {
         let mut k = self.inner.lock();
         let seq = k.trails.mark();
-        let line = Line {
-            m: Some(seq),
-            s: None,
-            p: None,
-            p_b64: None,
-            t: None,
-            t_b64: None,
-            a: None,
-        };
-        self.append(&mut k, &line)?;
+        k.ids.insert(id, seq);
+        self.append(&mut k, &Line::mark(seq, Some(id)))?;
         Ok(seq)
     }
 
-    /// The record as it was at mark `seq`.
-    pub fn as_of(&self, seq: u64) -> Trails {
-        self.inner.lock().trails.as_of(seq)
+    /// Checkpoint `id`'s mark, when it has one (a checkpoint taken before
+    /// marks carried ids has none).
+    pub fn mark_of(&self, id: u64) -> Option<u64> {
+        self.inner.lock().ids.get(&id).copied()
     }
 
-    /// Drop every change after mark `seq` (a rewind to it).
-    pub fn rewind(&self, seq: u64) -> io::Result<()> {
+    /// The record as it was at checkpoint `id` (None: it has no mark).
+    pub fn as_of(&self, id: u64) -> Option<Trails> {
+        let k = self.inner.lock();
+        let seq = k.ids.get(&id)?;
+        Some(k.trails.as_of(*seq))
+    }
+
+    /// Drop every change after checkpoint `id` (a whole rewind to it),
+    /// and the later checkpoints' marks. False when `id` has no mark (the
+    /// record is left as it is). Done twice, the same.
+    pub fn rewind(&self, id: u64) -> io::Result<bool> {
         let mut k = self.inner.lock();
+        let Some(seq) = k.ids.get(&id).copied() else {
+            return Ok(false);
+        };
         k.trails.rewind(seq);
-        self.rewrite(&mut k)
+        k.ids.retain(|c, _| *c <= id);
+        let line = Line {
+            r: Some(seq),
+            c: Some(id),
+            ..Line::default()
+        };
+        self.append(&mut k, &line)?;
+        Ok(true)
+    }
+
+    /// Make the record of `tree` (and of every path under it) what it was
+    /// at checkpoint `id` (a rewind of those paths). False when `id` has no
+    /// mark.
+    pub fn rewind_tree(&self, id: u64, tree: &Path) -> io::Result<bool> {
+        let mut k = self.inner.lock();
+        let Some(seq) = k.ids.get(&id).copied() else {
+            return Ok(false);
+        };
+        k.trails.rewind_tree(tree, seq);
+        let (p, p_b64) = Line::path(tree);
+        let line = Line {
+            r: Some(seq),
+            c: Some(id),
+            p,
+            p_b64,
+            ..Line::default()
+        };
+        self.append(&mut k, &line)?;
+        Ok(true)
+    }
+
+    /// Give each change of a report its first and last actor as recorded
+    /// at checkpoint `id` (None: now). A checkpoint with no mark: as now.
+    pub fn fill_at(&self, changes: &mut [Change], id: Option<u64>) {
+        match id.and_then(|id| self.as_of(id)) {
+            Some(then) => {
+                for c in changes {
+                    if let Some(fl) = then.first_last(&c.path) {
+                        c.first = Some(fl.first);
+                        c.last = Some(fl.last);
+                    }
+                }
+            }
+            None => self.fill(changes),
+        }
     }
 
     /// The whole record, as it is.
@@ -236,17 +311,16 @@ impl StageActors {
             .open(&tmp)?;
         let mut out = Vec::new();
         let mut lines = 0;
+        // The marks in order, each with the checkpoints that took it.
+        let mut marks: Vec<(u64, Option<u64>)> = k.ids.iter().map(|(c, m)| (*m, Some(*c))).collect();
         for m in k.trails.marks() {
-            Line {
-                m: Some(*m),
-                s: None,
-                p: None,
-                p_b64: None,
-                t: None,
-                t_b64: None,
-                a: None,
+            if !k.ids.values().any(|v| v == m) {
+                marks.push((*m, None));
             }
-            .write(&mut out)?;
+        }
+        marks.sort_unstable();
+        for (m, id) in marks {
+            Line::mark(m, id).write(&mut out)?;
             lines += 1;
         }
         for (p, trail) in k.trails.iter() {
@@ -268,10 +342,25 @@ impl StageActors {
     }
 }
 
-/// One line read back into `t`.
-fn replay(t: &mut Trails, l: Line) {
+/// One line read back into `t` (and the checkpoints' marks, `ids`).
+fn replay(t: &mut Trails, ids: &mut BTreeMap<u64, u64>, l: Line) {
     if let Some(m) = l.m {
         t.mark_at(m);
+        if let Some(id) = l.c {
+            ids.insert(id, m);
+        }
+        return;
+    }
+    if let Some(r) = l.r {
+        match l.p {
+            Some(p) => t.rewind_tree(&crate::text::path_from_json(&p, l.p_b64.as_deref()), r),
+            None => {
+                t.rewind(r);
+                if let Some(id) = l.c {
+                    ids.retain(|c, _| *c <= id);
+                }
+            }
+        }
         return;
     }
     let (Some(seq), Some(p), Some(a)) = (l.s, l.p, l.a) else {
@@ -312,7 +401,7 @@ mod tests {
             let s = StageActors::open(dir.path()).unwrap();
             s.change(Path::new("a"), &by(1)).unwrap();
             s.change(Path::new("a"), &by(2)).unwrap();
-            let m = s.mark().unwrap();
+            let m = s.mark(7).unwrap();
             s.change(Path::new("a"), &by(3)).unwrap();
             s.change(&odd, &by(4)).unwrap();
             s.rename(&odd, Path::new("d/b"), &by(5)).unwrap();
@@ -324,7 +413,8 @@ mod tests {
         assert_eq!(pids(&s, Path::new("a")), Some((1, 3)));
         assert_eq!(pids(&s, Path::new("d/b")), Some((4, 5)));
         assert_eq!(pids(&s, &odd), Some((4, 5)));
-        assert_eq!(s.as_of(2).first_last(Path::new("a")).unwrap().last.pid, 2);
+        assert_eq!(s.as_of(7).unwrap().first_last(Path::new("a")).unwrap().last.pid, 2);
+        assert!(s.as_of(8).is_none(), "no such checkpoint");
         let mut done = Change::plain(PathBuf::from("d/b"), Kind::Renamed);
         done.from = Some(odd.clone());
         s.forget(&[done], &[]).unwrap();
@@ -355,15 +445,92 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = StageActors::open(dir.path()).unwrap();
         s.change(Path::new("a"), &by(1)).unwrap();
-        let m = s.mark().unwrap();
+        s.mark(1).unwrap();
         s.change(Path::new("a"), &by(2)).unwrap();
         s.change(Path::new("b"), &by(3)).unwrap();
-        s.rewind(m).unwrap();
+        s.mark(2).unwrap();
+        assert!(s.rewind(1).unwrap());
+        assert_eq!(s.mark_of(2), None, "a later checkpoint's mark goes");
         s.change(Path::new("c"), &by(4)).unwrap();
         drop(s);
         let s = StageActors::open(dir.path()).unwrap();
         assert_eq!(pids(&s, Path::new("a")), Some((1, 1)));
         assert_eq!(pids(&s, Path::new("b")), None);
         assert_eq!(pids(&s, Path::new("c")), Some((4, 4)));
+    }
+
+    /// A rewind done twice (a crash after its line, the journal found at
+    /// the next mount) is one rewind; ids and marks outlive a rewrite.
+    #[test]
+    fn a_rewind_again_is_the_same_and_marks_outlive_a_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = StageActors::open(dir.path()).unwrap();
+        s.change(Path::new("a"), &by(1)).unwrap();
+        s.change(Path::new("gone"), &by(1)).unwrap();
+        s.mark(3).unwrap();
+        s.change(Path::new("a"), &by(2)).unwrap();
+        s.mark(4).unwrap();
+        s.change(Path::new("b"), &by(3)).unwrap();
+        // A rewrite (a commit of `gone`) keeps both marks and their ids.
+        s.forget(&[Change::plain(PathBuf::from("gone"), Kind::Added)], &[])
+            .unwrap();
+        drop(s);
+        let s = StageActors::open(dir.path()).unwrap();
+        assert!(s.mark_of(3).is_some() && s.mark_of(4).is_some());
+        let before = s.trails();
+        assert!(s.rewind(4).unwrap());
+        let once = s.trails();
+        assert_ne!(once, before);
+        assert!(s.rewind(4).unwrap());
+        assert_eq!(s.trails(), once);
+        drop(s);
+        let s = StageActors::open(dir.path()).unwrap();
+        assert_eq!(s.trails(), once);
+        assert_eq!(pids(&s, Path::new("a")), Some((1, 2)));
+        assert_eq!(pids(&s, Path::new("b")), None);
+        assert!(!s.rewind(9).unwrap(), "no mark: left as it is");
+    }
+
+    /// A rewind of some paths gives those paths (and what is under them)
+    /// their record at the checkpoint, and no other.
+    #[test]
+    fn a_rewind_of_a_tree_touches_only_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = StageActors::open(dir.path()).unwrap();
+        s.change(Path::new("d/x"), &by(1)).unwrap();
+        s.change(Path::new("e"), &by(1)).unwrap();
+        s.mark(1).unwrap();
+        s.change(Path::new("d/x"), &by(2)).unwrap();
+        s.change(Path::new("d/new"), &by(2)).unwrap();
+        s.change(Path::new("e"), &by(2)).unwrap();
+        assert!(s.rewind_tree(1, Path::new("d")).unwrap());
+        drop(s);
+        let s = StageActors::open(dir.path()).unwrap();
+        assert_eq!(pids(&s, Path::new("d/x")), Some((1, 1)));
+        assert_eq!(pids(&s, Path::new("d/new")), None);
+        assert_eq!(pids(&s, Path::new("e")), Some((1, 2)), "not rewound");
+    }
+
+    /// Renames after a checkpoint: rewound to it, each name has the record
+    /// it had then (the new names none, the old ones theirs).
+    #[test]
+    fn renames_after_a_checkpoint_rewind_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = StageActors::open(dir.path()).unwrap();
+        s.change(Path::new("d"), &by(1)).unwrap();
+        s.change(Path::new("d/x"), &by(1)).unwrap();
+        s.mark(1).unwrap();
+        let then = s.trails();
+        s.rename(Path::new("d"), Path::new("e"), &by(2)).unwrap();
+        s.change(Path::new("e/x"), &by(3)).unwrap();
+        assert_eq!(pids(&s, Path::new("e/x")), Some((1, 3)), "carried");
+        assert_eq!(pids(&s, Path::new("e")), Some((1, 2)));
+        assert!(s.rewind(1).unwrap());
+        assert_eq!(s.trails().iter().collect::<Vec<_>>(), then.iter().collect::<Vec<_>>());
+        drop(s);
+        let s = StageActors::open(dir.path()).unwrap();
+        assert_eq!(pids(&s, Path::new("d/x")), Some((1, 1)));
+        assert_eq!(pids(&s, Path::new("e")), None);
+        assert_eq!(pids(&s, Path::new("e/x")), None);
     }
 }
