@@ -342,9 +342,10 @@ pub fn parse_stat(stat: &[u8]) -> Option<(Vec<u8>, u64)> {
     Some((comm, start))
 }
 
-/// One path's kept changes, oldest first: its first change, the last
-/// change before each mark its changes crossed, and its last change; each
-/// with the sequence number it was recorded under.
+/// One path's kept changes, oldest first: between two marks its changes
+/// crossed (and before the first, and after the last), the first and the
+/// last change there; each with the sequence number it was recorded
+/// under.
 pub type Trail = Vec<(u64, Actor)>;
 
 /// A trail carried to a new name by a rename numbered `seq`: its first
@@ -415,11 +416,12 @@ impl Trails {
             }
             Some(t) => {
                 let n = t.len();
-                match t.last_mut() {
-                    // The last change is newer than the latest mark: replace
-                    // it (the first stays).
-                    Some(last) if n >= 2 && last.0 > mark => *last = (seq, by),
-                    _ => t.push((seq, by)),
+                // The last two changes are newer than the latest mark:
+                // the last is replaced (the first after the mark stays).
+                if n >= 2 && t[n - 2].0 > mark {
+                    t[n - 1] = (seq, by);
+                } else {
+                    t.push((seq, by));
                 }
             }
         }
@@ -558,30 +560,42 @@ impl Trails {
     /// Drop the records of `exact` (those paths only) and of `trees` (with
     /// everything under them): what a commit or discard cleared.
     pub fn forget(&mut self, exact: &[PathBuf], trees: &[PathBuf]) -> bool {
-        let before = self.map.len();
-        for p in exact {
-            self.map.remove(p);
-        }
+        self.forget_upto(exact, trees, None)
+    }
+
+    /// [`Self::forget`] of the changes up to sequence number `upto` only
+    /// (none: all): what a `commit --upto` applied; a path changed after
+    /// it keeps those later changes (its first now the first after it).
+    pub fn forget_upto(&mut self, exact: &[PathBuf], trees: &[PathBuf], upto: Option<u64>) -> bool {
+        let before: usize = self.map.values().map(Vec::len).sum();
+        let mut gone: Vec<PathBuf> = exact.to_vec();
         for t in trees {
-            if t.as_os_str().is_empty() {
-                self.map.clear();
-                break;
-            }
-            let under: Vec<PathBuf> = self
-                .map
-                .range::<Path, _>((Bound::Included(t.as_path()), Bound::Unbounded))
-                .map(|(p, _)| p)
-                .take_while(|p| p.starts_with(t))
-                .cloned()
-                .collect();
-            for p in under {
-                self.map.remove(&p);
+            gone.extend(
+                self.map
+                    .range::<Path, _>((Bound::Included(t.as_path()), Bound::Unbounded))
+                    .map(|(p, _)| p)
+                    .take_while(|p| p.starts_with(t))
+                    .cloned(),
+            );
+        }
+        for p in gone {
+            match (upto, self.map.get_mut(&p)) {
+                (Some(seq), Some(t)) => {
+                    t.retain(|(s, _)| *s > seq);
+                    if t.is_empty() {
+                        self.map.remove(&p);
+                    }
+                }
+                (None, Some(_)) => {
+                    self.map.remove(&p);
+                }
+                (_, None) => {}
             }
         }
         if self.map.len() < PATHS_MAX {
             self.full = false;
         }
-        self.map.len() != before
+        self.map.values().map(Vec::len).sum::<usize>() != before
     }
 }
 

@@ -137,9 +137,15 @@ fn marks_keep_what_a_rewind_needs() {
     assert_eq!(first_last(&then, "b"), None);
     assert_eq!(
         t.iter().next().unwrap().1.len(),
-        3,
-        "first, before the mark, last"
+        4,
+        "first and last before the mark, first and last after it"
     );
+    let mut after = t.clone();
+    after.change(Path::new("a"), who(8, "eight"));
+    assert_eq!(after.iter().next().unwrap().1.len(), 4, "the last replaced");
+    after.forget_upto(&[PathBuf::from("a"), PathBuf::from("b")], &[], Some(m1));
+    assert_eq!(first_last(&after, "a"), Some((4, 8)), "the changes after the mark");
+    assert_eq!(first_last(&after, "b"), Some((6, 6)));
     t.rewind(m1);
     assert_eq!(t, then);
     // Numbers go on after a rewind.

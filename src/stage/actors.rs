@@ -198,6 +198,18 @@ impl StageActors {
     /// dropped (and of their renames' sources), and of the `trees` a
     /// discard named whole; the file is rewritten once.
     pub fn forget(&self, done: &[Change], trees: &[PathBuf]) -> io::Result<()> {
+        self.forget_upto(done, trees, None)
+    }
+
+    /// [`Self::forget`] of the changes up to checkpoint `upto` only (none:
+    /// all; what `commit --upto` applied): a path changed after it keeps
+    /// the record of those later changes.
+    pub fn forget_upto(
+        &self,
+        done: &[Change],
+        trees: &[PathBuf],
+        upto: Option<u64>,
+    ) -> io::Result<()> {
         let mut exact: Vec<PathBuf> = Vec::new();
         let mut whole: Vec<PathBuf> = trees.to_vec();
         for c in done {
@@ -209,7 +221,13 @@ impl StageActors {
             }
         }
         let mut k = self.inner.lock();
-        if k.trails.forget(&exact, &whole) {
+        let seq = match upto {
+            // A checkpoint without a mark: the whole record of those paths
+            // goes, as before marks carried ids.
+            Some(id) => k.ids.get(&id).copied(),
+            None => None,
+        };
+        if k.trails.forget_upto(&exact, &whole, seq) {
             self.rewrite(&mut k)?;
         }
         Ok(())
