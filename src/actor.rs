@@ -351,7 +351,7 @@ pub type Trail = Vec<(u64, Actor)>;
 /// A trail carried to a new name by a rename numbered `seq`: its first
 /// and last change, both under the rename's number (the name had none of
 /// them before it).
-fn moved(t: &Trail, seq: u64) -> Trail {
+fn moved(t: &[(u64, Actor)], seq: u64) -> Trail {
     let mut out: Trail = t.first().map(|(_, a)| (seq, a.clone())).into_iter().collect();
     if t.len() > 1 {
         out.extend(t.last().map(|(_, a)| (seq, a.clone())));
@@ -364,6 +364,10 @@ fn moved(t: &Trail, seq: u64) -> Trail {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Trails {
     map: BTreeMap<PathBuf, Trail>,
+    /// The sequence numbers at which a path's record was replaced (a
+    /// rename over it) while a mark still needed the record before: its
+    /// first and last are those from the latest on.
+    starts: BTreeMap<PathBuf, Vec<u64>>,
     marks: Vec<u64>,
     /// The last sequence number given.
     seq: u64,
@@ -463,56 +467,119 @@ impl Trails {
                 .take_while(|p| p.starts_with(to))
                 .cloned()
                 .collect();
-            for p in gone {
-                self.map.remove(&p);
-            }
-            // What a checkpoint before the rename saw under `from` stays
-            // there (for `as_of` and `rewind`); the moved records start at
-            // the rename, so a rewind to before it drops them.
+            // What a checkpoint before the rename saw stays with each
+            // name (for `as_of` and `rewind`), behind a start; the moved
+            // records start at the rename, so a rewind to before it drops
+            // them.
             let mark = self.mark_before(seq);
+            for p in gone {
+                self.replace(&p, mark, seq);
+            }
             for p in below {
-                let (Some(t), Ok(tail)) = (self.map.remove(&p), p.strip_prefix(from)) else {
+                let Ok(tail) = p.strip_prefix(from) else {
                     continue;
                 };
-                let kept: Trail = t.iter().filter(|(s, _)| *s <= mark).cloned().collect();
-                self.map.insert(to.join(tail), moved(&t, seq));
-                if !kept.is_empty() {
-                    self.map.insert(p, kept);
-                }
+                let carried = moved(self.current(&p), seq);
+                self.replace(&p, mark, seq);
+                self.map.entry(to.join(tail)).or_default().extend(carried);
             }
-            if let Some(t) = self.map.get(from) {
-                let t = moved(t, seq);
-                self.map.insert(to.to_path_buf(), t);
+            let carried = moved(self.current(from), seq);
+            if !carried.is_empty() {
+                self.map.entry(to.to_path_buf()).or_default().extend(carried);
             }
         }
         self.change_at(from, seq, by.clone());
         self.change_at(to, seq, by);
     }
 
-    /// Drop the changes after sequence number `seq` of `tree` and of
-    /// every path under it (a rewind of those paths to the mark `seq`).
-    pub fn rewind_tree(&mut self, tree: &Path, seq: u64) {
-        let under: Vec<PathBuf> = self
-            .map
-            .range::<Path, _>((Bound::Included(tree), Bound::Unbounded))
-            .map(|(p, _)| p)
-            .take_while(|p| p.starts_with(tree))
-            .cloned()
-            .collect();
-        for p in under {
+    /// `rel`'s record replaced at `seq` (a rename over it): dropped, but
+    /// for what the latest mark (`mark`) needs, kept behind a start.
+    fn replace(&mut self, rel: &Path, mark: u64, seq: u64) {
+        let Some(t) = self.map.get_mut(rel) else {
+            return;
+        };
+        t.retain(|(s, _)| *s <= mark);
+        if t.is_empty() {
+            self.map.remove(rel);
+            self.starts.remove(rel);
+        } else {
+            self.start_at(rel, seq);
+        }
+    }
+
+    /// A start of `rel`'s record at `seq` (replaying a log).
+    pub fn start_at(&mut self, rel: &Path, seq: u64) {
+        let s = self.starts.entry(rel.to_path_buf()).or_default();
+        if s.last().is_none_or(|l| *l < seq) {
+            s.push(seq);
+        }
+    }
+
+    /// Each path's starts (see [`Self::start_at`]), in path order.
+    pub fn starts(&self) -> impl Iterator<Item = (&PathBuf, &Vec<u64>)> {
+        self.starts.iter()
+    }
+
+    /// `rel`'s trail from its latest start.
+    fn current(&self, rel: &Path) -> &[(u64, Actor)] {
+        let Some(t) = self.map.get(rel) else {
+            return &[];
+        };
+        let start = self
+            .starts
+            .get(rel)
+            .and_then(|s| s.last())
+            .copied()
+            .unwrap_or(0);
+        &t[t.partition_point(|(s, _)| *s < start)..]
+    }
+
+    /// Keep only what `keep` says of the trails of `paths` (and their
+    /// starts); a path left with no change loses its record.
+    fn retain_in(&mut self, paths: Vec<PathBuf>, keep: impl Fn(u64) -> bool) {
+        for p in paths {
             if let Some(t) = self.map.get_mut(&p) {
-                t.retain(|(s, _)| *s <= seq);
+                t.retain(|(s, _)| keep(*s));
                 if t.is_empty() {
                     self.map.remove(&p);
                 }
             }
+            match self.starts.get_mut(&p) {
+                Some(s) if self.map.contains_key(&p) => {
+                    s.retain(|s| keep(*s));
+                    if s.is_empty() {
+                        self.starts.remove(&p);
+                    }
+                }
+                Some(_) => {
+                    self.starts.remove(&p);
+                }
+                None => {}
+            }
         }
+    }
+
+    /// The paths with a record at or under `tree`.
+    fn under(&self, tree: &Path) -> Vec<PathBuf> {
+        self.map
+            .range::<Path, _>((Bound::Included(tree), Bound::Unbounded))
+            .map(|(p, _)| p)
+            .take_while(|p| p.starts_with(tree))
+            .cloned()
+            .collect()
+    }
+
+    /// Drop the changes after sequence number `seq` of `tree` and of
+    /// every path under it (a rewind of those paths to the mark `seq`).
+    pub fn rewind_tree(&mut self, tree: &Path, seq: u64) {
+        let under = self.under(tree);
+        self.retain_in(under, |s| s <= seq);
         self.seq = self.seq.max(seq);
     }
 
     /// `rel`'s first and last change, if it has a record.
     pub fn first_last(&self, rel: &Path) -> Option<FirstLast> {
-        let t = self.map.get(rel)?;
+        let t = self.current(rel);
         Some(FirstLast {
             first: t.first()?.1.clone(),
             last: t.last()?.1.clone(),
@@ -549,10 +616,8 @@ impl Trails {
     /// marks go. Renames after `seq` are not undone: their paths keep
     /// the record they had before it, if any.
     pub fn rewind(&mut self, seq: u64) {
-        self.map.retain(|_, t| {
-            t.retain(|(s, _)| *s <= seq);
-            !t.is_empty()
-        });
+        let all: Vec<PathBuf> = self.map.keys().cloned().collect();
+        self.retain_in(all, |s| s <= seq);
         self.marks.retain(|m| *m <= seq);
         self.seq = self.seq.max(seq);
     }
@@ -570,28 +635,10 @@ impl Trails {
         let before: usize = self.map.values().map(Vec::len).sum();
         let mut gone: Vec<PathBuf> = exact.to_vec();
         for t in trees {
-            gone.extend(
-                self.map
-                    .range::<Path, _>((Bound::Included(t.as_path()), Bound::Unbounded))
-                    .map(|(p, _)| p)
-                    .take_while(|p| p.starts_with(t))
-                    .cloned(),
-            );
+            gone.extend(self.under(t));
         }
-        for p in gone {
-            match (upto, self.map.get_mut(&p)) {
-                (Some(seq), Some(t)) => {
-                    t.retain(|(s, _)| *s > seq);
-                    if t.is_empty() {
-                        self.map.remove(&p);
-                    }
-                }
-                (None, Some(_)) => {
-                    self.map.remove(&p);
-                }
-                (_, None) => {}
-            }
-        }
+        let upto = upto.unwrap_or(u64::MAX);
+        self.retain_in(gone, |s| s > upto);
         if self.map.len() < PATHS_MAX {
             self.full = false;
         }

@@ -758,3 +758,107 @@ fn changes_since_a_checkpoint_name_who_made_them() {
         text.describe()
     );
 }
+
+/// Each change `changes --json ARGS...` lists, by path: its kind and the
+/// argv of its first and last change.
+fn who_changed(m: &TestMount, args: &[&str]) -> std::collections::BTreeMap<String, String> {
+    let mut all = vec!["changes", "--json"];
+    all.extend(args);
+    let out = m.zonemount(&all);
+    assert!(out.success(), "changes {args:?}: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    v["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|z| z["changes"].as_array().unwrap().clone())
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_owned(),
+                format!(
+                    "{} first [{}] last [{}]",
+                    c["kind"].as_str().unwrap(),
+                    c["first"]["argv"].as_str().unwrap_or("none"),
+                    c["last"]["argv"].as_str().unwrap_or("none")
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Programs change files across checkpoints; a rewind (whole, of a path,
+/// through a killed daemon, finished from its journal at the next mount)
+/// leaves `changes` naming who made each change as it did at that
+/// checkpoint; `--between` names them as at its end.
+#[test]
+fn a_rewind_rewinds_who_changed_what_through_a_killed_daemon() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = staged(&[]).mount();
+    let mp = mnt(&m);
+    sh(&m, "echo one | tee f a > /dev/null");
+    let one = checkpoint(&m, "one");
+    let at_one = who_changed(&m, &[&mp]);
+    assert_eq!(
+        at_one["f"], "modified first [tee f a] last [tee f a]",
+        "{at_one:?}"
+    );
+    sh(
+        &m,
+        "sed -i s/one/two/ f && dd if=/dev/zero of=b bs=1 count=1 status=none && mv a c && rm d/y",
+    );
+    let two = checkpoint(&m, "two");
+    let at_two = who_changed(&m, &[&mp]);
+    let view_two = view(&m);
+    // sed -i renames its new file over f: the record is the new file's.
+    assert_eq!(
+        at_two["f"],
+        "modified first [sed -i s/one/two/ f] last [sed -i s/one/two/ f]"
+    );
+    assert_eq!(at_two["c"], "added first [tee f a] last [mv a c]");
+    sh(&m, "cp c f && truncate -s 1 d/sub/z && cp c b");
+    let now = who_changed(&m, &[&mp]);
+    assert_eq!(now["f"], "modified first [sed -i s/one/two/ f] last [cp c f]");
+    assert_eq!(now["b"], "added first [dd if=/dev/zero of=b bs=1 count=1 status=none] last [cp c b]");
+    // Between the two checkpoints: who made them, as at the second.
+    let between = who_changed(&m, &["--between", &one.to_string(), &two.to_string(), &mp]);
+    assert_eq!(between["f"], at_two["f"], "{between:?}");
+    // A path rewound: its record as at the checkpoint; the others stay.
+    rewind(&m, two, &["/work/f"]);
+    let got = who_changed(&m, &[&mp]);
+    assert_eq!(got["f"], at_two["f"]);
+    assert_eq!(got["d/sub/z"], now["d/sub/z"]);
+    // Whole: as at the checkpoint.
+    rewind(&m, two, &[]);
+    assert_eq!(view(&m), view_two);
+    assert_eq!(who_changed(&m, &[&mp]), at_two);
+    // A killed daemon and a remount: the same.
+    let pids = daemon_pids_for(m.mountpoint());
+    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
+    let _ = run(
+        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(wait_unmounted(m.mountpoint()), "the killed daemon's mount stayed");
+    let stage = m.root().join("stage").to_string_lossy().into_owned();
+    assert_eq!(who_changed(&m, &[&stage]), at_two, "offline");
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(who_changed(&m, &[&mp]), at_two);
+    // A rewind cut short by a SIGKILL right after its journal: finished
+    // at the next mount, the record with it.
+    sh(&m, "echo later > later && echo three > f");
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    set_pending(&m, serde_json::json!({"op": "rewind", "to": one}));
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(who_changed(&m, &[&mp]), at_one);
+    // And the record goes on: a later change is named.
+    sh(&m, "touch after");
+    assert_eq!(
+        who_changed(&m, &[&mp])["after"],
+        "added first [touch after] last [touch after]"
+    );
+}

@@ -183,3 +183,32 @@ fn forget_drops_paths_and_trees_only() {
     t.forget(&[], &[PathBuf::new()]);
     assert!(t.is_empty());
 }
+
+/// A rename over a path after a mark (`sed -i`, an editor's save): now the
+/// path's record is the new file's; rewound to the mark, the one before.
+#[test]
+fn a_rename_over_a_path_after_a_mark_keeps_its_record_for_a_rewind() {
+    let mut t = Trails::default();
+    t.change(Path::new("f"), who(1, "tee"));
+    t.change(Path::new("d/x"), who(1, "tee"));
+    let m = t.mark();
+    let then = t.clone();
+    t.change(Path::new("tmp"), who(2, "sed"));
+    t.rename(Path::new("tmp"), Path::new("f"), who(2, "sed"));
+    t.change(Path::new("e/x"), who(3, "mk"));
+    t.rename(Path::new("e"), Path::new("d"), who(4, "mv"));
+    assert_eq!(first_last(&t, "f"), Some((2, 2)), "the new file's");
+    assert_eq!(first_last(&t, "d/x"), Some((3, 3)), "replaced by e/x");
+    t.change(Path::new("f"), who(5, "cp"));
+    assert_eq!(first_last(&t, "f"), Some((2, 5)));
+    let mut rewound = t.clone();
+    rewound.rewind(m);
+    assert_eq!(first_last(&rewound, "f"), Some((1, 1)));
+    assert_eq!(first_last(&rewound, "d/x"), Some((1, 1)));
+    assert_eq!(first_last(&rewound, "tmp"), None);
+    assert_eq!(first_last(&rewound, "e/x"), None);
+    assert_eq!(rewound.iter().collect::<Vec<_>>(), then.iter().collect::<Vec<_>>());
+    // A commit of everything up to the mark: the changes after it stay.
+    t.forget_upto(&[PathBuf::from("f")], &[], Some(m));
+    assert_eq!(first_last(&t, "f"), Some((2, 5)));
+}

@@ -9,7 +9,9 @@
 //! mark (checkpoint ID; a stage made before marks carried ids has `m`
 //! alone); `{"r":SEQ,"c":ID}` a rewind to checkpoint ID (mark SEQ), and
 //! `{"r":SEQ,"c":ID,"p":PATH}` a rewind of `p` (and what is under it)
-//! only. A path that is not UTF-8 has its bytes in `p_b64`/`t_b64`.
+//! only; `{"x":SEQ,"p":PATH}` (written by a rewrite) the record of `p`
+//! started afresh at SEQ (a rename over it: what came before is kept for
+//! a checkpoint). A path that is not UTF-8 has its bytes in `p_b64`/`t_b64`.
 //! Read back in order, they give the same record. The file is rewritten
 //! from the record (atomically, once) when a commit or discard drops
 //! paths, and when it holds many more lines than the record has entries,
@@ -47,6 +49,8 @@ struct Line {
     m: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     r: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    x: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     c: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -341,10 +345,26 @@ impl StageActors {
             Line::mark(m, id).write(&mut out)?;
             lines += 1;
         }
+        let mut starts = k.trails.starts().peekable();
         for (p, trail) in k.trails.iter() {
             for (seq, a) in trail {
                 Line::change(*seq, p, a).write(&mut out)?;
                 lines += 1;
+            }
+            // (A start without a trail goes with it.)
+            while starts.next_if(|(q, _)| *q < p).is_some() {}
+            if let Some((_, list)) = starts.next_if(|(q, _)| *q == p) {
+                for x in list {
+                    let (lp, p_b64) = Line::path(p);
+                    Line {
+                        x: Some(*x),
+                        p: lp,
+                        p_b64,
+                        ..Line::default()
+                    }
+                    .write(&mut out)?;
+                    lines += 1;
+                }
             }
             if out.len() > 1 << 20 {
                 f.write_all(&out)?;
@@ -367,6 +387,10 @@ fn replay(t: &mut Trails, ids: &mut BTreeMap<u64, u64>, l: Line) {
         if let Some(id) = l.c {
             ids.insert(id, m);
         }
+        return;
+    }
+    if let (Some(x), Some(p)) = (l.x, &l.p) {
+        t.start_at(&crate::text::path_from_json(p, l.p_b64.as_deref()), x);
         return;
     }
     if let Some(r) = l.r {
@@ -550,5 +574,26 @@ mod tests {
         assert_eq!(pids(&s, Path::new("d/x")), Some((1, 1)));
         assert_eq!(pids(&s, Path::new("e")), None);
         assert_eq!(pids(&s, Path::new("e/x")), None);
+    }
+
+    /// A rename over a path after a checkpoint, read back after a rewrite:
+    /// the path's record now, and at the checkpoint, are still right.
+    #[test]
+    fn a_rename_over_a_path_survives_a_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = StageActors::open(dir.path()).unwrap();
+        s.change(Path::new("f"), &by(1)).unwrap();
+        s.change(Path::new("x"), &by(1)).unwrap();
+        s.mark(1).unwrap();
+        s.change(Path::new("tmp"), &by(2)).unwrap();
+        s.rename(Path::new("tmp"), Path::new("f"), &by(2)).unwrap();
+        // A rewrite (a discard of x).
+        s.forget(&[Change::plain(PathBuf::from("x"), Kind::Added)], &[])
+            .unwrap();
+        drop(s);
+        let s = StageActors::open(dir.path()).unwrap();
+        assert_eq!(pids(&s, Path::new("f")), Some((2, 2)));
+        assert!(s.rewind(1).unwrap());
+        assert_eq!(pids(&s, Path::new("f")), Some((1, 1)));
     }
 }
