@@ -862,3 +862,60 @@ fn a_rewind_rewinds_who_changed_what_through_a_killed_daemon() {
         "added first [touch after] last [touch after]"
     );
 }
+
+/// A staged zone `work` in a project file that says
+/// `sandbox.max_checkpoints: 2`; `extra` mount arguments.
+fn staged_keeping_two(extra: &[&str]) -> Setup {
+    let mut s = Setup::new(
+        "sandbox:\n  mode: direct\n  max_checkpoints: 2\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n",
+    )
+    .backing_dir("work", "b")
+    .file("work", "f", "old\n");
+    let stage = s.root().join("stage");
+    s = s.arg("--stage-dir").arg(&stage.to_string_lossy());
+    for a in extra {
+        s = s.arg(a);
+    }
+    s
+}
+
+/// The project file's `max_checkpoints` bounds the checkpoints kept (and
+/// `--max-checkpoints` overrides it); past it the oldest merge, and a
+/// rewind to a checkpoint kept still names who made each change as then.
+#[test]
+fn the_project_file_bounds_the_checkpoints_and_merges_keep_who_changed_what() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged_keeping_two(&[]).mount();
+    let mp = mnt(&m);
+    let mut taken = Vec::new();
+    for step in [
+        "echo 1 | tee f > /dev/null",
+        "echo 2 > g",
+        "dd if=/dev/zero of=f bs=1 count=2 status=none",
+        "echo 4 | tee h > /dev/null",
+    ] {
+        sh(&m, step);
+        taken.push((checkpoint(&m, step), who_changed(&m, &[&mp]), view(&m)));
+    }
+    let kept: Vec<u64> = listed(&m, &mp).iter().map(|c| c.0).collect();
+    assert_eq!(kept, [taken[2].0, taken[3].0], "the two newest kept");
+    sh(&m, "echo 5 > f && rm g");
+    let (id, who, at) = &taken[2];
+    rewind(&m, *id, &[]);
+    assert_eq!(&view(&m), at);
+    assert_eq!(&who_changed(&m, &[&mp]), who, "who changed what at {id}");
+    assert_eq!(
+        who["f"],
+        "modified first [tee f] last [dd if=/dev/zero of=f bs=1 count=2 status=none]"
+    );
+    drop(m);
+    // The command line wins over the file.
+    let m = staged_keeping_two(&["--max-checkpoints", "3"]).mount();
+    for step in ["echo 1 > f", "echo 2 > f", "echo 3 > f", "echo 4 > f"] {
+        sh(&m, step);
+        checkpoint(&m, step);
+    }
+    assert_eq!(listed(&m, &mnt(&m)).len(), 3);
+}
