@@ -919,3 +919,88 @@ fn the_project_file_bounds_the_checkpoints_and_merges_keep_who_changed_what() {
     }
     assert_eq!(listed(&m, &mnt(&m)).len(), 3);
 }
+
+/// An `npm install` (of a package the test packs itself: no network) is
+/// one step of a checkpointed task: rewound to after it, the installed
+/// tree is back byte for byte and node loads the package; rewound to
+/// before it, nothing of it is left.
+#[test]
+fn an_npm_install_step_rewinds_to_before_and_after_it() {
+    if !fuse_ok() || !require(Need::Tool("npm")) || !require(Need::Tool("node")) {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    // The package, made and packed outside the zone.
+    let src = m.root().join("tiny");
+    fs::create_dir_all(src.join("lib")).unwrap();
+    fs::write(
+        src.join("package.json"),
+        r#"{"name": "tiny", "version": "1.0.0", "main": "index.js", "license": "MIT"}"#,
+    )
+    .unwrap();
+    fs::write(
+        src.join("index.js"),
+        "module.exports = require('./lib/greet')('tiny');\n",
+    )
+    .unwrap();
+    fs::write(
+        src.join("lib/greet.js"),
+        "module.exports = (n) => 'hello from ' + n;\n",
+    )
+    .unwrap();
+    let cache = m.root().join("npm-cache").to_string_lossy().into_owned();
+    let env = [
+        ("npm_config_cache", cache.as_str()),
+        ("npm_config_update_notifier", "false"),
+        ("npm_config_audit", "false"),
+        ("npm_config_fund", "false"),
+    ];
+    let dest = m.root().to_string_lossy().into_owned();
+    let out = sh_at(&src, &format!("npm pack --silent --pack-destination '{dest}'"), &env);
+    assert!(out.success(), "npm pack: {}", out.describe());
+    let tgz = m.root().join("tiny-1.0.0.tgz");
+    assert!(tgz.exists(), "npm pack made no tarball: {}", out.describe());
+    // The task: a project, then the install, then a step that breaks it.
+    sh(
+        &m,
+        r#"echo '{"name": "app", "version": "1.0.0", "private": true}' > package.json"#,
+    );
+    let project = checkpoint(&m, "project");
+    let at_project = view(&m);
+    let out = m.sh_in(
+        "work",
+        &format!(
+            "npm install --offline --no-audit --no-fund --loglevel=error '{}'",
+            tgz.display()
+        ),
+        &env,
+    );
+    assert!(out.success(), "npm install: {}", out.describe());
+    let load = "node -e \"console.log(require('tiny'))\"";
+    let out = m.sh_in("work", load, &env);
+    assert_eq!(out.stdout.trim(), "hello from tiny", "{}", out.describe());
+    assert!(m.path("work/package-lock.json").exists());
+    let installed = checkpoint(&m, "npm install");
+    let at_installed = view(&m);
+    assert!(
+        at_installed.iter().any(|l| l.starts_with("node_modules/tiny/lib/greet.js:")),
+        "{at_installed:#?}"
+    );
+    sh(&m, "rm -r node_modules/tiny/lib && echo '{}' > package.json");
+    let out = m.sh_in("work", load, &env);
+    assert!(!out.success(), "the package is broken: {}", out.describe());
+    rewind(&m, installed, &[]);
+    assert_eq!(view(&m), at_installed, "the view after the install");
+    let out = m.sh_in("work", load, &env);
+    assert_eq!(out.stdout.trim(), "hello from tiny", "{}", out.describe());
+    rewind(&m, project, &[]);
+    assert_eq!(view(&m), at_project, "the view before the install");
+    assert!(!m.path("work/node_modules").exists());
+    assert_eq!(
+        tree_listing(&backing, true),
+        before,
+        "checkpoint and rewind touched the backing dir"
+    );
+}
