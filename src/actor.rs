@@ -604,6 +604,31 @@ impl Trails {
         }
     }
 
+    /// Keep only the marks `keep` says (those of checkpoints still kept),
+    /// and of each trail only what they need: between two marks left
+    /// (and a path's starts), the first and last change there.
+    pub fn drop_marks(&mut self, keep: impl Fn(u64) -> bool) {
+        self.marks.retain(|m| keep(*m));
+        let marks = &self.marks;
+        for (p, t) in self.map.iter_mut() {
+            let starts = self.starts.get(p);
+            let group = |s: u64| {
+                (
+                    marks.partition_point(|m| *m < s),
+                    starts.map_or(0, |st| st.partition_point(|x| *x <= s)),
+                )
+            };
+            let groups: Vec<_> = t.iter().map(|(s, _)| group(*s)).collect();
+            let mut i = 0;
+            t.retain(|_| {
+                let g = groups[i];
+                let inner = i > 0 && groups[i - 1] == g && groups.get(i + 1) == Some(&g);
+                i += 1;
+                !inner
+            });
+        }
+    }
+
     /// The record as it was at sequence number `seq` (exact at a mark).
     pub fn as_of(&self, seq: u64) -> Trails {
         let mut t = self.clone();

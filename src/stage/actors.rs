@@ -43,6 +43,10 @@ const FILE: &str = "actors";
 /// entries (each entry is one to a few lines).
 const SLACK: usize = 4096;
 
+/// Trim the marks of checkpoints no longer kept when there are this many
+/// more than twice the kept ones.
+const MARKS_SLACK: usize = 16;
+
 #[derive(Serialize, Deserialize, Default)]
 struct Line {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,6 +318,21 @@ impl StageActors {
             }
             None => self.fill(changes),
         }
+    }
+
+    /// Only checkpoints `kept` are left (the others merged, committed or
+    /// discarded): their marks go; once they are many, the record is
+    /// trimmed to what the kept ones need and the file rewritten (so a
+    /// task checkpointed at every step keeps a bounded record).
+    pub fn keep_checkpoints(&self, kept: &[u64]) -> io::Result<()> {
+        let mut k = self.inner.lock();
+        k.ids.retain(|id, _| kept.contains(id));
+        let live: Vec<u64> = k.ids.values().copied().collect();
+        if k.trails.marks().len() <= 2 * live.len() + MARKS_SLACK {
+            return Ok(());
+        }
+        k.trails.drop_marks(|m| live.contains(&m));
+        self.rewrite(&mut k)
     }
 
     /// The whole record, as it is.
@@ -595,5 +614,35 @@ mod tests {
         assert_eq!(pids(&s, Path::new("f")), Some((2, 2)));
         assert!(s.rewind(1).unwrap());
         assert_eq!(pids(&s, Path::new("f")), Some((1, 1)));
+    }
+
+    /// A task checkpointed at every step, its oldest checkpoints merged
+    /// away: the record stays bounded, and right at each kept checkpoint.
+    #[test]
+    fn marks_of_checkpoints_merged_away_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = StageActors::open(dir.path()).unwrap();
+        for id in 1..=300u64 {
+            s.change(Path::new("f"), &by(id as u32)).unwrap();
+            s.mark(id).unwrap();
+            let kept: Vec<u64> = (id.saturating_sub(2).max(1)..=id).collect();
+            s.keep_checkpoints(&kept).unwrap();
+        }
+        s.change(Path::new("f"), &by(301)).unwrap();
+        let t = s.trails();
+        assert!(t.marks().len() <= 2 * 3 + MARKS_SLACK, "{:?}", t.marks());
+        let len = t.iter().next().unwrap().1.len();
+        assert!(len <= 2 * (t.marks().len() + 1), "{len} entries");
+        let check = |s: &StageActors| {
+            assert_eq!(pids(s, Path::new("f")), Some((1, 301)));
+            for id in 298..=300u64 {
+                let then = s.as_of(id).unwrap();
+                let fl = then.first_last(Path::new("f")).unwrap();
+                assert_eq!((fl.first.pid, fl.last.pid), (1, id as u32), "at {id}");
+            }
+        };
+        check(&s);
+        drop(s);
+        check(&StageActors::open(dir.path()).unwrap());
     }
 }

@@ -310,7 +310,9 @@ impl StageService {
                     None => None,
                 };
                 if merged.is_some() {
-                    *stage.checkpoints.lock() = merged.iter().flatten().copied().collect();
+                    let kept: Vec<u64> = merged.iter().flatten().copied().collect();
+                    keep_marks(&stage.actors, w, &kept);
+                    *stage.checkpoints.lock() = kept;
                 }
                 let answer = match upto {
                     Some(id) => apply(
@@ -438,6 +440,7 @@ impl StageService {
                     },
                 )?;
                 *stage.checkpoints.lock() = ids(&entry);
+                keep_marks(&stage.actors, w, &ids(&entry));
                 self.live
                     .restage(*i)
                     .map_err(|e| format!("zone '{}': cannot mount its stage again: {e}", w.name))?;
@@ -809,6 +812,14 @@ fn journal(
     .map_err(|e| format!("zone '{}': {e} (run it again: it completes)", w.name))
 }
 
+/// Zone `w`'s checkpoints are `kept` now (others merged away): their
+/// marks of who changed what go (a failure only keeps more of the record).
+fn keep_marks(actors: &super::actors::StageActors, w: &ZoneWork, kept: &[u64]) {
+    if let Err(e) = actors.keep_checkpoints(kept) {
+        tracing::warn!(zone = %w.name, "cannot trim the record of who changed what: {e}");
+    }
+}
+
 /// The checkpoint a rewind journaled in `entry` goes to.
 pub(crate) fn rewinding(entry: &ZoneEntry) -> Option<u64> {
     match entry.pending {
@@ -1087,7 +1098,9 @@ impl OfflineStage {
         let mut held = self.held.lock();
         let mut zones = Vec::new();
         for (w, f) in wanted {
-            merge_for(&mut held, w, upto)?;
+            if let Some(kept) = merge_for(&mut held, w, upto)? {
+                keep_marks(&w.actors()?, w, &kept);
+            }
             let fp = w.fingerprints()?;
             let mut answer = match upto {
                 Some(id) => w
@@ -1111,7 +1124,9 @@ impl OfflineStage {
             .wanted(paths)?
             .into_iter()
             .map(|(w, f)| {
-                merge_for(&mut held, w, None)?;
+                if let Some(kept) = merge_for(&mut held, w, None)? {
+                    keep_marks(&w.actors()?, w, &kept);
+                }
                 let mut z = w.discard(&w.fingerprints()?, &f)?;
                 w.settle_actors(&mut z, &f, None)?;
                 Ok::<_, String>(z)
