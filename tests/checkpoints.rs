@@ -787,8 +787,8 @@ fn who_changed(m: &TestMount, args: &[&str]) -> std::collections::BTreeMap<Strin
 }
 
 /// Programs change files across checkpoints; a rewind (whole, of a path,
-/// through a killed daemon, finished from its journal at the next mount)
-/// leaves `changes` naming who made each change as it did at that
+/// through a killed daemon, finished from its journal at the next mount,
+/// of a stage dir no mount holds) leaves `changes` naming who made each change as it did at that
 /// checkpoint; `--between` names them as at its end.
 #[test]
 fn a_rewind_rewinds_who_changed_what_through_a_killed_daemon() {
@@ -851,7 +851,18 @@ fn a_rewind_rewinds_who_changed_what_through_a_killed_daemon() {
     sh(&m, "echo later > later && echo three > f");
     let out = m.unmount();
     assert!(out.success(), "unmount: {}", out.describe());
-    set_pending(&m, serde_json::json!({"op": "rewind", "to": one}));
+    set_pending(&m, serde_json::json!({"op": "rewind", "to": two}));
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(view(&m), view_two);
+    assert_eq!(who_changed(&m, &[&mp]), at_two);
+    // A rewind of the stage dir no mount holds.
+    sh(&m, "echo later > later");
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    let out = m.zonemount(&["rewind", &stage, &one.to_string()]);
+    assert!(out.success(), "offline rewind: {}", out.describe());
+    assert_eq!(who_changed(&m, &[&stage]), at_one, "offline");
     let out = m.mount_again_staged();
     assert!(out.success(), "remount: {}", out.describe());
     assert_eq!(who_changed(&m, &[&mp]), at_one);
