@@ -1015,3 +1015,31 @@ fn an_npm_install_step_rewinds_to_before_and_after_it() {
         "checkpoint and rewind touched the backing dir"
     );
 }
+
+/// `commit --upto ID` names who made what it applied as at ID, and drops
+/// only that part of the record: a path changed after ID is still named by
+/// the program that changed it then.
+#[test]
+fn commit_upto_keeps_who_made_the_later_changes() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let mp = mnt(&m);
+    sh(&m, "echo 1 | tee f a > /dev/null");
+    let one = checkpoint(&m, "one");
+    sh(&m, "dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none");
+    let out = m.zonemount(&["commit", "--json", "--upto", &one.to_string(), &mp]);
+    assert!(out.success(), "commit --upto: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let applied = v["zones"][0]["applied"].as_array().unwrap();
+    let f = applied.iter().find(|c| c["path"] == "f").unwrap();
+    assert_eq!(f["last"]["argv"], "tee f a", "as at the checkpoint: {v:#}");
+    let now = who_changed(&m, &[&mp]);
+    assert_eq!(
+        now.get("f").map(String::as_str),
+        Some("modified first [dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none] last [dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none]"),
+        "{now:?}"
+    );
+    assert!(!now.contains_key("a"), "a is committed: {now:?}");
+}
