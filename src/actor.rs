@@ -352,7 +352,11 @@ pub type Trail = Vec<(u64, Actor)>;
 /// and last change, both under the rename's number (the name had none of
 /// them before it).
 fn moved(t: &[(u64, Actor)], seq: u64) -> Trail {
-    let mut out: Trail = t.first().map(|(_, a)| (seq, a.clone())).into_iter().collect();
+    let mut out: Trail = t
+        .first()
+        .map(|(_, a)| (seq, a.clone()))
+        .into_iter()
+        .collect();
     if t.len() > 1 {
         out.extend(t.last().map(|(_, a)| (seq, a.clone())));
     }
@@ -485,7 +489,10 @@ impl Trails {
             }
             let carried = moved(self.current(from), seq);
             if !carried.is_empty() {
-                self.map.entry(to.to_path_buf()).or_default().extend(carried);
+                self.map
+                    .entry(to.to_path_buf())
+                    .or_default()
+                    .extend(carried);
             }
         }
         self.change_at(from, seq, by.clone());

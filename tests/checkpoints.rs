@@ -819,8 +819,14 @@ fn a_rewind_rewinds_who_changed_what_through_a_killed_daemon() {
     assert_eq!(at_two["c"], "added first [tee f a] last [mv a c]");
     sh(&m, "cp c f && truncate -s 1 d/sub/z && cp c b");
     let now = who_changed(&m, &[&mp]);
-    assert_eq!(now["f"], "modified first [sed -i s/one/two/ f] last [cp c f]");
-    assert_eq!(now["b"], "added first [dd if=/dev/zero of=b bs=1 count=1 status=none] last [cp c b]");
+    assert_eq!(
+        now["f"],
+        "modified first [sed -i s/one/two/ f] last [cp c f]"
+    );
+    assert_eq!(
+        now["b"],
+        "added first [dd if=/dev/zero of=b bs=1 count=1 status=none] last [cp c b]"
+    );
     // Between the two checkpoints: who made them, as at the second.
     let between = who_changed(&m, &["--between", &one.to_string(), &two.to_string(), &mp]);
     assert_eq!(between["f"], at_two["f"], "{between:?}");
@@ -840,7 +846,10 @@ fn a_rewind_rewinds_who_changed_what_through_a_killed_daemon() {
         Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
         Duration::from_secs(5),
     );
-    assert!(wait_unmounted(m.mountpoint()), "the killed daemon's mount stayed");
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "the killed daemon's mount stayed"
+    );
     let stage = m.root().join("stage").to_string_lossy().into_owned();
     assert_eq!(who_changed(&m, &[&stage]), at_two, "offline");
     let out = m.mount_again_staged();
@@ -969,7 +978,11 @@ fn an_npm_install_step_rewinds_to_before_and_after_it() {
         ("npm_config_fund", "false"),
     ];
     let dest = m.root().to_string_lossy().into_owned();
-    let out = sh_at(&src, &format!("npm pack --silent --pack-destination '{dest}'"), &env);
+    let out = sh_at(
+        &src,
+        &format!("npm pack --silent --pack-destination '{dest}'"),
+        &env,
+    );
     assert!(out.success(), "npm pack: {}", out.describe());
     let tgz = m.root().join("tiny-1.0.0.tgz");
     assert!(tgz.exists(), "npm pack made no tarball: {}", out.describe());
@@ -996,10 +1009,15 @@ fn an_npm_install_step_rewinds_to_before_and_after_it() {
     let installed = checkpoint(&m, "npm install");
     let at_installed = view(&m);
     assert!(
-        at_installed.iter().any(|l| l.starts_with("node_modules/tiny/lib/greet.js:")),
+        at_installed
+            .iter()
+            .any(|l| l.starts_with("node_modules/tiny/lib/greet.js:")),
         "{at_installed:#?}"
     );
-    sh(&m, "rm -r node_modules/tiny/lib && echo '{}' > package.json");
+    sh(
+        &m,
+        "rm -r node_modules/tiny/lib && echo '{}' > package.json",
+    );
     let out = m.sh_in("work", load, &env);
     assert!(!out.success(), "the package is broken: {}", out.describe());
     rewind(&m, installed, &[]);
@@ -1028,7 +1046,10 @@ fn commit_upto_keeps_who_made_the_later_changes() {
     let mp = mnt(&m);
     sh(&m, "echo 1 | tee f a > /dev/null");
     let one = checkpoint(&m, "one");
-    sh(&m, "dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none");
+    sh(
+        &m,
+        "dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none",
+    );
     let out = m.zonemount(&["commit", "--json", "--upto", &one.to_string(), &mp]);
     assert!(out.success(), "commit --upto: {}", out.describe());
     let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
@@ -1038,7 +1059,9 @@ fn commit_upto_keeps_who_made_the_later_changes() {
     let now = who_changed(&m, &[&mp]);
     assert_eq!(
         now.get("f").map(String::as_str),
-        Some("modified first [dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none] last [dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none]"),
+        Some(
+            "modified first [dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none] last [dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none]"
+        ),
         "{now:?}"
     );
     assert!(!now.contains_key("a"), "a is committed: {now:?}");

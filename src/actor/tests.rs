@@ -144,7 +144,11 @@ fn marks_keep_what_a_rewind_needs() {
     after.change(Path::new("a"), who(8, "eight"));
     assert_eq!(after.iter().next().unwrap().1.len(), 4, "the last replaced");
     after.forget_upto(&[PathBuf::from("a"), PathBuf::from("b")], &[], Some(m1));
-    assert_eq!(first_last(&after, "a"), Some((4, 8)), "the changes after the mark");
+    assert_eq!(
+        first_last(&after, "a"),
+        Some((4, 8)),
+        "the changes after the mark"
+    );
     assert_eq!(first_last(&after, "b"), Some((6, 6)));
     t.rewind(m1);
     assert_eq!(t, then);
@@ -207,7 +211,10 @@ fn a_rename_over_a_path_after_a_mark_keeps_its_record_for_a_rewind() {
     assert_eq!(first_last(&rewound, "d/x"), Some((1, 1)));
     assert_eq!(first_last(&rewound, "tmp"), None);
     assert_eq!(first_last(&rewound, "e/x"), None);
-    assert_eq!(rewound.iter().collect::<Vec<_>>(), then.iter().collect::<Vec<_>>());
+    assert_eq!(
+        rewound.iter().collect::<Vec<_>>(),
+        then.iter().collect::<Vec<_>>()
+    );
     // A commit of everything up to the mark: the changes after it stay.
     t.forget_upto(&[PathBuf::from("f")], &[], Some(m));
     assert_eq!(first_last(&t, "f"), Some((2, 5)));

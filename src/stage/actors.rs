@@ -353,7 +353,8 @@ impl StageActors {
         let mut out = Vec::new();
         let mut lines = 0;
         // The marks in order, each with the checkpoints that took it.
-        let mut marks: Vec<(u64, Option<u64>)> = k.ids.iter().map(|(c, m)| (*m, Some(*c))).collect();
+        let mut marks: Vec<(u64, Option<u64>)> =
+            k.ids.iter().map(|(c, m)| (*m, Some(*c))).collect();
         for m in k.trails.marks() {
             if !k.ids.values().any(|v| v == m) {
                 marks.push((*m, None));
@@ -474,7 +475,15 @@ mod tests {
         assert_eq!(pids(&s, Path::new("a")), Some((1, 3)));
         assert_eq!(pids(&s, Path::new("d/b")), Some((4, 5)));
         assert_eq!(pids(&s, &odd), Some((4, 5)));
-        assert_eq!(s.as_of(7).unwrap().first_last(Path::new("a")).unwrap().last.pid, 2);
+        assert_eq!(
+            s.as_of(7)
+                .unwrap()
+                .first_last(Path::new("a"))
+                .unwrap()
+                .last
+                .pid,
+            2
+        );
         assert!(s.as_of(8).is_none(), "no such checkpoint");
         let mut done = Change::plain(PathBuf::from("d/b"), Kind::Renamed);
         done.from = Some(odd.clone());
@@ -587,7 +596,10 @@ mod tests {
         assert_eq!(pids(&s, Path::new("e/x")), Some((1, 3)), "carried");
         assert_eq!(pids(&s, Path::new("e")), Some((1, 2)));
         assert!(s.rewind(1).unwrap());
-        assert_eq!(s.trails().iter().collect::<Vec<_>>(), then.iter().collect::<Vec<_>>());
+        assert_eq!(
+            s.trails().iter().collect::<Vec<_>>(),
+            then.iter().collect::<Vec<_>>()
+        );
         drop(s);
         let s = StageActors::open(dir.path()).unwrap();
         assert_eq!(pids(&s, Path::new("d/x")), Some((1, 1)));
