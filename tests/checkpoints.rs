@@ -1,10 +1,12 @@
 //! Checkpoints of a staged zone through real mounts: a task in steps,
 //! checkpointed after each and rewound to each in turn (the view compared
-//! with a listing taken at that step, the backing dir never touched), a
-//! file held open for writing across a checkpoint, checkpoints through a
-//! SIGKILLed daemon and a remount, a rewind or checkpoint cut short, a
-//! rewind of some paths, `changes --since/--between`, `commit --upto`,
-//! and the oldest layers merged past `--max-checkpoints`.
+//! with a listing taken at that step, the backing dir never touched; git,
+//! a venv, SQLite WAL, an npm install), a file held open for writing
+//! across a checkpoint, checkpoints through a SIGKILLed daemon and a
+//! remount, a rewind, checkpoint or commit cut short, a rewind of some
+//! paths, `changes --since/--between`, `commit --upto`, the oldest layers
+//! merged past `--max-checkpoints` or the project file's
+//! `max_checkpoints`, and who changed what rewound with the view.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
