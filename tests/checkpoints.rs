@@ -1078,7 +1078,7 @@ fn a_commit_cut_short_by_a_sigkill_completes_when_run_again() {
     if !fuse_ok() {
         return;
     }
-    let mut m = staged(&[]).mount();
+    let m = staged(&[]).mount();
     let mp = mnt(&m);
     sh(&m, "echo new | tee f > /dev/null && echo n > n && sync f n");
     checkpoint(&m, "one");
@@ -1090,7 +1090,10 @@ fn a_commit_cut_short_by_a_sigkill_completes_when_run_again() {
         Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
         Duration::from_secs(5),
     );
-    assert!(wait_unmounted(m.mountpoint()), "the killed daemon's mount stayed");
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "the killed daemon's mount stayed"
+    );
     // As the commit left it: its journal, and f already renamed into place.
     let zone = m.root().join("stage/work");
     fs::write(zone.join("commit.journal"), b"f\0n\0m\0gone\0").unwrap();
@@ -1104,7 +1107,10 @@ fn a_commit_cut_short_by_a_sigkill_completes_when_run_again() {
     let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(v["zones"][0]["conflicts"], serde_json::json!([]), "{v:#}");
     let applied = v["zones"][0]["applied"].as_array().unwrap();
-    let f = applied.iter().find(|c| c["path"] == "f").expect("f applied");
+    let f = applied
+        .iter()
+        .find(|c| c["path"] == "f")
+        .expect("f applied");
     assert_eq!(f["last"]["argv"], "tee f", "{v:#}");
     let b = |p: &str| fs::read_to_string(m.backing("work", p)).ok();
     assert_eq!(b("f").as_deref(), Some("new\n"));
