@@ -435,6 +435,20 @@ impl Trails {
         }
     }
 
+    /// A trail's entry as it was kept (reading back a record written out
+    /// whole): appended as is, nothing replaced.
+    pub fn push_at(&mut self, rel: &Path, seq: u64, by: Actor) {
+        self.seq = self.seq.max(seq);
+        let len = self.map.len();
+        match self.map.get_mut(rel) {
+            None if len >= PATHS_MAX => self.full = true,
+            None => {
+                self.map.insert(rel.to_path_buf(), vec![(seq, by)]);
+            }
+            Some(t) => t.push((seq, by)),
+        }
+    }
+
     /// The latest mark before `seq` (0: none).
     fn mark_before(&self, seq: u64) -> u64 {
         let i = self.marks.partition_point(|m| *m < seq);

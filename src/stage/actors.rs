@@ -9,9 +9,11 @@
 //! mark (checkpoint ID; a stage made before marks carried ids has `m`
 //! alone); `{"r":SEQ,"c":ID}` a rewind to checkpoint ID (mark SEQ), and
 //! `{"r":SEQ,"c":ID,"p":PATH}` a rewind of `p` (and what is under it)
-//! only; `{"x":SEQ,"p":PATH}` (written by a rewrite) the record of `p`
-//! started afresh at SEQ (a rename over it: what came before is kept for
-//! a checkpoint). A path that is not UTF-8 has its bytes in `p_b64`/`t_b64`.
+//! only. A rewrite writes each entry kept of a path's trail as a change
+//! line with `"k":true` (read back as is), and `{"x":SEQ,"p":PATH}`: the
+//! record of `p` started afresh at SEQ (a rename over it; what came
+//! before is kept for a checkpoint). A path that is not UTF-8 has its
+//! bytes in `p_b64`/`t_b64`.
 //! Read back in order, they give the same record. The file is rewritten
 //! from the record (atomically, once) when a commit or discard drops
 //! paths, and when it holds many more lines than the record has entries,
@@ -22,7 +24,7 @@
 //! the rewind is journaled in the manifest, before the layers change, and
 //! again if the journal is found after a crash (a rewind line read twice
 //! gives the same record): the record and the view agree after a SIGKILL
-//! at any point.
+//! at any point of a whole rewind.
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -55,6 +57,9 @@ struct Line {
     r: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     x: Option<u64>,
+    /// A trail's entry written out whole (by a rewrite): read back as is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    k: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     c: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -368,7 +373,11 @@ impl StageActors {
         let mut starts = k.trails.starts().peekable();
         for (p, trail) in k.trails.iter() {
             for (seq, a) in trail {
-                Line::change(*seq, p, a).write(&mut out)?;
+                Line {
+                    k: true,
+                    ..Line::change(*seq, p, a)
+                }
+                .write(&mut out)?;
                 lines += 1;
             }
             // (A start without a trail goes with it.)
@@ -434,6 +443,7 @@ fn replay(t: &mut Trails, ids: &mut BTreeMap<u64, u64>, l: Line) {
             let to = crate::text::path_from_json(&to, l.t_b64.as_deref());
             t.rename_at(&p, &to, seq, a);
         }
+        None if l.k => t.push_at(&p, seq, a),
         None => t.change_at(&p, seq, a),
     }
 }
@@ -656,5 +666,31 @@ mod tests {
         check(&s);
         drop(s);
         check(&StageActors::open(dir.path()).unwrap());
+    }
+
+    /// A rename over a path after a checkpoint, then that checkpoint
+    /// merged away and the file rewritten: read back, the path is still
+    /// named by the program of its first change since the rename.
+    #[test]
+    fn a_start_outlives_the_mark_it_was_kept_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = StageActors::open(dir.path()).unwrap();
+        s.change(Path::new("f"), &by(1)).unwrap();
+        s.change(Path::new("f"), &by(2)).unwrap();
+        s.mark(1).unwrap();
+        s.change(Path::new("tmp"), &by(3)).unwrap();
+        s.rename(Path::new("tmp"), Path::new("f"), &by(4)).unwrap();
+        // Checkpoint 1 merged away; enough later ones for a trim.
+        for id in 2..=(2 * MARKS_SLACK as u64) {
+            s.change(Path::new("g"), &by(9)).unwrap();
+            s.mark(id).unwrap();
+        }
+        s.keep_checkpoints(&[]).unwrap();
+        assert!(s.trails().marks().is_empty(), "trimmed");
+        drop(s);
+        let s = StageActors::open(dir.path()).unwrap();
+        assert_eq!(pids(&s, Path::new("f")), Some((3, 4)));
+        s.change(Path::new("f"), &by(5)).unwrap();
+        assert_eq!(pids(&s, Path::new("f")), Some((3, 5)));
     }
 }
