@@ -416,6 +416,7 @@ impl Trails {
     pub fn change_at(&mut self, rel: &Path, seq: u64, by: Actor) {
         self.seq = self.seq.max(seq);
         let mark = self.mark_before(seq);
+        let start = self.start_of(rel);
         let len = self.map.len();
         match self.map.get_mut(rel) {
             None if len >= PATHS_MAX => self.full = true,
@@ -424,9 +425,10 @@ impl Trails {
             }
             Some(t) => {
                 let n = t.len();
-                // The last two changes are newer than the latest mark:
-                // the last is replaced (the first after the mark stays).
-                if n >= 2 && t[n - 2].0 > mark {
+                // The last two changes are newer than the latest mark (and
+                // than the path's latest start): the last is replaced (the
+                // first after the mark stays).
+                if n >= 2 && t[n - 2].0 > mark && t[n - 2].0 >= start {
                     t[n - 1] = (seq, by);
                 } else {
                     t.push((seq, by));
@@ -541,17 +543,21 @@ impl Trails {
         self.starts.iter()
     }
 
+    /// `rel`'s latest start (0: none).
+    fn start_of(&self, rel: &Path) -> u64 {
+        self.starts
+            .get(rel)
+            .and_then(|s| s.last())
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// `rel`'s trail from its latest start.
     fn current(&self, rel: &Path) -> &[(u64, Actor)] {
         let Some(t) = self.map.get(rel) else {
             return &[];
         };
-        let start = self
-            .starts
-            .get(rel)
-            .and_then(|s| s.last())
-            .copied()
-            .unwrap_or(0);
+        let start = self.start_of(rel);
         &t[t.partition_point(|(s, _)| *s < start)..]
     }
 
