@@ -693,4 +693,107 @@ mod tests {
         s.change(Path::new("f"), &by(5)).unwrap();
         assert_eq!(pids(&s, Path::new("f")), Some((3, 5)));
     }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Change(usize),
+        Rename(usize, usize),
+        Checkpoint,
+        Rewind(usize),
+        RewindTree(usize, usize),
+        MergeOldest,
+        Rewrite,
+        Reopen,
+    }
+
+    const NAMES: [&str; 5] = ["a", "b", "a/x", "b/x", "c"];
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let n = NAMES.len();
+        prop_oneof![
+            4 => (0..n).prop_map(Op::Change),
+            2 => (0..n, 0..n).prop_map(|(a, b)| Op::Rename(a, b)),
+            2 => Just(Op::Checkpoint),
+            1 => (0..8usize).prop_map(Op::Rewind),
+            1 => (0..8usize, 0..n).prop_map(|(k, p)| Op::RewindTree(k, p)),
+            1 => Just(Op::MergeOldest),
+            1 => Just(Op::Rewrite),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    /// Every path's (first, last) pid.
+    fn read(t: &Trails) -> Vec<(PathBuf, u32, u32)> {
+        t.iter()
+            .filter_map(|(p, _)| {
+                t.first_last(p)
+                    .map(|f| (p.clone(), f.first.pid, f.last.pid))
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256),
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// The file read back (after appends, rewrites, trims and rewinds
+        /// of both kinds, as a SIGKILL leaves it) gives the record the
+        /// daemon had: now, and at each checkpoint kept.
+        #[test]
+        fn the_file_read_back_is_the_record(ops in proptest::collection::vec(op(), 1..50)) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = StageActors::open(dir.path()).unwrap();
+            let mut kept: Vec<u64> = Vec::new();
+            let mut next = 1u64;
+            for (i, op) in ops.iter().enumerate() {
+                let pid = i as u32 + 1;
+                match *op {
+                    Op::Change(p) => s.change(Path::new(NAMES[p]), &by(pid)).unwrap(),
+                    Op::Rename(a, b) => {
+                        let (from, to) = (Path::new(NAMES[a]), Path::new(NAMES[b]));
+                        if from != to && (from.starts_with(to) || to.starts_with(from)) {
+                            continue;
+                        }
+                        s.rename(from, to, &by(pid)).unwrap();
+                    }
+                    Op::Checkpoint => {
+                        s.mark(next).unwrap();
+                        kept.push(next);
+                        next += 1;
+                    }
+                    Op::Rewind(k) if !kept.is_empty() => {
+                        let id = kept[k % kept.len()];
+                        proptest::prop_assert!(s.rewind(id).unwrap());
+                        kept.retain(|c| *c <= id);
+                    }
+                    Op::RewindTree(k, p) if !kept.is_empty() => {
+                        let id = kept[k % kept.len()];
+                        proptest::prop_assert!(s.rewind_tree(id, Path::new(NAMES[p])).unwrap());
+                    }
+                    Op::MergeOldest if !kept.is_empty() => {
+                        kept.remove(0);
+                        s.keep_checkpoints(&kept).unwrap();
+                    }
+                    Op::Rewrite => {
+                        let mut k = s.inner.lock();
+                        s.rewrite(&mut k).unwrap();
+                    }
+                    Op::Reopen => {
+                        std::mem::forget(s);
+                        s = StageActors::open(dir.path()).unwrap();
+                    }
+                    _ => continue,
+                }
+                let had = (read(&s.trails()), kept.iter().map(|id| read(&s.as_of(*id).unwrap())).collect::<Vec<_>>());
+                let again = StageActors::open(dir.path()).unwrap();
+                let got = (read(&again.trails()), kept.iter().map(|id| read(&again.as_of(*id).unwrap())).collect::<Vec<_>>());
+                std::mem::forget(again);
+                proptest::prop_assert_eq!(got, had, "after {:?} (op {})", op, i);
+            }
+        }
+    }
 }
