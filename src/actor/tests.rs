@@ -258,7 +258,10 @@ fn model_change(m: &mut Model, p: &Path, pid: u32) {
 
 fn now(t: &Trails) -> Model {
     t.iter()
-        .filter_map(|(p, _)| t.first_last(p).map(|f| (p.clone(), (f.first.pid, f.last.pid))))
+        .filter_map(|(p, _)| {
+            t.first_last(p)
+                .map(|f| (p.clone(), (f.first.pid, f.last.pid)))
+        })
         .collect()
 }
 
