@@ -47,6 +47,8 @@ command -v man >/dev/null || missing+=(man-db)
 command -v groff >/dev/null || missing+=(groff-base)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v dpkg-deb >/dev/null || missing+=(dpkg)
+# an npm install as one step of a checkpointed task (tests/checkpoints.rs)
+command -v npm >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]}"
   if [ "$(id -u)" -eq 0 ]; then

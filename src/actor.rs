@@ -342,16 +342,36 @@ pub fn parse_stat(stat: &[u8]) -> Option<(Vec<u8>, u64)> {
     Some((comm, start))
 }
 
-/// One path's kept changes, oldest first: its first change, the last
-/// change before each mark its changes crossed, and its last change; each
-/// with the sequence number it was recorded under.
+/// One path's kept changes, oldest first: between two marks its changes
+/// crossed (and before the first, and after the last), the first and the
+/// last change there; each with the sequence number it was recorded
+/// under.
 pub type Trail = Vec<(u64, Actor)>;
+
+/// A trail carried to a new name by a rename numbered `seq`: its first
+/// and last change, both under the rename's number (the name had none of
+/// them before it).
+fn moved(t: &[(u64, Actor)], seq: u64) -> Trail {
+    let mut out: Trail = t
+        .first()
+        .map(|(_, a)| (seq, a.clone()))
+        .into_iter()
+        .collect();
+    if t.len() > 1 {
+        out.extend(t.last().map(|(_, a)| (seq, a.clone())));
+    }
+    out
+}
 
 /// Each changed path's [`Trail`], by path (relative to the zone dir), and
 /// the marks (sequence numbers a checkpoint took with [`Trails::mark`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Trails {
     map: BTreeMap<PathBuf, Trail>,
+    /// The sequence numbers at which a path's record was replaced (a
+    /// rename over it) while a mark still needed the record before: its
+    /// first and last are those from the latest on.
+    starts: BTreeMap<PathBuf, Vec<u64>>,
     marks: Vec<u64>,
     /// The last sequence number given.
     seq: u64,
@@ -396,6 +416,7 @@ impl Trails {
     pub fn change_at(&mut self, rel: &Path, seq: u64, by: Actor) {
         self.seq = self.seq.max(seq);
         let mark = self.mark_before(seq);
+        let start = self.start_of(rel);
         let len = self.map.len();
         match self.map.get_mut(rel) {
             None if len >= PATHS_MAX => self.full = true,
@@ -404,13 +425,29 @@ impl Trails {
             }
             Some(t) => {
                 let n = t.len();
-                match t.last_mut() {
-                    // The last change is newer than the latest mark: replace
-                    // it (the first stays).
-                    Some(last) if n >= 2 && last.0 > mark => *last = (seq, by),
-                    _ => t.push((seq, by)),
+                // The last two changes are newer than the latest mark (and
+                // than the path's latest start): the last is replaced (the
+                // first after the mark stays).
+                if n >= 2 && t[n - 2].0 > mark && t[n - 2].0 >= start {
+                    t[n - 1] = (seq, by);
+                } else {
+                    t.push((seq, by));
                 }
             }
+        }
+    }
+
+    /// A trail's entry as it was kept (reading back a record written out
+    /// whole): appended as is, nothing replaced.
+    pub fn push_at(&mut self, rel: &Path, seq: u64, by: Actor) {
+        self.seq = self.seq.max(seq);
+        let len = self.map.len();
+        match self.map.get_mut(rel) {
+            None if len >= PATHS_MAX => self.full = true,
+            None => {
+                self.map.insert(rel.to_path_buf(), vec![(seq, by)]);
+            }
+            Some(t) => t.push((seq, by)),
         }
     }
 
@@ -450,25 +487,126 @@ impl Trails {
                 .take_while(|p| p.starts_with(to))
                 .cloned()
                 .collect();
+            // What a checkpoint before the rename saw stays with each
+            // name (for `as_of` and `rewind`), behind a start; the moved
+            // records start at the rename, so a rewind to before it drops
+            // them.
+            let mark = self.mark_before(seq);
             for p in gone {
-                self.map.remove(&p);
+                self.replace(&p, mark, seq);
             }
             for p in below {
-                if let (Some(t), Ok(tail)) = (self.map.remove(&p), p.strip_prefix(from)) {
-                    self.map.insert(to.join(tail), t);
-                }
+                let Ok(tail) = p.strip_prefix(from) else {
+                    continue;
+                };
+                let carried = moved(self.current(&p), seq);
+                self.replace(&p, mark, seq);
+                self.map.entry(to.join(tail)).or_default().extend(carried);
             }
-            if let Some(t) = self.map.get(from).cloned() {
-                self.map.insert(to.to_path_buf(), t);
+            let carried = moved(self.current(from), seq);
+            if !carried.is_empty() {
+                self.map
+                    .entry(to.to_path_buf())
+                    .or_default()
+                    .extend(carried);
             }
         }
         self.change_at(from, seq, by.clone());
         self.change_at(to, seq, by);
     }
 
+    /// `rel`'s record replaced at `seq` (a rename over it): dropped, but
+    /// for what the latest mark (`mark`) needs, kept behind a start.
+    fn replace(&mut self, rel: &Path, mark: u64, seq: u64) {
+        let Some(t) = self.map.get_mut(rel) else {
+            return;
+        };
+        t.retain(|(s, _)| *s <= mark);
+        if t.is_empty() {
+            self.map.remove(rel);
+            self.starts.remove(rel);
+        } else {
+            self.start_at(rel, seq);
+        }
+    }
+
+    /// A start of `rel`'s record at `seq` (replaying a log).
+    pub fn start_at(&mut self, rel: &Path, seq: u64) {
+        let s = self.starts.entry(rel.to_path_buf()).or_default();
+        if s.last().is_none_or(|l| *l < seq) {
+            s.push(seq);
+        }
+    }
+
+    /// Each path's starts (see [`Self::start_at`]), in path order.
+    pub fn starts(&self) -> impl Iterator<Item = (&PathBuf, &Vec<u64>)> {
+        self.starts.iter()
+    }
+
+    /// `rel`'s latest start (0: none).
+    fn start_of(&self, rel: &Path) -> u64 {
+        self.starts
+            .get(rel)
+            .and_then(|s| s.last())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// `rel`'s trail from its latest start.
+    fn current(&self, rel: &Path) -> &[(u64, Actor)] {
+        let Some(t) = self.map.get(rel) else {
+            return &[];
+        };
+        let start = self.start_of(rel);
+        &t[t.partition_point(|(s, _)| *s < start)..]
+    }
+
+    /// Keep only what `keep` says of the trails of `paths` (and their
+    /// starts); a path left with no change loses its record.
+    fn retain_in(&mut self, paths: Vec<PathBuf>, keep: impl Fn(u64) -> bool) {
+        for p in paths {
+            if let Some(t) = self.map.get_mut(&p) {
+                t.retain(|(s, _)| keep(*s));
+                if t.is_empty() {
+                    self.map.remove(&p);
+                }
+            }
+            match self.starts.get_mut(&p) {
+                Some(s) if self.map.contains_key(&p) => {
+                    s.retain(|s| keep(*s));
+                    if s.is_empty() {
+                        self.starts.remove(&p);
+                    }
+                }
+                Some(_) => {
+                    self.starts.remove(&p);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// The paths with a record at or under `tree`.
+    fn under(&self, tree: &Path) -> Vec<PathBuf> {
+        self.map
+            .range::<Path, _>((Bound::Included(tree), Bound::Unbounded))
+            .map(|(p, _)| p)
+            .take_while(|p| p.starts_with(tree))
+            .cloned()
+            .collect()
+    }
+
+    /// Drop the changes after sequence number `seq` of `tree` and of
+    /// every path under it (a rewind of those paths to the mark `seq`).
+    pub fn rewind_tree(&mut self, tree: &Path, seq: u64) {
+        let under = self.under(tree);
+        self.retain_in(under, |s| s <= seq);
+        self.seq = self.seq.max(seq);
+    }
+
     /// `rel`'s first and last change, if it has a record.
     pub fn first_last(&self, rel: &Path) -> Option<FirstLast> {
-        let t = self.map.get(rel)?;
+        let t = self.current(rel);
         Some(FirstLast {
             first: t.first()?.1.clone(),
             last: t.last()?.1.clone(),
@@ -486,8 +624,35 @@ impl Trails {
 
     /// [`Self::mark`] at a given sequence number (replaying a log).
     pub fn mark_at(&mut self, seq: u64) {
+        // Changes after it number higher, whatever was dropped since.
+        self.seq = self.seq.max(seq);
         if self.marks.last().is_none_or(|m| *m < seq) {
             self.marks.push(seq);
+        }
+    }
+
+    /// Keep only the marks `keep` says (those of checkpoints still kept),
+    /// and of each trail only what they need: between two marks left
+    /// (and a path's starts), the first and last change there.
+    pub fn drop_marks(&mut self, keep: impl Fn(u64) -> bool) {
+        self.marks.retain(|m| keep(*m));
+        let marks = &self.marks;
+        for (p, t) in self.map.iter_mut() {
+            let starts = self.starts.get(p);
+            let group = |s: u64| {
+                (
+                    marks.partition_point(|m| *m < s),
+                    starts.map_or(0, |st| st.partition_point(|x| *x <= s)),
+                )
+            };
+            let groups: Vec<_> = t.iter().map(|(s, _)| group(*s)).collect();
+            let mut i = 0;
+            t.retain(|_| {
+                let g = groups[i];
+                let inner = i > 0 && groups[i - 1] == g && groups.get(i + 1) == Some(&g);
+                i += 1;
+                !inner
+            });
         }
     }
 
@@ -503,10 +668,8 @@ impl Trails {
     /// marks go. Renames after `seq` are not undone: their paths keep
     /// the record they had before it, if any.
     pub fn rewind(&mut self, seq: u64) {
-        self.map.retain(|_, t| {
-            t.retain(|(s, _)| *s <= seq);
-            !t.is_empty()
-        });
+        let all: Vec<PathBuf> = self.map.keys().cloned().collect();
+        self.retain_in(all, |s| s <= seq);
         self.marks.retain(|m| *m <= seq);
         self.seq = self.seq.max(seq);
     }
@@ -514,30 +677,24 @@ impl Trails {
     /// Drop the records of `exact` (those paths only) and of `trees` (with
     /// everything under them): what a commit or discard cleared.
     pub fn forget(&mut self, exact: &[PathBuf], trees: &[PathBuf]) -> bool {
-        let before = self.map.len();
-        for p in exact {
-            self.map.remove(p);
-        }
+        self.forget_upto(exact, trees, None)
+    }
+
+    /// [`Self::forget`] of the changes up to sequence number `upto` only
+    /// (none: all): what a `commit --upto` applied; a path changed after
+    /// it keeps those later changes (its first now the first after it).
+    pub fn forget_upto(&mut self, exact: &[PathBuf], trees: &[PathBuf], upto: Option<u64>) -> bool {
+        let before: usize = self.map.values().map(Vec::len).sum();
+        let mut gone: Vec<PathBuf> = exact.to_vec();
         for t in trees {
-            if t.as_os_str().is_empty() {
-                self.map.clear();
-                break;
-            }
-            let under: Vec<PathBuf> = self
-                .map
-                .range::<Path, _>((Bound::Included(t.as_path()), Bound::Unbounded))
-                .map(|(p, _)| p)
-                .take_while(|p| p.starts_with(t))
-                .cloned()
-                .collect();
-            for p in under {
-                self.map.remove(&p);
-            }
+            gone.extend(self.under(t));
         }
+        let upto = upto.unwrap_or(u64::MAX);
+        self.retain_in(gone, |s| s > upto);
         if self.map.len() < PATHS_MAX {
             self.full = false;
         }
-        self.map.len() != before
+        self.map.values().map(Vec::len).sum::<usize>() != before
     }
 }
 

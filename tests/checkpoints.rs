@@ -1,10 +1,12 @@
 //! Checkpoints of a staged zone through real mounts: a task in steps,
 //! checkpointed after each and rewound to each in turn (the view compared
-//! with a listing taken at that step, the backing dir never touched), a
-//! file held open for writing across a checkpoint, checkpoints through a
-//! SIGKILLed daemon and a remount, a rewind or checkpoint cut short, a
-//! rewind of some paths, `changes --since/--between`, `commit --upto`,
-//! and the oldest layers merged past `--max-checkpoints`.
+//! with a listing taken at that step, the backing dir never touched; git,
+//! a venv, SQLite WAL, an npm install), a file held open for writing
+//! across a checkpoint, checkpoints through a SIGKILLed daemon and a
+//! remount, a rewind, checkpoint or commit cut short, a rewind of some
+//! paths, `changes --since/--between`, `commit --upto`, the oldest layers
+//! merged past `--max-checkpoints` or the project file's
+//! `max_checkpoints`, and who changed what rewound with the view.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -809,4 +811,365 @@ fn changes_since_a_checkpoint_name_who_made_them() {
         "{}",
         text.describe()
     );
+}
+
+/// Each change `changes --json ARGS...` lists, by path: its kind and the
+/// argv of its first and last change.
+fn who_changed(m: &TestMount, args: &[&str]) -> std::collections::BTreeMap<String, String> {
+    let mut all = vec!["changes", "--json"];
+    all.extend(args);
+    let out = m.zonemount(&all);
+    assert!(out.success(), "changes {args:?}: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    v["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|z| z["changes"].as_array().unwrap().clone())
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_owned(),
+                format!(
+                    "{} first [{}] last [{}]",
+                    c["kind"].as_str().unwrap(),
+                    c["first"]["argv"].as_str().unwrap_or("none"),
+                    c["last"]["argv"].as_str().unwrap_or("none")
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Programs change files across checkpoints; a rewind (whole, of a path,
+/// through a killed daemon, finished from its journal at the next mount,
+/// of a stage dir no mount holds) leaves `changes` naming who made each change as it did at that
+/// checkpoint; `--between` names them as at its end.
+#[test]
+fn a_rewind_rewinds_who_changed_what_through_a_killed_daemon() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = staged(&[]).mount();
+    let mp = mnt(&m);
+    sh(&m, "echo one | tee f a > /dev/null");
+    let one = checkpoint(&m, "one");
+    let at_one = who_changed(&m, &[&mp]);
+    assert_eq!(
+        at_one["f"], "modified first [tee f a] last [tee f a]",
+        "{at_one:?}"
+    );
+    sh(
+        &m,
+        "sed -i s/one/two/ f && dd if=/dev/zero of=b bs=1 count=1 status=none && mv a c && rm d/y",
+    );
+    let two = checkpoint(&m, "two");
+    let at_two = who_changed(&m, &[&mp]);
+    let view_two = view(&m);
+    // sed -i renames its new file over f: the record is the new file's.
+    assert_eq!(
+        at_two["f"],
+        "modified first [sed -i s/one/two/ f] last [sed -i s/one/two/ f]"
+    );
+    assert_eq!(at_two["c"], "added first [tee f a] last [mv a c]");
+    sh(&m, "cp c f && truncate -s 1 d/sub/z && cp c b");
+    let now = who_changed(&m, &[&mp]);
+    assert_eq!(
+        now["f"],
+        "modified first [sed -i s/one/two/ f] last [cp c f]"
+    );
+    assert_eq!(
+        now["b"],
+        "added first [dd if=/dev/zero of=b bs=1 count=1 status=none] last [cp c b]"
+    );
+    // Between the two checkpoints: who made them, as at the second.
+    let between = who_changed(&m, &["--between", &one.to_string(), &two.to_string(), &mp]);
+    assert_eq!(between["f"], at_two["f"], "{between:?}");
+    // A path rewound: its record as at the checkpoint; the others stay.
+    rewind(&m, two, &["/work/f"]);
+    let got = who_changed(&m, &[&mp]);
+    assert_eq!(got["f"], at_two["f"]);
+    assert_eq!(got["d/sub/z"], now["d/sub/z"]);
+    // Whole: as at the checkpoint.
+    rewind(&m, two, &[]);
+    assert_eq!(view(&m), view_two);
+    assert_eq!(who_changed(&m, &[&mp]), at_two);
+    // A killed daemon and a remount: the same.
+    let pids = daemon_pids_for(m.mountpoint());
+    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
+    let _ = run(
+        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "the killed daemon's mount stayed"
+    );
+    let stage = m.root().join("stage").to_string_lossy().into_owned();
+    assert_eq!(who_changed(&m, &[&stage]), at_two, "offline");
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(who_changed(&m, &[&mp]), at_two);
+    // A rewind cut short by a SIGKILL right after its journal: finished
+    // at the next mount, the record with it.
+    sh(&m, "echo later > later && echo three > f");
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    set_pending(&m, serde_json::json!({"op": "rewind", "to": two}));
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(view(&m), view_two);
+    assert_eq!(who_changed(&m, &[&mp]), at_two);
+    // A rewind of the stage dir no mount holds.
+    sh(&m, "echo later > later");
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    let out = m.zonemount(&["rewind", &stage, &one.to_string()]);
+    assert!(out.success(), "offline rewind: {}", out.describe());
+    assert_eq!(who_changed(&m, &[&stage]), at_one, "offline");
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(who_changed(&m, &[&mp]), at_one);
+    // And the record goes on: a later change is named.
+    sh(&m, "touch after");
+    assert_eq!(
+        who_changed(&m, &[&mp])["after"],
+        "added first [touch after] last [touch after]"
+    );
+}
+
+/// A staged zone `work` in a project file that says
+/// `sandbox.max_checkpoints: 2`; `extra` mount arguments.
+fn staged_keeping_two(extra: &[&str]) -> Setup {
+    let mut s = Setup::new(
+        "sandbox:\n  mode: direct\n  max_checkpoints: 2\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n",
+    )
+    .backing_dir("work", "b")
+    .file("work", "f", "old\n");
+    let stage = s.root().join("stage");
+    s = s.arg("--stage-dir").arg(&stage.to_string_lossy());
+    for a in extra {
+        s = s.arg(a);
+    }
+    s
+}
+
+/// The project file's `max_checkpoints` bounds the checkpoints kept (and
+/// `--max-checkpoints` overrides it); past it the oldest merge, and a
+/// rewind to a checkpoint kept still names who made each change as then.
+#[test]
+fn the_project_file_bounds_the_checkpoints_and_merges_keep_who_changed_what() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged_keeping_two(&[]).mount();
+    let mp = mnt(&m);
+    let mut taken = Vec::new();
+    for step in [
+        "echo 1 | tee f > /dev/null",
+        "echo 2 > g",
+        "dd if=/dev/zero of=f bs=1 count=2 status=none",
+        "echo 4 | tee h > /dev/null",
+    ] {
+        sh(&m, step);
+        taken.push((checkpoint(&m, step), who_changed(&m, &[&mp]), view(&m)));
+    }
+    let kept: Vec<u64> = listed(&m, &mp).iter().map(|c| c.0).collect();
+    assert_eq!(kept, [taken[2].0, taken[3].0], "the two newest kept");
+    sh(&m, "echo 5 > f && rm g");
+    let (id, who, at) = &taken[2];
+    rewind(&m, *id, &[]);
+    assert_eq!(&view(&m), at);
+    assert_eq!(&who_changed(&m, &[&mp]), who, "who changed what at {id}");
+    assert_eq!(
+        who["f"],
+        "modified first [tee f] last [dd if=/dev/zero of=f bs=1 count=2 status=none]"
+    );
+    drop(m);
+    // The command line wins over the file.
+    let m = staged_keeping_two(&["--max-checkpoints", "3"]).mount();
+    for step in ["echo 1 > f", "echo 2 > f", "echo 3 > f", "echo 4 > f"] {
+        sh(&m, step);
+        checkpoint(&m, step);
+    }
+    assert_eq!(listed(&m, &mnt(&m)).len(), 3);
+}
+
+/// An `npm install` (of a package the test packs itself: no network) is
+/// one step of a checkpointed task: rewound to after it, the installed
+/// tree is back byte for byte and node loads the package; rewound to
+/// before it, nothing of it is left.
+#[test]
+fn an_npm_install_step_rewinds_to_before_and_after_it() {
+    if !fuse_ok() || !require(Need::Tool("npm")) || !require(Need::Tool("node")) {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    // The package, made and packed outside the zone.
+    let src = m.root().join("tiny");
+    fs::create_dir_all(src.join("lib")).unwrap();
+    fs::write(
+        src.join("package.json"),
+        r#"{"name": "tiny", "version": "1.0.0", "main": "index.js", "license": "MIT"}"#,
+    )
+    .unwrap();
+    fs::write(
+        src.join("index.js"),
+        "module.exports = require('./lib/greet')('tiny');\n",
+    )
+    .unwrap();
+    fs::write(
+        src.join("lib/greet.js"),
+        "module.exports = (n) => 'hello from ' + n;\n",
+    )
+    .unwrap();
+    let cache = m.root().join("npm-cache").to_string_lossy().into_owned();
+    let env = [
+        ("npm_config_cache", cache.as_str()),
+        ("npm_config_update_notifier", "false"),
+        ("npm_config_audit", "false"),
+        ("npm_config_fund", "false"),
+    ];
+    let dest = m.root().to_string_lossy().into_owned();
+    let out = sh_at(
+        &src,
+        &format!("npm pack --silent --pack-destination '{dest}'"),
+        &env,
+    );
+    assert!(out.success(), "npm pack: {}", out.describe());
+    let tgz = m.root().join("tiny-1.0.0.tgz");
+    assert!(tgz.exists(), "npm pack made no tarball: {}", out.describe());
+    // The task: a project, then the install, then a step that breaks it.
+    sh(
+        &m,
+        r#"echo '{"name": "app", "version": "1.0.0", "private": true}' > package.json"#,
+    );
+    let project = checkpoint(&m, "project");
+    let at_project = view(&m);
+    let out = m.sh_in(
+        "work",
+        &format!(
+            "npm install --offline --no-audit --no-fund --loglevel=error '{}'",
+            tgz.display()
+        ),
+        &env,
+    );
+    assert!(out.success(), "npm install: {}", out.describe());
+    let load = "node -e \"console.log(require('tiny'))\"";
+    let out = m.sh_in("work", load, &env);
+    assert_eq!(out.stdout.trim(), "hello from tiny", "{}", out.describe());
+    assert!(m.path("work/package-lock.json").exists());
+    let installed = checkpoint(&m, "npm install");
+    let at_installed = view(&m);
+    assert!(
+        at_installed
+            .iter()
+            .any(|l| l.starts_with("node_modules/tiny/lib/greet.js:")),
+        "{at_installed:#?}"
+    );
+    sh(
+        &m,
+        "rm -r node_modules/tiny/lib && echo '{}' > package.json",
+    );
+    let out = m.sh_in("work", load, &env);
+    assert!(!out.success(), "the package is broken: {}", out.describe());
+    rewind(&m, installed, &[]);
+    assert_eq!(view(&m), at_installed, "the view after the install");
+    let out = m.sh_in("work", load, &env);
+    assert_eq!(out.stdout.trim(), "hello from tiny", "{}", out.describe());
+    rewind(&m, project, &[]);
+    assert_eq!(view(&m), at_project, "the view before the install");
+    assert!(!m.path("work/node_modules").exists());
+    assert_eq!(
+        tree_listing(&backing, true),
+        before,
+        "checkpoint and rewind touched the backing dir"
+    );
+}
+
+/// `commit --upto ID` names who made what it applied as at ID, and drops
+/// only that part of the record: a path changed after ID is still named by
+/// the program that changed it then.
+#[test]
+fn commit_upto_keeps_who_made_the_later_changes() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let mp = mnt(&m);
+    sh(&m, "echo 1 | tee f a > /dev/null");
+    let one = checkpoint(&m, "one");
+    sh(
+        &m,
+        "dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none",
+    );
+    let out = m.zonemount(&["commit", "--json", "--upto", &one.to_string(), &mp]);
+    assert!(out.success(), "commit --upto: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let applied = v["zones"][0]["applied"].as_array().unwrap();
+    let f = applied.iter().find(|c| c["path"] == "f").unwrap();
+    assert_eq!(f["last"]["argv"], "tee f a", "as at the checkpoint: {v:#}");
+    let now = who_changed(&m, &[&mp]);
+    assert_eq!(
+        now.get("f").map(String::as_str),
+        Some(
+            "modified first [dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none] last [dd if=/dev/zero of=f bs=1 count=1 seek=9 conv=notrunc status=none]"
+        ),
+        "{now:?}"
+    );
+    assert!(!now.contains_key("a"), "a is committed: {now:?}");
+}
+
+/// A commit cut short by a SIGKILL (one file already written to the
+/// backing dir, its journal left) completes when run again after a
+/// remount: no conflict with its own write, nothing lost, each change
+/// still named by the program that made it.
+#[test]
+fn a_commit_cut_short_by_a_sigkill_completes_when_run_again() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let mp = mnt(&m);
+    sh(&m, "echo new | tee f > /dev/null && echo n > n && sync f n");
+    checkpoint(&m, "one");
+    sh(&m, "echo m > m && rm gone && sync m");
+    let now = view(&m);
+    let pids = daemon_pids_for(m.mountpoint());
+    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
+    let _ = run(
+        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "the killed daemon's mount stayed"
+    );
+    // As the commit left it: its journal, and f already renamed into place.
+    let zone = m.root().join("stage/work");
+    fs::write(zone.join("commit.journal"), b"f\0n\0m\0gone\0").unwrap();
+    fs::write(m.backing("work", "f.tmp"), "new\n").unwrap();
+    fs::rename(m.backing("work", "f.tmp"), m.backing("work", "f")).unwrap();
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(view(&m), now, "the view as before the crash");
+    let out = m.zonemount(&["commit", "--json", &mp]);
+    assert!(out.success(), "commit again: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["zones"][0]["conflicts"], serde_json::json!([]), "{v:#}");
+    let applied = v["zones"][0]["applied"].as_array().unwrap();
+    let f = applied
+        .iter()
+        .find(|c| c["path"] == "f")
+        .expect("f applied");
+    assert_eq!(f["last"]["argv"], "tee f", "{v:#}");
+    let b = |p: &str| fs::read_to_string(m.backing("work", p)).ok();
+    assert_eq!(b("f").as_deref(), Some("new\n"));
+    assert_eq!(b("n").as_deref(), Some("n\n"));
+    assert_eq!(b("m").as_deref(), Some("m\n"));
+    assert!(b("gone").is_none());
+    assert!(changed(&m, &[&mp]).is_empty());
+    assert!(!zone.join("commit.journal").exists(), "the journal is gone");
+    assert_eq!(view(&m), now);
 }

@@ -137,9 +137,19 @@ fn marks_keep_what_a_rewind_needs() {
     assert_eq!(first_last(&then, "b"), None);
     assert_eq!(
         t.iter().next().unwrap().1.len(),
-        3,
-        "first, before the mark, last"
+        4,
+        "first and last before the mark, first and last after it"
     );
+    let mut after = t.clone();
+    after.change(Path::new("a"), who(8, "eight"));
+    assert_eq!(after.iter().next().unwrap().1.len(), 4, "the last replaced");
+    after.forget_upto(&[PathBuf::from("a"), PathBuf::from("b")], &[], Some(m1));
+    assert_eq!(
+        first_last(&after, "a"),
+        Some((4, 8)),
+        "the changes after the mark"
+    );
+    assert_eq!(first_last(&after, "b"), Some((6, 6)));
     t.rewind(m1);
     assert_eq!(t, then);
     // Numbers go on after a rewind.
@@ -176,4 +186,152 @@ fn forget_drops_paths_and_trees_only() {
     assert!(!t.forget(&[PathBuf::from("zz")], &[]));
     t.forget(&[], &[PathBuf::new()]);
     assert!(t.is_empty());
+}
+
+/// A rename over a path after a mark (`sed -i`, an editor's save): now the
+/// path's record is the new file's; rewound to the mark, the one before.
+#[test]
+fn a_rename_over_a_path_after_a_mark_keeps_its_record_for_a_rewind() {
+    let mut t = Trails::default();
+    t.change(Path::new("f"), who(1, "tee"));
+    t.change(Path::new("d/x"), who(1, "tee"));
+    let m = t.mark();
+    let then = t.clone();
+    t.change(Path::new("tmp"), who(2, "sed"));
+    t.rename(Path::new("tmp"), Path::new("f"), who(2, "sed"));
+    t.change(Path::new("e/x"), who(3, "mk"));
+    t.rename(Path::new("e"), Path::new("d"), who(4, "mv"));
+    assert_eq!(first_last(&t, "f"), Some((2, 2)), "the new file's");
+    assert_eq!(first_last(&t, "d/x"), Some((3, 3)), "replaced by e/x");
+    t.change(Path::new("f"), who(5, "cp"));
+    assert_eq!(first_last(&t, "f"), Some((2, 5)));
+    let mut rewound = t.clone();
+    rewound.rewind(m);
+    assert_eq!(first_last(&rewound, "f"), Some((1, 1)));
+    assert_eq!(first_last(&rewound, "d/x"), Some((1, 1)));
+    assert_eq!(first_last(&rewound, "tmp"), None);
+    assert_eq!(first_last(&rewound, "e/x"), None);
+    assert_eq!(
+        rewound.iter().collect::<Vec<_>>(),
+        then.iter().collect::<Vec<_>>()
+    );
+    // A commit of everything up to the mark: the changes after it stay.
+    t.forget_upto(&[PathBuf::from("f")], &[], Some(m));
+    assert_eq!(first_last(&t, "f"), Some((2, 5)));
+}
+
+/// What a sequence of operations does to a record, for the property below.
+#[derive(Debug, Clone)]
+enum Op {
+    Change(usize),
+    Rename(usize, usize),
+    Mark,
+    /// A rewind to the kept mark this picks.
+    Rewind(usize),
+    /// The oldest kept mark's checkpoint merged away.
+    DropOldest,
+}
+
+const NAMES: [&str; 6] = ["a", "b", "a/x", "b/x", "a/x/y", "c"];
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0..NAMES.len()).prop_map(Op::Change),
+        2 => (0..NAMES.len(), 0..NAMES.len()).prop_map(|(a, b)| Op::Rename(a, b)),
+        2 => Just(Op::Mark),
+        1 => (0..8usize).prop_map(Op::Rewind),
+        1 => Just(Op::DropOldest),
+    ]
+}
+
+/// The record as it should read: each path's (first, last) pid, with a
+/// rename's meaning (the new name takes the old one's record and what was
+/// under it; what was at and under the new name is replaced).
+type Model = BTreeMap<PathBuf, (u32, u32)>;
+
+fn model_change(m: &mut Model, p: &Path, pid: u32) {
+    m.entry(p.to_path_buf())
+        .and_modify(|fl| fl.1 = pid)
+        .or_insert((pid, pid));
+}
+
+fn now(t: &Trails) -> Model {
+    t.iter()
+        .filter_map(|(p, _)| {
+            t.first_last(p)
+                .map(|f| (p.clone(), (f.first.pid, f.last.pid)))
+        })
+        .collect()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2048),
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Whatever the changes, renames, marks, merges and rewinds, the
+    /// record reads as the model does now, and a rewind to a mark gives
+    /// back exactly what it read at that mark.
+    #[test]
+    fn a_rewind_gives_back_the_record_at_its_mark(ops in proptest::collection::vec(op(), 1..60)) {
+        let mut t = Trails::default();
+        let mut model = Model::new();
+        // Each kept mark with the record read when it was taken.
+        let mut kept: Vec<(u64, Model)> = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            let pid = i as u32 + 1;
+            match *op {
+                Op::Change(p) => {
+                    t.change(Path::new(NAMES[p]), who(pid, "w"));
+                    model_change(&mut model, Path::new(NAMES[p]), pid);
+                }
+                Op::Rename(a, b) => {
+                    let (from, to) = (Path::new(NAMES[a]), Path::new(NAMES[b]));
+                    if from != to && (from.starts_with(to) || to.starts_with(from)) {
+                        continue;
+                    }
+                    t.rename(from, to, who(pid, "mv"));
+                    if from != to {
+                        model.retain(|p, _| !p.starts_with(to));
+                        let under: Vec<PathBuf> = model.keys().filter(|p| p.starts_with(from) && *p != from).cloned().collect();
+                        for p in under {
+                            let fl = model.remove(&p).unwrap();
+                            model.insert(to.join(p.strip_prefix(from).unwrap()), fl);
+                        }
+                        if let Some(fl) = model.get(from).copied() {
+                            model.insert(to.to_path_buf(), fl);
+                        }
+                    }
+                    model_change(&mut model, from, pid);
+                    model_change(&mut model, to, pid);
+                }
+                Op::Mark => {
+                    let seq = t.mark();
+                    kept.retain(|(m, _)| *m != seq);
+                    kept.push((seq, model.clone()));
+                }
+                Op::Rewind(k) => {
+                    if kept.is_empty() {
+                        continue;
+                    }
+                    let k = k % kept.len();
+                    let (seq, then) = kept[k].clone();
+                    t.rewind(seq);
+                    kept.truncate(k + 1);
+                    model = then;
+                }
+                Op::DropOldest => {
+                    if !kept.is_empty() {
+                        kept.remove(0);
+                    }
+                    let live: Vec<u64> = kept.iter().map(|(m, _)| *m).collect();
+                    t.drop_marks(|m| live.contains(&m));
+                }
+            }
+            proptest::prop_assert_eq!(now(&t), model.clone(), "after {:?} (op {})", op, i);
+        }
+    }
 }

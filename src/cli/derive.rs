@@ -113,6 +113,7 @@ mod tests {
             mode: SandboxMode::Sandboxed,
             zones: vec![fin, data],
             source: Some("/p/project.yaml".into()),
+            max_checkpoints: None,
         };
         assert_eq!(
             render(&t, &[]),
@@ -138,6 +139,7 @@ mod tests {
             mode: SandboxMode::Direct,
             zones: vec![z],
             source: None,
+            max_checkpoints: None,
         };
         let out = render(&t, &[]);
         assert!(

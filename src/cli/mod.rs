@@ -223,7 +223,8 @@ pub(crate) struct MountArgs {
     #[arg(long, value_name = "DIR")]
     pub(crate) stage_dir: Option<PathBuf>,
     /// How many checkpoints a staged zone keeps: past N the two oldest
-    /// layers are merged, the oldest checkpoint dropped (default 32).
+    /// layers are merged, the oldest checkpoint dropped (default: the
+    /// project file's sandbox.max_checkpoints, else 32).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) max_checkpoints: Option<u16>,
     /// Tell the worker of each refusal, one line in words, in F (a file it

@@ -286,9 +286,7 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         record: None,
         control: None,
         stage_dir: a.stage_dir.as_deref().map(abs),
-        max_checkpoints: a
-            .max_checkpoints
-            .map_or(crate::stage::service::MAX_CHECKPOINTS, usize::from),
+        max_checkpoints: a.max_checkpoints.map(usize::from),
         refusal_log: a.refusal_log.as_deref().map(abs),
         refusal_log_root: a.refusal_log_root.clone(),
     })
@@ -496,6 +494,7 @@ mod tests {
             mode: SandboxMode::Sandboxed,
             zones: vec![zone("data", Access::Ro), zone("ws", Access::Rw)],
             source: None,
+            max_checkpoints: None,
         };
         let mp = Path::new("/m");
         assert_eq!(

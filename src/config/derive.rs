@@ -96,6 +96,7 @@ pub(super) fn derive(
         mode: parent.mode,
         zones,
         source: parent.source.clone(),
+        max_checkpoints: parent.max_checkpoints,
     };
     Ok((table, notes))
 }

@@ -97,6 +97,7 @@ pub fn load_project_with(
             mode: SandboxMode::Direct,
             root: None,
             zones: Vec::new(),
+            max_checkpoints: None,
         };
         let dir = validate::resolve(cwd);
         return validate::build(

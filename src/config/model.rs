@@ -148,6 +148,10 @@ pub struct ZoneTable {
     pub zones: Vec<Zone>,
     /// The project file; `None` for the embedded default.
     pub source: Option<PathBuf>,
+    /// `sandbox.max_checkpoints`: how many checkpoints each staged zone
+    /// keeps (`--max-checkpoints` overrides it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_checkpoints: Option<u16>,
 }
 
 /// A zone a worker declares, as written, with where it was written.

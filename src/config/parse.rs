@@ -69,6 +69,8 @@ pub(super) struct RawZone {
 pub(super) struct RawProject {
     pub mode: SandboxMode,
     pub root: Option<At<String>>,
+    /// `max_checkpoints:` (checked: 1 to 65535).
+    pub max_checkpoints: Option<u16>,
     pub zones: Vec<RawZone>,
 }
 
@@ -108,7 +110,11 @@ pub(super) fn project(doc: &Doc, tree: Option<&SNode>) -> Result<RawProject, Con
         None => return Err(missing_sandbox(doc, top)),
     };
     let entries = doc.map(sandbox, "sandbox")?;
-    doc.check_keys(entries, &["mode", "root", "zones"], "sandbox")?;
+    doc.check_keys(
+        entries,
+        &["mode", "root", "max_checkpoints", "zones"],
+        "sandbox",
+    )?;
     let mode = match get_set(entries, "mode") {
         None => SandboxMode::Sandboxed,
         Some(node) => match doc.string(node, "sandbox.mode")?.as_str() {
@@ -127,11 +133,43 @@ pub(super) fn project(doc: &Doc, tree: Option<&SNode>) -> Result<RawProject, Con
         None => None,
         Some(node) => Some((doc.string(node, "sandbox.root")?, doc.line(node))),
     };
+    let max_checkpoints = match get_set(entries, "max_checkpoints") {
+        None => None,
+        Some(node) => Some(checkpoints(doc, node)?),
+    };
     let zones = match get(entries, "zones") {
         None => Vec::new(),
         Some(node) => zones(doc, node, PROJECT_ZONE_KEYS)?,
     };
-    Ok(RawProject { mode, root, zones })
+    Ok(RawProject {
+        mode,
+        root,
+        max_checkpoints,
+        zones,
+    })
+}
+
+/// `sandbox.max_checkpoints`: a whole number from 1 to 65535 (as
+/// `--max-checkpoints`).
+fn checkpoints(doc: &Doc, node: &SNode) -> Result<u16, ConfigError> {
+    const FIELD: &str = "sandbox.max_checkpoints";
+    let why = |got: String| {
+        doc.err(
+            Some(node),
+            FIELD,
+            format!(
+                "expected how many checkpoints each staged zone keeps, a whole number from 1 to \
+                 65535 (past it the oldest are merged), got {got}"
+            ),
+        )
+    };
+    match &node.value {
+        Node::Int(i) => u16::try_from(*i)
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| why(i.to_string())),
+        other => Err(why(other.kind().to_string())),
+    }
 }
 
 /// How far (in edits) a top-level key may be from `sandbox` to be taken

@@ -204,6 +204,7 @@ pub(super) fn build(
         mode: raw.mode,
         zones,
         source,
+        max_checkpoints: raw.max_checkpoints,
     })
 }
 

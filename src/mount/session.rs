@@ -95,8 +95,10 @@ pub struct Settings {
     /// Where staged zones keep their changes (None: the default for the
     /// mountpoint, see `stage::dir::default_for`).
     pub stage_dir: Option<PathBuf>,
-    /// How many checkpoints a staged zone keeps (`--max-checkpoints`).
-    pub max_checkpoints: usize,
+    /// How many checkpoints a staged zone keeps (`--max-checkpoints`;
+    /// None: the project file's `sandbox.max_checkpoints`, else
+    /// `stage::service::MAX_CHECKPOINTS`).
+    pub max_checkpoints: Option<usize>,
     /// Tell the worker of each refusal in this file (`--refusal-log`),
     /// paths written as under `refusal_log_root` (default: the
     /// mountpoint).
@@ -120,7 +122,7 @@ impl Default for Settings {
             record: None,
             control: None,
             stage_dir: None,
-            max_checkpoints: crate::stage::service::MAX_CHECKPOINTS,
+            max_checkpoints: None,
             refusal_log: None,
             refusal_log_root: None,
         }
@@ -203,7 +205,10 @@ pub fn build(
     let stages = Stages::open(table, mountpoint, settings.stage_dir.as_deref())
         .map_err(|e| MountError::Stage(e.to_string()))?
         .map(|mut s| {
-            s.max_checkpoints = settings.max_checkpoints;
+            s.max_checkpoints = settings
+                .max_checkpoints
+                .or(table.max_checkpoints.map(usize::from))
+                .unwrap_or(crate::stage::service::MAX_CHECKPOINTS);
             Arc::new(s)
         });
     let fs = filesystem(

@@ -161,8 +161,15 @@ impl Stages {
             };
             // A checkpoint, rewind or merge a crash cut short: finished
             // (a checkpoint undone) before the overlay is made.
+            let actors = actors::StageActors::open(&zdir).map_err(io)?;
             let ids = {
                 let mut entry = held.manifest.zones[&z.name].clone();
+                // A rewind journaled: its record of who changed what
+                // rewound first (again, if it was: the same), as a rewind
+                // does it.
+                if let Some(to) = service::rewinding(&entry) {
+                    actors.rewind(to).map_err(io)?;
+                }
                 if layers::needs_recovery(&zdir, &entry) {
                     layers::recover(&zdir, &mut entry, xattrs.prefix()).map_err(io)?;
                     held.manifest.zones.insert(z.name.clone(), entry.clone());
@@ -172,7 +179,6 @@ impl Stages {
                 entry.checkpoints.iter().map(|c| c.id).collect::<Vec<_>>()
             };
             let fingerprints = tree::Fingerprints::open(&zdir).map_err(io)?;
-            let actors = actors::StageActors::open(&zdir).map_err(io)?;
             let lower = rustix::fs::open(
                 &z.backing,
                 rustix::fs::OFlags::PATH

@@ -310,7 +310,9 @@ impl StageService {
                     None => None,
                 };
                 if merged.is_some() {
-                    *stage.checkpoints.lock() = merged.iter().flatten().copied().collect();
+                    let kept: Vec<u64> = merged.iter().flatten().copied().collect();
+                    keep_marks(&stage.actors, w, &kept);
+                    *stage.checkpoints.lock() = kept;
                 }
                 let answer = match upto {
                     Some(id) => apply(
@@ -332,9 +334,12 @@ impl StageService {
                 }
                 // Who made each change goes in the answer (and the
                 // ledger); the record of what is gone from the stage goes.
-                stage.actors.fill(answer.changes_mut());
+                stage.actors.fill_at(answer.changes_mut(), upto);
                 let cleared = answer.cleared(filter);
-                if let Err(e) = stage.actors.forget(answer.changes_mut(), &cleared) {
+                if let Err(e) = stage
+                    .actors
+                    .forget_upto(answer.changes_mut(), &cleared, upto)
+                {
                     tracing::warn!(zone = %w.name, "cannot drop the attribution of what left the stage: {e}");
                 }
                 self.live
@@ -381,6 +386,13 @@ impl StageService {
                 continue;
             };
             let prefix = w.xattrs.prefix();
+            // Who changed what, marked while the changes are held still.
+            stage.actors.mark(id).map_err(|e| {
+                format!(
+                    "zone '{}': cannot take checkpoint {id}: cannot mark its record of who changed what: {e}",
+                    w.name
+                )
+            })?;
             let mut entry = entry_of(&held, &w.name)?;
             entry.pending = Some(Pending::Checkpoint { id });
             save_entry(&mut held, &w.name, &entry)?;
@@ -428,6 +440,7 @@ impl StageService {
                     },
                 )?;
                 *stage.checkpoints.lock() = ids(&entry);
+                keep_marks(&stage.actors, w, &ids(&entry));
                 self.live
                     .restage(*i)
                     .map_err(|e| format!("zone '{}': cannot mount its stage again: {e}", w.name))?;
@@ -522,7 +535,7 @@ impl StageService {
                     for d in &z.dropped {
                         names.extend(layers::paths_in(&layers::layer_dir(&w.dir, *d)));
                     }
-                    journal(&mut held, w, &mut entry, Pending::Rewind { to: id })?;
+                    rewind_journaled(&mut held, w, &mut entry, id, &stage.actors)?;
                     *stage.checkpoints.lock() = ids(&entry);
                     self.live.restage(*i).map_err(again)?;
                     forget.push((*i, names));
@@ -550,6 +563,8 @@ impl StageService {
                             )
                             .map_err(again)?,
                         );
+                        // Its record as at the checkpoint, once it is so.
+                        stage.actors.rewind_tree(id, p).map_err(again)?;
                     }
                     forget.push((*i, touched));
                 }
@@ -761,6 +776,28 @@ fn save_entry(held: &mut dir::Held, zone: &str, entry: &ZoneEntry) -> Result<(),
     held.save().map_err(|e| e.to_string())
 }
 
+/// A whole rewind of zone `w` to checkpoint `to`: journaled, then its
+/// record of who changed what rewound (before the layers change: a
+/// SIGKILL anywhere leaves the journal, and finishing it rewinds the
+/// record again, which changes nothing more), then the layers.
+fn rewind_journaled(
+    held: &mut dir::Held,
+    w: &ZoneWork,
+    entry: &mut ZoneEntry,
+    to: u64,
+    actors: &super::actors::StageActors,
+) -> Result<(), String> {
+    entry.pending = Some(Pending::Rewind { to });
+    save_entry(held, &w.name, entry)?;
+    actors.rewind(to).map_err(|e| {
+        format!(
+            "zone '{}': cannot rewind its record of who changed what: {e} (run it again: it completes)",
+            w.name
+        )
+    })?;
+    journal(held, w, entry, Pending::Rewind { to })
+}
+
 /// Journal `p` for zone `w`, do it, record it done.
 fn journal(
     held: &mut dir::Held,
@@ -773,6 +810,22 @@ fn journal(
         save_entry(held, &zone, e).map_err(io::Error::other)
     })
     .map_err(|e| format!("zone '{}': {e} (run it again: it completes)", w.name))
+}
+
+/// Zone `w`'s checkpoints are `kept` now (others merged away): their
+/// marks of who changed what go (a failure only keeps more of the record).
+fn keep_marks(actors: &super::actors::StageActors, w: &ZoneWork, kept: &[u64]) {
+    if let Err(e) = actors.keep_checkpoints(kept) {
+        tracing::warn!(zone = %w.name, "cannot trim the record of who changed what: {e}");
+    }
+}
+
+/// The checkpoint a rewind journaled in `entry` goes to.
+pub(crate) fn rewinding(entry: &ZoneEntry) -> Option<u64> {
+    match entry.pending {
+        Some(Pending::Rewind { to }) => Some(to),
+        _ => None,
+    }
 }
 
 fn ids(entry: &ZoneEntry) -> Vec<u64> {
@@ -838,8 +891,8 @@ fn span_changes(
         }
         let mut z = w.changes_in(filter, detail, span)?;
         // Who made each: the path's first and last change as recorded
-        // (not only within the span).
-        w.actors()?.fill(&mut z.changes);
+        // (not only within the span), at the span's end.
+        w.actors()?.fill_at(&mut z.changes, span.to);
         zones.push(z);
     }
     match (zones.is_empty(), missing) {
@@ -912,6 +965,12 @@ impl OfflineStage {
             let xattrs = dir::xattrs_of(&entry.xattrs)
                 .ok_or_else(|| format!("{}: unknown xattrs '{}'", dir.display(), entry.xattrs))?;
             let zdir = dir::zone_dir(dir, &name);
+            if let Some(to) = rewinding(&entry) {
+                // As a rewind does it: the record first.
+                super::actors::StageActors::open(&zdir)
+                    .and_then(|a| a.rewind(to))
+                    .map_err(|e| format!("zone '{name}': cannot rewind who changed what: {e}"))?;
+            }
             if layers::needs_recovery(&zdir, &entry) {
                 layers::recover(&zdir, &mut entry, xattrs.prefix())
                     .map_err(|e| format!("zone '{name}': {e}"))?;
@@ -1002,7 +1061,7 @@ impl OfflineStage {
                 .map(|c| c.id)
                 .filter(|c| *c > id)
                 .collect();
-            journal(&mut held, w, &mut entry, Pending::Rewind { to: id })?;
+            rewind_journaled(&mut held, w, &mut entry, id, &w.actors()?)?;
             if let Ok(doomed) = layers::take_trash(&w.dir) {
                 let _ = layers::remove_all_of(&doomed);
             }
@@ -1039,7 +1098,9 @@ impl OfflineStage {
         let mut held = self.held.lock();
         let mut zones = Vec::new();
         for (w, f) in wanted {
-            merge_for(&mut held, w, upto)?;
+            if let Some(kept) = merge_for(&mut held, w, upto)? {
+                keep_marks(&w.actors()?, w, &kept);
+            }
             let fp = w.fingerprints()?;
             let mut answer = match upto {
                 Some(id) => w
@@ -1050,7 +1111,7 @@ impl OfflineStage {
             if let Some(id) = upto {
                 w.renote_later(&fp, &answer.done(), id)?;
             }
-            w.settle_actors(&mut answer, &f)?;
+            w.settle_actors(&mut answer, &f, upto)?;
             zones.push(answer);
         }
         Ok(CommitReport { zones })
@@ -1063,9 +1124,11 @@ impl OfflineStage {
             .wanted(paths)?
             .into_iter()
             .map(|(w, f)| {
-                merge_for(&mut held, w, None)?;
+                if let Some(kept) = merge_for(&mut held, w, None)? {
+                    keep_marks(&w.actors()?, w, &kept);
+                }
                 let mut z = w.discard(&w.fingerprints()?, &f)?;
-                w.settle_actors(&mut z, &f)?;
+                w.settle_actors(&mut z, &f, None)?;
                 Ok::<_, String>(z)
             })
             .collect::<Result<_, _>>()?;

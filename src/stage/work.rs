@@ -219,17 +219,19 @@ impl ZoneWork {
     }
 
     /// After a commit or discard of a stage no mount holds: its changes
-    /// given their actors, and those records dropped.
+    /// given their actors (at checkpoint `upto`, for a `commit --upto`),
+    /// and those records dropped (up to it).
     pub(super) fn settle_actors<T: Outcome>(
         &self,
         answer: &mut T,
         filter: &[PathBuf],
+        upto: Option<u64>,
     ) -> Result<(), String> {
         let actors = self.actors()?;
-        actors.fill(answer.changes_mut());
+        actors.fill_at(answer.changes_mut(), upto);
         let cleared = answer.cleared(filter);
         actors
-            .forget(answer.changes_mut(), &cleared)
+            .forget_upto(answer.changes_mut(), &cleared, upto)
             .map_err(|e| format!("zone '{}': cannot drop who changed it: {e}", self.name))
     }
 

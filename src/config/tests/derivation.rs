@@ -26,6 +26,7 @@ fn table(zones: Vec<Zone>) -> ZoneTable {
         mode: SandboxMode::Sandboxed,
         zones,
         source: Some("/p/project.yaml".into()),
+        max_checkpoints: None,
     }
 }
 

@@ -377,3 +377,16 @@ fn hide_patterns_are_checked_like_protect() {
         "expected a list of strings",
     );
 }
+
+/// `sandbox.max_checkpoints` is kept on the table (absent: None), and a
+/// worker's derived table has its parent's.
+#[test]
+fn max_checkpoints_is_read() {
+    let f = Fixture::new();
+    let t = f
+        .load("sandbox:\n  max_checkpoints: 4\n  zones: {}\n")
+        .unwrap();
+    assert_eq!(t.max_checkpoints, Some(4));
+    let t = f.load("sandbox:\n  zones: {}\n").unwrap();
+    assert_eq!(t.max_checkpoints, None);
+}

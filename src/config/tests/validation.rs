@@ -97,6 +97,24 @@ fn bad_values() {
         ),
         ("sandbox:\n  root: ''\n", 2, "sandbox.root", "non-empty"),
         (
+            "sandbox:\n  max_checkpoints: 0\n",
+            2,
+            "sandbox.max_checkpoints",
+            "a whole number from 1 to 65535 (past it the oldest are merged), got 0",
+        ),
+        (
+            "sandbox:\n  zones: {}\n  max_checkpoints: 65536\n",
+            3,
+            "sandbox.max_checkpoints",
+            "got 65536",
+        ),
+        (
+            "sandbox:\n  max_checkpoints: many\n",
+            2,
+            "sandbox.max_checkpoints",
+            "got a string",
+        ),
+        (
             "sandbox:\n  mode: direct\n  root: x\n",
             3,
             "sandbox.root",

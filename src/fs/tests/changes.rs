@@ -30,6 +30,7 @@ fn two_zones(broker: Arc<dyn Broker>) -> (tempfile::TempDir, Arc<Core>) {
         mode: SandboxMode::Direct,
         zones: vec![zone("work", &work, Access::Rw), ask],
         source: None,
+        max_checkpoints: None,
     };
     (tmp, core_with(&table, broker))
 }

@@ -19,6 +19,7 @@ fn asking() -> (tempfile::TempDir, std::path::PathBuf, Approvals, Arc<Core>) {
         mode: SandboxMode::Direct,
         zones: vec![z],
         source: None,
+        max_checkpoints: None,
     };
     let b = Approvals::new(
         Settings {

@@ -172,6 +172,7 @@ fn fixture() -> Fixture {
         mode: SandboxMode::Direct,
         zones: vec![zone("work", &rw, Access::Rw), zone("data", &ro, Access::Ro)],
         source: None,
+        max_checkpoints: None,
     };
     let core = core_of(&table);
     Fixture {

@@ -97,6 +97,7 @@ pub(super) fn sensitive_roots_are_neither_looked_up_nor_listed() {
         mode: SandboxMode::Direct,
         zones: vec![z],
         source: None,
+        max_checkpoints: None,
     };
     let c = core_of(&table);
     let home_ino = 2;

@@ -103,6 +103,7 @@ pub(super) fn asks_go_to_the_broker_and_its_verdict_is_final() {
         mode: SandboxMode::Direct,
         zones: vec![z],
         source: None,
+        max_checkpoints: None,
     };
     let c = core_of(&table);
     let a = found(&c, WORK, "a").unwrap().ino.0;
@@ -152,6 +153,7 @@ pub(super) fn device_nodes_are_refused_explained_before_any_approval() {
         mode: SandboxMode::Direct,
         zones: vec![z],
         source: None,
+        max_checkpoints: None,
     };
     let c = core_with(&table, broker.clone());
     let e = mknod(&c, WORK, "null", libc::S_IFBLK | 0o644).unwrap_err();
