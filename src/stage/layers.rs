@@ -16,6 +16,18 @@
 //!   for a checkpoint, undoes) one found there.
 //! - [`view`]: a read-only overlay of some layers over the backing dir:
 //!   the zone as it was at a checkpoint.
+//! - The flattened lower (`<zone>/flat/<id>`, [`build_flat`]): every
+//!   layer up to checkpoint `id` laid into one dir by hard links (the
+//!   overlay never writes a lower layer's files, so they can share
+//!   inodes), built off the request path after a checkpoint and taken
+//!   over at the next one. The live overlay is then the upper dir over
+//!   the later layers over the flat over the backing dir
+//!   ([`live_lower`]): overlayfs looks a name up in each lower layer
+//!   until it finds it, and this bounds how many there are. A
+//!   checkpoint's own view, a rewind and the change reports still compose
+//!   the real layers. The manifest names the valid flat (`flat`); a
+//!   half-built one (in `<zone>/tmp/`) or one it does not name is removed
+//!   when the stage is opened ([`clean`], [`clean_flats`]).
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -43,6 +55,139 @@ pub fn layer_dirs(zdir: &Path, entry: &ZoneEntry) -> Vec<PathBuf> {
         .iter()
         .map(|c| layer_dir(zdir, c.id))
         .collect()
+}
+
+/// `<zone>/flat/<id>`: the flattened lower holding every layer up to
+/// checkpoint `id`.
+pub fn flat_dir(zdir: &Path, id: u64) -> PathBuf {
+    zdir.join("flat").join(id.to_string())
+}
+
+/// How many of the newest layers stay lowers of their own when a flat
+/// is built (the next checkpoints' rewinds and views need no flat).
+pub const FLAT_KEEP: usize = 2;
+
+/// A flat is built once more layers than this are above the flat (or
+/// there is none): the live overlay has at most about this many layers
+/// between its upper dir and the flat (one more until the next
+/// checkpoint takes the built flat over).
+pub const FLAT_AFTER: usize = 4;
+
+/// The live overlay's lower dirs, topmost first: the layers of `ids`
+/// (oldest first) after the flat `flat`, newest first, then the flat.
+pub fn live_lower(zdir: &Path, ids: &[u64], flat: Option<u64>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = ids
+        .iter()
+        .rev()
+        .filter(|id| flat.is_none_or(|f| **id > f))
+        .map(|id| layer_dir(zdir, *id))
+        .collect();
+    if let Some(f) = flat {
+        out.push(flat_dir(zdir, f));
+    }
+    out
+}
+
+/// What the next flat should hold, when one is due (more than
+/// [`FLAT_AFTER`] layers of `ids` above the flat `flat`): the checkpoint
+/// it goes up to (all but the newest [`FLAT_KEEP`]) and the layers to lay
+/// onto the current flat for it, oldest first.
+pub fn flat_plan(ids: &[u64], flat: Option<u64>) -> Option<(u64, Vec<u64>)> {
+    let above: Vec<u64> = ids
+        .iter()
+        .copied()
+        .filter(|id| flat.is_none_or(|f| *id > f))
+        .collect();
+    if above.len() <= FLAT_AFTER {
+        return None;
+    }
+    let take = above[..above.len() - FLAT_KEEP].to_vec();
+    Some((*take.last()?, take))
+}
+
+/// A new flat, made in a scratch dir (`<zone>/tmp/flat-*`, whose path is
+/// returned): the flat `base` (none: an empty dir) with the layers `ids`
+/// (oldest first) laid onto it, all by hard links. Only reads the layers
+/// and the base; on an error the scratch dir is removed.
+pub fn build_flat(
+    zdir: &Path,
+    base: Option<u64>,
+    ids: &[u64],
+    prefix: &str,
+) -> io::Result<PathBuf> {
+    let path = scratch(zdir, "flat")?;
+    mkdir(&path)?;
+    let built = (|| {
+        let td = open_dir(&path)?;
+        let dirs = base
+            .map(|b| flat_dir(zdir, b))
+            .into_iter()
+            .chain(ids.iter().map(|id| layer_dir(zdir, *id)));
+        for d in dirs {
+            apply(open_dir(&d)?.as_fd(), td.as_fd(), How::Link, prefix)
+                .map_err(|e| ctx(e, "flatten", &d))?;
+        }
+        Ok(())
+    })();
+    match built {
+        Ok(()) => Ok(path),
+        Err(e) => {
+            let _ = remove_path(&path);
+            Err(e)
+        }
+    }
+}
+
+/// A flat built by [`build_flat`] put in place as `flat/<upto>` (the
+/// caller then names it in the manifest).
+pub fn place_flat(zdir: &Path, built: &Path, upto: u64) -> io::Result<()> {
+    mkdir(&zdir.join("flat"))?;
+    let to = flat_dir(zdir, upto);
+    remove_path(&to)?;
+    rename(built, &to)
+}
+
+/// Flat `id` moved out of `flat/` to `<zone>/trash/` (emptied after the
+/// answer, or when the stage is next opened), if it is there.
+pub fn retire_flat(zdir: &Path, id: u64) -> io::Result<()> {
+    let from = flat_dir(zdir, id);
+    if !exists(&from) {
+        return Ok(());
+    }
+    let trash = zdir.join("trash");
+    mkdir(&trash)?;
+    let n = SCRATCH.fetch_add(1, Ordering::Relaxed);
+    rename(
+        &from,
+        &trash.join(format!("flat-{id}-{}-{n}", std::process::id())),
+    )
+}
+
+/// When the stage is opened (no operation runs): every dir under
+/// `flat/` but the one `entry` names removed (a flat put in place whose
+/// manifest was not saved, or one that was replaced); `entry.flat`
+/// cleared when its dir is gone or covers no kept layer's place.
+/// Returns whether `entry` changed.
+pub fn clean_flats(zdir: &Path, entry: &mut ZoneEntry) -> io::Result<bool> {
+    let before = entry.flat;
+    if entry
+        .flat
+        .is_some_and(|f| !exists(&flat_dir(zdir, f)) || entry.checkpoints.is_empty())
+    {
+        entry.flat = None;
+    }
+    if let Ok(list) = std::fs::read_dir(zdir.join("flat")) {
+        for e in list.flatten() {
+            let name = e.file_name();
+            let keep = entry
+                .flat
+                .is_some_and(|f| name.to_str() == Some(f.to_string().as_str()));
+            if !keep {
+                remove_path(&e.path())?;
+            }
+        }
+    }
+    Ok(entry.flat != before)
 }
 
 /// How [`apply`] lays an entry down.
@@ -590,7 +735,14 @@ fn recover_pending(zdir: &Path, entry: &mut ZoneEntry, prefix: &str) -> io::Resu
             }
             entry.checkpoints.retain(|c| c.id != id);
         }
-        Some(Pending::Rewind { to }) => rewind_layers(zdir, entry, to)?,
+        Some(Pending::Rewind { to }) => {
+            // A flat holding a dropped layer goes too.
+            if let Some(f) = entry.flat.filter(|f| *f > to) {
+                retire_flat(zdir, f)?;
+                entry.flat = None;
+            }
+            rewind_layers(zdir, entry, to)?
+        }
         Some(Pending::Merge { into, upto }) => merge_layers(zdir, entry, into, upto, prefix)?,
     }
     entry.pending = None;
