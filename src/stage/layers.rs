@@ -17,16 +17,16 @@
 //! - [`view`]: a read-only overlay of some layers over the backing dir:
 //!   the zone as it was at a checkpoint.
 //! - The flattened lower (`<zone>/flat/<id>`, [`build_flat`]): every
-//!   layer up to checkpoint `id` laid into one dir by hard links (the
-//!   overlay never writes a lower layer's files, so they can share
-//!   inodes), built off the request path after a checkpoint and taken
-//!   over at the next one. The live overlay is then the upper dir over
-//!   the later layers over the flat over the backing dir
-//!   ([`live_lower`]): overlayfs looks a name up in each lower layer
-//!   until it finds it, and this bounds how many there are. A
-//!   checkpoint's own view, a rewind and the change reports still compose
-//!   the real layers. The manifest names the valid flat (`flat`); a
-//!   half-built one (in `<zone>/tmp/`) or one it does not name is removed
+//!   layer up to checkpoint `id` laid into one dir as copies (cloned
+//!   where the filesystem can: a hard link would show the worker one link
+//!   more on each file and change its ctime), built off the request path
+//!   after a checkpoint and taken over at the next one. The live overlay
+//!   is then the upper dir over the later layers over the flat over the
+//!   backing dir ([`live_lower`]): overlayfs looks a name up in each
+//!   lower layer until it finds it, and this bounds how many there are.
+//!   A checkpoint's own view, a rewind and the change reports still
+//!   compose the real layers. The manifest names the valid flat (`flat`);
+//!   a half-built one (in `<zone>/tmp/`) or one it does not name is removed
 //!   when the stage is opened ([`clean`], [`clean_flats`]).
 
 use std::ffi::{OsStr, OsString};
@@ -107,8 +107,8 @@ pub fn flat_plan(ids: &[u64], flat: Option<u64>) -> Option<(u64, Vec<u64>)> {
 
 /// A new flat, made in a scratch dir (`<zone>/tmp/flat-*`, whose path is
 /// returned): the flat `base` (none: an empty dir) with the layers `ids`
-/// (oldest first) laid onto it, all by hard links. Only reads the layers
-/// and the base; on an error the scratch dir is removed.
+/// (oldest first) laid onto it, all as copies ([`How::Copy`]). Only reads
+/// the layers and the base; on an error the scratch dir is removed.
 pub fn build_flat(
     zdir: &Path,
     base: Option<u64>,
@@ -119,15 +119,12 @@ pub fn build_flat(
     mkdir(&path)?;
     let built = (|| {
         let td = open_dir(&path)?;
-        let dirs = base
+        let dirs: Vec<PathBuf> = base
             .map(|b| flat_dir(zdir, b))
             .into_iter()
-            .chain(ids.iter().map(|id| layer_dir(zdir, *id)));
-        for d in dirs {
-            apply(open_dir(&d)?.as_fd(), td.as_fd(), How::Link, prefix)
-                .map_err(|e| ctx(e, "flatten", &d))?;
-        }
-        Ok(())
+            .chain(ids.iter().map(|id| layer_dir(zdir, *id)))
+            .collect();
+        lay_copies(&dirs, td.as_fd(), prefix)
     })();
     match built {
         Ok(()) => Ok(path),
@@ -197,6 +194,11 @@ pub enum How {
     Move,
     /// Hard links (directories made anew): the newer layer is kept.
     Link,
+    /// Copies (directories made anew; a file's data cloned where the
+    /// filesystem can, names that were hard links of one file linked to
+    /// one copy; whiteouts hard-linked): the newer layer is kept, and its
+    /// files keep their link counts (a flat the live overlay shows).
+    Copy,
 }
 
 fn ctx(e: Errno, what: &str, p: &Path) -> io::Error {
@@ -341,6 +343,119 @@ fn copy_attrs(
     )
 }
 
+/// What a [`How::Copy`] made so far: the root of the copy, and where the
+/// first copy of each file with several links is (relative to it).
+#[derive(Default)]
+struct Copies {
+    root: Option<OwnedFd>,
+    seen: std::collections::HashMap<(u64, u64), PathBuf>,
+}
+
+impl Copies {
+    /// `name` in `s` (`st`, not a directory) laid as `name` in `t` (at
+    /// `rel` under the root).
+    fn put(
+        &mut self,
+        s: BorrowedFd<'_>,
+        name: &OsStr,
+        st: &Stat,
+        t: BorrowedFd<'_>,
+        rel: &Path,
+        prefix: &str,
+    ) -> Result<(), Errno> {
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => {
+                let key = (st.st_dev, st.st_ino);
+                if st.st_nlink > 1 {
+                    if let (Some(root), Some(first)) = (&self.root, self.seen.get(&key)) {
+                        // The first copy, if it is still that file's.
+                        let same = stat_at(root.as_fd(), first.as_os_str())?.is_some_and(|c| {
+                            (c.st_size, c.st_mtime, c.st_mtime_nsec)
+                                == (st.st_size, st.st_mtime, st.st_mtime_nsec)
+                        });
+                        if same {
+                            return rfs::linkat(root, first.as_os_str(), t, name, AtFlags::empty());
+                        }
+                    }
+                }
+                copy_file(s, name, st, t, prefix)?;
+                if st.st_nlink > 1 {
+                    self.seen.insert(key, rel.to_path_buf());
+                }
+                Ok(())
+            }
+            FileType::Symlink => {
+                let target = rfs::readlinkat(s, name, Vec::new())?;
+                rfs::symlinkat(target.as_c_str(), t, name)?;
+                if rustix::process::geteuid().is_root() {
+                    rfs::chownat(
+                        t,
+                        name,
+                        Some(rfs::Uid::from_raw(st.st_uid)),
+                        Some(rfs::Gid::from_raw(st.st_gid)),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    )?;
+                }
+                Ok(())
+            }
+            kind @ (FileType::Fifo | FileType::Socket) => {
+                rfs::mknodat(t, name, kind, Mode::from_raw_mode(st.st_mode & 0o7777), 0)?;
+                if rustix::process::geteuid().is_root() {
+                    rfs::chownat(
+                        t,
+                        name,
+                        Some(rfs::Uid::from_raw(st.st_uid)),
+                        Some(rfs::Gid::from_raw(st.st_gid)),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    )?;
+                }
+                Ok(())
+            }
+            // A whiteout (or a device node): nothing shows its links.
+            _ => rfs::linkat(s, name, t, name, AtFlags::empty()),
+        }
+    }
+}
+
+/// Regular file `name` in `s` (`st`) copied as `name` in `t`: cloned
+/// where the filesystem can (no data copied), else copied in the kernel;
+/// mode, owner, times, user xattrs and the overlay's markers kept.
+fn copy_file(
+    s: BorrowedFd<'_>,
+    name: &OsStr,
+    st: &Stat,
+    t: BorrowedFd<'_>,
+    prefix: &str,
+) -> Result<(), Errno> {
+    let src = rfs::openat(s, name, OFlags::RDONLY | nofollow(), Mode::empty())?;
+    let dst = rfs::openat(
+        t,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | nofollow(),
+        Mode::from_raw_mode(0o600),
+    )?;
+    if rfs::ioctl_ficlone(&dst, &src).is_err() {
+        let mut left = u64::try_from(st.st_size).unwrap_or(0);
+        while left > 0 {
+            let chunk = usize::try_from(left.min(1 << 30)).unwrap_or(1 << 30);
+            match rfs::copy_file_range(&src, None, &dst, None, chunk) {
+                Ok(0) => break,
+                Ok(n) => left = left.saturating_sub(n as u64),
+                Err(Errno::INTR) => {}
+                Err(Errno::XDEV | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
+                    let (mut a, mut b) = (std::fs::File::from(src), std::fs::File::from(dst));
+                    rfs::ftruncate(&b, 0)?;
+                    io::copy(&mut a, &mut b)
+                        .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+                    return copy_attrs(a.as_fd(), b.as_fd(), st, prefix, true);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    copy_attrs(src.as_fd(), dst.as_fd(), st, prefix, true)
+}
+
 /// Lay layer `s` onto the older layer `t`, so that `t` shows what the two
 /// showed stacked: an entry of `s` replaces `t`'s (a whiteout stays a
 /// whiteout: it still hides what is below `t`); a directory of `s` that
@@ -348,20 +463,60 @@ fn copy_attrs(
 /// it its own attributes; a directory that took the place of something
 /// in `t` is made opaque (what was below was hidden). `Move` renames each
 /// entry out of `s` (run again after a crash, it completes), `Link`
-/// hard-links it (`t` a scratch dir).
+/// hard-links it (`t` a scratch dir), `Copy` copies it (`t` a scratch
+/// dir, see [`lay_copies`]).
 pub fn apply(s: BorrowedFd<'_>, t: BorrowedFd<'_>, how: How, prefix: &str) -> Result<(), Errno> {
+    lay(s, t, Path::new(""), how, prefix, &mut Copies::default())
+}
+
+/// `dirs` (oldest first) laid by copies onto the scratch dir `t`, one
+/// after the other, as [`apply`] with [`How::Copy`] (names that are hard
+/// links of one file in any of them stay links of one copy).
+pub fn lay_copies(dirs: &[PathBuf], t: BorrowedFd<'_>, prefix: &str) -> io::Result<()> {
+    let mut copies = Copies {
+        root: Some(rfs::openat(
+            t,
+            ".",
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?),
+        seen: Default::default(),
+    };
+    for d in dirs {
+        lay(
+            open_dir(d)?.as_fd(),
+            t,
+            Path::new(""),
+            How::Copy,
+            prefix,
+            &mut copies,
+        )
+        .map_err(|e| ctx(e, "flatten", d))?;
+    }
+    Ok(())
+}
+
+fn lay(
+    s: BorrowedFd<'_>,
+    t: BorrowedFd<'_>,
+    rel: &Path,
+    how: How,
+    prefix: &str,
+    copies: &mut Copies,
+) -> Result<(), Errno> {
     for name in names(s)? {
         let Some(ss) = stat_at(s, &name)? else {
             continue;
         };
         let ts = stat_at(t, &name)?;
+        let at = rel.join(&name);
         if is_dir(&ss) {
             let sd = open_dir_at(s, &name)?;
             let s_opaque = is_opaque(sd.as_fd(), prefix);
             if let (Some(tst), false) = (ts.as_ref(), s_opaque) {
                 if is_dir(tst) {
                     let td = open_dir_at(t, &name)?;
-                    apply(sd.as_fd(), td.as_fd(), how, prefix)?;
+                    lay(sd.as_fd(), td.as_fd(), &at, how, prefix, copies)?;
                     copy_attrs(sd.as_fd(), td.as_fd(), &ss, prefix, false)?;
                     if how == How::Move {
                         let _ = rfs::unlinkat(s, &name, AtFlags::REMOVEDIR);
@@ -380,8 +535,8 @@ pub fn apply(s: BorrowedFd<'_>, t: BorrowedFd<'_>, how: How, prefix: &str) -> Re
             }
             match how {
                 How::Move => rfs::renameat(s, &name, t, &name)?,
-                How::Link => {
-                    link_tree(sd.as_fd(), &ss, t, &name, prefix)?;
+                How::Link | How::Copy => {
+                    link_tree(sd.as_fd(), &ss, t, &name, &at, how, prefix, copies)?;
                     if make_opaque {
                         set_opaque(open_dir_at(t, &name)?.as_fd(), prefix)?;
                     }
@@ -394,20 +549,26 @@ pub fn apply(s: BorrowedFd<'_>, t: BorrowedFd<'_>, how: How, prefix: &str) -> Re
             match how {
                 How::Move => rfs::renameat(s, &name, t, &name)?,
                 How::Link => rfs::linkat(s, &name, t, &name, AtFlags::empty())?,
+                How::Copy => copies.put(s, &name, &ss, t, &at, prefix)?,
             }
         }
     }
     Ok(())
 }
 
-/// Directory `sd` (`st`) made again as `name` in `t`, its entries hard
-/// links, its attributes and the overlay's markers copied.
+/// Directory `sd` (`st`) made again as `name` in `t` (at `rel`), its
+/// entries hard links (or copies), its attributes and the overlay's
+/// markers copied.
+#[allow(clippy::too_many_arguments)]
 fn link_tree(
     sd: BorrowedFd<'_>,
     st: &Stat,
     t: BorrowedFd<'_>,
     name: &OsStr,
+    rel: &Path,
+    how: How,
     prefix: &str,
+    copies: &mut Copies,
 ) -> Result<(), Errno> {
     rfs::mkdirat(t, name, Mode::from_raw_mode(0o700))?;
     let td = open_dir_at(t, name)?;
@@ -415,8 +576,20 @@ fn link_tree(
         let Some(cs) = stat_at(sd, &n)? else {
             continue;
         };
+        let at = rel.join(&n);
         if is_dir(&cs) {
-            link_tree(open_dir_at(sd, &n)?.as_fd(), &cs, td.as_fd(), &n, prefix)?;
+            link_tree(
+                open_dir_at(sd, &n)?.as_fd(),
+                &cs,
+                td.as_fd(),
+                &n,
+                &at,
+                how,
+                prefix,
+                copies,
+            )?;
+        } else if how == How::Copy {
+            copies.put(sd, &n, &cs, td.as_fd(), &at, prefix)?;
         } else {
             rfs::linkat(sd, &n, td.as_fd(), &n, AtFlags::empty())?;
         }
