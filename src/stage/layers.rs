@@ -243,6 +243,37 @@ fn names(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
     Ok(out)
 }
 
+/// `names`, each with the type readdir gives (`Unknown` where the
+/// filesystem gives none).
+fn typed_names(dir: BorrowedFd<'_>) -> Result<Vec<(OsString, FileType)>, Errno> {
+    let mut out = Vec::new();
+    for e in rfs::Dir::read_from(dir)? {
+        let e = e?;
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            out.push((OsStr::from_bytes(n).to_os_string(), e.file_type()));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// `paths` (relative, any order) less each one under another of them,
+/// sorted: telling the kernel to forget a directory's name forgets what
+/// it cached under it.
+pub fn topmost(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    paths.sort();
+    paths.dedup();
+    let mut out: Vec<PathBuf> = Vec::with_capacity(paths.len());
+    for p in paths {
+        if out.last().is_some_and(|top| p.starts_with(top)) {
+            continue;
+        }
+        out.push(p);
+    }
+    out
+}
+
 fn is_dir(st: &Stat) -> bool {
     FileType::from_raw_mode(st.st_mode) == FileType::Directory
 }
@@ -1076,12 +1107,16 @@ pub fn now() -> (u64, u32) {
 /// they hold.
 pub fn paths_in(layer: &Path) -> Vec<PathBuf> {
     fn walk(dir: BorrowedFd<'_>, rel: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(list) = names(dir) else { return };
-        for n in list {
+        let Ok(list) = typed_names(dir) else { return };
+        for (n, kind) in list {
             let p = rel.join(&n);
             out.push(p.clone());
-            if let Ok(sub) = open_dir_at(dir, &n) {
-                walk(sub.as_fd(), &p, out);
+            // Only a directory (or a name whose type readdir did not
+            // give) is opened.
+            if matches!(kind, FileType::Directory | FileType::Unknown) {
+                if let Ok(sub) = open_dir_at(dir, &n) {
+                    walk(sub.as_fd(), &p, out);
+                }
             }
         }
     }
@@ -1259,4 +1294,91 @@ pub fn remove_all_of(paths: &[PathBuf]) -> io::Result<()> {
         remove_path(p)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod flat_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn topmost_keeps_only_what_no_other_path_holds() {
+        let p = |s: &str| PathBuf::from(s);
+        assert_eq!(
+            topmost(vec![
+                p("r1/f1"),
+                p("r10"),
+                p("r1"),
+                p("a/b/c"),
+                p("r1/d/e"),
+                p("a/b2")
+            ]),
+            [p("a/b/c"), p("a/b2"), p("r1"), p("r10")]
+        );
+    }
+
+    #[test]
+    fn a_flat_is_due_past_the_layers_it_allows() {
+        assert_eq!(flat_plan(&[1, 2, 3, 4], None), None);
+        assert_eq!(flat_plan(&[1, 2, 3, 4, 5], None), Some((3, vec![1, 2, 3])));
+        assert_eq!(flat_plan(&[1, 2, 3, 4, 5, 6, 7], Some(3)), None);
+        assert_eq!(
+            flat_plan(&[2, 3, 4, 5, 6, 7, 8], Some(3)),
+            Some((6, vec![4, 5, 6]))
+        );
+        assert_eq!(
+            live_lower(Path::new("/z"), &[2, 3, 4, 5], Some(3)),
+            [
+                PathBuf::from("/z/layers/5"),
+                PathBuf::from("/z/layers/4"),
+                PathBuf::from("/z/flat/3")
+            ]
+        );
+    }
+
+    /// Copies keep each file's link count (names that were links of one
+    /// file stay links of one copy), content and mode; the layers keep
+    /// theirs; a newer layer's file replaces an older one's.
+    #[test]
+    fn a_flat_of_copies_keeps_link_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, t) = (
+            dir.path().join("a"),
+            dir.path().join("b"),
+            dir.path().join("t"),
+        );
+        for d in [&a, &b, &t] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::write(a.join("one"), "1\n").unwrap();
+        std::fs::write(a.join("pair"), "p\n").unwrap();
+        std::fs::hard_link(a.join("pair"), a.join("pair2")).unwrap();
+        std::fs::create_dir(a.join("d")).unwrap();
+        std::fs::write(a.join("d/x"), "old\n").unwrap();
+        std::os::unix::fs::symlink("one", a.join("sym")).unwrap();
+        std::fs::create_dir(b.join("d")).unwrap();
+        std::fs::write(b.join("d/x"), "new\n").unwrap();
+        std::fs::set_permissions(
+            b.join("d/x"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o640),
+        )
+        .unwrap();
+        let td = open_dir(&t).unwrap();
+        lay_copies(&[a.clone(), b.clone()], td.as_fd(), "user.overlay.").unwrap();
+        let md = |p: &Path| std::fs::symlink_metadata(p).unwrap();
+        assert_eq!(md(&t.join("one")).nlink(), 1);
+        assert_eq!(
+            md(&a.join("one")).nlink(),
+            1,
+            "the layer's file is not linked"
+        );
+        assert_ne!(md(&t.join("one")).ino(), md(&a.join("one")).ino());
+        assert_eq!(md(&t.join("pair")).nlink(), 2);
+        assert_eq!(md(&t.join("pair")).ino(), md(&t.join("pair2")).ino());
+        assert_eq!(std::fs::read_to_string(t.join("d/x")).unwrap(), "new\n");
+        assert_eq!(md(&t.join("d/x")).mode() & 0o7777, 0o640);
+        assert_eq!(std::fs::read_link(t.join("sym")).unwrap(), Path::new("one"));
+        assert_eq!(md(&t.join("one")).mtime(), md(&a.join("one")).mtime());
+    }
 }

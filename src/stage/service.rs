@@ -601,7 +601,7 @@ impl StageService {
                     *stage.checkpoints.lock() = ids(&entry);
                     *stage.flat.lock() = entry.flat;
                     self.live.restage(*i).map_err(again)?;
-                    forget.push((*i, names));
+                    forget.push((*i, layers::topmost(names)));
                 } else {
                     let below: Vec<PathBuf> = w
                         .checkpoints
