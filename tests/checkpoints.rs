@@ -829,6 +829,9 @@ fn a_flat_takes_over_many_layers_and_each_view_stays() {
     let flat = flat_of(&m).expect("a flat was taken over");
     let zone = m.root().join("stage/work");
     assert!(zone.join(format!("flat/{flat}")).is_dir());
+    // The flats it replaced are gone from flat/ and the trash.
+    assert_eq!(fs::read_dir(zone.join("flat")).unwrap().count(), 1);
+    assert!(fs::read_dir(zone.join("trash")).map_or(true, |mut d| d.next().is_none()));
     let ids: Vec<u64> = taken.iter().map(|(id, _)| *id).collect();
     let above = ids.iter().filter(|id| **id > flat).count();
     assert!(

@@ -459,6 +459,12 @@ impl StageService {
             self.log_layers(audit::Kind::Checkpoint, &w.name, id, &[], label.clone(), by);
             self.flatten_later(stages, *i, w, &entry);
         }
+        // A flat replaced above is removed after the answer.
+        let mut doomed = Vec::new();
+        for (_, w) in work.iter().filter(|(_, w)| wanted.contains(&w.name)) {
+            doomed.extend(layers::take_trash(&w.dir).unwrap_or_default());
+        }
+        remove_later(doomed);
         Ok(CheckpointsReport {
             id: Some(id),
             zones,
