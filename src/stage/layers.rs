@@ -398,14 +398,22 @@ impl Copies {
             FileType::RegularFile => {
                 let key = (st.st_dev, st.st_ino);
                 if st.st_nlink > 1 {
-                    if let (Some(root), Some(first)) = (&self.root, self.seen.get(&key)) {
-                        // The first copy, if it is still that file's.
-                        let same = stat_at(root.as_fd(), first.as_os_str())?.is_some_and(|c| {
-                            (c.st_size, c.st_mtime, c.st_mtime_nsec)
-                                == (st.st_size, st.st_mtime, st.st_mtime_nsec)
+                    // The first copy, if it is still that file's: reached
+                    // without following a symlink (a later layer may have
+                    // put one in place of a directory on its way).
+                    let first = self.seen.get(&key).and_then(|first| {
+                        let root = self.root.as_ref()?;
+                        let dir = dir_beneath(root.as_fd(), first.parent()?)?;
+                        Some((dir, first.file_name()?.to_os_string()))
+                    });
+                    if let Some((dir, file)) = first {
+                        let same = stat_at(dir.as_fd(), &file)?.is_some_and(|c| {
+                            FileType::from_raw_mode(c.st_mode) == FileType::RegularFile
+                                && (c.st_size, c.st_mtime, c.st_mtime_nsec)
+                                    == (st.st_size, st.st_mtime, st.st_mtime_nsec)
                         });
                         if same {
-                            return rfs::linkat(root, first.as_os_str(), t, name, AtFlags::empty());
+                            return rfs::linkat(&dir, &file, t, name, AtFlags::empty());
                         }
                     }
                 }
