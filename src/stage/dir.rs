@@ -68,7 +68,7 @@ pub struct ZoneEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Pending>,
     /// The flattened lower, `flat/<id>`: every layer up to checkpoint
-    /// `id` laid into one dir by hard links (the live overlay is the
+    /// `id` laid into one dir as copies (the live overlay is the
     /// upper dir over the later layers over it; see `layers`). None: no
     /// flat, or none valid (a dir under `flat/` this does not name is a
     /// leftover, removed when the stage is opened).
