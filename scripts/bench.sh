@@ -56,7 +56,9 @@
 # then `zonemount commit` timed against `cp -a` of the same tree. With the
 # workload `checkpoint`: scripts/bench-checkpoints.sh on the ext4 image
 # (`zonemount checkpoint` with 10 and with 10,000 changed files, `rewind`
-# of 10,000), its medians in the table and the JSON.
+# of 10,000; then with --layers, `find -ls` and `stat` of a backing tree,
+# cold, through 51 checkpoints against none), its medians in the table
+# and the JSON.
 # Each workload runs REPS times; within a repetition the targets take turns
 # (the order rotates), with dentries and inodes dropped before each run.
 # "pinned": the daemons and the workload on CPU 0, or the CPUs of --cpus
@@ -650,6 +652,13 @@ case " $WORKLOADS " in *" checkpoint "*)
       2>"$work/checkpoints.err" | tee "$work/checkpoints.out"; then
     echo "bench: scripts/bench-checkpoints.sh FAILED:" >&2; tail -20 "$work/checkpoints.err" >&2
     echo "FAILED" >> "$work/checkpoints.out"
+  fi
+  # A tree in the backing dir read cold through 51 checkpoints (the
+  # overlay's depth) against none.
+  if ! bash scripts/bench-checkpoints.sh --layers --reps "$([ $quick = 1 ] && echo 3 || echo 5)" --bin "$bin" --dir "$fs" \
+      2>"$work/checkpoints.err" | tee -a "$work/checkpoints.out"; then
+    echo "bench: scripts/bench-checkpoints.sh --layers FAILED:" >&2; tail -20 "$work/checkpoints.err" >&2
+    echo "FAILED" >> "$work/checkpoints.out"
   fi ;;
 esac
 
@@ -739,6 +748,13 @@ if os.path.exists(f"{work}/checkpoints.out"):
         if m:
             ckpt[m.group(1)] = {"median_ms": float(m.group(2)), "runs": int(m.group(3))}
             lines.append(f"  {m.group(1)}: {float(m.group(2)):.1f} ms (median of {m.group(3)})")
+        m = re.match(r"^(.*?), .*cold: no checkpoint ([0-9.]+) ms, 51 checkpoints ([0-9.]+) ms: ([0-9.]+)x \(median of ([0-9]+)\)$", l.strip())
+        if m:
+            ckpt[m.group(1).strip() + ", cold, 51 checkpoints vs none"] = {
+                "none_ms": float(m.group(2)), "ckpt51_ms": float(m.group(3)), "ratio": float(m.group(4)), "runs": int(m.group(5))}
+            lines.append(f"  {m.group(1).strip()}, cold: {float(m.group(3)):.1f} ms with 51 checkpoints vs {float(m.group(2)):.1f} ms with none: {m.group(4)}x (median of {m.group(5)})")
+        if l.startswith("live overlay"):
+            lines.append("  " + l.strip())
 approvals = open(f"{work}/ask-approvals").read().strip() if os.path.exists(f"{work}/ask-approvals") else None
 if approvals == "no":
     lines.append("\nask pending: `zonemount approvals` is not built yet, so the ask is denied at once; that row measures nothing pending.")

@@ -1173,3 +1173,195 @@ fn a_commit_cut_short_by_a_sigkill_completes_when_run_again() {
     assert!(!zone.join("commit.journal").exists(), "the journal is gone");
     assert_eq!(view(&m), now);
 }
+
+/// The flat the manifest names for zone work (None: none).
+fn flat_of(m: &TestMount) -> Option<u64> {
+    let p = m.root().join("stage/stage.json");
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+    v["zones"]["work"]["flat"].as_u64()
+}
+
+/// Take a checkpoint, waiting first (bounded) for a flat built after
+/// the last one to be ready: it is taken over now.
+fn checkpoint_after_build(m: &TestMount, label: &str) -> u64 {
+    let tmp = m.root().join("stage/work/tmp");
+    // A build in progress has its scratch dir; a finished one keeps it
+    // until taken over: wait for the dir's contents to settle.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut last = None;
+    while std::time::Instant::now() < deadline {
+        let now = tree_listing_or_empty(&tmp);
+        if last.as_ref() == Some(&now) {
+            break;
+        }
+        last = Some(now);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    checkpoint(m, label)
+}
+
+fn tree_listing_or_empty(dir: &Path) -> Vec<String> {
+    if dir.is_dir() {
+        tree_listing(dir, false)
+    } else {
+        Vec::new()
+    }
+}
+
+/// Ten steps, each checkpointed: past a few layers a flattened lower
+/// takes over the live overlay (the manifest names it, the overlay is a
+/// few layers deep), and the view keeps every file's content, mode, link
+/// count and type; a rewind to each checkpoint in turn (above the flat,
+/// then below it, which drops it) gives the view of that step.
+#[test]
+fn a_flat_takes_over_many_layers_and_each_view_stays() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let backing = m.backing("work", "");
+    let before = tree_listing(&backing, true);
+    let steps = [
+        "echo 1 > f && mkdir -p n/m && echo 1 > n/m/x && ln n/m/x n/hard",
+        "rm -r d && echo 2 > d && ln -s n/m/x sym",
+        "rm d && mkdir d && echo 3 > d/new && rm -r n/m",
+        "mkdir n/m && echo 4 > n/m/other && chmod 700 d && mkfifo pipe",
+        "rm f && echo 5 > g && echo 5 >> n/hard",
+        "rm -r d && mkdir -p d/sub && echo 6 > d/sub/z && rm gone",
+        "echo 7 > gone && mv g g2 && rm pipe",
+        "rm -r n && mkdir n && echo 8 > n/again",
+        "echo 9 > d/sub/z && rm sym && ln -s g2 sym",
+        "head -c 300000 /dev/urandom > big && echo 10 >> n/again",
+    ];
+    let mut taken = Vec::new();
+    for (i, s) in steps.iter().enumerate() {
+        sh(&m, s);
+        let at = view(&m);
+        let id = checkpoint_after_build(&m, &format!("step {i}"));
+        assert_eq!(view(&m), at, "the view across checkpoint {id}");
+        taken.push((id, at));
+    }
+    let flat = flat_of(&m).expect("a flat was taken over");
+    let zone = m.root().join("stage/work");
+    assert!(zone.join(format!("flat/{flat}")).is_dir());
+    // The flats it replaced are gone from flat/ and the trash.
+    assert_eq!(fs::read_dir(zone.join("flat")).unwrap().count(), 1);
+    assert!(fs::read_dir(zone.join("trash")).map_or(true, |mut d| d.next().is_none()));
+    let ids: Vec<u64> = taken.iter().map(|(id, _)| *id).collect();
+    let above = ids.iter().filter(|id| **id > flat).count();
+    assert!(
+        above <= 6,
+        "the live overlay is {above} layers over the flat (of {}): {ids:?}",
+        ids.len()
+    );
+    // Each checkpoint's own layer is kept whole.
+    assert_eq!(
+        listed(&m, &mnt(&m)).iter().map(|c| c.0).collect::<Vec<_>>(),
+        ids
+    );
+    for (id, want) in taken.iter().rev() {
+        rewind(&m, *id, &[]);
+        assert_eq!(&view(&m), want, "the view at checkpoint {id}");
+        if *id < flat {
+            assert_eq!(flat_of(&m), None, "a rewind below the flat drops it");
+        }
+    }
+    assert!(!zone.join(format!("flat/{flat}")).exists());
+    assert_eq!(
+        tree_listing(&backing, true),
+        before,
+        "checkpoint, flatten and rewind touched the backing dir"
+    );
+}
+
+/// A daemon SIGKILLed while a flat is being built (or is built and not
+/// yet taken over): the remount throws it away, the view and every
+/// checkpoint are as they were; a flat dir the manifest does not name,
+/// and a manifest naming a flat that is gone, are cleaned up.
+#[test]
+fn a_flat_cut_short_by_sigkill_is_thrown_away() {
+    if !fuse_ok() {
+        return;
+    }
+    let mut m = staged(&[]).mount();
+    let mut ids = Vec::new();
+    let mut views = Vec::new();
+    // Layers with many files, so that the build takes a while.
+    for i in 0..5 {
+        sh(
+            &m,
+            &format!("mkdir -p many{i} && for j in $(seq 1 800); do echo $j > many{i}/f$j; done"),
+        );
+        views.push(view(&m));
+        ids.push(checkpoint(&m, &format!("many {i}")));
+    }
+    let tmp = m.root().join("stage/work/tmp");
+    let building = || {
+        fs::read_dir(&tmp).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("flat-"))
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !building() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        building(),
+        "no flat was being built after the 5th checkpoint"
+    );
+    let live = view(&m);
+    let pids = daemon_pids_for(m.mountpoint());
+    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
+    let _ = run(
+        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "the killed daemon's mount stayed"
+    );
+    assert_eq!(
+        flat_of(&m),
+        None,
+        "the manifest named a flat never taken over"
+    );
+    // A flat put in place whose manifest was not saved (a crash between
+    // the two), and a manifest naming a flat that is not there.
+    let zone = m.root().join("stage/work");
+    fs::create_dir_all(zone.join("flat/3/junk")).unwrap();
+    fs::write(zone.join("flat/3/junk/x"), "not a flat\n").unwrap();
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    assert!(!tmp.exists() || fs::read_dir(&tmp).unwrap().next().is_none());
+    assert!(!zone.join("flat/3").exists(), "a flat no manifest names");
+    assert_eq!(view(&m), live);
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    let p = m.root().join("stage/stage.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+    v["zones"]["work"]["flat"] = serde_json::json!(ids[1]);
+    fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(flat_of(&m), None, "a flat that is gone is not named");
+    assert_eq!(view(&m), live);
+    // A flat built after the next checkpoint is taken over at the one
+    // after it, and every checkpoint rewinds.
+    let next = checkpoint(&m, "after");
+    let last = checkpoint_after_build(&m, "after that");
+    assert!(
+        flat_of(&m).is_some(),
+        "a flat was taken over after the remount"
+    );
+    assert_eq!(view(&m), live);
+    rewind(&m, last, &[]);
+    assert_eq!(view(&m), live);
+    rewind(&m, next, &[]);
+    assert_eq!(view(&m), live);
+    for (id, want) in ids.iter().zip(&views).rev() {
+        rewind(&m, *id, &[]);
+        // The view just before the checkpoint was taken.
+        assert_eq!(&view(&m), want, "the view at checkpoint {id}");
+    }
+}

@@ -105,9 +105,10 @@ impl HeldFd {
         self.0.read().clone()
     }
 
-    /// Use `fd` from now on (an fd taken before stays valid).
-    pub fn replace(&self, fd: OwnedFd) {
-        *self.0.write() = Arc::new(fd);
+    /// Use `fd` from now on (an fd taken before stays valid); returns
+    /// the one it replaces.
+    pub fn replace(&self, fd: OwnedFd) -> Arc<OwnedFd> {
+        std::mem::replace(&mut *self.0.write(), Arc::new(fd))
     }
 }
 

@@ -67,6 +67,13 @@ pub struct ZoneEntry {
     /// stage opened with one finishes it first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Pending>,
+    /// The flattened lower, `flat/<id>`: every layer up to checkpoint
+    /// `id` laid into one dir as copies (the live overlay is the
+    /// upper dir over the later layers over it; see `layers`). None: no
+    /// flat, or none valid (a dir under `flat/` this does not name is a
+    /// leftover, removed when the stage is opened).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flat: Option<u64>,
 }
 
 /// One checkpoint of a zone.
@@ -312,6 +319,7 @@ impl Held {
                         xattrs: xattrs_name(xattrs).to_owned(),
                         checkpoints: Vec::new(),
                         pending: None,
+                        flat: None,
                     },
                 );
                 self.save()?;

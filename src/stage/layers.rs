@@ -16,6 +16,18 @@
 //!   for a checkpoint, undoes) one found there.
 //! - [`view`]: a read-only overlay of some layers over the backing dir:
 //!   the zone as it was at a checkpoint.
+//! - The flattened lower (`<zone>/flat/<id>`, [`build_flat`]): every
+//!   layer up to checkpoint `id` laid into one dir as copies (cloned
+//!   where the filesystem can: a hard link would show the worker one link
+//!   more on each file and change its ctime), built off the request path
+//!   after a checkpoint and taken over at the next one. The live overlay
+//!   is then the upper dir over the later layers over the flat over the
+//!   backing dir ([`live_lower`]): overlayfs looks a name up in each
+//!   lower layer until it finds it, and this bounds how many there are.
+//!   A checkpoint's own view, a rewind and the change reports still
+//!   compose the real layers. The manifest names the valid flat (`flat`);
+//!   a half-built one (in `<zone>/tmp/`) or one it does not name is removed
+//!   when the stage is opened ([`clean`], [`clean_flats`]).
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -45,6 +57,136 @@ pub fn layer_dirs(zdir: &Path, entry: &ZoneEntry) -> Vec<PathBuf> {
         .collect()
 }
 
+/// `<zone>/flat/<id>`: the flattened lower holding every layer up to
+/// checkpoint `id`.
+pub fn flat_dir(zdir: &Path, id: u64) -> PathBuf {
+    zdir.join("flat").join(id.to_string())
+}
+
+/// How many of the newest layers stay lowers of their own when a flat
+/// is built (the next checkpoints' rewinds and views need no flat).
+pub const FLAT_KEEP: usize = 2;
+
+/// A flat is built once more layers than this are above the flat (or
+/// there is none): the live overlay has at most about this many layers
+/// between its upper dir and the flat (one more until the next
+/// checkpoint takes the built flat over).
+pub const FLAT_AFTER: usize = 4;
+
+/// The live overlay's lower dirs, topmost first: the layers of `ids`
+/// (oldest first) after the flat `flat`, newest first, then the flat.
+pub fn live_lower(zdir: &Path, ids: &[u64], flat: Option<u64>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = ids
+        .iter()
+        .rev()
+        .filter(|id| flat.is_none_or(|f| **id > f))
+        .map(|id| layer_dir(zdir, *id))
+        .collect();
+    if let Some(f) = flat {
+        out.push(flat_dir(zdir, f));
+    }
+    out
+}
+
+/// What the next flat should hold, when one is due (more than
+/// [`FLAT_AFTER`] layers of `ids` above the flat `flat`): the checkpoint
+/// it goes up to (all but the newest [`FLAT_KEEP`]) and the layers to lay
+/// onto the current flat for it, oldest first.
+pub fn flat_plan(ids: &[u64], flat: Option<u64>) -> Option<(u64, Vec<u64>)> {
+    let above: Vec<u64> = ids
+        .iter()
+        .copied()
+        .filter(|id| flat.is_none_or(|f| *id > f))
+        .collect();
+    if above.len() <= FLAT_AFTER {
+        return None;
+    }
+    let take = above[..above.len() - FLAT_KEEP].to_vec();
+    Some((*take.last()?, take))
+}
+
+/// A new flat, made in a scratch dir (`<zone>/tmp/flat-*`, whose path is
+/// returned): the flat `base` (none: an empty dir) with the layers `ids`
+/// (oldest first) laid onto it, all as copies ([`How::Copy`]). Only reads
+/// the layers and the base; on an error the scratch dir is removed.
+pub fn build_flat(
+    zdir: &Path,
+    base: Option<u64>,
+    ids: &[u64],
+    prefix: &str,
+) -> io::Result<PathBuf> {
+    let path = scratch(zdir, "flat")?;
+    mkdir(&path)?;
+    let built = (|| {
+        let td = open_dir(&path)?;
+        let dirs: Vec<PathBuf> = base
+            .map(|b| flat_dir(zdir, b))
+            .into_iter()
+            .chain(ids.iter().map(|id| layer_dir(zdir, *id)))
+            .collect();
+        lay_copies(&dirs, td.as_fd(), prefix)
+    })();
+    match built {
+        Ok(()) => Ok(path),
+        Err(e) => {
+            let _ = remove_path(&path);
+            Err(e)
+        }
+    }
+}
+
+/// A flat built by [`build_flat`] put in place as `flat/<upto>` (the
+/// caller then names it in the manifest).
+pub fn place_flat(zdir: &Path, built: &Path, upto: u64) -> io::Result<()> {
+    mkdir(&zdir.join("flat"))?;
+    let to = flat_dir(zdir, upto);
+    remove_path(&to)?;
+    rename(built, &to)
+}
+
+/// Flat `id` moved out of `flat/` to `<zone>/trash/` (emptied after the
+/// answer, or when the stage is next opened), if it is there.
+pub fn retire_flat(zdir: &Path, id: u64) -> io::Result<()> {
+    let from = flat_dir(zdir, id);
+    if !exists(&from) {
+        return Ok(());
+    }
+    let trash = zdir.join("trash");
+    mkdir(&trash)?;
+    let n = SCRATCH.fetch_add(1, Ordering::Relaxed);
+    rename(
+        &from,
+        &trash.join(format!("flat-{id}-{}-{n}", std::process::id())),
+    )
+}
+
+/// When the stage is opened (no operation runs): every dir under
+/// `flat/` but the one `entry` names removed (a flat put in place whose
+/// manifest was not saved, or one that was replaced); `entry.flat`
+/// cleared when its dir is gone or covers no kept layer's place.
+/// Returns whether `entry` changed.
+pub fn clean_flats(zdir: &Path, entry: &mut ZoneEntry) -> io::Result<bool> {
+    let before = entry.flat;
+    if entry
+        .flat
+        .is_some_and(|f| !exists(&flat_dir(zdir, f)) || entry.checkpoints.is_empty())
+    {
+        entry.flat = None;
+    }
+    if let Ok(list) = std::fs::read_dir(zdir.join("flat")) {
+        for e in list.flatten() {
+            let name = e.file_name();
+            let keep = entry
+                .flat
+                .is_some_and(|f| name.to_str() == Some(f.to_string().as_str()));
+            if !keep {
+                remove_path(&e.path())?;
+            }
+        }
+    }
+    Ok(entry.flat != before)
+}
+
 /// How [`apply`] lays an entry down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum How {
@@ -52,6 +194,11 @@ pub enum How {
     Move,
     /// Hard links (directories made anew): the newer layer is kept.
     Link,
+    /// Copies (directories made anew; a file's data cloned where the
+    /// filesystem can, names that were hard links of one file linked to
+    /// one copy; whiteouts hard-linked): the newer layer is kept, and its
+    /// files keep their link counts (a flat the live overlay shows).
+    Copy,
 }
 
 fn ctx(e: Errno, what: &str, p: &Path) -> io::Error {
@@ -94,6 +241,37 @@ fn names(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
     }
     out.sort();
     Ok(out)
+}
+
+/// `names`, each with the type readdir gives (`Unknown` where the
+/// filesystem gives none).
+fn typed_names(dir: BorrowedFd<'_>) -> Result<Vec<(OsString, FileType)>, Errno> {
+    let mut out = Vec::new();
+    for e in rfs::Dir::read_from(dir)? {
+        let e = e?;
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            out.push((OsStr::from_bytes(n).to_os_string(), e.file_type()));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// `paths` (relative, any order) less each one under another of them,
+/// sorted: telling the kernel to forget a directory's name forgets what
+/// it cached under it.
+pub fn topmost(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    paths.sort();
+    paths.dedup();
+    let mut out: Vec<PathBuf> = Vec::with_capacity(paths.len());
+    for p in paths {
+        if out.last().is_some_and(|top| p.starts_with(top)) {
+            continue;
+        }
+        out.push(p);
+    }
+    out
 }
 
 fn is_dir(st: &Stat) -> bool {
@@ -196,6 +374,127 @@ fn copy_attrs(
     )
 }
 
+/// What a [`How::Copy`] made so far: the root of the copy, and where the
+/// first copy of each file with several links is (relative to it).
+#[derive(Default)]
+struct Copies {
+    root: Option<OwnedFd>,
+    seen: std::collections::HashMap<(u64, u64), PathBuf>,
+}
+
+impl Copies {
+    /// `name` in `s` (`st`, not a directory) laid as `name` in `t` (at
+    /// `rel` under the root).
+    fn put(
+        &mut self,
+        s: BorrowedFd<'_>,
+        name: &OsStr,
+        st: &Stat,
+        t: BorrowedFd<'_>,
+        rel: &Path,
+        prefix: &str,
+    ) -> Result<(), Errno> {
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => {
+                let key = (st.st_dev, st.st_ino);
+                if st.st_nlink > 1 {
+                    // The first copy, if it is still that file's: reached
+                    // without following a symlink (a later layer may have
+                    // put one in place of a directory on its way).
+                    let first = self.seen.get(&key).and_then(|first| {
+                        let root = self.root.as_ref()?;
+                        let dir = dir_beneath(root.as_fd(), first.parent()?)?;
+                        Some((dir, first.file_name()?.to_os_string()))
+                    });
+                    if let Some((dir, file)) = first {
+                        let same = stat_at(dir.as_fd(), &file)?.is_some_and(|c| {
+                            FileType::from_raw_mode(c.st_mode) == FileType::RegularFile
+                                && (c.st_size, c.st_mtime, c.st_mtime_nsec)
+                                    == (st.st_size, st.st_mtime, st.st_mtime_nsec)
+                        });
+                        if same {
+                            return rfs::linkat(&dir, &file, t, name, AtFlags::empty());
+                        }
+                    }
+                }
+                copy_file(s, name, st, t, prefix)?;
+                if st.st_nlink > 1 {
+                    self.seen.insert(key, rel.to_path_buf());
+                }
+                Ok(())
+            }
+            FileType::Symlink => {
+                let target = rfs::readlinkat(s, name, Vec::new())?;
+                rfs::symlinkat(target.as_c_str(), t, name)?;
+                if rustix::process::geteuid().is_root() {
+                    rfs::chownat(
+                        t,
+                        name,
+                        Some(rfs::Uid::from_raw(st.st_uid)),
+                        Some(rfs::Gid::from_raw(st.st_gid)),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    )?;
+                }
+                Ok(())
+            }
+            kind @ (FileType::Fifo | FileType::Socket) => {
+                rfs::mknodat(t, name, kind, Mode::from_raw_mode(st.st_mode & 0o7777), 0)?;
+                if rustix::process::geteuid().is_root() {
+                    rfs::chownat(
+                        t,
+                        name,
+                        Some(rfs::Uid::from_raw(st.st_uid)),
+                        Some(rfs::Gid::from_raw(st.st_gid)),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    )?;
+                }
+                Ok(())
+            }
+            // A whiteout (or a device node): nothing shows its links.
+            _ => rfs::linkat(s, name, t, name, AtFlags::empty()),
+        }
+    }
+}
+
+/// Regular file `name` in `s` (`st`) copied as `name` in `t`: cloned
+/// where the filesystem can (no data copied), else copied in the kernel;
+/// mode, owner, times, user xattrs and the overlay's markers kept.
+fn copy_file(
+    s: BorrowedFd<'_>,
+    name: &OsStr,
+    st: &Stat,
+    t: BorrowedFd<'_>,
+    prefix: &str,
+) -> Result<(), Errno> {
+    let src = rfs::openat(s, name, OFlags::RDONLY | nofollow(), Mode::empty())?;
+    let dst = rfs::openat(
+        t,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | nofollow(),
+        Mode::from_raw_mode(0o600),
+    )?;
+    if rfs::ioctl_ficlone(&dst, &src).is_err() {
+        let mut left = u64::try_from(st.st_size).unwrap_or(0);
+        while left > 0 {
+            let chunk = usize::try_from(left.min(1 << 30)).unwrap_or(1 << 30);
+            match rfs::copy_file_range(&src, None, &dst, None, chunk) {
+                Ok(0) => break,
+                Ok(n) => left = left.saturating_sub(n as u64),
+                Err(Errno::INTR) => {}
+                Err(Errno::XDEV | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
+                    let (mut a, mut b) = (std::fs::File::from(src), std::fs::File::from(dst));
+                    rfs::ftruncate(&b, 0)?;
+                    io::copy(&mut a, &mut b)
+                        .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+                    return copy_attrs(a.as_fd(), b.as_fd(), st, prefix, true);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    copy_attrs(src.as_fd(), dst.as_fd(), st, prefix, true)
+}
+
 /// Lay layer `s` onto the older layer `t`, so that `t` shows what the two
 /// showed stacked: an entry of `s` replaces `t`'s (a whiteout stays a
 /// whiteout: it still hides what is below `t`); a directory of `s` that
@@ -203,20 +502,60 @@ fn copy_attrs(
 /// it its own attributes; a directory that took the place of something
 /// in `t` is made opaque (what was below was hidden). `Move` renames each
 /// entry out of `s` (run again after a crash, it completes), `Link`
-/// hard-links it (`t` a scratch dir).
+/// hard-links it (`t` a scratch dir), `Copy` copies it (`t` a scratch
+/// dir, see [`lay_copies`]).
 pub fn apply(s: BorrowedFd<'_>, t: BorrowedFd<'_>, how: How, prefix: &str) -> Result<(), Errno> {
+    lay(s, t, Path::new(""), how, prefix, &mut Copies::default())
+}
+
+/// `dirs` (oldest first) laid by copies onto the scratch dir `t`, one
+/// after the other, as [`apply`] with [`How::Copy`] (names that are hard
+/// links of one file in any of them stay links of one copy).
+pub fn lay_copies(dirs: &[PathBuf], t: BorrowedFd<'_>, prefix: &str) -> io::Result<()> {
+    let mut copies = Copies {
+        root: Some(rfs::openat(
+            t,
+            ".",
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?),
+        seen: Default::default(),
+    };
+    for d in dirs {
+        lay(
+            open_dir(d)?.as_fd(),
+            t,
+            Path::new(""),
+            How::Copy,
+            prefix,
+            &mut copies,
+        )
+        .map_err(|e| ctx(e, "flatten", d))?;
+    }
+    Ok(())
+}
+
+fn lay(
+    s: BorrowedFd<'_>,
+    t: BorrowedFd<'_>,
+    rel: &Path,
+    how: How,
+    prefix: &str,
+    copies: &mut Copies,
+) -> Result<(), Errno> {
     for name in names(s)? {
         let Some(ss) = stat_at(s, &name)? else {
             continue;
         };
         let ts = stat_at(t, &name)?;
+        let at = rel.join(&name);
         if is_dir(&ss) {
             let sd = open_dir_at(s, &name)?;
             let s_opaque = is_opaque(sd.as_fd(), prefix);
             if let (Some(tst), false) = (ts.as_ref(), s_opaque) {
                 if is_dir(tst) {
                     let td = open_dir_at(t, &name)?;
-                    apply(sd.as_fd(), td.as_fd(), how, prefix)?;
+                    lay(sd.as_fd(), td.as_fd(), &at, how, prefix, copies)?;
                     copy_attrs(sd.as_fd(), td.as_fd(), &ss, prefix, false)?;
                     if how == How::Move {
                         let _ = rfs::unlinkat(s, &name, AtFlags::REMOVEDIR);
@@ -235,8 +574,8 @@ pub fn apply(s: BorrowedFd<'_>, t: BorrowedFd<'_>, how: How, prefix: &str) -> Re
             }
             match how {
                 How::Move => rfs::renameat(s, &name, t, &name)?,
-                How::Link => {
-                    link_tree(sd.as_fd(), &ss, t, &name, prefix)?;
+                How::Link | How::Copy => {
+                    link_tree(sd.as_fd(), &ss, t, &name, &at, how, prefix, copies)?;
                     if make_opaque {
                         set_opaque(open_dir_at(t, &name)?.as_fd(), prefix)?;
                     }
@@ -249,20 +588,26 @@ pub fn apply(s: BorrowedFd<'_>, t: BorrowedFd<'_>, how: How, prefix: &str) -> Re
             match how {
                 How::Move => rfs::renameat(s, &name, t, &name)?,
                 How::Link => rfs::linkat(s, &name, t, &name, AtFlags::empty())?,
+                How::Copy => copies.put(s, &name, &ss, t, &at, prefix)?,
             }
         }
     }
     Ok(())
 }
 
-/// Directory `sd` (`st`) made again as `name` in `t`, its entries hard
-/// links, its attributes and the overlay's markers copied.
+/// Directory `sd` (`st`) made again as `name` in `t` (at `rel`), its
+/// entries hard links (or copies), its attributes and the overlay's
+/// markers copied.
+#[allow(clippy::too_many_arguments)]
 fn link_tree(
     sd: BorrowedFd<'_>,
     st: &Stat,
     t: BorrowedFd<'_>,
     name: &OsStr,
+    rel: &Path,
+    how: How,
     prefix: &str,
+    copies: &mut Copies,
 ) -> Result<(), Errno> {
     rfs::mkdirat(t, name, Mode::from_raw_mode(0o700))?;
     let td = open_dir_at(t, name)?;
@@ -270,8 +615,20 @@ fn link_tree(
         let Some(cs) = stat_at(sd, &n)? else {
             continue;
         };
+        let at = rel.join(&n);
         if is_dir(&cs) {
-            link_tree(open_dir_at(sd, &n)?.as_fd(), &cs, td.as_fd(), &n, prefix)?;
+            link_tree(
+                open_dir_at(sd, &n)?.as_fd(),
+                &cs,
+                td.as_fd(),
+                &n,
+                &at,
+                how,
+                prefix,
+                copies,
+            )?;
+        } else if how == How::Copy {
+            copies.put(sd, &n, &cs, td.as_fd(), &at, prefix)?;
         } else {
             rfs::linkat(sd, &n, td.as_fd(), &n, AtFlags::empty())?;
         }
@@ -590,7 +947,14 @@ fn recover_pending(zdir: &Path, entry: &mut ZoneEntry, prefix: &str) -> io::Resu
             }
             entry.checkpoints.retain(|c| c.id != id);
         }
-        Some(Pending::Rewind { to }) => rewind_layers(zdir, entry, to)?,
+        Some(Pending::Rewind { to }) => {
+            // A flat holding a dropped layer goes too.
+            if let Some(f) = entry.flat.filter(|f| *f > to) {
+                retire_flat(zdir, f)?;
+                entry.flat = None;
+            }
+            rewind_layers(zdir, entry, to)?
+        }
         Some(Pending::Merge { into, upto }) => merge_layers(zdir, entry, into, upto, prefix)?,
     }
     entry.pending = None;
@@ -751,12 +1115,16 @@ pub fn now() -> (u64, u32) {
 /// they hold.
 pub fn paths_in(layer: &Path) -> Vec<PathBuf> {
     fn walk(dir: BorrowedFd<'_>, rel: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(list) = names(dir) else { return };
-        for n in list {
+        let Ok(list) = typed_names(dir) else { return };
+        for (n, kind) in list {
             let p = rel.join(&n);
             out.push(p.clone());
-            if let Ok(sub) = open_dir_at(dir, &n) {
-                walk(sub.as_fd(), &p, out);
+            // Only a directory (or a name whose type readdir did not
+            // give) is opened.
+            if matches!(kind, FileType::Directory | FileType::Unknown) {
+                if let Ok(sub) = open_dir_at(dir, &n) {
+                    walk(sub.as_fd(), &p, out);
+                }
             }
         }
     }
@@ -934,4 +1302,91 @@ pub fn remove_all_of(paths: &[PathBuf]) -> io::Result<()> {
         remove_path(p)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod flat_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn topmost_keeps_only_what_no_other_path_holds() {
+        let p = |s: &str| PathBuf::from(s);
+        assert_eq!(
+            topmost(vec![
+                p("r1/f1"),
+                p("r10"),
+                p("r1"),
+                p("a/b/c"),
+                p("r1/d/e"),
+                p("a/b2")
+            ]),
+            [p("a/b/c"), p("a/b2"), p("r1"), p("r10")]
+        );
+    }
+
+    #[test]
+    fn a_flat_is_due_past_the_layers_it_allows() {
+        assert_eq!(flat_plan(&[1, 2, 3, 4], None), None);
+        assert_eq!(flat_plan(&[1, 2, 3, 4, 5], None), Some((3, vec![1, 2, 3])));
+        assert_eq!(flat_plan(&[1, 2, 3, 4, 5, 6, 7], Some(3)), None);
+        assert_eq!(
+            flat_plan(&[2, 3, 4, 5, 6, 7, 8], Some(3)),
+            Some((6, vec![4, 5, 6]))
+        );
+        assert_eq!(
+            live_lower(Path::new("/z"), &[2, 3, 4, 5], Some(3)),
+            [
+                PathBuf::from("/z/layers/5"),
+                PathBuf::from("/z/layers/4"),
+                PathBuf::from("/z/flat/3")
+            ]
+        );
+    }
+
+    /// Copies keep each file's link count (names that were links of one
+    /// file stay links of one copy), content and mode; the layers keep
+    /// theirs; a newer layer's file replaces an older one's.
+    #[test]
+    fn a_flat_of_copies_keeps_link_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, t) = (
+            dir.path().join("a"),
+            dir.path().join("b"),
+            dir.path().join("t"),
+        );
+        for d in [&a, &b, &t] {
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::write(a.join("one"), "1\n").unwrap();
+        std::fs::write(a.join("pair"), "p\n").unwrap();
+        std::fs::hard_link(a.join("pair"), a.join("pair2")).unwrap();
+        std::fs::create_dir(a.join("d")).unwrap();
+        std::fs::write(a.join("d/x"), "old\n").unwrap();
+        std::os::unix::fs::symlink("one", a.join("sym")).unwrap();
+        std::fs::create_dir(b.join("d")).unwrap();
+        std::fs::write(b.join("d/x"), "new\n").unwrap();
+        std::fs::set_permissions(
+            b.join("d/x"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o640),
+        )
+        .unwrap();
+        let td = open_dir(&t).unwrap();
+        lay_copies(&[a.clone(), b.clone()], td.as_fd(), "user.overlay.").unwrap();
+        let md = |p: &Path| std::fs::symlink_metadata(p).unwrap();
+        assert_eq!(md(&t.join("one")).nlink(), 1);
+        assert_eq!(
+            md(&a.join("one")).nlink(),
+            1,
+            "the layer's file is not linked"
+        );
+        assert_ne!(md(&t.join("one")).ino(), md(&a.join("one")).ino());
+        assert_eq!(md(&t.join("pair")).nlink(), 2);
+        assert_eq!(md(&t.join("pair")).ino(), md(&t.join("pair2")).ino());
+        assert_eq!(std::fs::read_to_string(t.join("d/x")).unwrap(), "new\n");
+        assert_eq!(md(&t.join("d/x")).mode() & 0o7777, 0o640);
+        assert_eq!(std::fs::read_link(t.join("sym")).unwrap(), Path::new("one"));
+        assert_eq!(md(&t.join("one")).mtime(), md(&a.join("one")).mtime());
+    }
 }

@@ -58,6 +58,32 @@ pub struct ZoneStage {
     /// The checkpoints' ids, oldest first: the overlay's lower layers
     /// (`layers/<id>`, newest first) over the backing dir.
     pub checkpoints: Mutex<Vec<u64>>,
+    /// The flattened lower the overlay uses for the layers up to this
+    /// checkpoint (`layers::flat_dir`), if any.
+    pub flat: Mutex<Option<u64>>,
+    /// A flat being built off the request path, or built and waiting for
+    /// the next checkpoint to take it over.
+    pub building: Mutex<FlatBuild>,
+    /// Counts the changes of the layers other than a checkpoint (merges,
+    /// rewinds, commits, discards): a flat built across one is thrown
+    /// away.
+    pub epoch: std::sync::atomic::AtomicU64,
+}
+
+/// A zone's flattened lower in the making (see `layers::build_flat`).
+#[derive(Debug, Default)]
+pub enum FlatBuild {
+    #[default]
+    Idle,
+    Running,
+    /// Built in `path` (a scratch dir): the flat `base` with the layers up
+    /// to `upto` laid onto it, started at `epoch`.
+    Ready {
+        path: PathBuf,
+        base: Option<u64>,
+        upto: u64,
+        epoch: u64,
+    },
 }
 
 impl ZoneStage {
@@ -96,11 +122,7 @@ impl ZoneStage {
         }
         rustix::fs::fchmod(&up, rustix::fs::Mode::from_raw_mode(low.st_mode & 0o7777))?;
         let ids = self.checkpoints.lock().clone();
-        let dirs: Vec<PathBuf> = ids
-            .iter()
-            .rev()
-            .map(|id| layers::layer_dir(&self.dir, *id))
-            .collect();
+        let dirs = layers::live_lower(&self.dir, &ids, *self.flat.lock());
         let mut lower: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
         lower.push(&self.backing);
         let (fd, how) = overlay::mount(&overlay::Layers {
@@ -162,7 +184,7 @@ impl Stages {
             // A checkpoint, rewind or merge a crash cut short: finished
             // (a checkpoint undone) before the overlay is made.
             let actors = actors::StageActors::open(&zdir).map_err(io)?;
-            let ids = {
+            let (ids, flat) = {
                 let mut entry = held.manifest.zones[&z.name].clone();
                 // A rewind journaled: its record of who changed what
                 // rewound first (again, if it was: the same), as a rewind
@@ -176,7 +198,12 @@ impl Stages {
                     held.save()?;
                 }
                 layers::clean(&zdir).map_err(io)?;
-                entry.checkpoints.iter().map(|c| c.id).collect::<Vec<_>>()
+                if layers::clean_flats(&zdir, &mut entry).map_err(io)? {
+                    held.manifest.zones.insert(z.name.clone(), entry.clone());
+                    held.save()?;
+                }
+                let ids = entry.checkpoints.iter().map(|c| c.id).collect::<Vec<_>>();
+                (ids, entry.flat)
             };
             let fingerprints = tree::Fingerprints::open(&zdir).map_err(io)?;
             let lower = rustix::fs::open(
@@ -213,6 +240,9 @@ impl Stages {
                 actors,
                 lower,
                 checkpoints: Mutex::new(ids),
+                flat: Mutex::new(flat),
+                building: Mutex::new(FlatBuild::Idle),
+                epoch: std::sync::atomic::AtomicU64::new(0),
             }));
         }
         Ok(Some(Stages {

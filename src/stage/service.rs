@@ -30,7 +30,7 @@ use super::report::{
 };
 pub use super::work::{Detail, Span};
 use super::work::{Outcome, ZoneWork, by_zone};
-use super::{StageError, Stages, dir, layers, tree};
+use super::{FlatBuild, StageError, Stages, dir, layers, tree};
 use crate::approval::side::{NsId, Worker, WorkerSide};
 use crate::audit::{self, Audit};
 
@@ -304,7 +304,12 @@ impl StageService {
                     zones.push(T::left_alone(&w.name, open));
                     continue;
                 }
-                // Its checkpoints' layers merged first, up to `upto`.
+                // Its checkpoints' layers merged first, up to `upto` (a
+                // flat goes with them).
+                stage
+                    .epoch
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                *stage.flat.lock() = None;
                 let merged = match held.as_mut() {
                     Some(h) => merge_for(h, w, upto)?,
                     None => None,
@@ -349,7 +354,15 @@ impl StageService {
                 zones.push(answer);
             }
         }
+        // A flat the merges dropped is removed after the answer.
+        let mut doomed = Vec::new();
+        if held.is_some() {
+            for (_, w) in work {
+                doomed.extend(layers::take_trash(&w.dir).unwrap_or_default());
+            }
+        }
         drop(held);
+        remove_later(doomed);
         for (i, paths) in &forget {
             let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
             self.live.forget_cached(*i, &refs);
@@ -394,6 +407,9 @@ impl StageService {
                 )
             })?;
             let mut entry = entry_of(&held, &w.name)?;
+            // A flat built since the last checkpoint is taken over (saved
+            // with the journal below, used by the overlay made after it).
+            take_flat(stage, w, &mut entry, &mut held)?;
             entry.pending = Some(Pending::Checkpoint { id });
             save_entry(&mut held, &w.name, &entry)?;
             let fds = self.live.writable_fds(*i);
@@ -430,6 +446,9 @@ impl StageService {
             // Bounded: past the most kept, the two oldest layers merged.
             if entry.checkpoints.len() > self.max_checkpoints() {
                 let (into, upto) = (entry.checkpoints[0].id, entry.checkpoints[1].id);
+                stage
+                    .epoch
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 journal(
                     &mut held,
                     w,
@@ -451,11 +470,70 @@ impl StageService {
                 skipped: None,
             });
             self.log_layers(audit::Kind::Checkpoint, &w.name, id, &[], label.clone(), by);
+            self.flatten_later(stages, *i, w, &entry);
         }
+        // A flat replaced above is removed after the answer.
+        let mut doomed = Vec::new();
+        for (_, w) in work.iter().filter(|(_, w)| wanted.contains(&w.name)) {
+            doomed.extend(layers::take_trash(&w.dir).unwrap_or_default());
+        }
+        remove_later(doomed);
         Ok(CheckpointsReport {
             id: Some(id),
             zones,
         })
+    }
+
+    /// After a checkpoint of zone `i` (`entry` as saved): when a flat is
+    /// due ([`layers::flat_plan`]) and none is in the making, one is built
+    /// on a thread of its own; the next checkpoint takes it over.
+    fn flatten_later(&self, stages: &Arc<Stages>, i: usize, w: &ZoneWork, entry: &ZoneEntry) {
+        let Some(stage) = stages.zone(i) else { return };
+        let Some((upto, todo)) = layers::flat_plan(&ids(entry), entry.flat) else {
+            return;
+        };
+        {
+            let mut b = stage.building.lock();
+            if !matches!(*b, FlatBuild::Idle) {
+                return;
+            }
+            *b = FlatBuild::Running;
+        }
+        let epoch = stage.epoch.load(std::sync::atomic::Ordering::SeqCst);
+        let (base, zdir, prefix, zone) =
+            (entry.flat, w.dir.clone(), w.xattrs.prefix(), w.name.clone());
+        // Weak: a build does not keep an unmounted stage (and its lock).
+        let weak = Arc::downgrade(stages);
+        let spawned = std::thread::Builder::new()
+            .name("zm-flatten".into())
+            .spawn(move || {
+                let built = layers::build_flat(&zdir, base, &todo, prefix);
+                let Some(stage_of) = weak.upgrade() else {
+                    if let Ok(p) = built {
+                        let _ = layers::remove_all_of(&[p]);
+                    }
+                    return;
+                };
+                let Some(stage) = stage_of.zone(i) else {
+                    return;
+                };
+                *stage.building.lock() = match built {
+                    Ok(path) => FlatBuild::Ready {
+                        path,
+                        base,
+                        upto,
+                        epoch,
+                    },
+                    Err(e) => {
+                        tracing::warn!(zone = %zone, "cannot flatten its checkpoints' layers: {e}");
+                        FlatBuild::Idle
+                    }
+                };
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(zone = %w.name, "cannot start flattening its layers: {e}");
+            *stage.building.lock() = FlatBuild::Idle;
+        }
     }
 
     /// How many checkpoints a zone keeps.
@@ -535,10 +613,14 @@ impl StageService {
                     for d in &z.dropped {
                         names.extend(layers::paths_in(&layers::layer_dir(&w.dir, *d)));
                     }
+                    stage
+                        .epoch
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     rewind_journaled(&mut held, w, &mut entry, id, &stage.actors)?;
                     *stage.checkpoints.lock() = ids(&entry);
+                    *stage.flat.lock() = entry.flat;
                     self.live.restage(*i).map_err(again)?;
-                    forget.push((*i, names));
+                    forget.push((*i, layers::topmost(names)));
                 } else {
                     let below: Vec<PathBuf> = w
                         .checkpoints
@@ -594,18 +676,7 @@ impl StageService {
             let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
             self.live.forget_cached(*i, &refs);
         }
-        if !doomed.is_empty() {
-            let spawned = std::thread::Builder::new()
-                .name("zm-trash".into())
-                .spawn(move || {
-                    if let Err(e) = layers::remove_all_of(&doomed) {
-                        tracing::warn!("cannot remove what a rewind dropped: {e}");
-                    }
-                });
-            if let Err(e) = spawned {
-                tracing::warn!("cannot start removing what a rewind dropped: {e}");
-            }
-        }
+        remove_later(doomed);
         Ok(RewindReport { zones })
     }
 
@@ -842,6 +913,78 @@ fn info(c: &Checkpoint) -> CheckpointInfo {
     }
 }
 
+/// At a checkpoint of zone `w` (`entry`, not yet saved): a flat built
+/// since is put in place and named in `entry` when it was made over the
+/// flat `entry` names and no merge, rewind, commit or discard came
+/// between (else it is removed, off this path); the flat it replaces goes
+/// to the trash once the manifest names the new one. The overlay made
+/// next uses it.
+fn take_flat(
+    stage: &super::ZoneStage,
+    w: &ZoneWork,
+    entry: &mut ZoneEntry,
+    held: &mut dir::Held,
+) -> Result<(), String> {
+    let ready = {
+        let mut b = stage.building.lock();
+        match std::mem::take(&mut *b) {
+            FlatBuild::Ready {
+                path,
+                base,
+                upto,
+                epoch,
+            } => (path, base, upto, epoch),
+            other => {
+                *b = other;
+                return Ok(());
+            }
+        }
+    };
+    let (path, base, upto, epoch) = ready;
+    let current = stage.epoch.load(std::sync::atomic::Ordering::SeqCst);
+    let placed =
+        (epoch == current && base == entry.flat && entry.checkpoints.iter().any(|c| c.id >= upto))
+            .then(|| layers::place_flat(&w.dir, &path, upto));
+    match placed {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            tracing::warn!(zone = %w.name, "cannot take over the flattened layers: {e}");
+            remove_later(vec![path]);
+            return Ok(());
+        }
+        None => {
+            remove_later(vec![path]);
+            return Ok(());
+        }
+    }
+    let old = entry.flat.replace(upto);
+    save_entry(held, &w.name, entry)?;
+    *stage.flat.lock() = entry.flat;
+    if let Some(o) = old.filter(|o| *o != upto) {
+        if let Err(e) = layers::retire_flat(&w.dir, o) {
+            tracing::warn!(zone = %w.name, "cannot remove the flat it replaced: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Remove `paths` on a thread of its own (what no answer waits for).
+fn remove_later(paths: Vec<PathBuf>) {
+    if paths.is_empty() {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("zm-trash".into())
+        .spawn(move || {
+            if let Err(e) = layers::remove_all_of(&paths) {
+                tracing::warn!("cannot remove what the stage dropped: {e}");
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start removing what the stage dropped: {e}");
+    }
+}
+
 /// Before a commit or discard of zone `w`: its checkpoints' layers merged
 /// up to `upto` (none: all of them, into the upper dir). Returns the
 /// checkpoints left when it merged, None when there were none to merge.
@@ -851,6 +994,12 @@ fn merge_for(
     upto: Option<u64>,
 ) -> Result<Option<Vec<u64>>, String> {
     let mut entry = entry_of(held, &w.name)?;
+    // What is committed or discarded leaves the layers the flat was made
+    // of: it goes (to the trash; the manifest saved without it first).
+    if let Some(f) = entry.flat.take() {
+        save_entry(held, &w.name, &entry)?;
+        layers::retire_flat(&w.dir, f).map_err(|e| format!("zone '{}': {e}", w.name))?;
+    }
     let Some(oldest) = entry.checkpoints.first().map(|c| c.id) else {
         return Ok(None);
     };
@@ -977,6 +1126,9 @@ impl OfflineStage {
                 save_entry(&mut held, &name, &entry)?;
             }
             let _ = layers::clean(&zdir);
+            if layers::clean_flats(&zdir, &mut entry).map_err(|e| format!("zone '{name}': {e}"))? {
+                save_entry(&mut held, &name, &entry)?;
+            }
             work.push(ZoneWork {
                 name: name.clone(),
                 backing: entry.backing.clone(),

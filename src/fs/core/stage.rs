@@ -161,18 +161,20 @@ impl LiveMount for Core {
             .inodes
             .zone_root(zone)
             .ok_or_else(|| io::Error::other("no such zone"))?;
-        match &root.anchor {
+        let old_root = match &root.anchor {
             Anchor::Held(held) => held.replace(fd),
             _ => return Err(io::Error::other("a zone dir without its fd")),
-        }
+        };
         self.reach.restaged(zone);
-        self.forget_passthrough(zone);
-        // The old overlay's fds are closed off this call's path.
+        let ids = self.forget_passthrough(zone);
+        // The old overlay's fds, its root (the last close unmounts it,
+        // dropping every dentry it cached) and the passthrough ids of its
+        // files (an ioctl each) are closed off this call's path.
         let old = self.reach.take_cache();
-        if old.len() > 64 {
+        if old.len() + ids.len() > 64 {
             let closing = std::thread::Builder::new()
                 .name("zm-close".into())
-                .spawn(move || drop(old));
+                .spawn(move || drop((old, ids, old_root)));
             if let Err(e) = closing {
                 tracing::debug!("closing the old overlay's fds here: {e}");
             }
@@ -257,8 +259,9 @@ impl Core {
     /// file may be a checkpoint's frozen copy now, which must not change);
     /// one still open keeps its own (the kernel refuses two backing files
     /// on one inode at once; a file open for writing went on in the fresh
-    /// upper dir, the same file).
-    fn forget_passthrough(&self, zone: usize) {
+    /// upper dir, the same file). Returns the ids taken: each is closed
+    /// (unregistered) when dropped.
+    fn forget_passthrough(&self, zone: usize) -> Vec<crate::fs::inodes::Passthrough> {
         let open: std::collections::HashSet<u64> = self
             .handles
             .picked(|h| matches!(h, Handle::File { zone: z, .. } if *z == zone))
@@ -268,14 +271,16 @@ impl Core {
                 Handle::Dir { .. } => None,
             })
             .collect();
+        let mut ids = Vec::new();
         for node in self.inodes.zone_node_list(zone) {
             if open.contains(&node.ino) {
                 continue;
             }
             let mut slot = node.passthrough.lock();
             if matches!(*slot, crate::fs::inodes::Passthrough::Id(_)) {
-                *slot = crate::fs::inodes::Passthrough::Unset;
+                ids.push(std::mem::take(&mut *slot));
             }
         }
+        ids
     }
 }
