@@ -224,6 +224,7 @@ pub fn build(
         uid: owner.uid,
         gid: owner.gid,
         allow_other: settings.allow_other,
+        read_only: core.kernel_opens().is_ok(),
     };
     let dev = match &way {
         Way::Direct => how
@@ -364,6 +365,7 @@ fn filesystem(
         }
     };
     let opts = CoreOptions {
+        kernel_opens: kernel_opens(table, settings, stages.is_some()),
         refusal_log,
         ttl: settings.ttl,
         ttl_ro: settings.ttl_ro(),
@@ -378,6 +380,21 @@ fn filesystem(
         _ => MountError::Backing(e.to_string()),
     })?;
     Ok(ZoneFs::new(Arc::new(core)))
+}
+
+/// Whether the kernel may open files itself on this mount, which is then
+/// mounted read-only (see `policy::direct::kernel_opens`), or why not.
+/// Besides the zones: every user the kernel lets in may read what it
+/// caches (with `--allow-uid` the daemon refuses others at each OPEN),
+/// and a stage is never read-only.
+fn kernel_opens(table: &ZoneTable, settings: &Settings, staged: bool) -> Result<(), String> {
+    if settings.allow_other && !settings.allow_uids.is_empty() {
+        return Err("--allow-uid: the daemon checks who opens each file".to_owned());
+    }
+    if staged {
+        return Err("a zone is staged".to_owned());
+    }
+    crate::policy::direct::kernel_opens(&table.zones)
 }
 
 /// How the mount is made.

@@ -205,6 +205,11 @@ pub struct CoreOptions {
     pub admission: Admission,
     /// Where the worker is told of its refusals (`--refusal-log`).
     pub refusal_log: Option<Arc<crate::fs::refusal_log::RefusalLog>>,
+    /// `Ok`: the mount is read-only and the kernel opens files itself
+    /// (FUSE's no-open mode: the daemon answers OPEN with ENOSYS, then
+    /// serves READ by node); `Err`: why every open goes to the daemon
+    /// (`policy::direct::kernel_opens`, and `mount::session`).
+    pub kernel_opens: Result<(), String>,
 }
 
 /// Errors opening a mount's zones.
@@ -456,7 +461,9 @@ impl Core {
                 needs: "Linux 6.9 or later",
                 cost: slower,
             }),
-            IoMode::Passthrough | IoMode::Daemon(DaemonWhy::Disabled | DaemonWhy::Starting) => {}
+            IoMode::Passthrough
+            | IoMode::Daemon(DaemonWhy::Disabled | DaemonWhy::Starting | DaemonWhy::KernelOpens) => {
+            }
         }
         let by_name = "nodes are reopened from their parent by name (a remembered file or \
                        directory the host renames goes stale: ESTALE until looked up again)";
