@@ -357,18 +357,24 @@ impl Filesystem for ZoneFs {
                     ReplyDir(reply).respond(r)
                 });
             }
-            Op::Readdir(r) => guarded("readdir", || match core.readdir(r.fh, r.offset) {
-                Ok(items) => {
-                    let mut buf = DirBuf::new(r.size);
-                    for it in items {
-                        use std::os::unix::ffi::OsStrExt;
-                        if buf.add(it.ino, it.offset, it.kind, it.name.as_bytes()) {
-                            break;
+            Op::Readdir(r) => guarded("readdir", || {
+                match match r.fh {
+                    // fh 0: a directory the kernel opened itself (`Core::opendir`).
+                    0 => core.readdir_node(&ctx(&req, "readdir"), ino, r.offset),
+                    fh => core.readdir(fh, r.offset),
+                } {
+                    Ok(items) => {
+                        let mut buf = DirBuf::new(r.size);
+                        for it in items {
+                            use std::os::unix::ffi::OsStrExt;
+                            if buf.add(it.ino, it.offset, it.kind, it.name.as_bytes()) {
+                                break;
+                            }
                         }
+                        reply.data(buf.bytes())
                     }
-                    reply.data(buf.bytes())
+                    Err(e) => reply.error(e.errno()),
                 }
-                Err(e) => reply.error(e.errno()),
             }),
             Op::Readdirplus(r) => {
                 let ctx = ctx(&req, "readdirplus");

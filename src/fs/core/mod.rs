@@ -253,6 +253,8 @@ pub struct Core {
     /// How many hidden subdirectories each directory was last seen to hold
     /// (see `Core::dir_attr`).
     hidden_subdirs: dirs::HiddenSubdirs,
+    /// Directories listed without a handle (see `Core::readdir_node`).
+    listed: dirs::Listings,
     /// The staged zones' stages (None: no zone is staged).
     stages: Option<Arc<Stages>>,
     /// Mutations act under its read side; a commit or discard holds the
@@ -391,6 +393,7 @@ impl Core {
             started: SystemTime::now(),
             recent: Mutex::new(std::collections::VecDeque::with_capacity(RECENT_REFUSALS)),
             hidden_subdirs: dirs::HiddenSubdirs::default(),
+            listed: dirs::Listings::default(),
         })
     }
 
