@@ -384,12 +384,18 @@ fn filesystem(
 
 /// Whether the kernel may open files itself on this mount, which is then
 /// mounted read-only (see `policy::direct::kernel_opens`), or why not.
-/// Besides the zones: every user the kernel lets in may read what it
-/// caches (with `--allow-uid` the daemon refuses others at each OPEN),
-/// and a stage is never read-only.
+/// Besides the zones: only the mounting user gets in (no
+/// `--allow-other`). A file the kernel opens itself is checked against
+/// its mode bits as the kernel last saw them, and its cached pages are
+/// served to whoever opens it next; the daemon checks each caller
+/// against the host file itself (ACLs, a mode the host just changed,
+/// `--allow-uid`), which matters once several users share the mount. A
+/// stage is never read-only.
 fn kernel_opens(table: &ZoneTable, settings: &Settings, staged: bool) -> Result<(), String> {
-    if settings.allow_other && !settings.allow_uids.is_empty() {
-        return Err("--allow-uid: the daemon checks who opens each file".to_owned());
+    if settings.allow_other {
+        return Err(
+            "--allow-other: the daemon checks each user's opens against the host file".to_owned(),
+        );
     }
     if staged {
         return Err("a zone is staged".to_owned());
