@@ -260,6 +260,9 @@ pub fn build(
     // Staged zones tell the kernel to forget what a commit or discard
     // made stale; a refused create, the name it made.
     core.set_notifier(fuse.notifier());
+    if core.kernel_opens().is_ok() {
+        read_ahead(mountpoint);
+    }
     // The handshake is done: the I/O mode is settled.
     tracing::info!(
         mountpoint = %mountpoint.display(),
@@ -401,6 +404,26 @@ fn kernel_opens(table: &ZoneTable, settings: &Settings, staged: bool) -> Result<
         return Err("a zone is staged".to_owned());
     }
     crate::policy::direct::kernel_opens(&table.zones)
+}
+
+/// Let the kernel read ahead up to one READ's worth (1 MiB, not its
+/// default 128 KiB) on a mount whose file data all comes through the page
+/// cache (`kernel_opens`): a cold sequential read then costs one READ
+/// round trip per MiB, not eight (measured: 256 MiB cold, 2,048 READs →
+/// 256, 0.36 s → 0.26 s pinned; the backing file read natively 0.17 s).
+/// The mount's own readahead setting in sysfs, writable by root only;
+/// best effort: without it reads are only slower.
+fn read_ahead(mountpoint: &Path) {
+    // Not a stat of the mountpoint: that would be a request to this
+    // daemon, which may not serve yet.
+    let Some(dev) = super::mountinfo::device_of(mountpoint) else {
+        return;
+    };
+    let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+    let kb = (crate::fs::adapter::MAX_WRITE / 1024).to_string();
+    if let Err(e) = std::fs::write(&knob, kb) {
+        tracing::debug!(knob, error = %e, "readahead left at the kernel's default");
+    }
 }
 
 /// How the mount is made.
