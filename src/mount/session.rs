@@ -392,9 +392,18 @@ fn filesystem(
 /// its mode bits as the kernel last saw them, and its cached pages are
 /// served to whoever opens it next; the daemon checks each caller
 /// against the host file itself (ACLs, a mode the host just changed,
-/// `--allow-uid`), which matters once several users share the mount. A
-/// stage is never read-only.
+/// `--allow-uid`), which matters once several users share the mount. No
+/// ledger and no refusal log: on a read-only mount the kernel refuses a
+/// change with EROFS before the daemon hears of it, so the refusal could
+/// be neither recorded nor told to the worker (`run` always keeps a
+/// refusal log). A stage is never read-only.
 fn kernel_opens(table: &ZoneTable, settings: &Settings, staged: bool) -> Result<(), String> {
+    if settings.audit_log.is_some() {
+        return Err("--audit-log: the daemon records each refused change".to_owned());
+    }
+    if settings.refusal_log.is_some() {
+        return Err("--refusal-log: the daemon tells the worker of each refused change".to_owned());
+    }
     if settings.allow_other {
         return Err(
             "--allow-other: the daemon checks each user's opens against the host file".to_owned(),
