@@ -442,4 +442,15 @@ fn a_plain_read_only_mount_lets_the_kernel_open() {
         assert_eq!(fs::read(m.path("src/a.txt")).unwrap(), b"alpha");
     }
     assert_eq!(count(&status(&m), "OPEN"), before + 3);
+    drop(m);
+
+    // A ledger records every refused change: the daemon must see them.
+    let s = Setup::zones(Mode::Sandboxed, &[("src", "mode: ro")]).file("src", "a.txt", "alpha");
+    let ledger = s.root().join("audit.jsonl");
+    let m = s.arg("--audit-log").arg(ledger.to_str().unwrap()).mount();
+    let detail = status(&m)["io"]["detail"].as_str().unwrap().to_string();
+    assert!(detail.contains("--audit-log"), "{detail}");
+    assert_errno(fs::write(m.path("src/a.txt"), "x"), libc::EROFS);
+    let text = fs::read_to_string(&ledger).unwrap();
+    assert!(text.contains("\"refusal\""), "{text}");
 }
