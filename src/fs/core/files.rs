@@ -426,6 +426,9 @@ impl Core {
         if node.zone.is_none() || node.is_dir {
             return Err(FsError::Os(libc::EISDIR));
         }
+        if node.is_symlink {
+            return Err(FsError::Os(libc::EINVAL));
+        }
         let _as = AsCaller::enter(&ctx.caller())?;
         let held = self.reach.fd_of(&node)?;
         Ok(self.reach.reopen(held.as_fd(), libc::O_RDONLY)?)
