@@ -372,18 +372,19 @@ pub fn fill(s: Setup, zone: &str, blob: &[u8]) -> Setup {
 /// Every row in every zone of its set, all in one mount; fails at the end
 /// with every mismatch.
 fn table(mode: Mode) {
-    table_of(mode, ZONES, |_| Ok(()));
+    table_of(mode, ZONES, &[], |_| Ok(()));
 }
 
-/// The rows' ro zones alone: a mount whose every zone is read-only with no
-/// rule only the daemon enforces is mounted read-only, and the kernel
+/// The rows' ro zones alone, mounted with `--kernel-opens`: a mount whose
+/// every zone is read-only with no rule only the daemon enforces is then
+/// mounted read-only, and the kernel
 /// opens its files and directories itself (no OPEN or RELEASE round
 /// trip). Each row answers as in a ro zone of a mixed mount; the mount's
 /// root answers EROFS (the kernel's, for a read-only mount) where a mixed
 /// mount says EACCES. The one row that needs a rw zone of its set
 /// (`copy_file_range from rw2`) has no place here.
 fn read_only_mount(mode: Mode) {
-    table_of(mode, &ZONES[..1], |m| {
+    table_of(mode, &ZONES[..1], &["--kernel-opens"], |m| {
         let (_, _, opts) = mount_entry(m.mountpoint()).ok_or("not in /proc/mounts")?;
         if !opts.split(',').any(|o| o == "ro") {
             return Err(format!("mounted without ro: {opts}"));
@@ -412,6 +413,7 @@ fn read_only_mount(mode: Mode) {
 fn table_of(
     mode: Mode,
     kinds: &[(&'static str, &str)],
+    args: &[&str],
     check: impl Fn(&TestMount) -> Result<(), String>,
 ) {
     if !fuse_ok() {
@@ -445,6 +447,9 @@ fn table_of(
     let b = blob();
     for (z, _) in &zone_refs {
         s = fill(s, z, &b);
+    }
+    for a in args {
+        s = s.arg(a);
     }
     let m = s.mount();
     let names: Vec<&str> = zone_refs.iter().map(|(z, _)| *z).collect();

@@ -72,6 +72,8 @@ pub struct Settings {
     /// writes in its page cache (`--writeback-cache`; see
     /// [`CoreOptions::writeback_cache`]).
     pub writeback_cache: bool,
+    /// `--kernel-opens`: asked for (see [`kernel_opens`]).
+    pub kernel_opens: bool,
     /// Serve over FUSE-over-io_uring when the kernel offers it (off by
     /// default: /dev/fuse measured faster on the machines we have).
     pub io_uring: bool,
@@ -111,6 +113,7 @@ impl Default for Settings {
             threads: DEFAULT_THREADS,
             passthrough: true,
             writeback_cache: false,
+            kernel_opens: false,
             io_uring: false,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             no_approvals: false,
@@ -398,6 +401,11 @@ fn filesystem(
 /// be neither recorded nor told to the worker (`run` always keeps a
 /// refusal log). A stage is never read-only.
 fn kernel_opens(table: &ZoneTable, settings: &Settings, staged: bool) -> Result<(), String> {
+    // Asked for only: the mount then answers EROFS at its root and
+    // between its zones, where the errno table says EACCES and EXDEV.
+    if !settings.kernel_opens {
+        return Err("not asked for (--kernel-opens)".to_owned());
+    }
     if settings.audit_log.is_some() {
         return Err("--audit-log: the daemon records each refused change".to_owned());
     }

@@ -374,9 +374,7 @@ pub fn precedence(mode: Mode) {
     drop(m);
 
     // A ro zone with a restrictive approval still answers EROFS: ro comes
-    // before the write/delete policy. (With a rw zone beside them: a
-    // mount of ro zones alone is mounted read-only, where the kernel
-    // answers EROFS at the root too; `read_only_mount` in errno_table.rs.)
+    // before the write/delete policy.
     let s = Setup::zones(
         mode,
         &[
@@ -385,7 +383,6 @@ pub fn precedence(mode: Mode) {
                 "mode: ro, approval: { write: blocked, delete: blocked }",
             ),
             ("roask", "mode: ro, approval: { write: ask, delete: ask }"),
-            ("w", "mode: rw"),
         ],
     )
     .file("robk", "f.txt", ORIG)
