@@ -328,3 +328,148 @@ fn status_counts_requests_by_opcode() {
         assert_eq!(count(&after, "RELEASE"), releases + 5, "{args:?}: {after}");
     }
 }
+
+/// With `--kernel-opens`, a mount whose every zone is read-only with no
+/// rule only the daemon enforces (no `hide`, read approval, suffix filter
+/// or size limit), used by the mounting user alone, is mounted read-only
+/// and lets the kernel
+/// open files and directories itself: after the first open (answered
+/// ENOSYS) no OPEN, RELEASE, OPENDIR or RELEASEDIR reaches the daemon, a
+/// warm read and walk send nothing at all, and a cold read is served by
+/// node (a READ with no handle), byte for byte, lseek and mmap too. A
+/// file the caller can't read is refused as the host would refuse it.
+/// One rw zone more, or the flag left out, and every open is a round trip
+/// again.
+#[test]
+fn a_plain_read_only_mount_lets_the_kernel_open() {
+    if !fuse_ok() {
+        return;
+    }
+    let big = noise(3 * 1024 * 1024 + 77);
+    let s = Setup::zones(
+        Mode::Sandboxed,
+        &[("src", "mode: ro"), ("docs", "mode: ro")],
+    )
+    .file("src", "a.txt", "alpha")
+    .file("src", "d/e/b.txt", "beta")
+    .file("src", "locked", "secret")
+    .file("docs", "big.bin", &big);
+    fs::set_permissions(
+        s.backing("src", "locked"),
+        fs::Permissions::from_mode(0o000),
+    )
+    .unwrap();
+    let m = s.arg("--kernel-opens").mount();
+    let count = |st: &Value, op: &str| st["fuse_requests"][op].as_u64().unwrap_or(0);
+    let (_, _, opts) = mount_entry(m.mountpoint()).unwrap();
+    assert!(opts.split(',').any(|o| o == "ro"), "{opts}");
+    let st = status(&m);
+    let detail = st["io"]["detail"].as_str().unwrap();
+    assert!(detail.contains("the kernel opens files itself"), "{detail}");
+    // Cold: every byte through READs by node.
+    let small = [
+        ("src/a.txt", &b"alpha"[..]),
+        ("src/d/e/b.txt", &b"beta"[..]),
+    ];
+    let read_all = || {
+        for (p, want) in small {
+            assert_eq!(fs::read(m.path(p)).unwrap(), want, "{p}");
+        }
+        assert!(fs::read(m.path("docs/big.bin")).unwrap() == big, "big.bin");
+        for d in ["", "src", "src/d", "src/d/e", "docs"] {
+            assert!(fs::read_dir(m.path(d)).unwrap().count() > 0, "{d}");
+        }
+    };
+    read_all();
+    let cold = status(&m);
+    assert!(count(&cold, "READ") >= 3, "{cold}");
+    assert!(count(&cold, "OPEN") <= 1, "{cold}");
+    assert!(count(&cold, "OPENDIR") <= 1, "{cold}");
+    assert_eq!(count(&cold, "RELEASE"), 0, "{cold}");
+    assert_eq!(count(&cold, "RELEASEDIR"), 0, "{cold}");
+    // Warm: nothing reaches the daemon but status's own STATFS.
+    for _ in 0..3 {
+        read_all();
+    }
+    let warm = status(&m);
+    for op in [
+        "OPEN",
+        "RELEASE",
+        "OPENDIR",
+        "RELEASEDIR",
+        "READ",
+        "READDIR",
+        "READDIRPLUS",
+    ] {
+        assert_eq!(
+            count(&warm, op),
+            count(&cold, op),
+            "{op}: {cold} then {warm}"
+        );
+    }
+    // Positioned reads, SEEK_END and a shared read-only mmap.
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = fs::File::open(m.path("docs/big.bin")).unwrap();
+    assert_eq!(f.seek(SeekFrom::End(-77)).unwrap(), big.len() as u64 - 77);
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail).unwrap();
+    assert!(tail == big[big.len() - 77..]);
+    assert!(tool_ok("python3"), "python3 for the mmap read");
+    let out = m.sh_in(
+        "docs",
+        "python3 -c 'import mmap,sys; f=open(\"big.bin\",\"rb\"); mm=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ); sys.stdout.write(str(mm[1000000]))'",
+        &[],
+    );
+    assert!(out.success(), "mmap: {}", out.describe());
+    assert_eq!(out.stdout, big[1_000_000].to_string());
+    // As the host answers the caller (root reads a 000 file, a user can't).
+    let host = fs::read(m.backing("src", "locked"));
+    let seen = fs::read(m.path("src/locked"));
+    assert_eq!(errno_of(&seen), errno_of(&host), "{seen:?} vs {host:?}");
+    // Writes: EROFS, nothing changed.
+    assert_errno(fs::write(m.path("src/a.txt"), "x"), libc::EROFS);
+    assert_errno(fs::write(m.path("src/new"), "x"), libc::EROFS);
+    assert_eq!(fs::read(m.backing("src", "a.txt")).unwrap(), b"alpha");
+    drop(m);
+
+    let s = Setup::zones(Mode::Sandboxed, &[("src", "mode: ro"), ("out", "mode: rw")])
+        .file("src", "a.txt", "alpha");
+    let m = s.arg("--kernel-opens").mount();
+    let (_, _, opts) = mount_entry(m.mountpoint()).unwrap();
+    assert!(opts.split(',').any(|o| o == "rw"), "{opts}");
+    let detail = status(&m)["io"]["detail"].as_str().unwrap().to_string();
+    assert!(detail.contains("zone out is read-write"), "{detail}");
+    let before = count(&status(&m), "OPEN");
+    for _ in 0..3 {
+        assert_eq!(fs::read(m.path("src/a.txt")).unwrap(), b"alpha");
+    }
+    assert_eq!(count(&status(&m), "OPEN"), before + 3);
+    drop(m);
+
+    // Not asked for: the errno table's mount, opens on the daemon.
+    let s = Setup::zones(Mode::Sandboxed, &[("src", "mode: ro")]).file("src", "a.txt", "alpha");
+    let m = s.mount();
+    let (_, _, opts) = mount_entry(m.mountpoint()).unwrap();
+    assert!(opts.split(',').any(|o| o == "rw"), "{opts}");
+    let detail = status(&m)["io"]["detail"].as_str().unwrap().to_string();
+    assert!(detail.contains("--kernel-opens"), "{detail}");
+    let before = count(&status(&m), "OPEN");
+    assert_eq!(fs::read(m.path("src/a.txt")).unwrap(), b"alpha");
+    assert_eq!(count(&status(&m), "OPEN"), before + 1);
+    assert_errno(fs::create_dir(m.path("newzone")), libc::EACCES);
+    drop(m);
+
+    // A ledger records every refused change: the daemon must see them.
+    let s = Setup::zones(Mode::Sandboxed, &[("src", "mode: ro")]).file("src", "a.txt", "alpha");
+    let ledger = s.root().join("audit.jsonl");
+    let m = s
+        .arg("--kernel-opens")
+        .arg("--audit-log")
+        .arg(ledger.to_str().unwrap())
+        .mount();
+    let detail = status(&m)["io"]["detail"].as_str().unwrap().to_string();
+    assert!(detail.contains("--audit-log"), "{detail}");
+    assert_errno(fs::write(m.path("src/a.txt"), "x"), libc::EROFS);
+    let text = fs::read_to_string(&ledger).unwrap();
+    assert!(text.contains("\"refusal\""), "{text}");
+}

@@ -248,7 +248,7 @@ fn passthrough(kernel: &str, admin: bool) -> Check {
     check(
         NAME,
         State::Ok,
-        "opened files' data goes between the kernel and the backing file; the daemon sees open and close",
+        "opened files' data goes between the kernel and the backing file; the daemon sees open and close (a mount whose every zone is read-only with no read rule opens in the kernel instead: read-only, no open round trips, data through the page cache)",
     )
 }
 

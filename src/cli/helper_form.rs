@@ -14,7 +14,7 @@
 //! | `dir=DIR` (absolute) | run in DIR: a preset's paths, a relative SOURCE and relative `zone=` paths are taken from it; needed with `preset:NAME` |
 //! | `zone=NAME=PATH[:ro\|rw\|staged]` | `--zone` (repeatable) |
 //! | `worker=F`, `stage_dir=D`, `audit_log=F`, `refusal_log=F`, `control=S`, `cache_ttl=S` | the `mount` option of that name |
-//! | `allow_other`, `no_approvals`, `no_passthrough`, `writeback_cache`, `io_uring`, `no_io_uring`, `quiet` | the `mount` flag |
+//! | `allow_other`, `no_approvals`, `no_passthrough`, `writeback_cache`, `kernel_opens`, `io_uring`, `no_io_uring`, `quiet` | the `mount` flag |
 //! | `rw`, `nosuid`, `nodev`, `noexec`, `suid`, `dev`, `exec`, `atime`, `noatime`, `relatime`, `strictatime`, `nodiratime`, `default_permissions`, `defaults`, `auto`, `noauto`, `user`, `users`, `nouser`, `owner`, `_netdev`, `nofail`, `x-*`, `comment=*` | for `mount(8)` or always in force (a zonemount mount is `nosuid,nodev,default_permissions`): ignored |
 //!
 //! Anything else (`ro` included: a zone says what is read-only) is an
@@ -167,6 +167,7 @@ fn option(opt: &str) -> Result<Vec<OsString>, String> {
         "no_approvals" => return flag("--no-approvals"),
         "no_passthrough" => return flag("--no-passthrough"),
         "writeback_cache" => return flag("--writeback-cache"),
+        "kernel_opens" => return flag("--kernel-opens"),
         "io_uring" => return flag("--io-uring"),
         "no_io_uring" => return flag("--no-io-uring"),
         "quiet" => return flag("--quiet"),

@@ -277,6 +277,7 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         threads: a.threads,
         passthrough: !a.no_passthrough,
         writeback_cache: a.writeback_cache,
+        kernel_opens: a.kernel_opens,
         io_uring: asks_uring(a),
         approval_timeout,
         no_approvals: a.no_approvals,

@@ -287,6 +287,21 @@ impl Filesystem for ZoneFs {
                     core.create(ctx, ino, name, mode, flags as i32, ReplyCreate(reply))
                 });
             }
+            // fh 0 is no handle (they start at 1): a mount whose opens
+            // the kernel makes itself (`Core::kernel_opens`) reads by node.
+            Op::Read(r) if r.fh == 0 => {
+                let ctx = ctx(&req, "read");
+                guarded("read", || match core.read_node(&ctx, ino) {
+                    Ok(fd) => {
+                        use std::os::fd::AsFd;
+                        reply.file_data(fd.as_fd(), r.offset, r.size)
+                    }
+                    Err(e) => {
+                        tracing::debug!(op = "read", error = %e, "failed");
+                        reply.error(e.errno())
+                    }
+                })
+            }
             Op::Read(r) => guarded("read", || {
                 let res = core.read_handle(r.fh);
                 failed("read", &res);
@@ -320,6 +335,9 @@ impl Filesystem for ZoneFs {
                 core.release(fh);
                 reply.ok()
             }),
+            // A file the kernel opened itself, on a read-only mount:
+            // nothing of it was written through the daemon.
+            Op::Fsync { fh: 0, .. } if core.kernel_opens().is_ok() => reply.ok(),
             Op::Fsync { fh, datasync } => guarded("fsync", || {
                 if let Some(held) = core.held(fh) {
                     let ctx = ctx(&req, "fsync");
@@ -339,18 +357,24 @@ impl Filesystem for ZoneFs {
                     ReplyDir(reply).respond(r)
                 });
             }
-            Op::Readdir(r) => guarded("readdir", || match core.readdir(r.fh, r.offset) {
-                Ok(items) => {
-                    let mut buf = DirBuf::new(r.size);
-                    for it in items {
-                        use std::os::unix::ffi::OsStrExt;
-                        if buf.add(it.ino, it.offset, it.kind, it.name.as_bytes()) {
-                            break;
+            Op::Readdir(r) => guarded("readdir", || {
+                match match r.fh {
+                    // fh 0: a directory the kernel opened itself (`Core::opendir`).
+                    0 => core.readdir_node(&ctx(&req, "readdir"), ino, r.offset),
+                    fh => core.readdir(fh, r.offset),
+                } {
+                    Ok(items) => {
+                        let mut buf = DirBuf::new(r.size);
+                        for it in items {
+                            use std::os::unix::ffi::OsStrExt;
+                            if buf.add(it.ino, it.offset, it.kind, it.name.as_bytes()) {
+                                break;
+                            }
                         }
+                        reply.data(buf.bytes())
                     }
-                    reply.data(buf.bytes())
+                    Err(e) => reply.error(e.errno()),
                 }
-                Err(e) => reply.error(e.errno()),
             }),
             Op::Readdirplus(r) => {
                 let ctx = ctx(&req, "readdirplus");
@@ -422,6 +446,15 @@ impl Filesystem for ZoneFs {
                 failed("fallocate", &r);
                 ReplyEmpty(reply).respond(r)
             }),
+            Op::Lseek(l) if l.fh == 0 => {
+                let ctx = ctx(&req, "lseek");
+                guarded("lseek", || {
+                    ReplyLseek(reply).respond(
+                        core.read_node(&ctx, ino)
+                            .and_then(|fd| core.seek(&fd, l.offset as i64, l.whence as i32)),
+                    )
+                })
+            }
             Op::Lseek(l) => guarded("lseek", || {
                 ReplyLseek(reply).respond(core.lseek(l.fh, l.offset as i64, l.whence as i32))
             }),

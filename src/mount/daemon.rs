@@ -244,7 +244,13 @@ fn status_fn(
                 .collect(),
             io: Some(IoStatus {
                 mode: io.name().to_string(),
-                detail: io.describe_with(core.writeback()),
+                detail: match core.kernel_opens() {
+                    Ok(()) => io.describe_with(core.writeback()),
+                    Err(why) => format!(
+                        "{}; every open and close a round trip to the daemon ({why})",
+                        io.describe_with(core.writeback())
+                    ),
+                },
                 transport: core.transport().map(|t| t.name().to_string()),
                 transport_detail: core.transport().map(|t| t.describe().to_string()),
             }),

@@ -130,6 +130,19 @@ pub fn find_mount(path: &Path) -> Option<MountEntry> {
     mounts().into_iter().rev().find(|m| m.mountpoint == path)
 }
 
+/// The device (`major:minor`, as mountinfo has it) of the topmost mount
+/// at exactly `path`: read without touching the mount (its own daemon
+/// asks before it serves the mount's first request from elsewhere).
+pub fn device_of(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().rev().find_map(|line| {
+        let mut fields = line.split(' ');
+        let dev = fields.nth(2)?;
+        let mp = fields.nth(1)?;
+        (unescape(mp) == path).then(|| dev.to_string())
+    })
+}
+
 /// `path` made absolute without touching it (a dead FUSE mount can't be
 /// stat'ed), and canonical when it can be.
 pub fn absolute(path: &Path) -> PathBuf {
@@ -148,6 +161,17 @@ mod tests {
         assert_eq!(unescape("/tmp/a\\040b"), PathBuf::from("/tmp/a b"));
         assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
         assert_eq!(unescape("/x\\134y"), PathBuf::from("/x\\y"));
+    }
+
+    #[test]
+    fn the_device_of_a_mountpoint_is_read_from_mountinfo() {
+        let root = device_of(Path::new("/")).expect("/ is mounted");
+        let (major, minor) = root.split_once(':').expect("major:minor");
+        assert!(
+            major.parse::<u32>().is_ok() && minor.parse::<u32>().is_ok(),
+            "{root}"
+        );
+        assert_eq!(device_of(Path::new("/no/such/mountpoint")), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! Pure: a zone's effective policy in, the route and its reasons out.
 
-use crate::config::{Access, Approval, ZonePolicy};
+use crate::config::{Access, Approval, Zone, ZonePolicy};
 
 /// How a zone reaches the worker under `run --isolate`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +54,33 @@ pub fn route(p: &ZonePolicy) -> Route {
     } else {
         Route::Daemon(why)
     }
+}
+
+/// Whether a mount of `zones` may let the kernel open files itself
+/// (FUSE's no-open mode: no OPEN or RELEASE round trips), mounted
+/// read-only: every zone is read-only and needs the daemon for no rule
+/// (`needs_daemon`), so no open of a file could be refused or asked about
+/// by the daemon that the kernel's own checks (a read-only mount, mode
+/// bits under `default_permissions`) would let through. `Err`: why not,
+/// in a few words. Who may use the mount (`--allow-uid`) is the mount's
+/// business, not the zones' (`mount::session`).
+pub fn kernel_opens(zones: &[Zone]) -> Result<(), String> {
+    if zones.is_empty() {
+        return Err("no zones".to_owned());
+    }
+    for z in zones {
+        if z.policy.access == Access::Rw {
+            return Err(format!("zone {} is read-write", z.name));
+        }
+        if z.policy.staged {
+            return Err(format!("zone {} is staged", z.name));
+        }
+        let why = needs_daemon(&z.policy);
+        if !why.is_empty() {
+            return Err(format!("zone {} has {}", z.name, why.join(", ")));
+        }
+    }
+    Ok(())
 }
 
 /// What a zone bound straight from its backing dir gives up, in words.
@@ -137,6 +164,44 @@ mod tests {
             }),
             Route::Direct
         );
+    }
+
+    fn zone(name: &str, access: Access, f: impl FnOnce(&mut ZonePolicy)) -> Zone {
+        let mut policy = ZonePolicy::plain(access);
+        f(&mut policy);
+        Zone {
+            name: name.into(),
+            backing: format!("/srv/{name}").into(),
+            policy,
+        }
+    }
+
+    #[test]
+    fn the_kernel_opens_only_where_every_zone_is_plain_read_only() {
+        let src = zone("src", Access::Ro, |_| {});
+        let docs = zone("docs", Access::Ro, |p| p.protect = vec!["*.lock".into()]);
+        assert_eq!(kernel_opens(&[src.clone(), docs.clone()]), Ok(()));
+        assert_eq!(kernel_opens(&[]), Err("no zones".to_owned()));
+        let out = zone("out", Access::Rw, |_| {});
+        assert_eq!(
+            kernel_opens(&[src.clone(), out]),
+            Err("zone out is read-write".to_owned())
+        );
+        let secret = zone("cfg", Access::Ro, |p| {
+            p.hide = vec!["*.key".into()];
+            p.max_file_bytes = Some(1);
+        });
+        assert_eq!(
+            kernel_opens(&[src.clone(), secret]),
+            Err("zone cfg has hide patterns, max_file_bytes".to_owned())
+        );
+        let asks = zone("env", Access::Ro, |p| p.ask_read = vec![".env".into()]);
+        assert_eq!(
+            kernel_opens(&[asks, src]),
+            Err("zone env has ask_read patterns".to_owned())
+        );
+        let staged = zone("st", Access::Ro, |p| p.staged = true);
+        assert_eq!(kernel_opens(&[staged]), Err("zone st is staged".to_owned()));
     }
 
     #[test]

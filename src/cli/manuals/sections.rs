@@ -150,7 +150,7 @@ pub(super) fn helper_form(roff: &mut Roff) {
          runs there (a relative SOURCE or zone= path is taken from it too). The -o options: \
          zone=NAME=PATH[:ro|rw|staged] (repeatable), worker=F, stage_dir=D, audit_log=F, \
          refusal_log=F, control=S, cache_ttl=S, dir=DIR, and the flags allow_other, \
-         no_approvals, no_passthrough, writeback_cache, io_uring, no_io_uring, quiet. \
+         no_approvals, no_passthrough, writeback_cache, kernel_opens, io_uring, no_io_uring, quiet. \
          mount(8)'s own options (rw, nosuid, nodev, noexec, the atime ones, defaults, auto, \
          noauto, user, users, _netdev, nofail, x-*, comment=) are ignored; ro and anything \
          else is refused, exit 2. An fstab line:",

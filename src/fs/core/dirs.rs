@@ -3,6 +3,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::fuse::{FileAttr, FileType as FuseType};
 use parking_lot::Mutex;
@@ -69,10 +70,35 @@ impl HiddenSubdirs {
     }
 }
 
+/// The last listing of each directory read without a handle (a mount
+/// whose opens the kernel makes itself: READDIR with fh 0), so the
+/// kernel's later chunks of one listing come from the listing its first
+/// chunk came from. Listed afresh whenever the kernel starts over
+/// (offset 0). Bounded: emptied when full.
+#[derive(Default)]
+pub(super) struct Listings(Mutex<std::collections::HashMap<u64, Arc<Vec<DirItem>>>>);
+
+impl Listings {
+    const MAX: usize = 256;
+}
+
 impl Core {
     /// Opening a directory deleted and replaced on the host is ESTALE (see
-    /// `getattr`).
+    /// `getattr`). On a mount whose opens the kernel makes itself
+    /// (`kernel_opens`), a directory that could be opened is answered
+    /// ENOSYS instead of a handle: the kernel then sends no OPENDIR or
+    /// RELEASEDIR again on this mount, and READDIR with no handle (fh 0),
+    /// read by node ([`Core::readdir_node`]).
     pub fn opendir(&self, ctx: &Ctx, ino: u64) -> FsResult<u64> {
+        let fh = self.opendir_handle(ctx, ino)?;
+        if self.kernel_opens().is_ok() {
+            self.releasedir(fh);
+            return Err(FsError::Os(libc::ENOSYS));
+        }
+        Ok(fh)
+    }
+
+    fn opendir_handle(&self, ctx: &Ctx, ino: u64) -> FsResult<u64> {
         self.admit(ctx)?;
         let node = self.node(ino)?;
         if !node.is_root()
@@ -263,6 +289,36 @@ impl Core {
         }
     }
 
+    /// The entries of directory `ino` after `offset`, with no handle
+    /// (fh 0: the kernel opened it itself, see [`Core::opendir`]).
+    pub fn readdir_node(&self, ctx: &Ctx, ino: u64, offset: u64) -> FsResult<Vec<DirItem>> {
+        if self.kernel_opens().is_err() {
+            return Err(FsError::Os(libc::EBADF));
+        }
+        self.admit(ctx)?;
+        let node = self.node(ino)?;
+        if !node.is_dir {
+            return Err(FsError::Os(libc::ENOTDIR));
+        }
+        let kept = match offset {
+            0 => None,
+            _ => self.listed.0.lock().get(&ino).cloned(),
+        };
+        let listing = match kept {
+            Some(l) => l,
+            None => {
+                let l = Arc::new(self.list_dir(&node)?);
+                let mut listed = self.listed.0.lock();
+                if listed.len() >= Listings::MAX {
+                    listed.clear();
+                }
+                listed.insert(ino, l.clone());
+                l
+            }
+        };
+        Ok(listing.iter().skip(offset as usize).cloned().collect())
+    }
+
     /// The entries after `offset`, each looked up (counted as a kernel
     /// lookup) and handed to `add` until it says the reply is full. The
     /// entry that did not fit is not counted; one that vanished since
@@ -278,7 +334,11 @@ impl Core {
         let dir = self.node(ino)?;
         // The directory's path, found once for all its entries.
         let path = dir.zone_path();
-        for it in self.readdir(fh, offset)? {
+        let items = match fh {
+            0 => self.readdir_node(ctx, ino, offset)?,
+            _ => self.readdir(fh, offset)?,
+        };
+        for it in items {
             let dots = it.name == "." || it.name == "..";
             let entry = match dots {
                 true => self.getattr(ctx, it.ino, None),

@@ -331,7 +331,19 @@ impl Core {
             })
         };
         let core = Arc::clone(self);
+        let reads = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
         let respond = move |r: FsResult<(Arc<Node>, u64, bool)>| {
+            // A mount whose opens the kernel makes (`kernel_opens`): the
+            // caller could open the file (checked as always, just now);
+            // ENOSYS tells the kernel to send no OPEN or RELEASE again
+            // on this mount and to open files itself from now on. A
+            // write never gets here (the mount is read-only).
+            if reads && core.kernel_opens().is_ok() {
+                if let Ok((_, fh, _)) = &r {
+                    core.release(*fh);
+                    return reply.respond(Err(FsError::Os(libc::ENOSYS)));
+                }
+            }
             // With the daemon's own credentials again (see passthrough_id).
             let r = r.map(|(node, fh, direct)| FileOpen {
                 fh,
@@ -401,6 +413,27 @@ impl Core {
         Ok((fh, direct))
     }
 
+    /// Node `ino` opened for reading as the caller, as its open would
+    /// have been: what a READ or LSEEK reads from on a mount whose opens
+    /// the kernel makes itself (`kernel_opens`), where they carry no
+    /// handle (fh 0). Refused (EBADF) on any other mount.
+    pub fn read_node(&self, ctx: &Ctx, ino: u64) -> FsResult<OwnedFd> {
+        if self.kernel_opens().is_err() {
+            return Err(FsError::Os(libc::EBADF));
+        }
+        self.admit(ctx)?;
+        let node = self.node(ino)?;
+        if node.zone.is_none() || node.is_dir {
+            return Err(FsError::Os(libc::EISDIR));
+        }
+        if node.is_symlink {
+            return Err(FsError::Os(libc::EINVAL));
+        }
+        let _as = AsCaller::enter(&ctx.caller())?;
+        let held = self.reach.fd_of(&node)?;
+        Ok(self.reach.reopen(held.as_fd(), libc::O_RDONLY)?)
+    }
+
     /// The open file `fh` a READ reads from (the reply reads it: see
     /// [`crate::fuse::Reply::file_data`]).
     pub fn read_handle(&self, fh: u64) -> FsResult<Arc<Handle>> {
@@ -467,6 +500,11 @@ impl Core {
     pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
         let (h, _) = self.handles.file(fh)?;
         Ok(backing::seek(h.fd()?, offset, whence)? as i64)
+    }
+
+    /// [`Core::lseek`] on a file [`Core::read_node`] opened.
+    pub fn seek(&self, fd: &OwnedFd, offset: i64, whence: i32) -> FsResult<i64> {
+        Ok(backing::seek(fd.as_fd(), offset, whence)? as i64)
     }
 
     pub fn copy_file_range(

@@ -40,6 +40,9 @@ pub enum DaemonWhy {
     Kernel,
     /// Not negotiated yet (before the FUSE handshake).
     Starting,
+    /// The kernel opens files itself (`CoreOptions::kernel_opens`): with
+    /// no OPEN the daemon has no file to register for passthrough.
+    KernelOpens,
 }
 
 impl IoMode {
@@ -50,6 +53,7 @@ impl IoMode {
             IoMode::Daemon(DaemonWhy::Unprivileged) => 2,
             IoMode::Daemon(DaemonWhy::Kernel) => 3,
             IoMode::Daemon(DaemonWhy::Starting) => 4,
+            IoMode::Daemon(DaemonWhy::KernelOpens) => 5,
         }
     }
 
@@ -59,6 +63,7 @@ impl IoMode {
             1 => IoMode::Daemon(DaemonWhy::Disabled),
             2 => IoMode::Daemon(DaemonWhy::Unprivileged),
             3 => IoMode::Daemon(DaemonWhy::Kernel),
+            5 => IoMode::Daemon(DaemonWhy::KernelOpens),
             _ => IoMode::Daemon(DaemonWhy::Starting),
         }
     }
@@ -84,6 +89,11 @@ impl IoMode {
                 "daemon (the kernel offers no FUSE passthrough; it needs Linux 6.9)"
             }
             IoMode::Daemon(DaemonWhy::Starting) => "daemon (not negotiated yet)",
+            IoMode::Daemon(DaemonWhy::KernelOpens) => {
+                "page cache, filled by the daemon (every zone is read-only with no rule that needs \
+                 the daemon: the mount is read-only and the kernel opens files itself, with no \
+                 OPEN or RELEASE round trip; no passthrough)"
+            }
         }
     }
 
@@ -106,6 +116,9 @@ impl Core {
     /// and the daemon holds CAP_SYS_ADMIN (the kernel checks it when a
     /// backing file is registered).
     pub fn passthrough_wanted(&self) -> Result<(), DaemonWhy> {
+        if self.kernel_opens().is_ok() {
+            return Err(DaemonWhy::KernelOpens);
+        }
         if !self.opts.passthrough {
             return Err(DaemonWhy::Disabled);
         }
@@ -113,6 +126,16 @@ impl Core {
             return Err(DaemonWhy::Unprivileged);
         }
         Ok(())
+    }
+
+    /// Whether the kernel opens files itself (the mount is read-only and
+    /// no zone has a rule only the daemon can enforce), or why not.
+    pub fn kernel_opens(&self) -> Result<(), &str> {
+        self.opts
+            .kernel_opens
+            .as_ref()
+            .map(|_| ())
+            .map_err(|s| s.as_str())
     }
 
     /// Record the I/O mode the FUSE handshake settled on.

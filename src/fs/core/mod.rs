@@ -205,6 +205,11 @@ pub struct CoreOptions {
     pub admission: Admission,
     /// Where the worker is told of its refusals (`--refusal-log`).
     pub refusal_log: Option<Arc<crate::fs::refusal_log::RefusalLog>>,
+    /// `Ok`: the mount is read-only and the kernel opens files itself
+    /// (FUSE's no-open mode: the daemon answers OPEN with ENOSYS, then
+    /// serves READ by node); `Err`: why every open goes to the daemon
+    /// (`policy::direct::kernel_opens`, and `mount::session`).
+    pub kernel_opens: Result<(), String>,
 }
 
 /// Errors opening a mount's zones.
@@ -248,6 +253,8 @@ pub struct Core {
     /// How many hidden subdirectories each directory was last seen to hold
     /// (see `Core::dir_attr`).
     hidden_subdirs: dirs::HiddenSubdirs,
+    /// Directories listed without a handle (see `Core::readdir_node`).
+    listed: dirs::Listings,
     /// The staged zones' stages (None: no zone is staged).
     stages: Option<Arc<Stages>>,
     /// Mutations act under its read side; a commit or discard holds the
@@ -386,6 +393,7 @@ impl Core {
             started: SystemTime::now(),
             recent: Mutex::new(std::collections::VecDeque::with_capacity(RECENT_REFUSALS)),
             hidden_subdirs: dirs::HiddenSubdirs::default(),
+            listed: dirs::Listings::default(),
         })
     }
 
@@ -456,7 +464,9 @@ impl Core {
                 needs: "Linux 6.9 or later",
                 cost: slower,
             }),
-            IoMode::Passthrough | IoMode::Daemon(DaemonWhy::Disabled | DaemonWhy::Starting) => {}
+            IoMode::Passthrough
+            | IoMode::Daemon(DaemonWhy::Disabled | DaemonWhy::Starting | DaemonWhy::KernelOpens) => {
+            }
         }
         let by_name = "nodes are reopened from their parent by name (a remembered file or \
                        directory the host renames goes stale: ESTALE until looked up again)";

@@ -33,6 +33,9 @@ pub struct FuseMount<'a> {
     pub gid: u32,
     /// Let every user in (the daemon then decides whom to refuse).
     pub allow_other: bool,
+    /// Mount read-only (`MS_RDONLY`, `-o ro`): the kernel refuses every
+    /// change with EROFS before the daemon hears of it.
+    pub read_only: bool,
 }
 
 impl FuseMount<'_> {
@@ -56,6 +59,9 @@ impl FuseMount<'_> {
         );
         if self.allow_other {
             o.push_str(",allow_other");
+        }
+        if self.read_only {
+            o.push_str(",ro");
         }
         o
     }
@@ -116,11 +122,15 @@ impl FuseMount<'_> {
         let data = CString::new(self.data(dev.as_raw_fd())).map_err(|_| Errno::INVAL)?;
         let target = CString::new(mountpoint.as_os_str().as_bytes()).map_err(|_| Errno::INVAL)?;
         let fstype = format!("fuse.{}", self.subtype);
+        let mut flags = MountFlags::NOSUID | MountFlags::NODEV;
+        if self.read_only {
+            flags |= MountFlags::RDONLY;
+        }
         rustix::mount::mount(
             self.fsname,
             target.as_c_str(),
             fstype.as_str(),
-            MountFlags::NOSUID | MountFlags::NODEV,
+            flags,
             data.as_c_str(),
         )?;
         Ok(dev)
@@ -139,6 +149,7 @@ mod tests {
             uid: 0,
             gid: 0,
             allow_other: false,
+            read_only: false,
         };
         assert_eq!(
             m.data(7),
@@ -158,5 +169,10 @@ mod tests {
             m.fusermount_options(),
             "fsname=zonemount,subtype=zonemount,default_permissions,nosuid,nodev,allow_other"
         );
+        let m = FuseMount {
+            read_only: true,
+            ..m
+        };
+        assert!(m.fusermount_options().ends_with(",allow_other,ro"));
     }
 }
