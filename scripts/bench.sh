@@ -124,6 +124,9 @@ json=${json:-$repo/target/bench.json}
 ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls real_grep real_status create unlink ask_pending fds commit checkpoint"
 WORKLOADS=${only//,/ }
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
+for w in $WORKLOADS; do
+  case " $ALL_WORKLOADS " in *" $w "*) ;; *) echo "bench: unknown workload $w (known: $ALL_WORKLOADS)" >&2; exit 2 ;; esac
+done
 ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-ckpt50 zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon"
 TARGETS="native"
 for t in ${targets_opt//,/ }; do
