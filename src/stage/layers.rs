@@ -423,20 +423,7 @@ impl Copies {
                 }
                 Ok(())
             }
-            FileType::Symlink => {
-                let target = rfs::readlinkat(s, name, Vec::new())?;
-                rfs::symlinkat(target.as_c_str(), t, name)?;
-                if rustix::process::geteuid().is_root() {
-                    rfs::chownat(
-                        t,
-                        name,
-                        Some(rfs::Uid::from_raw(st.st_uid)),
-                        Some(rfs::Gid::from_raw(st.st_gid)),
-                        AtFlags::SYMLINK_NOFOLLOW,
-                    )?;
-                }
-                Ok(())
-            }
+            FileType::Symlink => copy_symlink(s, name, st, t),
             kind @ (FileType::Fifo | FileType::Socket) => {
                 rfs::mknodat(t, name, kind, Mode::from_raw_mode(st.st_mode & 0o7777), 0)?;
                 if rustix::process::geteuid().is_root() {
@@ -459,6 +446,28 @@ impl Copies {
 /// Regular file `name` in `s` (`st`) copied as `name` in `t`: cloned
 /// where the filesystem can (no data copied), else copied in the kernel;
 /// mode, owner, times, user xattrs and the overlay's markers kept.
+/// The symlink `name` of `from` (`st` its stat) made anew in `to`, with
+/// its owner where this process may set one.
+fn copy_symlink(
+    from: BorrowedFd<'_>,
+    name: &OsStr,
+    st: &Stat,
+    to: BorrowedFd<'_>,
+) -> Result<(), Errno> {
+    let target = rfs::readlinkat(from, name, Vec::new())?;
+    rfs::symlinkat(target.as_c_str(), to, name)?;
+    if rustix::process::geteuid().is_root() {
+        rfs::chownat(
+            to,
+            name,
+            Some(rfs::Uid::from_raw(st.st_uid)),
+            Some(rfs::Gid::from_raw(st.st_gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )?;
+    }
+    Ok(())
+}
+
 fn copy_file(
     s: BorrowedFd<'_>,
     name: &OsStr,
@@ -1249,20 +1258,7 @@ fn copy_tree(
             io::copy(&mut a, &mut b).map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
             copy_attrs(a.as_fd(), b.as_fd(), st, prefix, false)
         }
-        FileType::Symlink => {
-            let target = rfs::readlinkat(from, name, Vec::new())?;
-            rfs::symlinkat(target.as_c_str(), to, name)?;
-            if rustix::process::geteuid().is_root() {
-                rfs::chownat(
-                    to,
-                    name,
-                    Some(rfs::Uid::from_raw(st.st_uid)),
-                    Some(rfs::Gid::from_raw(st.st_gid)),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                )?;
-            }
-            Ok(())
-        }
+        FileType::Symlink => copy_symlink(from, name, st, to),
         kind => {
             rfs::mknodat(
                 to,
