@@ -73,6 +73,39 @@ pub const FLAT_KEEP: usize = 2;
 /// checkpoint takes the built flat over).
 pub const FLAT_AFTER: usize = 4;
 
+/// The most file data a flat is built with (its base and the layers laid
+/// onto it, as their files' sizes add up): a flat copies it all where
+/// the filesystem can't clone (ext4), again for each new flat. Past it no
+/// flat is built: the live overlay then keeps every layer (at most
+/// `--max-checkpoints`), as before flats.
+pub const FLAT_MAX_BYTES: u64 = 512 << 20;
+
+/// How many bytes the regular files under `dirs` hold (symlinks not
+/// followed); stops counting past `limit`.
+fn data_bytes(dirs: &[PathBuf], limit: u64) -> u64 {
+    fn walk(p: &Path, total: &mut u64, limit: u64) {
+        let Ok(rd) = std::fs::read_dir(p) else { return };
+        for e in rd.flatten() {
+            if *total > limit {
+                return;
+            }
+            let Ok(m) = e.path().symlink_metadata() else {
+                continue;
+            };
+            if m.is_dir() {
+                walk(&e.path(), total, limit);
+            } else if m.is_file() {
+                *total = total.saturating_add(m.len());
+            }
+        }
+    }
+    let mut total = 0;
+    for d in dirs {
+        walk(d, &mut total, limit);
+    }
+    total
+}
+
 /// The live overlay's lower dirs, topmost first: the layers of `ids`
 /// (oldest first) after the flat `flat`, newest first, then the flat.
 pub fn live_lower(zdir: &Path, ids: &[u64], flat: Option<u64>) -> Vec<PathBuf> {
@@ -115,15 +148,24 @@ pub fn build_flat(
     ids: &[u64],
     prefix: &str,
 ) -> io::Result<PathBuf> {
+    let dirs: Vec<PathBuf> = base
+        .map(|b| flat_dir(zdir, b))
+        .into_iter()
+        .chain(ids.iter().map(|id| layer_dir(zdir, *id)))
+        .collect();
+    if data_bytes(&dirs, FLAT_MAX_BYTES) > FLAT_MAX_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!(
+                "its layers hold more than {} MiB of file data, which a flat would copy: none is built",
+                FLAT_MAX_BYTES >> 20
+            ),
+        ));
+    }
     let path = scratch(zdir, "flat")?;
     mkdir(&path)?;
     let built = (|| {
         let td = open_dir(&path)?;
-        let dirs: Vec<PathBuf> = base
-            .map(|b| flat_dir(zdir, b))
-            .into_iter()
-            .chain(ids.iter().map(|id| layer_dir(zdir, *id)))
-            .collect();
         lay_copies(&dirs, td.as_fd(), prefix)
     })();
     match built {
@@ -1384,5 +1426,29 @@ mod flat_tests {
         assert_eq!(md(&t.join("d/x")).mode() & 0o7777, 0o640);
         assert_eq!(std::fs::read_link(t.join("sym")).unwrap(), Path::new("one"));
         assert_eq!(md(&t.join("one")).mtime(), md(&a.join("one")).mtime());
+    }
+
+    /// Past [`FLAT_MAX_BYTES`] of file data in its base and layers, no
+    /// flat is built (and no scratch dir is left); below it, one is.
+    #[test]
+    fn no_flat_past_the_most_data_it_copies() {
+        let dir = tempfile::tempdir().unwrap();
+        let z = dir.path();
+        for id in [1, 2] {
+            std::fs::create_dir_all(layer_dir(z, id).join("d")).unwrap();
+        }
+        std::fs::write(layer_dir(z, 1).join("small"), "s\n").unwrap();
+        let built = build_flat(z, None, &[1], "user.overlay.").unwrap();
+        assert!(built.join("small").exists());
+        remove_path(&built).unwrap();
+        // Sparse: the size counts, no disk is used.
+        let big = std::fs::File::create(layer_dir(z, 2).join("d/big")).unwrap();
+        big.set_len(FLAT_MAX_BYTES / 2 + 1).unwrap();
+        let big1 = std::fs::File::create(layer_dir(z, 1).join("big")).unwrap();
+        big1.set_len(FLAT_MAX_BYTES / 2 + 1).unwrap();
+        let e = build_flat(z, None, &[1, 2], "user.overlay.").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge, "{e}");
+        assert_eq!(std::fs::read_dir(z.join("tmp")).unwrap().count(), 0);
+        assert!(build_flat(z, None, &[2], "user.overlay.").is_ok());
     }
 }

@@ -524,6 +524,10 @@ impl StageService {
                         upto,
                         epoch,
                     },
+                    Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+                        tracing::debug!(zone = %zone, "no flat: {e}");
+                        FlatBuild::Idle
+                    }
                     Err(e) => {
                         tracing::warn!(zone = %zone, "cannot flatten its checkpoints' layers: {e}");
                         FlatBuild::Idle
