@@ -808,45 +808,6 @@ fn list_and_approvals_list_do_not_wait_on_a_stopped_daemon() {
     assert!(out.stderr.contains(&said), "{}", out.describe());
 }
 
-/// A process whose main thread has exited while another thread still
-/// runs (a daemon whose io_uring teardown takes a while) still holds its
-/// files (a stage dir's lock): `unmount` and `run` wait for it, so it
-/// counts as alive until its last thread is gone. (It counted as gone: a
-/// `changes STAGE` right after `run` then found the stage locked.)
-#[test]
-fn a_process_whose_main_thread_exited_is_alive_until_its_last_thread_is() {
-    if !require(Need::Tool("python3")) {
-        return;
-    }
-    let script = "import threading, time, ctypes\n\
-                  threading.Thread(target=lambda: time.sleep(1.5)).start()\n\
-                  ctypes.CDLL(None).pthread_exit(None)\n";
-    let mut child = Command::new("python3")
-        .args(["-c", script])
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let zombie_leader = wait_until(Duration::from_secs(5), || {
-        fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
-            s.lines()
-                .any(|l| l.starts_with("State:") && l.contains('Z'))
-        })
-    });
-    assert!(zombie_leader, "python's main thread never exited");
-    assert!(
-        zonemount::mount::process_alive(pid),
-        "a zombie main thread with a thread left counted as gone"
-    );
-    assert!(
-        wait_until(
-            Duration::from_secs(10),
-            || !zonemount::mount::process_alive(pid)
-        ),
-        "still alive after its last thread ended"
-    );
-    assert!(child.wait().unwrap().success());
-}
-
 fn list_json() -> Vec<serde_json::Value> {
     let out = run(Command::new(BIN).args(["list", "--json"]), CMD_TIMEOUT);
     assert!(out.success(), "{}", out.describe());

@@ -50,24 +50,11 @@ pub fn lingers_because(path: &Path) -> String {
 /// How long [`unmount`] waits for the daemon to exit.
 pub const DAEMON_EXIT_WAIT: Duration = Duration::from_secs(10);
 
-/// Whether process `pid` is alive: not gone, and not a zombie with no
-/// thread left (what it holds is then released).
 pub fn process_alive(pid: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    let field = |k: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(k))
-            .map(str::trim)
-    };
-    let zombie = field("State:").is_some_and(|s| s.starts_with('Z') || s.starts_with('X'));
-    // A main thread that has exited while other threads still finish
-    // (an io_uring teardown takes a while) is a zombie, but the process
-    // still holds its files: a stage dir's lock, the FUSE device.
-    let threads: u32 = field("Threads:").and_then(|t| t.parse().ok()).unwrap_or(1);
-    !zombie || threads > 1
+    Path::new(&format!("/proc/{pid}")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
 }
 
 /// Unmount exactly `path` (root: umount2; others: fusermount3 -u).
