@@ -468,16 +468,7 @@ impl Copies {
             FileType::Symlink => copy_symlink(s, name, st, t),
             kind @ (FileType::Fifo | FileType::Socket) => {
                 rfs::mknodat(t, name, kind, Mode::from_raw_mode(st.st_mode & 0o7777), 0)?;
-                if rustix::process::geteuid().is_root() {
-                    rfs::chownat(
-                        t,
-                        name,
-                        Some(rfs::Uid::from_raw(st.st_uid)),
-                        Some(rfs::Gid::from_raw(st.st_gid)),
-                        AtFlags::SYMLINK_NOFOLLOW,
-                    )?;
-                }
-                Ok(())
+                own_as(t, name, st)
             }
             // A whiteout (or a device node): nothing shows its links.
             _ => rfs::linkat(s, name, t, name, AtFlags::empty()),
@@ -485,9 +476,6 @@ impl Copies {
     }
 }
 
-/// Regular file `name` in `s` (`st`) copied as `name` in `t`: cloned
-/// where the filesystem can (no data copied), else copied in the kernel;
-/// mode, owner, times, user xattrs and the overlay's markers kept.
 /// The symlink `name` of `from` (`st` its stat) made anew in `to`, with
 /// its owner where this process may set one.
 fn copy_symlink(
@@ -498,9 +486,15 @@ fn copy_symlink(
 ) -> Result<(), Errno> {
     let target = rfs::readlinkat(from, name, Vec::new())?;
     rfs::symlinkat(target.as_c_str(), to, name)?;
+    own_as(to, name, st)
+}
+
+/// `name` in `dir` (not followed) given the owner in `st`, where this
+/// process may set one (root).
+fn own_as(dir: BorrowedFd<'_>, name: &OsStr, st: &Stat) -> Result<(), Errno> {
     if rustix::process::geteuid().is_root() {
         rfs::chownat(
-            to,
+            dir,
             name,
             Some(rfs::Uid::from_raw(st.st_uid)),
             Some(rfs::Gid::from_raw(st.st_gid)),
@@ -510,6 +504,9 @@ fn copy_symlink(
     Ok(())
 }
 
+/// Regular file `name` in `s` (`st`) copied as `name` in `t`: cloned
+/// where the filesystem can (no data copied), else copied in the kernel;
+/// mode, owner, times, user xattrs and the overlay's markers kept.
 fn copy_file(
     s: BorrowedFd<'_>,
     name: &OsStr,
