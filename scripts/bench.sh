@@ -47,6 +47,10 @@
 #            bound straight from its backing dir
 #   zm-isolate-daemon  the same with --no-direct: the zone through the
 #            daemon, as run --isolate served every zone before issue 31
+#   zm-kopen  zonemount mount --kernel-opens with the backing dir as one ro
+#            zone (the kernel opens files itself, reads fill the page cache
+#            through the daemon); only the read-only workloads (those of
+#            zm-isolate, and seq_read_cold and rand_read)
 # The real-tree workloads real_grep (`grep -r`, warm) and real_status (`git
 # status`, warm) run over a source-like tree of 12,000 files, about 110 MB
 # (2,000 with --quick), with a git repository: generated deterministically
@@ -127,7 +131,7 @@ WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
 for w in $WORKLOADS; do
   case " $ALL_WORKLOADS " in *" $w "*) ;; *) echo "bench: unknown workload $w (known: $ALL_WORKLOADS)" >&2; exit 2 ;; esac
 done
-ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-ckpt50 zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon"
+ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-ckpt50 zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon zm-kopen"
 TARGETS="native"
 for t in ${targets_opt//,/ }; do
   case " $ALL_TARGETS " in *" $t "*) ;; *) echo "bench: unknown target $t (known: $ALL_TARGETS)" >&2; exit 2 ;; esac
@@ -173,6 +177,7 @@ mnt_p="$work/mnt-zm-user"
 mnt_w="$work/mnt-zm-user-wb"
 mnt_c="$work/mnt-zm-caller"
 mnt_o="$work/mnt-zm-base"
+mnt_r="$work/mnt-zm-kopen"
 fuse_mode=""
 uring_param=/sys/module/fuse/parameters/enable_uring
 uring_was=""
@@ -185,7 +190,7 @@ cleanup() {
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
   [ -n "${tracefs_mounted:-}" ] && umount "$tr"
-  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
@@ -199,7 +204,7 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r"
 # The unprivileged target's user must reach the helper, the mountpoints
 # and the fixtures.
 chmod 755 "$work"
@@ -293,6 +298,7 @@ root_of() {
     zm-user-wb) echo "$mnt_w/w" ;;
     zm-caller) echo "$mnt_c/w" ;;
     zm-base) echo "$mnt_o/w" ;;
+    zm-kopen) echo "$mnt_r/w" ;;
     # In the sandbox: the fixtures are the zone /fixture.
     zm-isolate|zm-isolate-daemon) echo "" ;;
   esac
@@ -367,6 +373,16 @@ YAML
   want zm-user-wb && "${as_user[@]}" "$bin" mount -q --config "$work/zm-user.yaml" --threads "$threads" --no-io-uring --writeback-cache "$mnt_w"
 fi
 want zm-caller && "$bin" mount -q --config "$work/zm.yaml" --threads "$threads" --no-io-uring --allow-other "$mnt_c"
+if want zm-kopen; then
+  cat > "$work/zm-kopen.yaml" <<YAML
+sandbox:
+  mode: direct
+  zones:
+    - { name: w, path: $data, mode: ro }
+YAML
+  "$bin" mount -q --config "$work/zm-kopen.yaml" --threads "$threads" --no-io-uring --kernel-opens "$mnt_r"
+  "$bin" status "$mnt_r" | grep -q 'the kernel opens files itself' || { echo "bench: $mnt_r does not let the kernel open files:" >&2; "$bin" status "$mnt_r" >&2; exit 1; }
+fi
 want zm-base && "$base_bin" mount -q --config "$work/zm.yaml" --threads "$threads" --no-io-uring "$mnt_o"
 # The staged zone also serves the `commit` workload.
 { want zm-staged || [[ " $WORKLOADS " == *" commit "* ]]; } && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
@@ -470,6 +486,7 @@ ops_end() { # conn placement workload target
 # (the fixtures as the ro zone /fixture), its caches dropped before; the
 # sandbox prints the timed run's seconds last.
 ISOLATE_WORKLOADS=" grep_r git_status find_ls real_grep real_status "
+KOPEN_WORKLOADS="$ISOLATE_WORKLOADS seq_read_cold rand_read "
 isolated() { # workload taskset-prefix [run option]
   drop
   $2 "$bin" run -q --isolate ${3:-} --zone "fixture=$data/fixture:ro" \
@@ -511,6 +528,7 @@ run_workload() { # placement workload
       ops_begin "$conn"
       local as="$prefix"
       case "$t" in zm-user|zm-user-wb|zm-caller) as="${as_user[*]} $prefix" ;; esac
+      [ "$t" = zm-kopen ] && { [[ "$KOPEN_WORKLOADS" == *" $w "* ]] || continue; }
       if [ "$t" = zm-isolate ] || [ "$t" = zm-isolate-daemon ]; then
         [[ "$ISOLATE_WORKLOADS" == *" $w "* ]] || continue
         secs=$(isolated "$w" "$prefix" "$([ "$t" = zm-isolate-daemon ] && echo --no-direct)")
@@ -676,7 +694,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-ckpt50": "zm (staged, 50 checkpoints)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-ckpt50": "zm (staged, 50 checkpoints)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)", "zm-kopen": "zm (ro, --kernel-opens)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
