@@ -808,6 +808,60 @@ fn list_and_approvals_list_do_not_wait_on_a_stopped_daemon() {
     assert!(out.stderr.contains(&said), "{}", out.describe());
 }
 
+/// A daemon's main thread can exit while its other threads are still
+/// being torn down, and the process keeps its files (a stage dir's lock)
+/// until the last one has ended: `unmount`, and so `run`, waits for that,
+/// so that a `changes STAGE` right after finds the stage free. Here a
+/// process whose main thread exits while another thread, holding a flock,
+/// goes on for 1.5 s. (The wait used to end with the main thread; the lock
+/// was then still held.)
+#[test]
+fn waiting_for_a_daemon_waits_for_its_last_thread_and_its_locks() {
+    if !require(Need::Tool("python3")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("lock");
+    let script = "import ctypes, fcntl, sys, threading, time\n\
+                  f = open(sys.argv[1], 'w')\n\
+                  fcntl.flock(f, fcntl.LOCK_EX)\n\
+                  threading.Thread(target=lambda: time.sleep(1.5)).start()\n\
+                  ctypes.CDLL(None).pthread_exit(None)\n";
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .arg(&lock)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let main_exited = wait_until(Duration::from_secs(5), || {
+        fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+            s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        })
+    });
+    assert!(main_exited, "python's main thread never exited");
+    assert!(
+        !zonemount::mount::process_alive(pid),
+        "a process whose main thread has exited serves nothing: the scans skip it"
+    );
+    assert!(
+        !zonemount::mount::process_ended(pid),
+        "a thread is left, holding the lock: not ended"
+    );
+    assert!(
+        zonemount::mount::wait_ended(pid, Duration::from_secs(10)),
+        "its last thread did not end within 10 s"
+    );
+    let f = fs::File::open(&lock).unwrap();
+    assert_eq!(
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive),
+        Ok(()),
+        "the wait ended while the process still held its lock"
+    );
+    assert!(zonemount::mount::process_ended(pid));
+    assert!(child.wait().unwrap().success());
+}
+
 fn list_json() -> Vec<serde_json::Value> {
     let out = run(Command::new(BIN).args(["list", "--json"]), CMD_TIMEOUT);
     assert!(out.success(), "{}", out.describe());
