@@ -42,7 +42,7 @@ pub use registry::{
 };
 pub use unmount::{
     DAEMON_EXIT_WAIT, Exiting, UnmountError, Unmounted, detach, detach_or_lazily, lingers_because,
-    process_alive, process_ended, unmount, wait_ended,
+    process_alive, process_ended, still_ending, unmount, wait_ended,
 };
 
 /// The filesystem type mounts show in /proc/mounts.

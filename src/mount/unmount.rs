@@ -47,6 +47,26 @@ pub fn lingers_because(path: &Path) -> String {
     )
 }
 
+/// Why a daemon is not gone though its main thread has exited, in words
+/// (empty otherwise): threads of it still ending, which hold its files.
+pub fn still_ending(pid: u32) -> String {
+    if process_alive(pid) || process_ended(pid) {
+        return String::new();
+    }
+    let left = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|t| t.trim().parse::<u32>().ok())
+        })
+        .map_or(1, |n| n.saturating_sub(1));
+    let threads = if left == 1 { "thread" } else { "threads" };
+    format!(
+        ": its main thread has exited, but {left} other {threads} of it had not ended yet; until they do, it holds its files (a stage dir's lock among them)"
+    )
+}
+
 /// How long [`unmount`] waits for the daemon to exit.
 pub const DAEMON_EXIT_WAIT: Duration = Duration::from_secs(10);
 
