@@ -1621,6 +1621,7 @@ impl Task {
             .arg(root.join("stage"))
             .args(["--", "sh", "-c", &script])
             .env("ZM", BIN)
+            .env("RELEASE", root.join(".sandbox/workspace/release"))
             .current_dir(&root)
             .stdin(Stdio::null())
             .stdout(fs::File::create(root.join("run.out")).unwrap())
@@ -1711,9 +1712,12 @@ fn escapes(args: &str) -> String {
     )
 }
 
-/// Wait (bounded) for the test to say `release`.
+/// Wait (bounded) for the test to say `release`. Looked for at its
+/// backing path ($RELEASE), where the test writes it: through the mount a
+/// look made before it existed is a negative entry the kernel keeps for
+/// the zone's TTL (30 s), and `run` would end that much later.
 const UNTIL_RELEASED: &str =
-    "i=0; until [ -e release ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done";
+    "i=0; until [ -e \"$RELEASE\" ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done";
 
 /// Each way out of the worker's session the script tried (`setsid`, a
 /// double fork, `nohup`, a nested PID namespace) was refused, saying why
