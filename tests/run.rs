@@ -862,6 +862,56 @@ fn waiting_for_a_daemon_waits_for_its_last_thread_and_its_locks() {
     assert!(child.wait().unwrap().success());
 }
 
+/// A staged `run`, then at once `changes` and `commit` on its stage, ten
+/// times: `run` returns only once its daemon has let go of the stage, so
+/// both find it free every time (`changes` right after `run` once found it
+/// "in use by another mount" over io_uring). Bounded: 120 s in all.
+#[test]
+fn a_staged_runs_stage_is_free_for_changes_and_commit_the_moment_run_returns() {
+    if !fuse_ok() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(tmp.path()).unwrap();
+    fs::create_dir(root.join("b")).unwrap();
+    let zone = format!("work={}:staged", root.join("b").display());
+    let stage = root.join("stage");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut rounds = 0;
+    while rounds < 10 && Instant::now() < deadline {
+        let name = format!("f{rounds}");
+        let out = run(
+            Command::new(BIN)
+                .args(["run", "-q", "--zone", &zone, "--stage-dir"])
+                .arg(&stage)
+                .args(["--", "sh", "-c", &format!("echo {rounds} > {name}")])
+                .current_dir(&root),
+            Duration::from_secs(60),
+        );
+        assert!(out.success(), "round {rounds}: {}", out.describe());
+        let out = run(
+            Command::new(BIN).arg("changes").arg(&stage),
+            Duration::from_secs(30),
+        );
+        assert!(
+            out.success() && out.stdout.contains(&format!("/work/{name}")),
+            "round {rounds}: {}",
+            out.describe()
+        );
+        let out = run(
+            Command::new(BIN).arg("commit").arg(&stage),
+            Duration::from_secs(30),
+        );
+        assert!(out.success(), "round {rounds}: {}", out.describe());
+        assert_eq!(
+            fs::read_to_string(root.join("b").join(&name)).unwrap(),
+            format!("{rounds}\n")
+        );
+        rounds += 1;
+    }
+    assert!(rounds >= 3, "only {rounds} rounds within 120 s");
+}
+
 fn list_json() -> Vec<serde_json::Value> {
     let out = run(Command::new(BIN).args(["list", "--json"]), CMD_TIMEOUT);
     assert!(out.success(), "{}", out.describe());
