@@ -63,7 +63,7 @@ pub fn still_ending(pid: u32) -> String {
         .map_or(1, |n| n.saturating_sub(1));
     let threads = if left == 1 { "thread" } else { "threads" };
     format!(
-        ": its main thread has exited, but {left} other {threads} of it had not ended yet; until they do, it holds its files (a stage dir's lock among them)"
+        ": its main thread has exited, but {left} other {threads} of it had not ended yet; until they do, it can still hold its files (a stage dir's lock among them)"
     )
 }
 
