@@ -1621,6 +1621,7 @@ impl Task {
             .arg(root.join("stage"))
             .args(["--", "sh", "-c", &script])
             .env("ZM", BIN)
+            .env("RELEASE", root.join(".sandbox/workspace/release"))
             .current_dir(&root)
             .stdin(Stdio::null())
             .stdout(fs::File::create(root.join("run.out")).unwrap())
@@ -1711,9 +1712,12 @@ fn escapes(args: &str) -> String {
     )
 }
 
-/// Wait (bounded) for the test to say `release`.
+/// Wait (bounded) for the test to say `release`. Looked for at its
+/// backing path ($RELEASE), where the test writes it: through the mount a
+/// look made before it existed is a negative entry the kernel keeps for
+/// the zone's TTL (30 s), and `run` would end that much later.
 const UNTIL_RELEASED: &str =
-    "i=0; until [ -e release ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done";
+    "i=0; until [ -e \"$RELEASE\" ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done";
 
 /// Each way out of the worker's session the script tried (`setsid`, a
 /// double fork, `nohup`, a nested PID namespace) was refused, saying why
@@ -1985,6 +1989,115 @@ fn where_no_pid_namespace_can_be_made_run_says_so_and_the_session_rule_holds() {
     assert_eq!(d["ok"], true, "{d}");
     let (st, err) = t.finish();
     assert!(st.success(), "{err}");
+}
+
+/// A stand-in for a daemon on its way out, on a control socket at argv[2]:
+/// `cut` answers the first connection by exiting (the connection closes
+/// unanswered); `refuse` listens on nothing (connections are refused) and
+/// exits 0.2 s after a `zonemount approvals` process shows up. Prints
+/// `ready` once its socket exists. Bounded: gone within 30 s anyway.
+const EXITING_DAEMON: &str = "import os, socket, sys, time\n\
+    mode, path = sys.argv[1], sys.argv[2]\n\
+    s = socket.socket(socket.AF_UNIX)\n\
+    s.bind(path)\n\
+    if mode == 'cut':\n\
+    \x20   s.listen(1)\n\
+    print('ready', flush=True)\n\
+    end = time.time() + 30\n\
+    if mode == 'cut':\n\
+    \x20   s.settimeout(30)\n\
+    \x20   try:\n\
+    \x20       s.accept()\n\
+    \x20   finally:\n\
+    \x20       os._exit(0)\n\
+    while time.time() < end:\n\
+    \x20   for p in os.listdir('/proc'):\n\
+    \x20       try:\n\
+    \x20           cl = open('/proc/' + p + '/cmdline', 'rb').read()\n\
+    \x20       except OSError:\n\
+    \x20           continue\n\
+    \x20       if b'\\0approvals\\0' in cl and b'zonemount' in cl:\n\
+    \x20           time.sleep(0.2)\n\
+    \x20           os._exit(0)\n\
+    \x20   time.sleep(0.005)\n\
+    os._exit(0)\n";
+
+/// The scan of every mount (`approvals list` without MOUNTPOINT) meets two
+/// daemons on their way out, whose records are still there: one refuses
+/// connections (its socket's listener is gone) and then exits, the other
+/// closes the connection unanswered as it exits. Neither is a mount to
+/// speak of: both are skipped quietly, with nothing on stderr. (The scan
+/// printed `cannot connect to the control socket ...: Connection refused`
+/// for such a daemon.) A runtime dir of the test's own: a tmpfs over
+/// root's in a private mount namespace, or a user's `XDG_RUNTIME_DIR`.
+#[test]
+fn the_scan_of_every_mount_skips_a_daemon_on_its_way_out_quietly() {
+    if !tool_ok("python3") || (is_root() && !tool_ok("unshare")) {
+        return;
+    }
+    let ns = PrivateNs::new(false);
+    let dir = ns.path();
+    fs::create_dir(dir.join("records")).unwrap();
+    let mut fakes = Vec::new();
+    for mode in ["refuse", "cut"] {
+        let sock = dir.join(format!("{mode}.sock"));
+        let mut child = Command::new("python3")
+            .args(["-c", EXITING_DAEMON, mode])
+            .arg(&sock)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        assert_eq!(ready, "ready\n", "the stand-in daemon did not start");
+        let mp = dir.join(format!("{mode}-mnt"));
+        fs::create_dir(&mp).unwrap();
+        let record = serde_json::json!({
+            "mountpoint": mp, "pid": child.id(), "config": null, "workers": [],
+            "started": 1, "zones": ["work"], "control": sock,
+        });
+        let name = zonemount::mount::record_file(&mp);
+        fs::write(
+            dir.join("records").join(name.file_name().unwrap()),
+            record.to_string(),
+        )
+        .unwrap();
+        fakes.push(child);
+    }
+    let script = r#"
+if [ "$(id -u)" = 0 ]; then
+  RT=/run/zonemount
+  mkdir -p "$RT" && mount -t tmpfs -o mode=0700 zmscan "$RT" || exit 90
+else
+  RT=$XDG_RUNTIME_DIR/zonemount
+  mkdir -m 0700 "$RT" || exit 90
+fi
+mkdir -m 0700 "$RT/mounts" && cp records/*.json "$RT/mounts/" || exit 91
+"$ZONEMOUNT" approvals list --json > list.out 2> list.err; echo "rc=$?" >> list.out
+"#;
+    let out = if is_root() {
+        ns.run(script)
+    } else {
+        let runtime = tempfile::tempdir().unwrap();
+        let mut c = Command::new("sh");
+        c.args(["-c", &format!("set -u\n{script}")])
+            .current_dir(&dir)
+            .env("ZONEMOUNT", BIN)
+            .env("XDG_RUNTIME_DIR", runtime.path());
+        run(&mut c, CMD_TIMEOUT)
+    };
+    for mut f in fakes {
+        let _ = f.kill();
+        let _ = f.wait();
+    }
+    assert!(out.success(), "{}", out.describe());
+    let read = |n: &str| fs::read_to_string(dir.join(n)).unwrap_or_default();
+    assert_eq!(read("list.err"), "", "said of a daemon on its way out");
+    assert_eq!(read("list.out"), "[]\nrc=0\n");
 }
 
 /// Without the mountpoint, a request id that waits on two mounts is not

@@ -808,6 +808,248 @@ fn list_and_approvals_list_do_not_wait_on_a_stopped_daemon() {
     assert!(out.stderr.contains(&said), "{}", out.describe());
 }
 
+/// A daemon's main thread can exit while its other threads are still
+/// being torn down, and the process keeps its files (a stage dir's lock)
+/// until the last one has ended: `unmount`, and so `run`, waits for that,
+/// so that a `changes STAGE` right after finds the stage free. Here a
+/// process whose main thread exits while another thread, holding a flock,
+/// goes on for 1.5 s. (The wait used to end with the main thread; the lock
+/// was then still held.)
+#[test]
+fn waiting_for_a_daemon_waits_for_its_last_thread_and_its_locks() {
+    if !require(Need::Tool("python3")) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("lock");
+    let script = "import ctypes, fcntl, sys, threading, time\n\
+                  f = open(sys.argv[1], 'w')\n\
+                  fcntl.flock(f, fcntl.LOCK_EX)\n\
+                  threading.Thread(target=lambda: time.sleep(1.5)).start()\n\
+                  ctypes.CDLL(None).pthread_exit(None)\n";
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .arg(&lock)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let main_exited = wait_until(Duration::from_secs(5), || {
+        fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+            s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        })
+    });
+    assert!(main_exited, "python's main thread never exited");
+    assert!(
+        !zonemount::mount::process_alive(pid),
+        "a process whose main thread has exited serves nothing: the scans skip it"
+    );
+    assert!(
+        !zonemount::mount::process_ended(pid),
+        "a thread is left, holding the lock: not ended"
+    );
+    assert!(
+        zonemount::mount::wait_ended(pid, Duration::from_secs(10)),
+        "its last thread did not end within 10 s"
+    );
+    let f = fs::File::open(&lock).unwrap();
+    assert_eq!(
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive),
+        Ok(()),
+        "the wait ended while the process still held its lock"
+    );
+    assert!(zonemount::mount::process_ended(pid));
+    assert!(child.wait().unwrap().success());
+}
+
+/// Starts `zonemount run ...` (argv[3:]) and traces a thread of its
+/// daemon that lives until the daemon exits (an unnamed one: its signal
+/// thread), so that thread is stopped at its exit, after the main
+/// thread's, and held there for argv[1] seconds: a daemon whose last
+/// thread ends late. Writes argv[2] once tracing; prints what it saw,
+/// including whether `run` returned while the thread was held. Exits with
+/// `run`'s status; 3 when it could not set up. Bounded: 60 s in all.
+const HOLD_A_DAEMON_THREAD: &str = r#"
+import ctypes, os, subprocess, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+libc.ptrace.restype = ctypes.c_long
+SEIZE, CONT, DETACH, O_TRACEEXIT, EVENT_EXIT, WALL = 0x4206, 7, 17, 0x40, 6, 0x40000000
+hold, marker, cmd = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
+end = time.time() + 60
+run = subprocess.Popen(cmd)
+
+def fail(why):
+    print('hold: ' + why, flush=True)
+    if run.poll() is None:
+        run.terminate()
+    run.wait()
+    sys.exit(3)
+
+def comm(pid, tid):
+    try:
+        return open('/proc/%d/task/%d/comm' % (pid, tid)).read().strip()
+    except OSError:
+        return ''
+
+daemon, tid = None, None
+while tid is None:
+    if time.time() > end or run.poll() is not None:
+        fail('found no daemon thread to hold')
+    for p in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            ppid = int(open('/proc/%s/stat' % p).read().rsplit(')', 1)[1].split()[1])
+            argv = open('/proc/%s/cmdline' % p, 'rb').read()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == run.pid and b'\0mount\0--foreground\0' in argv:
+            daemon = int(p)
+    if daemon is not None:
+        try:
+            tasks = sorted(int(t) for t in os.listdir('/proc/%d/task' % daemon))
+        except OSError:
+            tasks = []
+        main = comm(daemon, daemon)
+        if any(comm(daemon, t) == 'zm-control' for t in tasks):
+            tid = next((t for t in tasks if t != daemon and comm(daemon, t) == main), None)
+    time.sleep(0.01)
+if libc.ptrace(SEIZE, tid, None, ctypes.c_void_p(O_TRACEEXIT)) != 0:
+    fail('cannot trace thread %d: errno %d' % (tid, ctypes.get_errno()))
+open(marker, 'w').write('%d %d\n' % (daemon, tid))
+while True:
+    if time.time() > end:
+        libc.ptrace(DETACH, tid, None, None)
+        fail('the daemon did not exit')
+    got, st = os.waitpid(tid, os.WNOHANG | WALL)
+    if got == 0:
+        time.sleep(0.005)
+        continue
+    if os.WIFEXITED(st) or os.WIFSIGNALED(st):
+        print('hold: thread %d ended without being held' % tid, flush=True)
+        break
+    if (st >> 16) == EVENT_EXIT:
+        print('hold: thread %d of the daemon held at its exit' % tid, flush=True)
+        until = time.time() + hold
+        while time.time() < until:
+            if run.poll() is not None:
+                print('hold: run returned while a thread of its daemon was held', flush=True)
+                break
+            time.sleep(0.005)
+        libc.ptrace(DETACH, tid, None, None)
+        break
+    sig = os.WSTOPSIG(st) if (st >> 16) == 0 else 0
+    libc.ptrace(CONT, tid, None, ctypes.c_void_p(sig))
+sys.exit(run.wait())
+"#;
+
+/// `run` returns only once its daemon has ended, its last thread included:
+/// until then the daemon keeps its files, a stage dir's lock among them.
+/// A thread of the real daemon is held at its exit for 1.5 s after the
+/// main thread's (with ptrace, by a tracer that starts `run`); `run` must
+/// not return meanwhile, and `changes` on the stage right after works.
+/// (`run` returned as soon as the daemon's main thread had exited.)
+#[test]
+fn run_returns_only_once_its_daemons_last_thread_has_ended() {
+    if !fuse_ok() || !tool_ok("python3") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(tmp.path()).unwrap();
+    fs::create_dir(root.join("b")).unwrap();
+    let zone = format!("work={}:staged", root.join("b").display());
+    let stage = root.join("stage");
+    let traced = root.join("traced");
+    let started = Instant::now();
+    let out = run(
+        Command::new("python3")
+            .args(["-c", HOLD_A_DAEMON_THREAD, "1.5"])
+            .arg(&traced)
+            .arg(BIN)
+            .args(["run", "-q", "--zone", &zone, "--stage-dir"])
+            .arg(&stage)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo hi > f; i=0; until [ -e \"$TRACED\" ] || [ $i -ge 400 ]; do sleep 0.05; i=$((i+1)); done",
+            ])
+            .env("TRACED", &traced)
+            .current_dir(&root),
+        Duration::from_secs(90),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        out.stdout.contains("held at its exit"),
+        "no daemon thread was held: {}",
+        out.describe()
+    );
+    assert!(
+        !out.stdout.contains("run returned while"),
+        "{}",
+        out.describe()
+    );
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    let out = run(
+        Command::new(BIN).arg("changes").arg(&stage),
+        Duration::from_secs(30),
+    );
+    assert!(
+        out.success() && out.stdout.contains("/work/f"),
+        "{}",
+        out.describe()
+    );
+}
+
+/// A staged `run`, then at once `changes` and `commit` on its stage, ten
+/// times: `run` returns only once its daemon has let go of the stage, so
+/// both find it free every time (`changes` right after `run` once found it
+/// "in use by another mount" over io_uring). Bounded: 120 s in all.
+#[test]
+fn a_staged_runs_stage_is_free_for_changes_and_commit_the_moment_run_returns() {
+    if !fuse_ok() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(tmp.path()).unwrap();
+    fs::create_dir(root.join("b")).unwrap();
+    let zone = format!("work={}:staged", root.join("b").display());
+    let stage = root.join("stage");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut rounds = 0;
+    while rounds < 10 && Instant::now() < deadline {
+        let name = format!("f{rounds}");
+        let out = run(
+            Command::new(BIN)
+                .args(["run", "-q", "--zone", &zone, "--stage-dir"])
+                .arg(&stage)
+                .args(["--", "sh", "-c", &format!("echo {rounds} > {name}")])
+                .current_dir(&root),
+            Duration::from_secs(60),
+        );
+        assert!(out.success(), "round {rounds}: {}", out.describe());
+        let out = run(
+            Command::new(BIN).arg("changes").arg(&stage),
+            Duration::from_secs(30),
+        );
+        assert!(
+            out.success() && out.stdout.contains(&format!("/work/{name}")),
+            "round {rounds}: {}",
+            out.describe()
+        );
+        let out = run(
+            Command::new(BIN).arg("commit").arg(&stage),
+            Duration::from_secs(30),
+        );
+        assert!(out.success(), "round {rounds}: {}", out.describe());
+        assert_eq!(
+            fs::read_to_string(root.join("b").join(&name)).unwrap(),
+            format!("{rounds}\n")
+        );
+        rounds += 1;
+    }
+    assert!(rounds >= 3, "only {rounds} rounds within 120 s");
+}
+
 fn list_json() -> Vec<serde_json::Value> {
     let out = run(Command::new(BIN).args(["list", "--json"]), CMD_TIMEOUT);
     assert!(out.success(), "{}", out.describe());

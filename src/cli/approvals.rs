@@ -12,7 +12,7 @@
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -143,6 +143,7 @@ fn every_live_mount() -> Result<(Vec<Pending>, Vec<String>), Failure> {
         }
         // A stopped or stuck daemon must not hold up the others.
         let wait = super::list::STATFS_WAIT;
+        let mut silent = false;
         let asked = connect(&rec.mountpoint).and_then(|c| {
             c.answer_within(wait).list().map_err(|e| match e {
                 ClientError::Io(_, ref io)
@@ -151,6 +152,7 @@ fn every_live_mount() -> Result<(Vec<Pending>, Vec<String>), Failure> {
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) =>
                 {
+                    silent = true;
                     Failure::new(
                         1,
                         format!(
@@ -169,10 +171,36 @@ fn every_live_mount() -> Result<(Vec<Pending>, Vec<String>), Failure> {
                 mountpoint: rec.mountpoint,
                 requests,
             }),
+            // Refused, gone or cut off by a daemon on its way out (its
+            // record and socket go as it ends): no mount to speak of.
+            Err(_) if !silent && exiting(&rec) => {}
             Err(e) => unreachable.push(e.msg),
         }
     }
     Ok((found, unreachable))
+}
+
+/// How long a scan gives a daemon whose socket failed it to show that it
+/// is exiting.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// Whether the daemon of `rec` is ending, or gone: its main thread has
+/// exited (a killed daemon's threads and socket go a moment later), or
+/// its record is gone or another's (a daemon removes it first on its way
+/// out). Waits up to [`EXIT_GRACE`] for either.
+fn exiting(rec: &mount::Record) -> bool {
+    let deadline = Instant::now() + EXIT_GRACE;
+    loop {
+        let record_gone = mount::find_record(&rec.mountpoint)
+            .is_none_or(|r| r.pid != rec.pid || r.started != rec.started);
+        if record_gone || !mount::process_alive(rec.pid) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A mountpoint as a person reads it: escaped, shell-quoted when that

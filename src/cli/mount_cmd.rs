@@ -94,10 +94,11 @@ pub(crate) fn unmount(path: &Path, lazy: bool) -> Result<(), Failure> {
         Ok(Unmounted::DaemonLingers(pid)) => Err(Failure::new(
             1,
             format!(
-                "{} is unmounted but its daemon (pid {pid}) has not exited after {} s{}",
+                "{} is unmounted but its daemon (pid {pid}) has not exited after {} s{}{}",
                 path.display(),
                 mount::DAEMON_EXIT_WAIT.as_secs(),
-                mount::lingers_because(path)
+                mount::lingers_because(path),
+                mount::still_ending(pid)
             ),
         )),
         Err(e @ mount::UnmountError::NotOurs(..)) => Err(Failure::new(2, e.to_string())),

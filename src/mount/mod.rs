@@ -41,8 +41,8 @@ pub use registry::{
     sweep_dead_sockets, write_record,
 };
 pub use unmount::{
-    DAEMON_EXIT_WAIT, UnmountError, Unmounted, detach, detach_or_lazily, lingers_because,
-    process_alive, unmount,
+    DAEMON_EXIT_WAIT, Exiting, UnmountError, Unmounted, detach, detach_or_lazily, lingers_because,
+    process_alive, process_ended, still_ending, unmount, wait_ended,
 };
 
 /// The filesystem type mounts show in /proc/mounts.

@@ -47,14 +47,120 @@ pub fn lingers_because(path: &Path) -> String {
     )
 }
 
+/// Why a daemon is not gone though its main thread has exited, in words
+/// (empty otherwise): threads of it still ending, which hold its files.
+pub fn still_ending(pid: u32) -> String {
+    if process_alive(pid) || process_ended(pid) {
+        return String::new();
+    }
+    let left = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|t| t.trim().parse::<u32>().ok())
+        })
+        .map_or(1, |n| n.saturating_sub(1));
+    let threads = if left == 1 { "thread" } else { "threads" };
+    format!(
+        ": its main thread has exited, but {left} other {threads} of it had not ended yet; until they do, it can still hold its files (a stage dir's lock among them)"
+    )
+}
+
 /// How long [`unmount`] waits for the daemon to exit.
 pub const DAEMON_EXIT_WAIT: Duration = Duration::from_secs(10);
 
+/// Whether process `pid`'s main thread is alive (not gone, not a zombie):
+/// a daemon that still serves. One whose main thread has exited may still
+/// be ending (see [`wait_ended`]); it serves nothing any more.
 pub fn process_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
         && std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|s| !s.contains(") Z "))
             .unwrap_or(false)
+}
+
+/// Whether process `pid` has ended entirely: gone, or a zombie with no
+/// thread left. A process whose main thread has exited while other
+/// threads still run (each thread is torn down in turn once the process
+/// exits) reads `State: Z` with `Threads:` above 1, and keeps its files
+/// open until its last thread ends: a stage dir's lock among them.
+pub fn process_ended(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(str::trim)
+    };
+    let zombie = field("State:").is_some_and(|s| s.starts_with('Z') || s.starts_with('X'));
+    let threads: u32 = field("Threads:").and_then(|t| t.parse().ok()).unwrap_or(1);
+    zombie && threads <= 1
+}
+
+/// A process to wait for: a pidfd of it where the kernel has them (it
+/// stays that process's even once its pid is reused), else its pid.
+#[derive(Debug)]
+pub struct Exiting {
+    pid: u32,
+    pidfd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Exiting {
+    /// Take hold of process `pid` (do it while it is known to be alive).
+    pub fn of(pid: u32) -> Exiting {
+        let pidfd = rustix::process::Pid::from_raw(pid as i32).and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+        });
+        Exiting { pid, pidfd }
+    }
+
+    /// Wait up to `limit` for the process to end entirely, its last thread
+    /// included ([`process_ended`]); true when it has. A pidfd turns
+    /// readable exactly then; without one, `/proc` is read every 20 ms.
+    pub fn wait(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let Some(fd) = &self.pidfd else {
+            while !process_ended(self.pid) {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            return true;
+        };
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let timeout = Timespec {
+                tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+                tv_nsec: i64::from(left.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(_) if !fds[0].revents().is_empty() => return true,
+                Err(rustix::io::Errno::INTR) => {}
+                Ok(_) if left.is_zero() => return false,
+                Ok(_) => {}
+                // Can't wait on it: read /proc instead.
+                Err(_) => {
+                    return Exiting {
+                        pid: self.pid,
+                        pidfd: None,
+                    }
+                    .wait(left);
+                }
+            }
+        }
+    }
+}
+
+/// Wait up to `limit` for process `pid` to end entirely (see
+/// [`Exiting::wait`]).
+pub fn wait_ended(pid: u32, limit: Duration) -> bool {
+    Exiting::of(pid).wait(limit)
 }
 
 /// Unmount exactly `path` (root: umount2; others: fusermount3 -u).
@@ -113,6 +219,8 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
         return Err(UnmountError::NotOurs(show(&path), entry.fstype));
     }
     let record = read_record(&path);
+    // Held from before the detach: the daemon exits once it is done.
+    let daemon = record.as_ref().map(|r| Exiting::of(r.pid));
     if let Err(e) = detach(&path, lazy) {
         // Gone meanwhile (its watcher took a dead daemon's mount down
         // between the look and the detach): what was asked is done.
@@ -122,15 +230,14 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
         }
         return Err(e);
     }
-    let Some(rec) = record else {
+    let (Some(rec), Some(daemon)) = (record, daemon) else {
         return Ok(Unmounted::Done);
     };
-    let deadline = Instant::now() + DAEMON_EXIT_WAIT;
-    while process_alive(rec.pid) {
-        if Instant::now() > deadline {
-            return Ok(Unmounted::DaemonLingers(rec.pid));
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    // Its last thread, not only its main one: until then it holds its
+    // files (a stage dir's lock: `changes STAGE` right after `run` must
+    // find it free).
+    if !daemon.wait(DAEMON_EXIT_WAIT) {
+        return Ok(Unmounted::DaemonLingers(rec.pid));
     }
     forget(&path);
     Ok(Unmounted::Done)

@@ -143,9 +143,11 @@ impl TaskMount {
             match done {
                 Ok(Unmounted::Done | Unmounted::NotMounted) => {}
                 Ok(Unmounted::DaemonLingers(pid)) => eprintln!(
-                    "zonemount: run: {} is unmounted but its daemon (pid {pid}) is still running{}",
+                    "zonemount: run: {} is unmounted but its daemon (pid {pid}) has not exited after {} s{}{}",
                     self.dir.display(),
-                    mount::lingers_because(&self.dir)
+                    mount::DAEMON_EXIT_WAIT.as_secs(),
+                    mount::lingers_because(&self.dir),
+                    mount::still_ending(pid)
                 ),
                 Err(e) => eprintln!("zonemount: run: {e}"),
             }
