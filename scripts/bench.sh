@@ -39,7 +39,8 @@
 #            uid, gid and groups)
 #   zm-base  with --base BIN only: the zonemount binary BIN (e.g. one built
 #            from an earlier commit) mounted as zm is, so a change is
-#            measured against what it replaces in the same interleaved run
+#            measured against what it replaces in the same interleaved run;
+#            with zm-uring too, also zm-base-uring: BIN over io_uring
 #   zm-isolate  `zonemount run --isolate` with the fixtures as a ro zone
 #            (a fresh run per repetition; only the read-only workloads
 #            grep_r, git_status, find_ls, real_grep, real_status, timed
@@ -143,6 +144,7 @@ if [ -n "$base_bin" ]; then
   [ -x "$base_bin" ] || { echo "bench: --base $base_bin is not an executable" >&2; exit 2; }
   TARGETS="$TARGETS zm-base"
   want zm || TARGETS="$TARGETS zm"
+  want zm-uring && TARGETS="$TARGETS zm-base-uring"
 fi
 # Room on the image for every target's seq_write file at once (they stay
 # for the read workloads; a staged target's lands in its stage) and the
@@ -178,6 +180,7 @@ mnt_w="$work/mnt-zm-user-wb"
 mnt_c="$work/mnt-zm-caller"
 mnt_o="$work/mnt-zm-base"
 mnt_r="$work/mnt-zm-kopen"
+mnt_q="$work/mnt-zm-base-uring"
 fuse_mode=""
 uring_param=/sys/module/fuse/parameters/enable_uring
 uring_was=""
@@ -190,7 +193,7 @@ cleanup() {
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
   [ -n "${tracefs_mounted:-}" ] && umount "$tr"
-  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r" "$mnt_q"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
@@ -204,7 +207,7 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r" "$mnt_q"
 # The unprivileged target's user must reach the helper, the mountpoints
 # and the fixtures.
 chmod 755 "$work"
@@ -298,6 +301,7 @@ root_of() {
     zm-user-wb) echo "$mnt_w/w" ;;
     zm-caller) echo "$mnt_c/w" ;;
     zm-base) echo "$mnt_o/w" ;;
+    zm-base-uring) echo "$mnt_q/w" ;;
     zm-kopen) echo "$mnt_r/w" ;;
     # In the sandbox: the fixtures are the zone /fixture.
     zm-isolate|zm-isolate-daemon) echo "" ;;
@@ -384,6 +388,10 @@ YAML
   "$bin" status "$mnt_r" | grep -q 'the kernel opens files itself' || { echo "bench: $mnt_r does not let the kernel open files:" >&2; "$bin" status "$mnt_r" >&2; exit 1; }
 fi
 want zm-base && "$base_bin" mount -q --config "$work/zm.yaml" --threads "$threads" --no-io-uring "$mnt_o"
+if want zm-base-uring; then
+  "$base_bin" mount -q --config "$work/zm.yaml" --threads "$threads" --io-uring "$mnt_q"
+  "$base_bin" status "$mnt_q" | grep -q '^transport: io_uring' || { echo "bench: $mnt_q is not served over io_uring" >&2; exit 1; }
+fi
 # The staged zone also serves the `commit` workload.
 { want zm-staged || [[ " $WORKLOADS " == *" commit "* ]]; } && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
 want zm-ckpt50 && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --max-checkpoints 64 --stage-dir "$fs/stage-ckpt50" "$mnt_k"
@@ -694,7 +702,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-ckpt50": "zm (staged, 50 checkpoints)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)", "zm-kopen": "zm (ro, --kernel-opens)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-ckpt50": "zm (staged, 50 checkpoints)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-base-uring": "zm-base (--base, io_uring)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)", "zm-kopen": "zm (ro, --kernel-opens)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
