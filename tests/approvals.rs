@@ -2079,17 +2079,7 @@ fi
 mkdir -m 0700 "$RT/mounts" && cp records/*.json "$RT/mounts/" || exit 91
 "$ZONEMOUNT" approvals list --json > list.out 2> list.err; echo "rc=$?" >> list.out
 "#;
-    let out = if is_root() {
-        ns.run(script)
-    } else {
-        let runtime = tempfile::tempdir().unwrap();
-        let mut c = Command::new("sh");
-        c.args(["-c", &format!("set -u\n{script}")])
-            .current_dir(&dir)
-            .env("ZONEMOUNT", BIN)
-            .env("XDG_RUNTIME_DIR", runtime.path());
-        run(&mut c, CMD_TIMEOUT)
-    };
+    let out = ns.run_own_registry(script);
     for mut f in fakes {
         let _ = f.kill();
         let _ = f.wait();
@@ -2131,18 +2121,7 @@ zm approvals allow "$PWD/ma" 1 > a.out 2>&1 || exit 93
 zm approvals deny "$PWD/mb" 1 > b.out 2>&1 || exit 94
 i=0; until [ -s a/f ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done
 "#;
-    let out = if is_root() {
-        ns.run(script)
-    } else {
-        let runtime = tempfile::tempdir().unwrap();
-        let mut c = Command::new("sh");
-        c.args(["-c", &format!("set -u\n{script}")])
-            .current_dir(&dir)
-            .env("ZONEMOUNT", BIN)
-            .env("ZM_PIDS", dir.join(".pids"))
-            .env("XDG_RUNTIME_DIR", runtime.path());
-        run(&mut c, CMD_TIMEOUT)
-    };
+    let out = ns.run_own_registry(script);
     assert!(out.success(), "{}", out.describe());
     let read = |n: &str| fs::read_to_string(dir.join(n)).unwrap_or_default();
     let (ma, mb) = (dir.join("ma"), dir.join("mb"));

@@ -93,6 +93,24 @@ impl PrivateNs {
         run(&mut self.command(script), CMD_TIMEOUT)
     }
 
+    /// Run `script` (bounded) where the mounts it lists are its own: as
+    /// root in this private mount namespace; as an ordinary user (who
+    /// can't make one) with a runtime dir of its own, so the registry of
+    /// live mounts holds only what the script mounts.
+    pub fn run_own_registry(&self, script: &str) -> Out {
+        if rustix::process::geteuid().is_root() {
+            return self.run(script);
+        }
+        let runtime = tempfile::tempdir().expect("runtime dir");
+        let mut c = Command::new("sh");
+        c.args(["-c", &format!("set -u\n{script}")])
+            .current_dir(self.path())
+            .env("ZONEMOUNT", BIN)
+            .env("ZM_PIDS", self.pids_file())
+            .env("XDG_RUNTIME_DIR", runtime.path());
+        run(&mut c, CMD_TIMEOUT)
+    }
+
     /// Start `script` in the background (output to files in the scratch
     /// dir: `out` and `err`).
     pub fn spawn(&self, script: &str) -> Child {
