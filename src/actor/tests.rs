@@ -354,7 +354,10 @@ fn forgetting_one_path_costs_that_path_not_the_whole_log() {
     }
     let took = started.elapsed();
     assert_eq!(t.len(), 0);
-    assert!(!t.forget(&[PathBuf::from("d/f0")], &[]), "nothing left to drop");
+    assert!(
+        !t.forget(&[PathBuf::from("d/f0")], &[]),
+        "nothing left to drop"
+    );
     // 0.1 s unoptimized here; summing every trail per forget took 20 s.
     assert!(took < Duration::from_secs(5), "{n} forgets took {took:?}");
 }
