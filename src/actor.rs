@@ -562,11 +562,15 @@ impl Trails {
     }
 
     /// Keep only what `keep` says of the trails of `paths` (and their
-    /// starts); a path left with no change loses its record.
-    fn retain_in(&mut self, paths: Vec<PathBuf>, keep: impl Fn(u64) -> bool) {
+    /// starts); a path left with no change loses its record. Whether any
+    /// change was dropped.
+    fn retain_in(&mut self, paths: Vec<PathBuf>, keep: impl Fn(u64) -> bool) -> bool {
+        let mut dropped = false;
         for p in paths {
             if let Some(t) = self.map.get_mut(&p) {
+                let had = t.len();
                 t.retain(|(s, _)| keep(*s));
+                dropped |= t.len() != had;
                 if t.is_empty() {
                     self.map.remove(&p);
                 }
@@ -584,6 +588,7 @@ impl Trails {
                 None => {}
             }
         }
+        dropped
     }
 
     /// The paths with a record at or under `tree`.
@@ -683,18 +688,20 @@ impl Trails {
     /// [`Self::forget`] of the changes up to sequence number `upto` only
     /// (none: all): what a `commit --upto` applied; a path changed after
     /// it keeps those later changes (its first now the first after it).
+    /// Whether any change was dropped. Costs what the paths named hold,
+    /// not what the whole log holds: a file made and removed again through
+    /// the mount forgets its record on every unlink.
     pub fn forget_upto(&mut self, exact: &[PathBuf], trees: &[PathBuf], upto: Option<u64>) -> bool {
-        let before: usize = self.map.values().map(Vec::len).sum();
         let mut gone: Vec<PathBuf> = exact.to_vec();
         for t in trees {
             gone.extend(self.under(t));
         }
         let upto = upto.unwrap_or(u64::MAX);
-        self.retain_in(gone, |s| s > upto);
+        let dropped = self.retain_in(gone, |s| s > upto);
         if self.map.len() < PATHS_MAX {
             self.full = false;
         }
-        self.map.values().map(Vec::len).sum::<usize>() != before
+        dropped
     }
 }
 

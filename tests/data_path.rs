@@ -473,3 +473,55 @@ fn a_plain_read_only_mount_lets_the_kernel_open() {
     let text = fs::read_to_string(&ledger).unwrap();
     assert!(text.contains("\"refusal\""), "{text}");
 }
+
+/// A file made and written through the mount, then given its metadata as
+/// `tar` does (times, owner, mode) and an extended attribute: each lands
+/// on the backing file and reads back through the mount (an attribute the
+/// file lacks is ENODATA), and the file runs at once once it is
+/// executable, through the mount and on the host. With passthrough the
+/// daemon keeps the read-only fd it registers as the file's own: it must
+/// hold no write access (the host's exec would fail with ETXTBSY), and
+/// the attributes are read on it directly.
+#[test]
+fn a_file_made_here_takes_its_metadata_and_runs() {
+    if !fuse_ok() {
+        return;
+    }
+    for args in PATHS {
+        let ctx = format!("{args:?}");
+        let s = with_args(Setup::zones(Mode::Sandboxed, &[("ws", "mode: rw")]), args);
+        let m = s.mount();
+        let script = "set -e
+             printf '#!/bin/sh\\necho ran\\n' > ws/tool
+             chmod 750 ws/tool
+             ./ws/tool
+             printf '#!/bin/sh\\necho again\\n' > ws/tool
+             ./ws/tool
+             touch -m -d @1000000000 ws/tool
+             chown \"$(id -u):$(id -g)\" ws/tool
+             python3 -c '
+import errno, os
+os.setxattr(\"ws/tool\", \"user.k\", b\"v1\")
+print(os.getxattr(\"ws/tool\", \"user.k\").decode())
+try:
+    os.getxattr(\"ws/tool\", \"user.missing\")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+'";
+        let out = m.sh_in("", script, &[]);
+        assert!(out.success(), "{ctx}: {}", out.describe());
+        assert_eq!(out.stdout, "ran\nagain\nv1\nENODATA\n", "{ctx}");
+        let meta = fs::metadata(m.backing("ws", "tool")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o750, "{ctx}");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(meta.mtime(), 1_000_000_000, "{ctx}");
+        let mut v = [0u8; 8];
+        let n = rustix::fs::getxattr(m.backing("ws", "tool"), "user.k", &mut v[..]).unwrap();
+        assert_eq!(&v[..n], b"v1", "{ctx}: the xattr is on the backing file");
+        // The host runs it too: the daemon holds no write access to it.
+        let host = std::process::Command::new(m.backing("ws", "tool"))
+            .output()
+            .unwrap_or_else(|e| panic!("{ctx}: the host cannot run the file: {e}"));
+        assert_eq!(host.stdout, b"again\n", "{ctx}");
+    }
+}

@@ -128,13 +128,23 @@ impl ProcFds {
         format!("/proc/self/fd/{}", fd.as_raw_fd())
     }
 
+    /// An xattr of the inode held by `fd`: on the fd itself when it is
+    /// open for I/O (a file registered for passthrough keeps such an fd),
+    /// else through `/proc/self/fd/N` (an `O_PATH` fd, which `fgetxattr`
+    /// refuses with EBADF at once: the walk through `/proc` is what costs).
     pub fn getxattr(&self, fd: BorrowedFd<'_>, name: &OsStr, buf: &mut Vec<u8>) -> Sys<usize> {
         if buf.capacity() == 0 {
-            return rfs::getxattr_query(Self::path(fd), name);
+            return match rfs::fgetxattr_query(fd, name) {
+                Err(Errno::BADF) => rfs::getxattr_query(Self::path(fd), name),
+                r => r,
+            };
         }
         let cap = buf.capacity();
         buf.resize(cap, 0);
-        let n = rfs::getxattr(Self::path(fd), name, &mut buf[..])?;
+        let n = match rfs::fgetxattr(fd, name, &mut buf[..]) {
+            Err(Errno::BADF) => rfs::getxattr(Self::path(fd), name, &mut buf[..]),
+            r => r,
+        }?;
         buf.truncate(n);
         Ok(n)
     }

@@ -239,7 +239,8 @@ impl Reach {
         drop(out);
     }
 
-    /// An fd (`O_PATH`) on a node's backing object.
+    /// An fd on a node's backing object: `O_PATH`, or the read-only fd of
+    /// a file registered for passthrough (`Core::passthrough_id`).
     pub fn fd_of(&self, node: &Node) -> FsResult<Arc<OwnedFd>> {
         match &node.anchor {
             // Only the mount root has no backing object.

@@ -204,11 +204,15 @@ impl Core {
     /// The mode to set when the file `fd` is regular with setuid (or
     /// setgid and group exec) to clear; None when there is nothing to do.
     fn privileges_of(fd: BorrowedFd<'_>) -> FsResult<Option<u32>> {
-        let st = backing::stat(fd)?;
+        Ok(Self::privileges_in(&backing::stat(fd)?))
+    }
+
+    /// [`privileges_of`](Self::privileges_of) a file whose stat is `st`.
+    fn privileges_in(st: &backing::Stat) -> Option<u32> {
         let mode = st.st_mode & 0o7777;
         let kept = without_privileges(mode);
         let regular = FileType::from_raw_mode(st.st_mode) == FileType::RegularFile;
-        Ok((regular && kept != mode).then_some(kept))
+        (regular && kept != mode).then_some(kept)
     }
 
     /// The answer to a SETATTR that changes nothing: with the writeback
@@ -309,8 +313,15 @@ impl Core {
         // With the daemon's own rights, as for `kills_privileges`.
         drop(as_caller);
         if a.kill_suidgid {
-            if let Some(mode) = Self::privileges_of(fd)? {
-                procfds.chmod(fd, mode)?;
+            let st = backing::stat(fd)?;
+            match Self::privileges_in(&st) {
+                Some(mode) => procfds.chmod(fd, mode)?,
+                // Nothing changed since: this stat is the answer (what
+                // `attr_with` would stat again through the same fd).
+                None if !node.is_dir => {
+                    return Ok(self.entry(node.zone, to_attr(node.ino, &st)));
+                }
+                None => {}
             }
         }
         Ok(self.entry(node.zone, self.attr_with(node, a.fh)?))

@@ -278,9 +278,17 @@ impl Core {
             .reach
             .reopen(fd.as_fd(), libc::O_RDONLY)
             .map_err(std::io::Error::from)
-            .and_then(|ro| register(ro.as_fd()));
+            .and_then(|ro| register(ro.as_fd()).map(|id| (id, ro)));
         match registered {
-            Ok(id) => {
+            Ok((id, ro)) => {
+                // The read-only fd also serves as the node's fd when it has
+                // none at hand (a file just created): the GETXATTR and
+                // SETATTRs that follow a write need no reopen by handle,
+                // and read xattrs on the fd itself. It holds no write
+                // access, so exec is not refused while it is kept.
+                if self.reach.cached(node.ino).is_none() {
+                    self.reach.cache(node, Arc::new(ro));
+                }
                 let id = Arc::new(id);
                 *slot = Passthrough::Id(id.clone());
                 Some(id)
