@@ -359,7 +359,7 @@ fn doctor_says_which_transport_a_mount_would_get() {
 
 /// Offered is not used: with the kernel's enable_uring on, a mount that
 /// doesn't ask (no `--io-uring`, no ZONEMOUNT_IO_URING=1) serves
-/// /dev/fuse, which measured faster (issue 31); `--io-uring` gets it.
+/// /dev/fuse, as io_uring was not ahead on every workload (issue 31); `--io-uring` gets it.
 #[test]
 fn a_mount_gets_io_uring_only_when_it_asks() {
     if !fuse_ok() || !root_ok() {

@@ -254,15 +254,15 @@ fn passthrough(kernel: &str, admin: bool) -> Check {
 
 /// Which transport a mount made now would get, and why. /dev/fuse unless
 /// asked (`--io-uring`, or ZONEMOUNT_IO_URING=1): FUSE over io_uring
-/// measured slower on the machines we have (docs/performance.md), so not
-/// having it costs nothing by default.
+/// was not ahead on every workload on the machines we have
+/// (docs/performance.md): behind pinned, mixed unpinned.
 fn uring() -> Check {
     const NAME: &str = "FUSE over io_uring";
     let asked = probe::uring_from_env();
     let how = if asked {
         "asked for by ZONEMOUNT_IO_URING=1"
     } else {
-        "only with `--io-uring` (or ZONEMOUNT_IO_URING=1); by default a mount gets /dev/fuse, which measured faster here (docs/performance.md)"
+        "only with `--io-uring` (or ZONEMOUNT_IO_URING=1); by default a mount gets /dev/fuse, as FUSE over io_uring was not ahead on every workload here (docs/performance.md)"
     };
     match probe::uring() {
         probe::Uring::Enabled if !crate::fuse::sys::io_uring_allowed() => check(

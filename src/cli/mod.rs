@@ -282,7 +282,8 @@ pub(crate) struct MountArgs {
     /// Serve FUSE over io_uring (one ring per CPU) instead of /dev/fuse:
     /// as root, first turn on the fuse module's enable_uring (it then
     /// stays on for every FUSE mount made after, until reboot). Off by
-    /// default: /dev/fuse measured faster (docs/performance.md).
+    /// default: it was not ahead of /dev/fuse on every workload here
+    /// (docs/performance.md).
     /// ZONEMOUNT_IO_URING=1 in the environment asks for it too.
     #[arg(long, conflicts_with = "no_io_uring")]
     pub(crate) io_uring: bool,

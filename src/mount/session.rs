@@ -75,7 +75,8 @@ pub struct Settings {
     /// `--kernel-opens`: asked for (see [`kernel_opens`]).
     pub kernel_opens: bool,
     /// Serve over FUSE-over-io_uring when the kernel offers it (off by
-    /// default: /dev/fuse measured faster on the machines we have).
+    /// default: io_uring was not ahead on every workload on the machines
+    /// we have).
     pub io_uring: bool,
     /// How long a request may wait for a decision.
     pub approval_timeout: Duration,
