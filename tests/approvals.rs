@@ -118,6 +118,24 @@ fn wait_pending(m: &TestMount, n: usize) -> Vec<Value> {
     last
 }
 
+/// Poll until exactly `n` requests are pending, each with a call held on
+/// it (for a create: its first write, once that reached the daemon; a
+/// signal or unmount before that finds the worker between its create and
+/// its write).
+#[track_caller]
+fn wait_held(m: &TestMount, n: usize) -> Vec<Value> {
+    let mut last = Vec::new();
+    let ok = wait_until(Duration::from_secs(10), || {
+        last = pending(m);
+        last.len() == n && last.iter().all(|r| r["waiting"].as_u64().unwrap_or(0) >= 1)
+    });
+    assert!(
+        ok,
+        "expected {n} pending requests, each with a call held, have {last:?}"
+    );
+    last
+}
+
 fn ledger(m: &TestMount) -> Vec<Value> {
     fs::read_to_string(m.root().join("audit.jsonl"))
         .unwrap_or_default()
@@ -484,12 +502,12 @@ fn unmount_denies_what_is_pending_and_the_daemon_exits() {
     let daemon = daemon_pids_for(m.mountpoint());
     assert_eq!(daemon.len(), 1, "{daemon:?}");
     let w1 = Worker::start(&m, "/bin/echo a > final/one/a.md");
-    wait_pending(&m, 1);
+    wait_held(&m, 1);
     let mut w2 = Worker::start(
         &m,
         "echo b > workspace/b.txt && /bin/echo b > final/two/b.md",
     );
-    wait_pending(&m, 2);
+    wait_held(&m, 2);
     assert!(w2.still_running());
     let t = Instant::now();
     let out = m.unmount();
@@ -522,7 +540,7 @@ fn sigterm_denies_what_is_pending_and_the_daemon_exits() {
     let daemon = daemon_pids_for(m.mountpoint());
     assert_eq!(daemon.len(), 1);
     let w = Worker::start(&m, "/bin/echo a > final/a.md");
-    wait_pending(&m, 1);
+    wait_held(&m, 1);
     run(
         Command::new("kill").arg("-TERM").arg(daemon[0].to_string()),
         Duration::from_secs(5),
@@ -543,7 +561,10 @@ fn a_killed_waiting_process_is_withdrawn_with_eintr() {
     let m = setup().mount();
     // The shell's own echo: the process killed is the one that waits.
     let mut w = Worker::start(&m, "echo a > final/a.md");
-    wait_pending(&m, 1);
+    // Killed once its write waits: killed before the write reached the
+    // daemon, the process just exits, and the file made at once stays
+    // for the approver to decide on (a close with nothing interrupted).
+    wait_held(&m, 1);
     w.child.kill().unwrap();
     let st = wait_child(&mut w.child, Duration::from_secs(10)).expect("killed worker never died");
     assert_eq!(st.signal(), Some(libc::SIGKILL));

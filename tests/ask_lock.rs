@@ -85,6 +85,22 @@ fn wait_pending(m: &TestMount, n: usize, limit: Duration) -> Vec<Value> {
     last
 }
 
+/// Poll until one request is pending with a call held on it: for a
+/// create, its first write has reached the daemon. (A signal sent before
+/// that finds the process between its create and its write.)
+fn wait_held(m: &TestMount, limit: Duration) -> Value {
+    let mut last = Vec::new();
+    let ok = wait_until(limit, || {
+        last = pending(m);
+        last.len() == 1 && last[0]["waiting"].as_u64().unwrap_or(0) >= 1
+    });
+    assert!(
+        ok,
+        "expected one pending request with a call held within {limit:?}, have {last:#?}"
+    );
+    last.remove(0)
+}
+
 fn id_of(r: &Value) -> u64 {
     r["id"].as_u64().unwrap()
 }
@@ -310,7 +326,7 @@ fn a_killed_writer_goes_at_once_and_its_request_is_withdrawn() {
     }
     let m = setup().mount();
     let mut w = Worker::start(&m, "echo a > out/a.txt");
-    wait_pending(&m, 1, Duration::from_secs(10));
+    wait_held(&m, Duration::from_secs(10));
     let t = Instant::now();
     w.child.kill().unwrap();
     w.within(Duration::from_secs(1)).unwrap();
@@ -340,7 +356,7 @@ fn an_interrupted_wait_fails_with_eintr_at_once() {
             print STDERR "after=", (defined $r ? $r : "undef: $!"), "
 "'"#,
     );
-    wait_pending(&m, 1, Duration::from_secs(10));
+    wait_held(&m, Duration::from_secs(10));
     let t = Instant::now();
     run(
         Command::new("kill").args(["-USR1", &w.pid().to_string()]),

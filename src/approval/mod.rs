@@ -267,6 +267,17 @@ pub struct RequestInfo {
     /// that retry.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retry: bool,
+    /// Calls held now until this is decided (at the time it was listed):
+    /// the asking call itself, or, for a create whose empty file was made
+    /// at once, the writes (fsync, truncate...) on that file. 0 (left out)
+    /// when nothing waits: a create's file not written yet, or a caller
+    /// told to retry.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiting: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl RequestInfo {

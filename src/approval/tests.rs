@@ -360,6 +360,7 @@ fn a_bounded_wait_is_told_to_retry_and_the_request_stays() {
     let p = b.pending();
     assert_eq!(p.len(), 1, "still pending with nobody waiting");
     assert!(p[0].retry, "marked as told to retry");
+    assert_eq!(p[0].waiting, 0, "no call waits once told to retry");
     // A retry (another process of the same uid would do) joins it.
     let rx = ask_waiting(&b, "d", 4, HOLD);
     assert_eq!(got(&rx), Some(Verdict::Later(id)));
@@ -394,6 +395,8 @@ fn an_interrupt_withdraws_only_the_call_it_names() {
     let b = broker(Duration::from_secs(60));
     let create = ask_waiting(&b, "f", 2, Wait::Detached);
     let id = only_pending(&b);
+    let held = |b: &Approvals| b.pending()[0].waiting;
+    assert_eq!(held(&b), 0, "the create's own call was answered");
     // A later call of the same work joins the request, then is interrupted.
     let (tx, write) = mpsc::channel();
     let joined = b.join(
@@ -405,10 +408,12 @@ fn an_interrupt_withdraws_only_the_call_it_names() {
         }),
     );
     assert!(joined.is_ok());
+    assert_eq!(held(&b), 1, "the write waits");
     assert!(!b.interrupt(99), "no call 99 waits");
     assert!(b.interrupt(4));
     assert_eq!(got(&write), Some(Verdict::Withdrawn));
     assert!(waiting(&create));
+    assert_eq!(held(&b), 0, "the write was withdrawn");
     assert_eq!(only_pending(&b), id, "the create still waits");
     // Interrupting the create's own (answered) call withdraws the request.
     assert!(b.interrupt(2));

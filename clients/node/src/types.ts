@@ -61,6 +61,9 @@ export interface Request {
   /** The caller was told to retry once this is decided (a mkdir, rm,
    * mv... can't wait while the kernel locks its directory). */
   retry?: boolean;
+  /** Calls held until the decision when it was listed (for a create whose
+   * file was made at once: the writes on that file); left out when none. */
+  waiting?: number;
 }
 
 /** A request is waiting (already, or new). */
@@ -381,6 +384,7 @@ export function readRequest(v: unknown): Request {
   if (o["timeout_secs"] === undefined) o["timeout_secs"] = 0;
   for (const k of ["target", "path_b64", "target_b64", "cmdline_b64"]) maybe(o, k, "string", what);
   maybe(o, "retry", "boolean", what);
+  maybe(o, "waiting", "number", what);
   list(o, "items", what, (i) => {
     const item = object(i, "a request's item");
     for (const k of ["class", "zone", "path"]) want(item, k, "string", "a request's item");

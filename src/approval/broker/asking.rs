@@ -130,6 +130,7 @@ impl Approvals {
             time: audit::now_rfc3339(),
             timeout_secs: timeout.as_secs(),
             retry: false,
+            waiting: u32::from(me.tid != 0),
             items: open_req
                 .items
                 .iter()

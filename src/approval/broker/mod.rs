@@ -132,6 +132,9 @@ impl Approvals {
             .map(|p| {
                 let mut info = p.info.clone();
                 info.timeout_secs = p.deadline.saturating_duration_since(now).as_secs();
+                // A waiter of thread 0 was answered already (see above).
+                let held = p.waiters.iter().filter(|w| w.tid != 0).count();
+                info.waiting = u32::try_from(held).unwrap_or(u32::MAX);
                 info
             })
             .collect()

@@ -71,6 +71,9 @@ class Request:
     #: The caller was told to retry once this is decided (a mkdir, rm, mv...
     #: can't wait while the kernel locks its directory).
     retry: bool = False
+    #: Calls held until the decision when it was listed (for a create whose
+    #: file was made at once: the writes on that file); 0 when none.
+    waiting: int = 0
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # A worker chooses names and command lines: the text fields hold U+FFFD
@@ -118,6 +121,7 @@ class Request:
                     for i in d.get("items", [])
                 ),
                 retry=bool(d.get("retry", False)),
+                waiting=int(d.get("waiting", 0)),
                 raw=d,
             )
         except (KeyError, TypeError, ValueError) as e:
