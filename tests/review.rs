@@ -472,6 +472,10 @@ struct PtyShell {
     child: std::process::Child,
     stdin: std::process::ChildStdin,
     out: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    /// Where (in [`shown`](Self::shown)) the last step's marker line
+    /// ended: what a background job prints after it belongs to the next
+    /// step, even when it comes before that step's command is typed.
+    seen: usize,
 }
 
 impl PtyShell {
@@ -512,9 +516,14 @@ impl PtyShell {
                 sink.lock().unwrap().extend_from_slice(&buf[..n]);
             }
         });
-        let mut sh = PtyShell { child, stdin, out };
+        let mut sh = PtyShell {
+            child,
+            stdin,
+            out,
+            seen: 0,
+        };
         sh.type_line("stty -echo; echo '::ready'");
-        sh.wait_for(0, "::ready\r\n", Duration::from_secs(20));
+        sh.seen = sh.wait_for(0, "::ready\r\n", Duration::from_secs(20));
         sh
     }
 
@@ -552,7 +561,7 @@ impl PtyShell {
     /// Types `cmd`, then (each once `n` prompts are shown) `keys`, then a
     /// marker; returns what the command showed and its exit status.
     fn step(&mut self, n: usize, cmd: &str, keys: &[&str], limit: Duration) -> (String, i32) {
-        let from = self.shown().len();
+        let from = self.seen;
         self.type_line(cmd);
         let mut at = from;
         for k in keys {
@@ -562,6 +571,7 @@ impl PtyShell {
         self.type_line(&format!("echo \"::step {n} rc=$?\""));
         let end = self.wait_for(from, &format!("::step {n} rc="), limit);
         let end_line = self.wait_for(end, "\n", limit);
+        self.seen = end_line;
         let shown = self.shown();
         let rc = shown[end..end_line - 1].trim().parse().unwrap_or(-1);
         let out = shown[from..end - format!("::step {n} rc=").len()].to_owned();
