@@ -172,6 +172,12 @@ fn who_mounts() -> Option<Who> {
 /// [`ENTRIES`] files) and mount it as `who` with the daemon's
 /// RLIMIT_NOFILE at [`NOFILE`].
 fn mount_fixture(who: Who) -> FdMount {
+    mount_fixture_limited(who, NOFILE, NOFILE)
+}
+
+/// [`mount_fixture`] with `zonemount mount` started under a soft
+/// RLIMIT_NOFILE of `soft` and a hard one of `hard`.
+fn mount_fixture_limited(who: Who, soft: u32, hard: u32) -> FdMount {
     let tmp = tempfile::Builder::new()
         .prefix("zonemount-test.")
         .tempdir()
@@ -206,9 +212,9 @@ fn mount_fixture(who: Who) -> FdMount {
         who,
         daemon: None,
     };
-    // prlimit sets the limit (both soft and hard, which the daemon can't
-    // raise), then whoever mounts runs `zonemount mount`.
-    let nofile = format!("--nofile={NOFILE}:{NOFILE}");
+    // prlimit sets the limit (the daemon raises its soft limit to the
+    // hard one, never past it), then whoever mounts runs `zonemount mount`.
+    let nofile = format!("--nofile={soft}:{hard}");
     let mut argv: Vec<String> = vec!["prlimit".into(), nofile];
     match who {
         Who::Myself => {}
@@ -235,6 +241,34 @@ fn mount_fixture(who: Who) -> FdMount {
     );
     m.daemon = daemon_pids_for(&m.mnt).first().copied();
     m
+}
+
+/// The daemon raises its soft RLIMIT_NOFILE to the hard limit before it
+/// sizes its fd cache: started under a login shell's soft limit of 1024
+/// with a hard one of 4096, it caches up to 2,048 fds (half the raised
+/// limit), not 512 (half the soft one), which made a walk of more than
+/// 512 files reopen each of them again on every pass.
+#[test]
+fn the_fd_cache_is_sized_from_the_raised_limit() {
+    let Some(who) = who_mounts() else { return };
+    let (soft, hard) = (1024, 4096);
+    let m = mount_fixture_limited(who, soft, hard);
+    let pid = m.daemon.expect("the daemon serving the mount");
+    let limit = proc_field(pid, "limits", "Max open files", 3);
+    assert_eq!(
+        limit,
+        Some(hard.to_string()),
+        "the daemon's raised soft limit"
+    );
+    let big = format!("{}/work/big", m.mnt_str());
+    let walk = m.sh(&format!("find {big} -ls | wc -l"));
+    assert!(walk.success(), "find -ls: {}", walk.describe());
+    let held = fds_of(pid);
+    let (small, raised) = (soft as usize / 2 + 128, hard as usize / 2 + 128);
+    assert!(
+        held > small && held <= raised,
+        "the daemon holds {held} fds after walking {ENTRIES} entries: a cache sized from the raised limit holds more than {small} and at most {raised}"
+    );
 }
 
 #[test]

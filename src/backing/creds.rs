@@ -151,6 +151,12 @@ pub(super) fn as_daemon<T>(f: impl FnOnce() -> T) -> T {
 }
 
 impl AsCaller {
+    /// Whether this thread now acts with the caller's ids (false: the
+    /// daemon's own serve, as for a caller of the daemon's uid or root).
+    pub fn switched(&self) -> bool {
+        self.switched
+    }
+
     pub fn enter(c: &Caller) -> Sys<AsCaller> {
         // The process's euid, read once (a thread's own changes only while
         // an `AsCaller` is alive, and they never nest).

@@ -76,29 +76,38 @@ pub fn handle_of(fd: BorrowedFd<'_>) -> Sys<InodeHandle> {
 /// CAP_DAC_READ_SEARCH). `mount_fd` is any fd on the same filesystem that
 /// is not `O_PATH` (the kernel refuses those here).
 pub fn open_by_handle(mount_fd: BorrowedFd<'_>, h: &InodeHandle) -> Sys<OwnedFd> {
+    // open_by_handle_at needs CAP_DAC_READ_SEARCH: with the daemon's own
+    // rights even while the thread acts as a caller (the handle names an
+    // object the daemon already reached; the O_PATH fd grants no access,
+    // what is done with it next runs as the caller again).
+    as_daemon(|| open_handle(mount_fd, h, libc::O_PATH | libc::O_NOFOLLOW))
+}
+
+/// Open a regular file from its handle for reading, with the thread's
+/// current rights: it needs CAP_DAC_READ_SEARCH, so it fails (EPERM) on a
+/// thread acting as an unprivileged caller rather than open as the daemon.
+/// The usual check of the inode's permissions applies.
+pub fn open_handle_for_reading(mount_fd: BorrowedFd<'_>, h: &InodeHandle) -> Sys<OwnedFd> {
+    open_handle(mount_fd, h, libc::O_RDONLY | libc::O_NOFOLLOW)
+}
+
+fn open_handle(mount_fd: BorrowedFd<'_>, h: &InodeHandle, flags: i32) -> Sys<OwnedFd> {
     let mut raw = RawHandle {
         handle_bytes: h.bytes.len() as u32,
         handle_type: h.handle_type,
         f_handle: [0; MAX_HANDLE_SZ],
     };
     raw.f_handle[..h.bytes.len()].copy_from_slice(&h.bytes);
-    // open_by_handle_at needs CAP_DAC_READ_SEARCH: with the daemon's own
-    // rights even while the thread acts as a caller (the handle names an
-    // object the daemon already reached; the O_PATH fd grants no access,
-    // what is done with it next runs as the caller again).
-    let fd = as_daemon(|| {
-        // SAFETY: `raw` is a valid `struct file_handle` whose
-        // `handle_bytes` matches the bytes copied after the header (at
-        // most MAX_HANDLE_SZ, as produced by `handle_of`); the kernel only
-        // reads it.
-        unsafe {
-            libc::open_by_handle_at(
-                mount_fd.as_raw_fd(),
-                (&raw mut raw).cast::<libc::file_handle>(),
-                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        }
-    });
+    // SAFETY: `raw` is a valid `struct file_handle` whose `handle_bytes`
+    // matches the bytes copied after the header (at most MAX_HANDLE_SZ, as
+    // produced by `handle_of`); the kernel only reads it.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            mount_fd.as_raw_fd(),
+            (&raw mut raw).cast::<libc::file_handle>(),
+            flags | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(Errno::from_raw_os_error(
             std::io::Error::last_os_error()

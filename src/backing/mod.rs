@@ -30,7 +30,7 @@ mod handle;
 pub(crate) mod tests;
 
 pub use creds::{AsCaller, Caller, caller_has_sys_admin};
-pub use handle::{InodeHandle, handle_of, open_by_handle};
+pub use handle::{InodeHandle, handle_of, open_by_handle, open_handle_for_reading};
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -231,6 +231,12 @@ pub fn create(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> Sys<O
 
 pub fn stat(fd: BorrowedFd<'_>) -> Sys<Stat> {
     rfs::fstat(fd)
+}
+
+/// Whether `fd` is open for reading (not `O_PATH`, not write-only).
+pub fn reads(fd: BorrowedFd<'_>) -> bool {
+    rfs::fcntl_getfl(fd)
+        .is_ok_and(|f| !f.contains(OFlags::PATH) && (f & OFlags::RWMODE) != OFlags::WRONLY)
 }
 
 /// The attributes of `name` in `dir`, itself (a symlink is not followed).

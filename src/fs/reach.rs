@@ -268,6 +268,42 @@ impl Reach {
         }
     }
 
+    /// An fd open for reading on regular file `node`, shared by its plain
+    /// read-only opens (one open and close less per OPEN and RELEASE): the
+    /// node's cached fd when that one reads; else, for a node with a
+    /// kernel file handle, one opened from it for reading with the
+    /// thread's rights, then cached as the node's fd. None: open it as
+    /// usual, then [`Reach::keep_reader`].
+    pub fn shared_reader(&self, node: &Node) -> FsResult<Option<Arc<OwnedFd>>> {
+        if node.is_dir || node.is_symlink {
+            return Ok(None);
+        }
+        let cached = self.shard(node.ino).lock().get(&node.ino).cloned();
+        if let Some(fd) = cached.filter(|fd| backing::reads(fd.as_fd())) {
+            return Ok(Some(fd));
+        }
+        let Anchor::Handle(h) = &node.anchor else {
+            return Ok(None);
+        };
+        let Some(fs_fd) = self.fs_fds.lock().get(&h.mount_id).cloned().flatten() else {
+            return Ok(None);
+        };
+        let fd = Arc::new(self.with_fds(|| backing::open_handle_for_reading(fs_fd.as_fd(), h))?);
+        self.keep(node.ino, fd.clone());
+        Ok(Some(fd))
+    }
+
+    /// Keep `fd`, just opened for reading on `node`, as its cached fd
+    /// for [`Reach::shared_reader`]. A pinned node's pin stays: its name
+    /// was removed, so only the pin reaches it once the cache drops it.
+    pub fn keep_reader(&self, node: &Node, fd: Arc<OwnedFd>) {
+        match node.anchor {
+            Anchor::Handle(_) => self.keep(node.ino, fd),
+            Anchor::Named if !self.is_pinned(node.ino) => self.keep(node.ino, fd),
+            Anchor::Named | Anchor::None | Anchor::Held(_) => {}
+        }
+    }
+
     /// The fd a named node has at hand: cached, or pinned.
     fn at_hand(&self, ino: u64) -> Option<Arc<OwnedFd>> {
         if let Some(fd) = self.shard(ino).lock().get(&ino) {

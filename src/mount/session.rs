@@ -205,6 +205,8 @@ pub fn build(
         },
         audit.clone(),
     );
+    // Before the filesystem: its fd cache is sized from this limit.
+    crate::backing::raise_nofile_limit();
     let owner = Owner::current();
     let stages = Stages::open(table, mountpoint, settings.stage_dir.as_deref())
         .map_err(|e| MountError::Stage(e.to_string()))?
@@ -226,7 +228,6 @@ pub fn build(
     let core = fs.core().clone();
     let way = mount_way(settings, owner)?;
     crate::backing::clear_umask();
-    crate::backing::raise_nofile_limit();
     let how = FuseMount {
         fsname: "zonemount",
         subtype: "zonemount",

@@ -372,8 +372,13 @@ impl Core {
         let w = self.where_node(&node);
         let at = self.loc(&w);
         let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        // The size is for the zone's size limit alone: without one, no
+        // stat (and no reopen of an fd the cache let go).
+        let limited = node
+            .zone
+            .is_some_and(|z| self.zones[z].max_file_bytes.is_some());
         let size = || -> FsResult<u64> {
-            Ok(match node.is_root() {
+            Ok(match node.is_root() || !limited {
                 true => 0,
                 false => backing::stat(self.reach.fd_of(&node)?.as_fd())?.st_size as u64,
             })
@@ -409,13 +414,31 @@ impl Core {
         node: &Node,
         flags: i32,
     ) -> FsResult<(u64, bool)> {
-        let _as = AsCaller::enter(caller)?;
+        let as_caller = AsCaller::enter(caller)?;
         let zone = node.zone.ok_or(FsError::Os(libc::EISDIR))?;
-        let held = self.reach.fd_of(node)?;
-        let (fd, direct) =
-            self.open_backing(zone, flags, |f| self.reach.reopen(held.as_fd(), f))?;
+        // A plain read-only open with the daemon's own rights (a caller of
+        // its uid, or root) shares one fd per file: what a fresh open
+        // would give (same file, same rights), less an open and a close.
+        let shares = shares_reader(flags) && !as_caller.switched();
+        let shared = match shares {
+            true => self.reach.shared_reader(node)?,
+            false => None,
+        };
+        let (fd, direct) = match shared {
+            Some(fd) => (fd, false),
+            None => {
+                let held = self.reach.fd_of(node)?;
+                let (fd, direct) =
+                    self.open_backing(zone, flags, |f| self.reach.reopen(held.as_fd(), f))?;
+                let fd = Arc::new(fd);
+                if shares {
+                    self.reach.keep_reader(node, fd.clone());
+                }
+                (fd, direct)
+            }
+        };
         let fh = self.handles.add(Handle::File {
-            fd: Arc::new(fd),
+            fd,
             zone,
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
             held: None,
@@ -538,4 +561,18 @@ impl Core {
         let n = backing::copy_file_range(hin.fd()?, off_in, hout.fd()?, off_out, len)?;
         Ok(n as u32)
     }
+}
+
+/// Whether an open with `flags` may share the file's one reading fd: read
+/// only, and nothing that changes what the daemon's reads through the fd
+/// do (`O_DIRECT`, `O_NOATIME`, `O_SYNC`...) or the file (`O_TRUNC`).
+fn shares_reader(flags: i32) -> bool {
+    // O_LARGEFILE as the kernel sets it on every open (libc's is 0 here).
+    let harmless = libc::O_ACCMODE
+        | libc::O_CLOEXEC
+        | rustix::fs::OFlags::LARGEFILE.bits() as i32
+        | libc::O_NONBLOCK
+        | libc::O_NOCTTY
+        | libc::O_NOFOLLOW;
+    flags & libc::O_ACCMODE == libc::O_RDONLY && flags & !harmless == 0
 }

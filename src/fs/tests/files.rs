@@ -109,3 +109,83 @@ pub(super) fn an_xattr_size_of_4_gib_reserves_no_more_than_an_xattr_can_hold() {
     let grew = peak_kib() - before;
     assert!(grew < 512 * 1024, "peak memory grew by {grew} KiB");
 }
+
+/// The raw fd a handle reads through.
+fn fd_no(core: &Core, fh: u64) -> i32 {
+    use std::os::fd::AsRawFd;
+    core.read_handle(fh).unwrap().fd().unwrap().as_raw_fd()
+}
+
+/// Plain read-only opens with the daemon's own rights share the file's
+/// one reading fd (no open and close per OPEN and RELEASE); one handle's
+/// release leaves it to the others. An open that changes what reads
+/// through it do (`O_NOATIME`, `O_DIRECT`), or writes, gets its own.
+#[test]
+pub(super) fn read_only_opens_share_one_fd_per_file() {
+    let f = fixture();
+    std::fs::write(f.rw.join("shared"), "one fd").unwrap();
+    let ino = found(&f.core, WORK, "shared").unwrap().ino.0;
+    let (a, _) = open(&f.core, ino, libc::O_RDONLY).unwrap();
+    let (b, _) = open(&f.core, ino, libc::O_RDONLY | libc::O_NONBLOCK).unwrap();
+    assert_eq!(fd_no(&f.core, a), fd_no(&f.core, b), "one fd for both");
+    for flags in [
+        libc::O_RDONLY | libc::O_NOATIME,
+        libc::O_RDONLY | libc::O_DIRECT,
+        libc::O_RDWR,
+    ] {
+        let (c, _) = open(&f.core, ino, flags).unwrap();
+        assert_ne!(fd_no(&f.core, a), fd_no(&f.core, c), "flags {flags:#o}");
+        f.core.release(c);
+    }
+    f.core.release(a);
+    assert_eq!(read(&f.core, b, 0, 100).unwrap(), b"one fd");
+    f.core.release(b);
+    // Released by all: the node keeps the fd for its next open.
+    let (c, _) = open(&f.core, ino, libc::O_RDONLY).unwrap();
+    assert_eq!(read(&f.core, c, 0, 100).unwrap(), b"one fd");
+    f.core.release(c);
+    f.core.forget(ino, 1);
+}
+
+/// A caller the daemon acts as (a root daemon, another uid) never gets
+/// the shared fd: its open is its own, checked with its rights. A file
+/// only root may read is refused to it even while root's reading fd is
+/// kept.
+#[test]
+pub(super) fn another_callers_open_is_its_own_and_checked_as_that_caller() {
+    if !crate::backing::tests::require_root() {
+        return;
+    }
+    let f = fixture();
+    std::fs::write(f.rw.join("private"), "root only").unwrap();
+    std::fs::set_permissions(
+        f.rw.join("private"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::write(f.rw.join("public"), "anyone").unwrap();
+    let private = found(&f.core, WORK, "private").unwrap().ino.0;
+    let public = found(&f.core, WORK, "public").unwrap().ino.0;
+    let (root_fh, _) = open(&f.core, private, libc::O_RDONLY).unwrap();
+    let (root_pub, _) = open(&f.core, public, libc::O_RDONLY).unwrap();
+    let user = Ctx {
+        uid: 65534,
+        gid: 65534,
+        ..CTX
+    };
+    let as_user = |ino: u64| {
+        let (r, _) = opening(|reply| f.core.open(user, ino, libc::O_RDONLY, reply));
+        r.map(|o: FileOpen| o.fh)
+    };
+    assert_eq!(
+        as_user(private).map_err(|e| e.errno()),
+        Err(libc::EACCES),
+        "refused with the caller's rights"
+    );
+    let user_fh = as_user(public).unwrap();
+    assert_ne!(fd_no(&f.core, root_pub), fd_no(&f.core, user_fh));
+    assert_eq!(read(&f.core, user_fh, 0, 100).unwrap(), b"anyone");
+    for fh in [root_fh, root_pub, user_fh] {
+        f.core.release(fh);
+    }
+}

@@ -93,6 +93,14 @@ fn the_other_core_tests_pass_reopening_by_name() {
             "small_files_first_read_go_through_the_page_cache",
             files::small_files_first_read_go_through_the_page_cache,
         ),
+        (
+            "read_only_opens_share_one_fd_per_file",
+            files::read_only_opens_share_one_fd_per_file,
+        ),
+        (
+            "another_callers_open_is_its_own_and_checked_as_that_caller",
+            files::another_callers_open_is_its_own_and_checked_as_that_caller,
+        ),
     ];
     for (name, test) in tests {
         BY_NAME.set(true);
