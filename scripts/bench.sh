@@ -57,6 +57,10 @@
 # (2,000 with --quick), with a git repository: generated deterministically
 # once and cached as a tarball under /var/tmp/zonemount-bench-cache (kept
 # across runs), or a copy of --real-tree DIR (e.g. ~/.cargo/registry/src).
+# The workload open_close opens one small file read-only and closes it
+# 100,000 times (10,000 with --quick): what an OPEN and a RELEASE round
+# trip cost when the daemon has nothing to open, the floor of a warm
+# `grep -r` through the daemon.
 # And, with the workload `commit`: a 10,000-file untar into the staged zone,
 # then `zonemount commit` timed against `cp -a` of the same tree. With the
 # workload `checkpoint`: scripts/bench-checkpoints.sh on the ext4 image
@@ -115,18 +119,18 @@ fi
 
 if [ $quick = 1 ]; then
   SEQ_MB=64; RAND_MB=16; RAND_N=2000; TAR_FILES=600; TREE_ENTRIES=3000
-  CREATE_N=500; ASK_N=500; FD_ENTRIES=${fd_entries:-20000}; FD_GIT=2000
+  CREATE_N=500; OPEN_N=10000; ASK_N=500; FD_ENTRIES=${fd_entries:-20000}; FD_GIT=2000
   REAL_FILES=2000
   REPS=${reps:-1}; IMG_GB=3
 else
   SEQ_MB=1024; RAND_MB=256; RAND_N=50000; TAR_FILES=10000; TREE_ENTRIES=100000
-  CREATE_N=10000; ASK_N=5000; FD_ENTRIES=${fd_entries:-200000}; FD_GIT=20000
+  CREATE_N=10000; OPEN_N=100000; ASK_N=5000; FD_ENTRIES=${fd_entries:-200000}; FD_GIT=20000
   REAL_FILES=12000
   REPS=${reps:-3}; IMG_GB=8
 fi
 [[ "$pinned_cpus" =~ ^[0-9]+([,-][0-9]+)*$ ]] || { echo "bench: --cpus $pinned_cpus: a CPU list as taskset takes it (0 or 0,1 or 0-1)" >&2; exit 2; }
 json=${json:-$repo/target/bench.json}
-ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read untar rm_rf git_commit git_status grep_r find_ls real_grep real_status create unlink ask_pending fds commit checkpoint"
+ALL_WORKLOADS="seq_write seq_write_4k seq_read_cold seq_read_warm rand_read open_close untar rm_rf git_commit git_status grep_r find_ls real_grep real_status create unlink ask_pending fds commit checkpoint"
 WORKLOADS=${only//,/ }
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
 for w in $WORKLOADS; do
@@ -227,6 +231,11 @@ if op == "create":
 elif op == "unlink":
     for i in range(n):
         os.unlink(f"{path}/f{i}")
+elif op == "openclose":
+    # One small file opened read-only and closed n times: the cost of an
+    # OPEN and a RELEASE with nothing to open (the daemon keeps its fd).
+    for _ in range(n):
+        os.close(os.open(path, os.O_RDONLY))
 elif op == "randread":
     fd = os.open(path, os.O_RDONLY)
     blocks = os.fstat(fd).st_size // 4096
@@ -430,6 +439,7 @@ case " $WORKLOADS " in *" real_grep "*|*" real_status "*)
   echo "== real tree: $(find "$fx/real" -path "$fx/real/.git" -prune -o -type f -print | wc -l) files, $(du -sm --exclude=.git "$fx/real" | cut -f1) MB" ;;
 esac
 head -c $((RAND_MB << 20)) /dev/urandom > "$fx/rand.bin"
+printf "one small file\n" > "$fx/one.txt"
 mkdir -p "$work/src"
 python3 "$helper" tree "$work/src/t" "$TAR_FILES" >/dev/null
 tar -C "$work/src" -cf "$fx/src.tar" t
@@ -448,6 +458,7 @@ w_seq_write() { local d="$1/$2"; mkdir -p "$data/$2"; own "$2"; drop; timed $3 d
 w_seq_write_4k() { local d="$1/$2" s; mkdir -p "$data/$2"; own "$2"; drop; s=$(timed $3 dd if=/dev/zero of="$d/big4k" bs=4k count=$((SEQ_MB * 64)) conv=fsync); rm -f "$data/$2/big4k"; echo "$s"; }
 w_seq_read_cold() { local d="$1/$2"; [ -f "$data/$2/big" ] || { mkdir -p "$data/$2"; dd if=/dev/zero of="$data/$2/big" bs=1M count=$SEQ_MB conv=fsync status=none; own "$2"; }; drop 3; timed $3 dd if="$d/big" of=/dev/null bs=1M; }
 w_seq_read_warm() { local d="$1/$2"; drop; $3 cat "$d/big" >/dev/null; timed $3 dd if="$d/big" of=/dev/null bs=1M; }
+w_open_close() { drop; $3 cat "$1/fixture/one.txt" >/dev/null; $3 python3 "$helper" openclose "$1/fixture/one.txt" 1000 >/dev/null; $3 python3 "$helper" openclose "$1/fixture/one.txt" "$OPEN_N"; }
 w_rand_read() { drop; $3 cat "$1/fixture/rand.bin" >/dev/null; $3 python3 "$helper" randread "$1/fixture/rand.bin" "$RAND_N"; }
 w_untar() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; own "$2"; drop; timed $3 tar -C "$d" -xf "$data/fixture/src.tar"; }
 w_rm_rf() { local d="$1/$2"; rm -rf "$data/$2"; mkdir -p "$data/$2"; tar -C "$data/$2" -xf "$data/fixture/src.tar"; own "$2"; sync; drop; timed $3 rm -rf "$d/t"; }
@@ -494,7 +505,7 @@ ops_end() { # conn placement workload target
 # (the fixtures as the ro zone /fixture), its caches dropped before; the
 # sandbox prints the timed run's seconds last.
 ISOLATE_WORKLOADS=" grep_r git_status find_ls real_grep real_status "
-KOPEN_WORKLOADS="$ISOLATE_WORKLOADS seq_read_cold rand_read "
+KOPEN_WORKLOADS="$ISOLATE_WORKLOADS seq_read_cold rand_read open_close "
 isolated() { # workload taskset-prefix [run option]
   drop
   $2 "$bin" run -q --isolate ${3:-} --zone "fixture=$data/fixture:ro" \
