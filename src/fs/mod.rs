@@ -14,7 +14,6 @@ pub mod adapter;
 mod attr;
 pub mod changes;
 pub mod core;
-mod fd_cache;
 mod handles;
 pub mod inodes;
 mod reach;

@@ -1,7 +1,7 @@
 //! How a node reaches its backing object again, with a bounded number of
 //! open fds. Only the zone dirs hold an `O_PATH` fd for the whole mount.
 //! Every other node is reopened on demand and its fd kept in one bounded,
-//! sharded cache (random eviction: see `fs::fd_cache`):
+//! sharded LRU cache:
 //! - by its kernel file handle (`open_by_handle_at`, which needs
 //!   CAP_DAC_READ_SEARCH: probed on the first zone dir at start);
 //! - else by name: from its parent's fd (itself cached, or reopened the
@@ -25,15 +25,16 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use lru::LruCache;
 use parking_lot::Mutex;
 
 use crate::backing::{self, FileType, ProcFds, Stat, Sys};
 use crate::error::{FsError, FsResult, Refusal};
-use crate::fs::fd_cache::FdShard;
 use crate::fs::inodes::{self, Anchor, Found, HeldFd, Node, Place};
 
 /// Shards of the fd cache, each with its own lock.
@@ -48,7 +49,7 @@ fn opens_handles(dir: OwnedFd, h: &backing::InodeHandle) -> Option<Arc<OwnedFd>>
 }
 
 /// The most fds the cache keeps (in all shards together).
-pub const FD_CACHE_MAX: usize = 16_384;
+pub const FD_CACHE_MAX: usize = 2048;
 
 /// The longest chain of ancestors reopened by name to reach one node.
 const MAX_CLIMB: usize = inodes::MAX_DEPTH;
@@ -86,7 +87,7 @@ pub struct Reach {
     named_seen: AtomicBool,
     /// fds of nodes that are reopened on demand, most recently used last;
     /// sharded by node id.
-    fd_cache: Vec<Mutex<FdShard>>,
+    fd_cache: Vec<Mutex<LruCache<u64, Arc<OwnedFd>>>>,
     /// fds of named nodes whose name was removed through the mount while
     /// the kernel still holds them (by node id); at most `pin_max`.
     pinned: Mutex<HashMap<u64, Arc<OwnedFd>>>,
@@ -184,12 +185,12 @@ impl Reach {
             );
         }
         let size = cache_size(backing::nofile_limit());
-        let per_shard = size / SHARDS;
+        let per_shard = NonZeroUsize::new(size / SHARDS).unwrap_or(NonZeroUsize::MIN);
         Reach {
             handles,
             named_seen: AtomicBool::new(handles != FileHandles::Used),
             fd_cache: (0..SHARDS)
-                .map(|i| Mutex::new(FdShard::new(per_shard, i as u64 + 1)))
+                .map(|_| Mutex::new(LruCache::new(per_shard)))
                 .collect(),
             pinned: Mutex::new(HashMap::new()),
             pin_max: size / 4,
@@ -226,12 +227,12 @@ impl Reach {
         self.named_seen.load(Ordering::Relaxed)
     }
 
-    fn shard(&self, ino: u64) -> &Mutex<FdShard> {
+    fn shard(&self, ino: u64) -> &Mutex<LruCache<u64, Arc<OwnedFd>>> {
         &self.fd_cache[ino as usize % SHARDS]
     }
 
-    /// Cache `fd` for node `ino`; what that pushes out (a fd of the shard
-    /// picked at random, or the node's previous one) is closed after the
+    /// Cache `fd` for node `ino`; what that pushes out (the shard's least
+    /// recently used fd, or the node's previous one) is closed after the
     /// shard's lock, which other requests may be waiting for.
     fn keep(&self, ino: u64, fd: Arc<OwnedFd>) {
         let out = self.shard(ino).lock().push(ino, fd);
@@ -314,7 +315,7 @@ impl Reach {
     /// The fd node `ino` has at hand, without counting it as a use (to
     /// tell a reused inode number, see [`Anchor::same_object`]).
     pub fn cached(&self, ino: u64) -> Option<Arc<OwnedFd>> {
-        if let Some(fd) = self.shard(ino).lock().get(&ino) {
+        if let Some(fd) = self.shard(ino).lock().peek(&ino) {
             return Some(fd.clone());
         }
         self.pinned.lock().get(&ino).cloned()
@@ -465,12 +466,6 @@ impl Reach {
         drop((cached, pinned));
     }
 
-    /// The most fds the cache keeps, all shards together (tests).
-    #[cfg(test)]
-    pub fn capacity(&self) -> usize {
-        self.fd_cache.iter().map(|s| s.lock().capacity()).sum()
-    }
-
     /// fds kept now: (cached, pinned).
     pub fn fds_kept(&self) -> (usize, usize) {
         let cached = self.fd_cache.iter().map(|s| s.lock().len()).sum();
@@ -494,21 +489,21 @@ impl Reach {
         let mut out = Vec::new();
         for s in &self.fd_cache {
             let mut s = s.lock();
-            while let Some((_, fd)) = s.pop_any() {
+            while let Some((_, fd)) = s.pop_lru() {
                 out.push(fd);
             }
         }
         out
     }
 
-    /// Close half of the cache (fds picked at random).
+    /// Close the least recently used half of the cache.
     fn shed(&self) {
         let mut closed = 0;
         for s in &self.fd_cache {
             let mut s = s.lock();
             let n = s.len().div_ceil(2);
             for _ in 0..n {
-                if s.pop_any().is_some() {
+                if s.pop_lru().is_some() {
                     closed += 1;
                 }
             }
