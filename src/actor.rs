@@ -19,6 +19,9 @@
 //! names the program as it presented itself, which is not proof against a
 //! hostile worker. Everything here is shown escaped (`text`).
 
+mod key;
+pub use key::PathKey;
+
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::ops::Bound;
@@ -367,11 +370,11 @@ fn moved(t: &[(u64, Actor)], seq: u64) -> Trail {
 /// the marks (sequence numbers a checkpoint took with [`Trails::mark`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Trails {
-    map: BTreeMap<PathBuf, Trail>,
+    map: BTreeMap<PathKey, Trail>,
     /// The sequence numbers at which a path's record was replaced (a
     /// rename over it) while a mark still needed the record before: its
     /// first and last are those from the latest on.
-    starts: BTreeMap<PathBuf, Vec<u64>>,
+    starts: BTreeMap<PathKey, Vec<u64>>,
     marks: Vec<u64>,
     /// The last sequence number given.
     seq: u64,
@@ -401,7 +404,7 @@ impl Trails {
 
     /// Each path's trail, in path order.
     pub fn iter(&self) -> impl Iterator<Item = (&PathBuf, &Trail)> {
-        self.map.iter()
+        self.map.iter().map(|(k, t)| (k.path(), t))
     }
 
     /// A change to `rel` by `by`; its sequence number.
@@ -418,10 +421,11 @@ impl Trails {
         let mark = self.mark_before(seq);
         let start = self.start_of(rel);
         let len = self.map.len();
-        match self.map.get_mut(rel) {
+        let key = PathKey::from(rel);
+        match self.map.get_mut(&key) {
             None if len >= PATHS_MAX => self.full = true,
             None => {
-                self.map.insert(rel.to_path_buf(), vec![(seq, by)]);
+                self.map.insert(key, vec![(seq, by)]);
             }
             Some(t) => {
                 let n = t.len();
@@ -442,10 +446,11 @@ impl Trails {
     pub fn push_at(&mut self, rel: &Path, seq: u64, by: Actor) {
         self.seq = self.seq.max(seq);
         let len = self.map.len();
-        match self.map.get_mut(rel) {
+        let key = PathKey::from(rel);
+        match self.map.get_mut(&key) {
             None if len >= PATHS_MAX => self.full = true,
             None => {
-                self.map.insert(rel.to_path_buf(), vec![(seq, by)]);
+                self.map.insert(key, vec![(seq, by)]);
             }
             Some(t) => t.push((seq, by)),
         }
@@ -474,19 +479,13 @@ impl Trails {
         if from != to {
             let below: Vec<PathBuf> = self
                 .map
-                .range::<Path, _>((Bound::Excluded(from), Bound::Unbounded))
-                .map(|(p, _)| p)
+                .range((Bound::Excluded(PathKey::from(from)), Bound::Unbounded))
+                .map(|(p, _)| p.path())
                 .take_while(|p| p.starts_with(from))
                 .cloned()
                 .collect();
             // What was at and under `to` is gone (replaced).
-            let gone: Vec<PathBuf> = self
-                .map
-                .range::<Path, _>((Bound::Included(to), Bound::Unbounded))
-                .map(|(p, _)| p)
-                .take_while(|p| p.starts_with(to))
-                .cloned()
-                .collect();
+            let gone: Vec<PathBuf> = self.under(to);
             // What a checkpoint before the rename saw stays with each
             // name (for `as_of` and `rewind`), behind a start; the moved
             // records start at the rename, so a rewind to before it drops
@@ -501,12 +500,15 @@ impl Trails {
                 };
                 let carried = moved(self.current(&p), seq);
                 self.replace(&p, mark, seq);
-                self.map.entry(to.join(tail)).or_default().extend(carried);
+                self.map
+                    .entry(PathKey::from(to.join(tail)))
+                    .or_default()
+                    .extend(carried);
             }
             let carried = moved(self.current(from), seq);
             if !carried.is_empty() {
                 self.map
-                    .entry(to.to_path_buf())
+                    .entry(PathKey::from(to))
                     .or_default()
                     .extend(carried);
             }
@@ -518,13 +520,14 @@ impl Trails {
     /// `rel`'s record replaced at `seq` (a rename over it): dropped, but
     /// for what the latest mark (`mark`) needs, kept behind a start.
     fn replace(&mut self, rel: &Path, mark: u64, seq: u64) {
-        let Some(t) = self.map.get_mut(rel) else {
+        let key = PathKey::from(rel);
+        let Some(t) = self.map.get_mut(&key) else {
             return;
         };
         t.retain(|(s, _)| *s <= mark);
         if t.is_empty() {
-            self.map.remove(rel);
-            self.starts.remove(rel);
+            self.map.remove(&key);
+            self.starts.remove(&key);
         } else {
             self.start_at(rel, seq);
         }
@@ -532,7 +535,7 @@ impl Trails {
 
     /// A start of `rel`'s record at `seq` (replaying a log).
     pub fn start_at(&mut self, rel: &Path, seq: u64) {
-        let s = self.starts.entry(rel.to_path_buf()).or_default();
+        let s = self.starts.entry(PathKey::from(rel)).or_default();
         if s.last().is_none_or(|l| *l < seq) {
             s.push(seq);
         }
@@ -540,13 +543,17 @@ impl Trails {
 
     /// Each path's starts (see [`Self::start_at`]), in path order.
     pub fn starts(&self) -> impl Iterator<Item = (&PathBuf, &Vec<u64>)> {
-        self.starts.iter()
+        self.starts.iter().map(|(k, s)| (k.path(), s))
     }
 
     /// `rel`'s latest start (0: none).
     fn start_of(&self, rel: &Path) -> u64 {
+        self.start_of_key(&PathKey::from(rel))
+    }
+
+    fn start_of_key(&self, key: &PathKey) -> u64 {
         self.starts
-            .get(rel)
+            .get(key)
             .and_then(|s| s.last())
             .copied()
             .unwrap_or(0)
@@ -554,10 +561,11 @@ impl Trails {
 
     /// `rel`'s trail from its latest start.
     fn current(&self, rel: &Path) -> &[(u64, Actor)] {
-        let Some(t) = self.map.get(rel) else {
+        let key = PathKey::from(rel);
+        let Some(t) = self.map.get(&key) else {
             return &[];
         };
-        let start = self.start_of(rel);
+        let start = self.start_of_key(&key);
         &t[t.partition_point(|(s, _)| *s < start)..]
     }
 
@@ -567,6 +575,7 @@ impl Trails {
     fn retain_in(&mut self, paths: Vec<PathBuf>, keep: impl Fn(u64) -> bool) -> bool {
         let mut dropped = false;
         for p in paths {
+            let p = PathKey::from(p);
             if let Some(t) = self.map.get_mut(&p) {
                 let had = t.len();
                 t.retain(|(s, _)| keep(*s));
@@ -594,8 +603,8 @@ impl Trails {
     /// The paths with a record at or under `tree`.
     fn under(&self, tree: &Path) -> Vec<PathBuf> {
         self.map
-            .range::<Path, _>((Bound::Included(tree), Bound::Unbounded))
-            .map(|(p, _)| p)
+            .range((Bound::Included(PathKey::from(tree)), Bound::Unbounded))
+            .map(|(p, _)| p.path())
             .take_while(|p| p.starts_with(tree))
             .cloned()
             .collect()
@@ -673,7 +682,7 @@ impl Trails {
     /// marks go. Renames after `seq` are not undone: their paths keep
     /// the record they had before it, if any.
     pub fn rewind(&mut self, seq: u64) {
-        let all: Vec<PathBuf> = self.map.keys().cloned().collect();
+        let all: Vec<PathBuf> = self.map.keys().map(|k| k.path().clone()).collect();
         self.retain_in(all, |s| s <= seq);
         self.marks.retain(|m| *m <= seq);
         self.seq = self.seq.max(seq);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::actor::{Actor, FirstLast, Trails};
+use crate::actor::{Actor, FirstLast, PathKey, Trails};
 use crate::policy::Op;
 use crate::stage::Stages;
 
@@ -155,7 +155,7 @@ struct Log {
     /// By zone; each zone's paths unordered (a hash costs less than the
     /// path comparisons of an ordered map on every create and unlink),
     /// sorted when a report is asked for.
-    zones: BTreeMap<String, HashMap<PathBuf, Kind>>,
+    zones: BTreeMap<String, HashMap<PathKey, Kind>>,
     paths: usize,
     truncated: bool,
     /// By zone: who changed each path.
@@ -202,7 +202,8 @@ impl ChangeLog {
                 Some(z) => z,
                 None => zones.entry(p.zone.clone()).or_default(),
             };
-            let prev = zone.get(&p.path).copied();
+            let key = PathKey::from(p.path);
+            let prev = zone.get(&key).copied();
             let next = match (prev, p.kind) {
                 (None, k) => Some(k),
                 (Some(Kind::Added), Kind::Deleted) => None,
@@ -215,20 +216,20 @@ impl ChangeLog {
             };
             match next {
                 None => {
-                    if zone.remove(&p.path).is_some() {
+                    if zone.remove(&key).is_some() {
                         *paths -= 1;
                     }
                     // Made and gone again: no change, and no record.
                     if let Some(t) = actors.get_mut(&p.zone) {
-                        t.forget(std::slice::from_ref(&p.path), &[]);
+                        t.forget(std::slice::from_ref(key.path()), &[]);
                     }
                 }
                 Some(k) if prev.is_some() => {
-                    zone.insert(p.path, k);
+                    zone.insert(key, k);
                 }
                 Some(_) if *paths >= MAX_PATHS => *truncated = true,
                 Some(k) => {
-                    zone.insert(p.path, k);
+                    zone.insert(key, k);
                     *paths += 1;
                 }
             }
@@ -269,6 +270,7 @@ impl ChangeLog {
             .get(zone)
             .into_iter()
             .flatten()
+            .map(|(p, k)| (p.path(), k))
             .filter(|(p, _)| filter.is_empty() || filter.iter().any(|f| p.starts_with(f)))
             .map(|(p, k)| Change {
                 path: p.clone(),
