@@ -90,7 +90,14 @@ mod tests {
 
     #[test]
     fn a_tree_sorts_before_its_siblings_that_extend_its_name() {
-        let mut v = [key("a-b"), key("a/x"), key("a"), key("a/x/y"), key("a.b"), key("b")];
+        let mut v = [
+            key("a-b"),
+            key("a/x"),
+            key("a"),
+            key("a/x/y"),
+            key("a.b"),
+            key("b"),
+        ];
         v.sort();
         let got: Vec<_> = v.iter().map(|k| k.path().to_str().unwrap()).collect();
         assert_eq!(got, ["a", "a/x", "a/x/y", "a-b", "a.b", "b"]);
