@@ -419,9 +419,9 @@ impl Trails {
     pub fn change_at(&mut self, rel: &Path, seq: u64, by: Actor) {
         self.seq = self.seq.max(seq);
         let mark = self.mark_before(seq);
-        let start = self.start_of(rel);
-        let len = self.map.len();
         let key = PathKey::from(rel);
+        let start = self.start_of(&key);
+        let len = self.map.len();
         match self.map.get_mut(&key) {
             None if len >= PATHS_MAX => self.full = true,
             None => {
@@ -547,11 +547,7 @@ impl Trails {
     }
 
     /// `rel`'s latest start (0: none).
-    fn start_of(&self, rel: &Path) -> u64 {
-        self.start_of_key(&PathKey::from(rel))
-    }
-
-    fn start_of_key(&self, key: &PathKey) -> u64 {
+    fn start_of(&self, key: &PathKey) -> u64 {
         self.starts
             .get(key)
             .and_then(|s| s.last())
@@ -565,7 +561,7 @@ impl Trails {
         let Some(t) = self.map.get(&key) else {
             return &[];
         };
-        let start = self.start_of_key(&key);
+        let start = self.start_of(&key);
         &t[t.partition_point(|(s, _)| *s < start)..]
     }
 
