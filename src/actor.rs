@@ -546,7 +546,7 @@ impl Trails {
         self.starts.iter().map(|(k, s)| (k.path(), s))
     }
 
-    /// `rel`'s latest start (0: none).
+    /// The latest start of the path `key` (0: none).
     fn start_of(&self, key: &PathKey) -> u64 {
         self.starts
             .get(key)
