@@ -465,7 +465,8 @@ impl Trails {
     /// A rename of `from` to `to` by `by`: `to` (and what was under `from`,
     /// now under `to`) takes `from`'s record, then both get the rename as
     /// their last change (`from`'s record stays: the report may show it
-    /// deleted). Its sequence number.
+    /// deleted). A record under `to` that nothing lands on stays (what was
+    /// removed there: `to` was empty). Its sequence number.
     pub fn rename(&mut self, from: &Path, to: &Path, by: Actor) -> u64 {
         self.seq += 1;
         let seq = self.seq;
@@ -475,37 +476,26 @@ impl Trails {
 
     /// [`Self::rename`] under a given sequence number.
     pub fn rename_at(&mut self, from: &Path, to: &Path, seq: u64, by: Actor) {
+        self.rename_where(from, to, seq, by, &|_| true);
+    }
+
+    /// [`Self::rename_at`], where of the records under `from` only those
+    /// `carry` says go with it (the others stay where they are: a plain
+    /// zone's record of what was deleted there).
+    pub fn rename_where(
+        &mut self,
+        from: &Path,
+        to: &Path,
+        seq: u64,
+        by: Actor,
+        carry: &dyn Fn(&Path) -> bool,
+    ) {
         self.seq = self.seq.max(seq);
         if from != to {
-            let below: Vec<PathBuf> = self
-                .map
-                .range((Bound::Excluded(PathKey::from(from)), Bound::Unbounded))
-                .map(|(p, _)| p.path())
-                .take_while(|p| p.starts_with(from))
-                .cloned()
-                .collect();
-            // What was at and under `to` is gone (replaced).
-            let gone: Vec<PathBuf> = self.under(to);
-            // What a checkpoint before the rename saw stays with each
-            // name (for `as_of` and `rewind`), behind a start; the moved
-            // records start at the rename, so a rewind to before it drops
-            // them.
-            let mark = self.mark_before(seq);
-            for p in gone {
-                self.replace(&p, mark, seq);
-            }
-            for p in below {
-                let Ok(tail) = p.strip_prefix(from) else {
-                    continue;
-                };
-                let carried = moved(self.current(&p), seq);
-                self.replace(&p, mark, seq);
-                self.map
-                    .entry(PathKey::from(to.join(tail)))
-                    .or_default()
-                    .extend(carried);
-            }
+            self.carry(&[(from, to)], seq, carry);
             let carried = moved(self.current(from), seq);
+            // (What a checkpoint before it saw stays, behind a start.)
+            self.replace(to, self.mark_before(seq), seq);
             if !carried.is_empty() {
                 self.map
                     .entry(PathKey::from(to))
@@ -515,6 +505,88 @@ impl Trails {
         }
         self.change_at(from, seq, by.clone());
         self.change_at(to, seq, by);
+    }
+
+    /// An exchange of `a` and `b` by `by` (`renameat2` with
+    /// `RENAME_EXCHANGE`): each name (and what is under it) takes the
+    /// other's record, then both get the exchange as their last change.
+    /// Its sequence number.
+    pub fn exchange(&mut self, a: &Path, b: &Path, by: Actor) -> u64 {
+        self.seq += 1;
+        let seq = self.seq;
+        self.exchange_at(a, b, seq, by);
+        seq
+    }
+
+    /// [`Self::exchange`] under a given sequence number.
+    pub fn exchange_at(&mut self, a: &Path, b: &Path, seq: u64, by: Actor) {
+        self.exchange_where(a, b, seq, by, &|_| true);
+    }
+
+    /// [`Self::exchange_at`], where of the records under the two names
+    /// only those `carry` says go with them.
+    pub fn exchange_where(
+        &mut self,
+        a: &Path,
+        b: &Path,
+        seq: u64,
+        by: Actor,
+        carry: &dyn Fn(&Path) -> bool,
+    ) {
+        self.seq = self.seq.max(seq);
+        // (The kernel refuses to exchange a directory with what is under
+        // it, so the two trees are apart.)
+        if a != b && !a.starts_with(b) && !b.starts_with(a) {
+            self.carry(&[(a, b), (b, a)], seq, carry);
+            let (ta, tb) = (moved(self.current(a), seq), moved(self.current(b), seq));
+            let mark = self.mark_before(seq);
+            for (name, t) in [(a, tb), (b, ta)] {
+                self.replace(name, mark, seq);
+                if !t.is_empty() {
+                    self.map.entry(PathKey::from(name)).or_default().extend(t);
+                }
+            }
+        }
+        self.change_at(a, seq, by.clone());
+        self.change_at(b, seq, by);
+    }
+
+    /// The records strictly under each `(from, to)`'s `from` that `carry`
+    /// says, moved to the same place under `to` (all taken before any is
+    /// put: under an exchange a path is one record's old place and
+    /// another's new one). What a checkpoint before `seq` saw stays with
+    /// each place, behind a start; the moved records start at `seq`, so a
+    /// rewind to before it drops them.
+    fn carry(&mut self, moves: &[(&Path, &Path)], seq: u64, carry: &dyn Fn(&Path) -> bool) {
+        let mark = self.mark_before(seq);
+        let mut carried = Vec::new();
+        for (from, to) in moves {
+            let below: Vec<PathBuf> = self
+                .map
+                .range((Bound::Excluded(PathKey::from(*from)), Bound::Unbounded))
+                .map(|(p, _)| p.path())
+                .take_while(|p| p.starts_with(from))
+                .filter(|p| carry(p))
+                .cloned()
+                .collect();
+            for p in below {
+                let Ok(tail) = p.strip_prefix(from) else {
+                    continue;
+                };
+                // (A record kept only for a checkpoint has nothing to carry.)
+                let t = moved(self.current(&p), seq);
+                if !t.is_empty() {
+                    carried.push((p.clone(), to.join(tail), t));
+                }
+            }
+        }
+        for (old, _, _) in &carried {
+            self.replace(old, mark, seq);
+        }
+        for (_, new, t) in carried {
+            self.replace(&new, mark, seq);
+            self.map.entry(PathKey::from(new)).or_default().extend(t);
+        }
     }
 
     /// `rel`'s record replaced at `seq` (a rename over it): dropped, but

@@ -177,6 +177,71 @@ fn each_program_is_named_for_its_changes_in_a_staged_and_a_plain_zone() {
     }
 }
 
+/// A plain zone's paths under a moved directory follow it: after an
+/// exchange of two directories and a rename of one, each listed path is
+/// where it now is, still named by the program that made it, and nothing
+/// is listed under a name it left.
+#[test]
+fn records_under_a_moved_directory_go_with_it() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = two_zones().mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = m.sh_in(
+        "plain",
+        "set -e; mkdir a a-b keep; echo x > a/x; echo y > a-b/y; sh -c 'echo k > keep/k'",
+        &[],
+    );
+    assert!(out.success(), "{}", out.describe());
+    let p = |rel: &str| m.path(&format!("plain/{rel}"));
+    rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        p("a"),
+        rustix::fs::CWD,
+        p("a-b"),
+        rustix::fs::RenameFlags::EXCHANGE,
+    )
+    .unwrap();
+    assert_eq!(fs::read_to_string(p("a-b/x")).unwrap(), "x\n");
+    let out = m.sh_in("plain", "mv keep kept", &[]);
+    assert!(out.success(), "{}", out.describe());
+    let v = json_of(&m.zonemount(&["changes", "--json", &mnt]));
+    let listed: Vec<(String, String)> = v["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|z| z["zone"] == "plain")
+        .flat_map(|z| z["changes"].as_array().unwrap().iter())
+        .map(|c| {
+            let (path, kind) = (c["path"].as_str().unwrap(), c["kind"].as_str().unwrap());
+            (path.to_owned(), kind.to_owned())
+        })
+        .collect();
+    let want = [
+        ("a", "added"),
+        ("a/y", "added"),
+        ("a-b", "added"),
+        ("a-b/x", "added"),
+        ("kept", "added"),
+        ("kept/k", "added"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(p, k)| (p.to_string(), k.to_string()))
+        .collect();
+    assert_eq!(listed, want, "{v:#}");
+    for (path, first, last) in [
+        ("a-b/x", "sh", "sh"),
+        ("kept/k", "sh", "sh"),
+        ("kept", "mkdir", "mv"),
+    ] {
+        let c = change(&v, "plain", path);
+        assert_eq!(c["first"]["comm"], first, "{c:#}");
+        assert_eq!(c["last"]["comm"], last, "{c:#}");
+    }
+}
+
 #[test]
 fn a_name_and_an_argv_with_escape_sequences_never_reach_stdout_raw() {
     if !fuse_ok() {

@@ -166,9 +166,31 @@ fn a_rename_carries_the_record_and_the_tree_under_it() {
     t.rename(Path::new("d"), Path::new("e"), who(3, "mv"));
     assert_eq!(first_last(&t, "e"), Some((1, 3)));
     assert_eq!(first_last(&t, "e/x"), Some((1, 1)));
-    assert_eq!(first_last(&t, "e/y"), None, "replaced");
+    // (`e` was empty: `e/y` was removed before; its record stays.)
+    assert_eq!(first_last(&t, "e/y"), Some((2, 2)), "nothing landed on it");
     assert_eq!(first_last(&t, "d"), Some((1, 3)), "deleted by the rename");
     assert_eq!(first_last(&t, "d/x"), None);
+}
+
+#[test]
+fn an_exchange_swaps_the_records_and_the_trees_under_them() {
+    let mut t = Trails::default();
+    t.change(Path::new("a"), who(1, "mk"));
+    t.change(Path::new("a/x"), who(1, "mk"));
+    t.change(Path::new("a-b/y"), who(2, "mk"));
+    t.change(Path::new("c"), who(5, "other"));
+    t.exchange(Path::new("a"), Path::new("a-b"), who(3, "swap"));
+    assert_eq!(
+        first_last(&t, "a-b"),
+        Some((1, 3)),
+        "a's object, now at a-b"
+    );
+    assert_eq!(first_last(&t, "a-b/x"), Some((1, 1)));
+    assert_eq!(first_last(&t, "a/y"), Some((2, 2)));
+    assert_eq!(first_last(&t, "a"), Some((3, 3)), "the exchange alone");
+    assert_eq!(first_last(&t, "a/x"), None);
+    assert_eq!(first_last(&t, "a-b/y"), None);
+    assert_eq!(first_last(&t, "c"), Some((5, 5)), "untouched");
 }
 
 #[test]
@@ -225,6 +247,7 @@ fn a_rename_over_a_path_after_a_mark_keeps_its_record_for_a_rewind() {
 enum Op {
     Change(usize),
     Rename(usize, usize),
+    Exchange(usize, usize),
     Mark,
     /// A rewind to the kept mark this picks.
     Rewind(usize),
@@ -239,6 +262,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
     prop_oneof![
         4 => (0..NAMES.len()).prop_map(Op::Change),
         2 => (0..NAMES.len(), 0..NAMES.len()).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => (0..NAMES.len(), 0..NAMES.len()).prop_map(|(a, b)| Op::Exchange(a, b)),
         2 => Just(Op::Mark),
         1 => (0..8usize).prop_map(Op::Rewind),
         1 => Just(Op::DropOldest),
@@ -247,7 +271,8 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
 
 /// The record as it should read: each path's (first, last) pid, with a
 /// rename's meaning (the new name takes the old one's record and what was
-/// under it; what was at and under the new name is replaced).
+/// under it; what was at the new name, and under it where a moved record
+/// lands, is replaced).
 type Model = BTreeMap<PathBuf, (u32, u32)>;
 
 fn model_change(m: &mut Model, p: &Path, pid: u32) {
@@ -295,7 +320,7 @@ proptest::proptest! {
                     }
                     t.rename(from, to, who(pid, "mv"));
                     if from != to {
-                        model.retain(|p, _| !p.starts_with(to));
+                        model.remove(to);
                         let under: Vec<PathBuf> = model.keys().filter(|p| p.starts_with(from) && *p != from).cloned().collect();
                         for p in under {
                             let fl = model.remove(&p).unwrap();
@@ -307,6 +332,30 @@ proptest::proptest! {
                     }
                     model_change(&mut model, from, pid);
                     model_change(&mut model, to, pid);
+                }
+                Op::Exchange(a, b) => {
+                    let (a, b) = (Path::new(NAMES[a]), Path::new(NAMES[b]));
+                    if a == b || a.starts_with(b) || b.starts_with(a) {
+                        continue;
+                    }
+                    t.exchange(a, b, who(pid, "mv"));
+                    let tree = |m: &Model, of: &Path| -> Vec<PathBuf> {
+                        m.keys().filter(|p| p.starts_with(of)).cloned().collect()
+                    };
+                    let (under_a, under_b) = (tree(&model, a), tree(&model, b));
+                    let mut swapped = Vec::new();
+                    for (list, from, to) in [(under_a, a, b), (under_b, b, a)] {
+                        for p in list {
+                            let fl = model.remove(&p).unwrap();
+                            swapped.push((to.join(p.strip_prefix(from).unwrap()), fl));
+                        }
+                    }
+                    for (p, fl) in swapped {
+                        // (`join` of an empty tail leaves a trailing `/`.)
+                        model.insert(p.components().collect(), fl);
+                    }
+                    model_change(&mut model, a, pid);
+                    model_change(&mut model, b, pid);
                 }
                 Op::Mark => {
                     let seq = t.mark();

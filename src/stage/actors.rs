@@ -5,7 +5,8 @@
 //! the fingerprints: a daemon killed loses none of what it answered).
 //!
 //! Lines: `{"s":SEQ,"p":PATH,"a":ACTOR}` a change of `p`;
-//! `{"s":SEQ,"p":FROM,"t":TO,"a":ACTOR}` a rename; `{"m":SEQ,"c":ID}` a
+//! `{"s":SEQ,"p":FROM,"t":TO,"a":ACTOR}` a rename, and with `"e":true`
+//! an exchange (`RENAME_EXCHANGE`) of `p` and `t`; `{"m":SEQ,"c":ID}` a
 //! mark (checkpoint ID; a stage made before marks carried ids has `m`
 //! alone); `{"r":SEQ,"c":ID}` a rewind to checkpoint ID (mark SEQ), and
 //! `{"r":SEQ,"c":ID,"p":PATH}` a rewind of `p` (and what is under it)
@@ -72,6 +73,9 @@ struct Line {
     t: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     t_b64: Option<String>,
+    /// With `t`: an exchange, not a rename.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    e: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     a: Option<Actor>,
 }
@@ -172,6 +176,16 @@ impl StageActors {
         let seq = k.trails.rename(from, to, by.clone());
         let mut line = Line::change(seq, from, by);
         (line.t, line.t_b64) = Line::path(to);
+        self.append(&mut k, &line)
+    }
+
+    /// An exchange of `a` and `b` by `by`, made (see `Trails::exchange`).
+    pub fn exchange(&self, a: &Path, b: &Path, by: &Actor) -> io::Result<()> {
+        let mut k = self.inner.lock();
+        let seq = k.trails.exchange(a, b, by.clone());
+        let mut line = Line::change(seq, a, by);
+        (line.t, line.t_b64) = Line::path(b);
+        line.e = true;
         self.append(&mut k, &line)
     }
 
@@ -441,7 +455,10 @@ fn replay(t: &mut Trails, ids: &mut BTreeMap<u64, u64>, l: Line) {
     match l.t {
         Some(to) => {
             let to = crate::text::path_from_json(&to, l.t_b64.as_deref());
-            t.rename_at(&p, &to, seq, a);
+            match l.e {
+                true => t.exchange_at(&p, &to, seq, a),
+                false => t.rename_at(&p, &to, seq, a),
+            }
         }
         None if l.k => t.push_at(&p, seq, a),
         None => t.change_at(&p, seq, a),
@@ -698,6 +715,7 @@ mod tests {
     enum Op {
         Change(usize),
         Rename(usize, usize),
+        Exchange(usize, usize),
         Checkpoint,
         Rewind(usize),
         RewindTree(usize, usize),
@@ -714,6 +732,7 @@ mod tests {
         prop_oneof![
             4 => (0..n).prop_map(Op::Change),
             2 => (0..n, 0..n).prop_map(|(a, b)| Op::Rename(a, b)),
+            1 => (0..n, 0..n).prop_map(|(a, b)| Op::Exchange(a, b)),
             2 => Just(Op::Checkpoint),
             1 => (0..8usize).prop_map(Op::Rewind),
             1 => (0..8usize, 0..n).prop_map(|(k, p)| Op::RewindTree(k, p)),
@@ -759,6 +778,13 @@ mod tests {
                             continue;
                         }
                         s.rename(from, to, &by(pid)).unwrap();
+                    }
+                    Op::Exchange(a, b) => {
+                        let (a, b) = (Path::new(NAMES[a]), Path::new(NAMES[b]));
+                        if a == b || a.starts_with(b) || b.starts_with(a) {
+                            continue;
+                        }
+                        s.exchange(a, b, &by(pid)).unwrap();
                     }
                     Op::Checkpoint => {
                         s.mark(next).unwrap();
