@@ -23,6 +23,9 @@
 #   zm-ckpt50 the same with 50 checkpoints taken before each run (each after
 #            a small change: a 2-byte file of its own), --max-checkpoints 64
 #            (none merged); compared with zm-staged (DESIGN: within 1.3x)
+#   zm-hide  zonemount, the zone with `hide` patterns (`**/.env`, `*.pem`,
+#            `secrets/`: none matches the fixtures), so every lookup, listing
+#            and new name is matched against them
 #   zm-uring zonemount, kernel passthrough on, served over FUSE over io_uring
 #            (the fuse module's enable_uring is switched on for the run and
 #            set back after; every other zonemount target is mounted with
@@ -40,7 +43,8 @@
 #   zm-base  with --base BIN only: the zonemount binary BIN (e.g. one built
 #            from an earlier commit) mounted as zm is, so a change is
 #            measured against what it replaces in the same interleaved run;
-#            with zm-uring too, also zm-base-uring: BIN over io_uring
+#            with zm-uring too, also zm-base-uring: BIN over io_uring; with
+#            zm-hide too, also zm-base-hide: BIN with zm-hide's zone
 #   zm-isolate  `zonemount run --isolate` with the fixtures as a ro zone
 #            (a fresh run per repetition; only the read-only workloads
 #            grep_r, git_status, find_ls, real_grep, real_status, timed
@@ -136,7 +140,7 @@ WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
 for w in $WORKLOADS; do
   case " $ALL_WORKLOADS " in *" $w "*) ;; *) echo "bench: unknown workload $w (known: $ALL_WORKLOADS)" >&2; exit 2 ;; esac
 done
-ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-ckpt50 zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon zm-kopen"
+ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-ckpt50 zm-hide zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon zm-kopen"
 TARGETS="native"
 for t in ${targets_opt//,/ }; do
   case " $ALL_TARGETS " in *" $t "*) ;; *) echo "bench: unknown target $t (known: $ALL_TARGETS)" >&2; exit 2 ;; esac
@@ -149,6 +153,7 @@ if [ -n "$base_bin" ]; then
   TARGETS="$TARGETS zm-base"
   want zm || TARGETS="$TARGETS zm"
   want zm-uring && TARGETS="$TARGETS zm-base-uring"
+  want zm-hide && TARGETS="$TARGETS zm-base-hide"
 fi
 # Room on the image for every target's seq_write file at once (they stay
 # for the read workloads; a staged target's lands in its stage) and the
@@ -185,6 +190,8 @@ mnt_c="$work/mnt-zm-caller"
 mnt_o="$work/mnt-zm-base"
 mnt_r="$work/mnt-zm-kopen"
 mnt_q="$work/mnt-zm-base-uring"
+mnt_h="$work/mnt-zm-hide"
+mnt_hb="$work/mnt-zm-base-hide"
 fuse_mode=""
 uring_param=/sys/module/fuse/parameters/enable_uring
 uring_was=""
@@ -197,7 +204,7 @@ cleanup() {
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
   [ -n "${tracefs_mounted:-}" ] && umount "$tr"
-  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r" "$mnt_q"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r" "$mnt_q" "$mnt_h" "$mnt_hb"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
@@ -211,7 +218,7 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r" "$mnt_q"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r" "$mnt_q" "$mnt_h" "$mnt_hb"
 # The unprivileged target's user must reach the helper, the mountpoints
 # and the fixtures.
 chmod 755 "$work"
@@ -311,6 +318,8 @@ root_of() {
     zm-caller) echo "$mnt_c/w" ;;
     zm-base) echo "$mnt_o/w" ;;
     zm-base-uring) echo "$mnt_q/w" ;;
+    zm-hide) echo "$mnt_h/w" ;;
+    zm-base-hide) echo "$mnt_hb/w" ;;
     zm-kopen) echo "$mnt_r/w" ;;
     # In the sandbox: the fixtures are the zone /fixture.
     zm-isolate|zm-isolate-daemon) echo "" ;;
@@ -400,6 +409,16 @@ want zm-base && "$base_bin" mount -q --config "$work/zm.yaml" --threads "$thread
 if want zm-base-uring; then
   "$base_bin" mount -q --config "$work/zm.yaml" --threads "$threads" --io-uring "$mnt_q"
   "$base_bin" status "$mnt_q" | grep -q '^transport: io_uring' || { echo "bench: $mnt_q is not served over io_uring" >&2; exit 1; }
+fi
+if want zm-hide; then
+  cat > "$work/zm-hide.yaml" <<YAML
+sandbox:
+  mode: direct
+  zones:
+    - { name: w, path: $data, mode: rw, hide: ["**/.env", "*.pem", "secrets/"] }
+YAML
+  "$bin" mount -q --config "$work/zm-hide.yaml" --threads "$threads" --no-io-uring "$mnt_h"
+  want zm-base-hide && "$base_bin" mount -q --config "$work/zm-hide.yaml" --threads "$threads" --no-io-uring "$mnt_hb"
 fi
 # The staged zone also serves the `commit` workload.
 { want zm-staged || [[ " $WORKLOADS " == *" commit "* ]]; } && "$bin" mount -q --config "$work/zm-staged.yaml" --threads "$threads" --no-io-uring --stage-dir "$fs/stage" "$mnt_s"
@@ -713,7 +732,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-ckpt50": "zm (staged, 50 checkpoints)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-base-uring": "zm-base (--base, io_uring)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)", "zm-kopen": "zm (ro, --kernel-opens)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-ckpt50": "zm (staged, 50 checkpoints)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-base-uring": "zm-base (--base, io_uring)", "zm-hide": "zm (hide patterns)", "zm-base-hide": "zm-base (--base, hide patterns)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)", "zm-kopen": "zm (ro, --kernel-opens)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
@@ -753,7 +772,7 @@ for placement in dict.fromkeys(p for p, _ in order):
             vs_bindfs = s["median"] / statistics.median(bf) if bf and t != "bindfs" and statistics.median(bf) > 0 else None
             if vs_bindfs is not None: results[-1]["ratio_to_bindfs"] = vs_bindfs
             # Staged and unprivileged are also compared with the root daemon's plain zone.
-            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-user", "zm-user-wb", "zm-caller", "zm-base") and zm and statistics.median(zm) > 0 else ""
+            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-hide", "zm-user", "zm-user-wb", "zm-caller", "zm-base") and zm and statistics.median(zm) > 0 else ""
             vs_bf = f" ({vs_bindfs:.2f}x bindfs)" if t == "zm" and vs_bindfs is not None else ""
             st = res.get((p, w, "zm-staged"))
             if t == "zm-ckpt50" and st and statistics.median(st) > 0:

@@ -16,7 +16,8 @@
 //! last actor per path are kept here, beside its kind; a staged zone's go
 //! to its stage (`stage::actors`), where they outlive the daemon.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -177,10 +178,9 @@ pub struct ChangeLog {
 
 #[derive(Debug, Default)]
 struct Log {
-    /// By zone; each zone's paths unordered (a hash costs less than the
-    /// path comparisons of an ordered map on every create and unlink),
-    /// sorted when a report is asked for.
-    zones: BTreeMap<String, HashMap<PathKey, Kind>>,
+    /// By zone, by path (in path order: a moved directory's records are
+    /// one range; the keys compare as bytes, see [`PathKey`]).
+    zones: BTreeMap<String, BTreeMap<PathKey, Kind>>,
     paths: usize,
     truncated: bool,
     /// By zone: who changed each path.
@@ -278,7 +278,7 @@ impl ChangeLog {
     pub fn changes(&self, zone: &str, filter: &[PathBuf]) -> (Vec<Change>, bool) {
         let log = self.inner.lock();
         let actors = log.actors.get(zone);
-        let mut list: Vec<Change> = log
+        let list: Vec<Change> = log
             .zones
             .get(zone)
             .into_iter()
@@ -291,7 +291,6 @@ impl ChangeLog {
                 by: actors.and_then(|a| a.first_last(p)),
             })
             .collect();
-        list.sort_unstable_by(|a, b| a.path.cmp(&b.path));
         (list, log.truncated)
     }
 }
@@ -345,9 +344,8 @@ impl Log {
     /// to `to`; with `exchange`, those under `to` come to `from` too.
     /// Each moved path is deleted at its old name and made at its new one
     /// (a path deleted there stays deleted where it was: nothing moved).
-    /// Costs a pass over the zone's records: only a directory's move pays
-    /// it. The old names left with a change (deleted, or another moved
-    /// record's new name).
+    /// Costs what is recorded under the two names. The old names left
+    /// with a change (deleted, or another moved record's new name).
     fn move_trees(&mut self, zone: &str, from: &Path, to: &Path, exchange: bool) -> Vec<PathBuf> {
         if !self.moved.contains(zone) {
             self.moved.insert(zone.to_owned());
@@ -360,12 +358,13 @@ impl Log {
             trees.push((to, from));
         }
         let mut moved: Vec<(PathBuf, PathBuf, Kind)> = Vec::new();
-        for (key, kind) in map {
-            for (old, new) in &trees {
+        for (old, new) in &trees {
+            let below = map
+                .range((Bound::Excluded(PathKey::from(*old)), Bound::Unbounded))
+                .take_while(|(key, _)| key.path().starts_with(old));
+            for (key, kind) in below {
                 if let Ok(tail) = key.path().strip_prefix(old) {
-                    if !tail.as_os_str().is_empty() {
-                        moved.push((key.path().clone(), new.join(tail), *kind));
-                    }
+                    moved.push((key.path().clone(), new.join(tail), *kind));
                 }
             }
         }
@@ -388,7 +387,7 @@ impl Log {
 }
 
 /// Whether a directory above `path` was made since the mount.
-fn under_added(map: &HashMap<PathKey, Kind>, path: &Path) -> bool {
+fn under_added(map: &BTreeMap<PathKey, Kind>, path: &Path) -> bool {
     path.ancestors()
         .skip(1)
         .take_while(|a| !a.as_os_str().is_empty())
