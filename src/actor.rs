@@ -409,10 +409,7 @@ impl Trails {
 
     /// A change to `rel` by `by`; its sequence number.
     pub fn change(&mut self, rel: &Path, by: Actor) -> u64 {
-        self.seq += 1;
-        let seq = self.seq;
-        self.change_at(rel, seq, by);
-        seq
+        self.numbered(|t, seq| t.change_at(rel, seq, by))
     }
 
     /// [`Self::change`] under a given sequence number (replaying a log).
@@ -468,15 +465,12 @@ impl Trails {
     /// deleted). A record under `to` that nothing lands on stays (what was
     /// removed there: `to` was empty). Its sequence number.
     pub fn rename(&mut self, from: &Path, to: &Path, by: Actor) -> u64 {
-        self.seq += 1;
-        let seq = self.seq;
-        self.rename_at(from, to, seq, by);
-        seq
+        self.numbered(|t, seq| t.rename_at(from, to, seq, by))
     }
 
     /// [`Self::rename`] under a given sequence number.
     pub fn rename_at(&mut self, from: &Path, to: &Path, seq: u64, by: Actor) {
-        self.rename_where(from, to, seq, by, &|_| true);
+        self.move_where(from, to, false, seq, by, &|_| true);
     }
 
     /// [`Self::rename_at`], where of the records under `from` only those
@@ -490,21 +484,7 @@ impl Trails {
         by: Actor,
         carry: &dyn Fn(&Path) -> bool,
     ) {
-        self.seq = self.seq.max(seq);
-        if from != to {
-            self.carry(&[(from, to)], seq, carry);
-            let carried = moved(self.current(from), seq);
-            // (What a checkpoint before it saw stays, behind a start.)
-            self.replace(to, self.mark_before(seq), seq);
-            if !carried.is_empty() {
-                self.map
-                    .entry(PathKey::from(to))
-                    .or_default()
-                    .extend(carried);
-            }
-        }
-        self.change_at(from, seq, by.clone());
-        self.change_at(to, seq, by);
+        self.move_where(from, to, false, seq, by, carry);
     }
 
     /// An exchange of `a` and `b` by `by` (`renameat2` with
@@ -512,15 +492,12 @@ impl Trails {
     /// other's record, then both get the exchange as their last change.
     /// Its sequence number.
     pub fn exchange(&mut self, a: &Path, b: &Path, by: Actor) -> u64 {
-        self.seq += 1;
-        let seq = self.seq;
-        self.exchange_at(a, b, seq, by);
-        seq
+        self.numbered(|t, seq| t.exchange_at(a, b, seq, by))
     }
 
     /// [`Self::exchange`] under a given sequence number.
     pub fn exchange_at(&mut self, a: &Path, b: &Path, seq: u64, by: Actor) {
-        self.exchange_where(a, b, seq, by, &|_| true);
+        self.move_where(a, b, true, seq, by, &|_| true);
     }
 
     /// [`Self::exchange_at`], where of the records under the two names
@@ -533,22 +510,51 @@ impl Trails {
         by: Actor,
         carry: &dyn Fn(&Path) -> bool,
     ) {
+        self.move_where(a, b, true, seq, by, carry);
+    }
+
+    /// A rename of `from` to `to` (with `exchange`: of `to` to `from` as
+    /// well) at `seq` by `by`, carrying the records under the moved names
+    /// that `carry` says.
+    fn move_where(
+        &mut self,
+        from: &Path,
+        to: &Path,
+        exchange: bool,
+        seq: u64,
+        by: Actor,
+        carry: &dyn Fn(&Path) -> bool,
+    ) {
         self.seq = self.seq.max(seq);
-        // (The kernel refuses to exchange a directory with what is under
-        // it, so the two trees are apart.)
-        if a != b && !a.starts_with(b) && !b.starts_with(a) {
-            self.carry(&[(a, b), (b, a)], seq, carry);
-            let (ta, tb) = (moved(self.current(a), seq), moved(self.current(b), seq));
+        // (The kernel moves no directory under itself, nor over one that
+        // holds it: the two trees are apart.)
+        if from != to && !from.starts_with(to) && !to.starts_with(from) {
+            let both = [(from, to), (to, from)];
+            let moves = if exchange { &both[..] } else { &both[..1] };
+            self.carry(moves, seq, carry);
+            let taken: Vec<(&Path, Trail)> = moves
+                .iter()
+                .map(|(old, new)| (*new, moved(self.current(old), seq)))
+                .collect();
+            // What a checkpoint before it saw stays, behind a start.
             let mark = self.mark_before(seq);
-            for (name, t) in [(a, tb), (b, ta)] {
+            for (name, t) in taken {
                 self.replace(name, mark, seq);
                 if !t.is_empty() {
                     self.map.entry(PathKey::from(name)).or_default().extend(t);
                 }
             }
         }
-        self.change_at(a, seq, by.clone());
-        self.change_at(b, seq, by);
+        self.change_at(from, seq, by.clone());
+        self.change_at(to, seq, by);
+    }
+
+    /// Give the next sequence number to `f`; that number.
+    fn numbered(&mut self, f: impl FnOnce(&mut Self, u64)) -> u64 {
+        self.seq += 1;
+        let seq = self.seq;
+        f(self, seq);
+        seq
     }
 
     /// The records strictly under each `(from, to)`'s `from` that `carry`
