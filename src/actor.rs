@@ -473,20 +473,6 @@ impl Trails {
         self.move_where(from, to, false, seq, by, &|_| true);
     }
 
-    /// [`Self::rename_at`], where of the records under `from` only those
-    /// `carry` says go with it (the others stay where they are: a plain
-    /// zone's record of what was deleted there).
-    pub fn rename_where(
-        &mut self,
-        from: &Path,
-        to: &Path,
-        seq: u64,
-        by: Actor,
-        carry: &dyn Fn(&Path) -> bool,
-    ) {
-        self.move_where(from, to, false, seq, by, carry);
-    }
-
     /// An exchange of `a` and `b` by `by` (`renameat2` with
     /// `RENAME_EXCHANGE`): each name (and what is under it) takes the
     /// other's record, then both get the exchange as their last change.
@@ -500,23 +486,11 @@ impl Trails {
         self.move_where(a, b, true, seq, by, &|_| true);
     }
 
-    /// [`Self::exchange_at`], where of the records under the two names
-    /// only those `carry` says go with them.
-    pub fn exchange_where(
-        &mut self,
-        a: &Path,
-        b: &Path,
-        seq: u64,
-        by: Actor,
-        carry: &dyn Fn(&Path) -> bool,
-    ) {
-        self.move_where(a, b, true, seq, by, carry);
-    }
-
     /// A rename of `from` to `to` (with `exchange`: of `to` to `from` as
-    /// well) at `seq` by `by`, carrying the records under the moved names
-    /// that `carry` says.
-    fn move_where(
+    /// well) at `seq` by `by`, where of the records under the moved names
+    /// only those `carry` says go with them (the others stay where they
+    /// are: a plain zone's record of what was deleted there).
+    pub fn move_where(
         &mut self,
         from: &Path,
         to: &Path,

@@ -33,6 +33,19 @@ fn two_zones() -> Setup {
     s.arg("--stage-dir").arg(&stage.to_string_lossy())
 }
 
+/// [`two_zones`] mounted, its mountpoint, and `script` run in zone `zone`
+/// (None: this machine can't mount, and the test may skip).
+fn mounted_after(zone: &str, script: &str) -> Option<(TestMount, String)> {
+    if !fuse_ok() {
+        return None;
+    }
+    let m = two_zones().mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = m.sh_in(zone, script, &[]);
+    assert!(out.success(), "{}", out.describe());
+    Some((m, mnt))
+}
+
 fn json_of(out: &Out) -> serde_json::Value {
     assert!(out.success(), "{}", out.describe());
     serde_json::from_str(&out.stdout)
@@ -183,17 +196,10 @@ fn each_program_is_named_for_its_changes_in_a_staged_and_a_plain_zone() {
 /// is listed under a name it left.
 #[test]
 fn records_under_a_moved_directory_go_with_it() {
-    if !fuse_ok() {
+    let script = "set -e; mkdir a a-b keep; echo x > a/x; echo y > a-b/y; sh -c 'echo k > keep/k'";
+    let Some((m, mnt)) = mounted_after("plain", script) else {
         return;
-    }
-    let m = two_zones().mount();
-    let mnt = m.mountpoint().to_string_lossy().into_owned();
-    let out = m.sh_in(
-        "plain",
-        "set -e; mkdir a a-b keep; echo x > a/x; echo y > a-b/y; sh -c 'echo k > keep/k'",
-        &[],
-    );
-    assert!(out.success(), "{}", out.describe());
+    };
     let p = |rel: &str| m.path(&format!("plain/{rel}"));
     rustix::fs::renameat_with(
         rustix::fs::CWD,
@@ -298,17 +304,10 @@ fn a_name_and_an_argv_with_escape_sequences_never_reach_stdout_raw() {
 
 #[test]
 fn the_record_outlives_a_killed_daemon_and_a_commit_drops_only_its_paths() {
-    if !fuse_ok() {
+    let script = "set -e; sh -c 'echo a > a'; cp a b; rm gone; mkdir d; touch d/in";
+    let Some((m, mnt)) = mounted_after("work", script) else {
         return;
-    }
-    let m = two_zones().mount();
-    let mnt = m.mountpoint().to_string_lossy().into_owned();
-    let out = m.sh_in(
-        "work",
-        "set -e; sh -c 'echo a > a'; cp a b; rm gone; mkdir d; touch d/in",
-        &[],
-    );
-    assert!(out.success(), "{}", out.describe());
+    };
     let pids = daemon_pids_for(m.mountpoint());
     assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
     let _ = run(

@@ -407,12 +407,8 @@ fn attribute_plain(log: &mut Log, done: &Expected, by: &Actor) {
             let carry =
                 |p: &Path| kinds.and_then(|k| k.get(&PathKey::from(p))) != Some(&Kind::Deleted);
             let seq = t.seq() + 1;
-            match done.moves {
-                Move::Exchange { .. } => {
-                    t.exchange_where(&from.path, &to.path, seq, by.clone(), &carry)
-                }
-                _ => t.rename_where(&from.path, &to.path, seq, by.clone(), &carry),
-            };
+            let exchange = matches!(done.moves, Move::Exchange { .. });
+            t.move_where(&from.path, &to.path, exchange, seq, by.clone(), &carry);
         }
         return;
     }
