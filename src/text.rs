@@ -40,10 +40,17 @@ use base64::engine::general_purpose::STANDARD as B64;
 /// - other format characters: U+00AD, U+0600–U+0605, U+06DD, U+070F,
 ///   U+0890–U+0891, U+08E2, U+180E, U+206A–U+206F, U+FFF9–U+FFFB, U+110BD,
 ///   U+110CD, U+13430–U+1343F, U+1BCA0–U+1BCA3, U+1D173–U+1D17A;
-/// - blank fillers: U+115F, U+1160, U+3164, U+FFA0;
-/// - variation selectors U+FE00–U+FE0F, U+E0100–U+E01EF, and the tag
-///   characters U+E0000–U+E007F (text an LLM reads and a person doesn't);
+/// - blank fillers: U+115F, U+1160, U+3164, U+FFA0, and the Khmer
+///   inherent vowels U+17B4, U+17B5;
+/// - variation selectors U+180B–U+180D, U+180F, U+FE00–U+FE0F,
+///   U+E0100–U+E01EF, and the tag characters U+E0000–U+E007F (text an LLM
+///   reads and a person doesn't);
+/// - what Unicode keeps as default-ignorable for later use (shown as
+///   nothing where it is not known): U+2065, U+FFF0–U+FFF8, and the rest
+///   of U+E0000–U+E0FFF;
 /// - U+2028 LINE SEPARATOR, U+2029 PARAGRAPH SEPARATOR.
+///
+/// With the controls, these hold every default-ignorable code point.
 pub fn invisible(c: char) -> bool {
     matches!(
         c,
@@ -56,23 +63,22 @@ pub fn invisible(c: char) -> bool {
             | '\u{0890}'..='\u{0891}'
             | '\u{08E2}'
             | '\u{115F}'..='\u{1160}'
-            | '\u{180E}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
             | '\u{200B}'..='\u{200F}'
             | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{206F}'
+            | '\u{2060}'..='\u{206F}'
             | '\u{3164}'
             | '\u{FE00}'..='\u{FE0F}'
             | '\u{FEFF}'
             | '\u{FFA0}'
-            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{FFF0}'..='\u{FFFB}'
             | '\u{110BD}'
             | '\u{110CD}'
             | '\u{13430}'..='\u{1343F}'
             | '\u{1BCA0}'..='\u{1BCA3}'
             | '\u{1D173}'..='\u{1D17A}'
-            | '\u{E0000}'..='\u{E007F}'
-            | '\u{E0100}'..='\u{E01EF}'
+            | '\u{E0000}'..='\u{E0FFF}'
     )
 }
 
@@ -353,6 +359,23 @@ mod tests {
             "\\u{2066}\\u{200f}\\u{feff}"
         );
         assert_eq!(escape_str("tag\u{e0041}"), "tag\\u{e0041}");
+        // Every default-ignorable code point (Unicode's
+        // DerivedCoreProperties.txt) that the list once missed.
+        for c in [
+            '\u{17b4}',
+            '\u{17b5}',
+            '\u{180b}',
+            '\u{180f}',
+            '\u{2065}',
+            '\u{fff0}',
+            '\u{fff8}',
+            '\u{e0fff}',
+        ] {
+            assert_eq!(
+                escape_str(&format!("run.sh{c}")),
+                format!("run.sh\\u{{{:x}}}", c as u32)
+            );
+        }
         assert_eq!(escape(b"bad\xff\xc3"), "bad\\xff\\xc3");
         assert_eq!(
             escape_str("a\\x1b"),

@@ -145,6 +145,7 @@ pub const ROWS: &[Row] = &[
     row("mkfifo",                 Write,  sh("mkfifo fifo"),                                        &[new_fifo("fifo")]).needs(&[Tool("mkfifo")]),
     row("mknod char device",      Device, sh("mknod null c 1 3"),                                   unchanged()).needs(&[Root]),
     row("mknod block device",     Device, sh("mknod blk b 7 0"),                                    unchanged()).needs(&[Root]),
+    row("rename RENAME_WHITEOUT", Device, call(a::whiteout),                                        unchanged()),
     // metadata: EROFS in ro, else the `write` policy
     row("chmod",                  Write,  call(|c| fs::set_permissions(c.p("f.txt"), mode(0o600))), &[perm("f.txt", 0o600)]),
     row("chmod a dir",            Write,  call(|c| fs::set_permissions(c.p("dir"), mode(0o700))),   &[perm("dir", 0o700)]),

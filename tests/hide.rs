@@ -228,11 +228,11 @@ fn a_worker_adds_patterns(mode: Mode) {
 
 /// A directory holding only hidden entries gives nothing away: its link
 /// count leaves out the hidden subdirectories (2 + the ones listed, as
-/// for any directory), and removing it is refused with EACCES, as a
-/// rename of a dir that holds hidden paths is, not ENOTEMPTY (which `ls`
-/// would contradict). Its hidden content stays. A dir with visible
-/// entries still says ENOTEMPTY; the zone dir's count leaves out its
-/// hidden `secrets/` too.
+/// for any directory), and removing it or renaming an empty dir onto it
+/// is refused with EACCES, as a rename of a dir that holds hidden paths
+/// is, not ENOTEMPTY (which `ls` would contradict). Its hidden content
+/// stays. A dir with visible entries still says ENOTEMPTY; the zone dir's
+/// count leaves out its hidden `secrets/` too.
 fn a_dir_of_hidden_entries_looks_empty(mode: Mode) {
     use std::os::unix::fs::MetadataExt;
     let Some(m) = fixture(mode, None) else {
@@ -305,6 +305,14 @@ fn a_dir_of_hidden_entries_looks_empty(mode: Mode) {
                 v["recent_refusals"]
             );
         }
+        // Nor can an empty dir replace it by a rename: refused as its
+        // rmdir is, and the hidden entries stay.
+        if z != "rosec" {
+            fs::create_dir(p("empty")).unwrap();
+            assert_errno(fs::rename(p("empty"), p("vault")), EACCES);
+            assert!(m.backing(z, "vault/.env").is_file(), "{z}");
+            assert!(p("empty").is_dir(), "{z}: the source stays");
+        }
         // What the worker can see there: the host's answer, as always.
         let want = if z == "rosec" {
             libc::EROFS
@@ -312,5 +320,8 @@ fn a_dir_of_hidden_entries_looks_empty(mode: Mode) {
             libc::ENOTEMPTY
         };
         assert_errno(fs::remove_dir(p("vault2")), want);
+        if z != "rosec" {
+            assert_errno(fs::rename(p("empty"), p("vault2")), libc::ENOTEMPTY);
+        }
     }
 }

@@ -46,7 +46,8 @@ fn exchange(a: &Path, b: &Path) -> io::Result<()> {
 
 both_modes!(
     exchanges_carry_their_rules,
-    deep_dirs_and_read_asks_keep_theirs
+    deep_dirs_and_read_asks_keep_theirs,
+    a_whiteout_is_a_device_node_never_made
 );
 
 fn exchanges_carry_their_rules(mode: Mode) {
@@ -118,4 +119,37 @@ fn deep_dirs_and_read_asks_keep_theirs(mode: Mode) {
     // Within the pattern, a rename needs no read.
     fs::rename(p("private/plan.txt"), p("private/plan2.txt")).unwrap();
     assert_errno(fs::read(p("private/plan2.txt")), EACCES);
+}
+
+/// `renameat2(RENAME_WHITEOUT)` leaves a whiteout (a character device 0/0)
+/// at the source: a device node, refused with EPERM as `mknod` of one is,
+/// once the rules before the approval policy have spoken (hidden: ENOENT;
+/// protected: EROFS). Nothing moves and no node is made on the host, where
+/// an overlay over the backing dir would take one for a deletion.
+fn a_whiteout_is_a_device_node_never_made(mode: Mode) {
+    use std::os::unix::fs::FileTypeExt;
+    let Some(m) = fixture(mode) else {
+        return;
+    };
+    let p = |rel: &str| m.path(&format!("w/{rel}"));
+    let whiteout = |a: &str, b: &str| {
+        renameat_with(CWD, p(a), CWD, p(b), RenameFlags::WHITEOUT).map_err(io::Error::from)
+    };
+    assert_errno(whiteout("mine.txt", "moved.txt"), libc::EPERM);
+    assert_eq!(fs::read_to_string(p("mine.txt")).unwrap(), "mine\n");
+    assert_errno(fs::metadata(p("moved.txt")), ENOENT);
+    let host = fs::symlink_metadata(m.backing("w", "mine.txt")).unwrap();
+    assert!(host.is_file() && !host.file_type().is_char_device());
+    assert_errno(whiteout("config/credentials.json", "c.json"), ENOENT);
+    assert_errno(whiteout("keep/kept.txt", "kept.txt"), EROFS);
+    assert_errno(whiteout("top/file.txt", "keep/new.txt"), EROFS);
+    // The mknod it stands for.
+    let dev = rustix::fs::mknodat(
+        CWD,
+        p("dev00"),
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    );
+    assert_errno(dev.map_err(io::Error::from), libc::EPERM);
 }

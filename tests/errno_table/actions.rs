@@ -121,6 +121,14 @@ pub fn rdwr(c: &Ctx) -> io::Result<()> {
     f.write_all(b"Z")
 }
 
+/// `renameat2(RENAME_WHITEOUT)`: a rename that leaves a whiteout (a
+/// character device 0/0) at the source.
+pub fn whiteout(c: &Ctx) -> io::Result<()> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    renameat_with(CWD, c.p("f.txt"), CWD, c.p("wo.txt"), RenameFlags::WHITEOUT)
+        .map_err(io::Error::from)
+}
+
 /// O_TRUNC empties the file at open, before anything is written.
 pub fn trunc(c: &Ctx) -> io::Result<()> {
     let mut f = open(c, "f.txt", "wt")?;

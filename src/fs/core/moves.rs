@@ -152,7 +152,27 @@ impl Core {
             self.renaming(&ctx, parent, &name, newparent, &newname, flags)
                 .map(|(gate, p, np)| {
                     let act = move |core: &Core| {
-                        core.rename_as(&ctx.caller(), &p, &name, &np, &newname, flags)
+                        let r = core.rename_as(&ctx.caller(), &p, &name, &np, &newname, flags);
+                        // Onto a directory that looks empty but holds what
+                        // the worker can't see: refused as its rmdir is,
+                        // not ENOTEMPTY (EEXIST on some filesystems).
+                        let replaces =
+                            flags & (libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) == 0;
+                        let full = |e: &FsError| {
+                            *e == FsError::Os(libc::ENOTEMPTY) || *e == FsError::Os(libc::EEXIST)
+                        };
+                        match r {
+                            Err(e) if replaces && full(&e) => {
+                                let _as = AsCaller::enter(&ctx.caller())?;
+                                let zone = Self::zone_dir(&np)?;
+                                let fd = core.reach.fd_of(&np)?;
+                                match core.only_unseen_in(zone, &np, fd.as_fd(), &newname) {
+                                    true => Err(core.refused_rmdir(&ctx, zone, &np, &newname)),
+                                    false => Err(e),
+                                }
+                            }
+                            r => r,
+                        }
                     };
                     (gate, act)
                 })
@@ -184,7 +204,16 @@ impl Core {
             to_is_dir,
             exchange: flags & libc::RENAME_EXCHANGE != 0,
         };
-        Ok((self.gate(ctx, &op, Keep::Ledger)?, p, np))
+        // RENAME_WHITEOUT leaves a whiteout (a character device 0/0) at
+        // the source: a device node, never made (as mknod of one), once
+        // the rules before the approval policy have spoken. A host
+        // overlay would take it for a deletion of what lies below it.
+        let decision = match policy::decide(&op) {
+            Decision::Refuse(r) => Decision::Refuse(r),
+            _ if flags & libc::RENAME_WHITEOUT != 0 => Decision::Refuse(Refusal::Device),
+            d => d,
+        };
+        Ok((self.settle(ctx, &op, decision, Keep::Ledger)?, p, np))
     }
 
     fn rename_as(
