@@ -246,8 +246,22 @@ fn a_dir_of_hidden_entries_looks_empty(mode: Mode) {
         fs::create_dir_all(m.backing(z, "vault2/secrets")).unwrap();
     }
     for z in ["sec", "rosec", "stsec"] {
+        // Enough hidden names to grow the dir past one block on the host.
+        for i in 0..300 {
+            fs::write(m.backing(z, &format!("vault/k{i:03}.pem")), "K\n").unwrap();
+        }
+        fs::create_dir_all(m.backing(z, "bare")).unwrap();
+    }
+    for z in ["sec", "rosec", "stsec"] {
         let p = |rel: &str| m.path(&format!("{z}/{rel}"));
         assert!(names(&p("vault")).unwrap().is_empty(), "{z}/vault listed");
+        // Nor does its size: that of a dir that holds nothing.
+        assert!(fs::metadata(m.backing(z, "vault")).unwrap().len() > 4096);
+        let size = |rel: &str| {
+            let md = fs::metadata(p(rel)).unwrap();
+            (md.len(), md.blocks())
+        };
+        assert_eq!(size("vault"), size("bare"), "{z}: vault's size");
         assert_eq!(fs::metadata(m.backing(z, "vault")).unwrap().nlink(), 4);
         assert_eq!(
             fs::metadata(p("vault")).unwrap().nlink(),
@@ -259,12 +273,13 @@ fn a_dir_of_hidden_entries_looks_empty(mode: Mode) {
             3,
             "{z}/vault2: one subdir shown"
         );
-        // The zone dir: config, sub, tls, vault, vault2 shown; secrets not.
+        // The zone dir: config, sub, tls, vault, vault2, bare shown;
+        // secrets not.
         // (A staged zone's is a merged overlay dir: overlayfs says 1, which
         // counts nothing.)
         assert_eq!(
             fs::metadata(p("")).unwrap().nlink(),
-            if z == "stsec" { 1 } else { 2 + 5 },
+            if z == "stsec" { 1 } else { 2 + 6 },
             "{z}: the zone dir's link count"
         );
         // readdirplus and lookup agree with stat.

@@ -13,6 +13,10 @@ use super::{Core, Ctx, Entry, Statfs};
 use crate::backing::{self, FileType};
 use crate::error::Refusal;
 use crate::error::{FsError, FsResult};
+
+/// The size every directory shows in a zone that hides paths (see
+/// [`Core::dir_attr`]).
+const DIR_SIZE: u64 = 4096;
 use crate::fs::attr::{fuse_kind, to_attr};
 use crate::fs::handles::{DirItem, Handle};
 use crate::fs::inodes::{Node, ROOT};
@@ -174,10 +178,11 @@ impl Core {
     }
 
     /// The attributes the worker sees of the directory `dir_path` of `zone`
-    /// (fd `fd`, backing `st`): its link count leaves out the subdirectories
-    /// it can't see (`hide`, sensitive roots), which would otherwise give
-    /// them away (2 + subdirectories, as `find` relies on). Only listed when
-    /// the zone hides paths and the directory has subdirectories at all.
+    /// (fd `fd`, backing `st`): in a zone that hides paths, its link count
+    /// leaves out the subdirectories it can't see (`hide`, sensitive
+    /// roots), which would otherwise give them away (2 + subdirectories,
+    /// as `find` relies on), and its size is [`DIR_SIZE`]. Only listed
+    /// when the directory has subdirectories at all.
     pub(super) fn dir_attr(
         &self,
         ino: u64,
@@ -187,7 +192,14 @@ impl Core {
         st: &backing::Stat,
     ) -> FileAttr {
         let mut attr = to_attr(ino, st);
-        if attr.kind != FuseType::Directory || attr.nlink <= 2 || !self.zones[zone].hides_paths() {
+        if attr.kind != FuseType::Directory || !self.zones[zone].hides_paths() {
+            return attr;
+        }
+        // Its size grows with its entries, hidden ones too: every
+        // directory here shows one block's, the least a directory has.
+        attr.size = DIR_SIZE;
+        attr.blocks = DIR_SIZE / 512;
+        if attr.nlink <= 2 {
             return attr;
         }
         let key = Seen::of(st);
