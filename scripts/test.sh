@@ -122,7 +122,7 @@ fi
 # is unusable (a private mount namespace with it covered), as an
 # unprivileged user with the setuid fusermount3, and as root over FUSE
 # over io_uring where the kernel has it (scripts/test-envs.sh).
-ENV_SUITES=(errno_table lifecycle run approvals escape bounded_fds staged checkpoints data_path moves ask_lock stages package direct attribution review)
+ENV_SUITES=(errno_table lifecycle run approvals escape bounded_fds staged checkpoints data_path moves hide ask_lock stages package direct attribution review)
 rc_envs=0
 for env_name in nofusermount user uring; do
   rc_env=0
