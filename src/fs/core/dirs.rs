@@ -222,35 +222,30 @@ impl Core {
         attr
     }
 
-    /// Whether the directory `name` in `parent` (of `zone`, fd `parent_fd`)
-    /// holds entries and the worker can see none of them: an rmdir that the host
-    /// refuses (ENOTEMPTY) is then refused for what it holds, as a rename
-    /// of it would be, without saying it isn't empty.
-    pub(super) fn only_unseen_in(
-        &self,
-        zone: usize,
-        parent: &Node,
-        parent_fd: BorrowedFd<'_>,
-        name: &std::ffi::OsStr,
-    ) -> bool {
-        let Ok(fd) = self.reach.lookup(parent_fd, name) else {
-            return false;
-        };
-        let path = parent.zone_path().join(name);
-        self.seen_entries(zone, &path, fd.as_fd())
-            .is_ok_and(|e| !e.is_empty() && e.iter().all(|(_, _, seen)| !seen))
-    }
-
-    /// The refusal of an rmdir of `name` in `parent` (of `zone`) that
-    /// holds only what the worker can't see, kept as every refusal is.
-    pub(super) fn refused_rmdir(
+    /// What to answer for the host's "not empty" (`e`) about the directory
+    /// `name` in `parent` (of `zone`, fd `parent_fd`), removed or renamed
+    /// over: `e` itself, unless the worker can see none of what it holds;
+    /// then the refusal of a removal for what it holds (kept as every
+    /// refusal is), which does not say it isn't empty.
+    pub(super) fn not_empty(
         &self,
         ctx: &Ctx,
         zone: usize,
         parent: &Node,
+        parent_fd: BorrowedFd<'_>,
         name: &std::ffi::OsStr,
+        e: FsError,
     ) -> FsError {
+        let Ok(fd) = self.reach.lookup(parent_fd, name) else {
+            return e;
+        };
         let path = parent.zone_path().join(name);
+        let unseen = self
+            .seen_entries(zone, &path, fd.as_fd())
+            .is_ok_and(|e| !e.is_empty() && e.iter().all(|(_, _, seen)| !seen));
+        if !unseen {
+            return e;
+        }
         let at = Loc::in_zone(&self.zones[zone], &path);
         self.refuse(
             ctx,

@@ -43,10 +43,9 @@ impl Core {
                         true => backing::rmdir(fd.as_fd(), &name),
                         false => backing::unlink(fd.as_fd(), &name),
                     };
-                    if r == Err(rustix::io::Errno::NOTEMPTY)
-                        && core.only_unseen_in(zone, &at, fd.as_fd(), &name)
-                    {
-                        return Err(core.refused_rmdir(&ctx, zone, &at, &name));
+                    if r == Err(rustix::io::Errno::NOTEMPTY) {
+                        let e = FsError::Os(libc::ENOTEMPTY);
+                        return Err(core.not_empty(&ctx, zone, &at, fd.as_fd(), &name, e));
                     }
                     core.reach.in_dir(&at, fd.as_fd(), r)?;
                     if let Some((node, fd)) = victim {
@@ -166,10 +165,7 @@ impl Core {
                                 let _as = AsCaller::enter(&ctx.caller())?;
                                 let zone = Self::zone_dir(&np)?;
                                 let fd = core.reach.fd_of(&np)?;
-                                match core.only_unseen_in(zone, &np, fd.as_fd(), &newname) {
-                                    true => Err(core.refused_rmdir(&ctx, zone, &np, &newname)),
-                                    false => Err(e),
-                                }
+                                Err(core.not_empty(&ctx, zone, &np, fd.as_fd(), &newname, e))
                             }
                             r => r,
                         }
