@@ -5,7 +5,8 @@
 //! wrote is in the backing file once its `close` returns, and a zone's
 //! size limit refuses the write that would pass it, to the writer.
 //! Without `--writeback-cache`, a change the host makes to a file shows
-//! through the mount (the writeback cache would hide it).
+//! through the mount (the writeback cache would hide it). An open file
+//! reads what it opened after its name is removed or replaced.
 //!
 //! The suite runs in every environment (`scripts/test-envs.sh`): as root
 //! each test runs with passthrough, with `--no-passthrough`, and with
@@ -199,6 +200,59 @@ fn what_is_read_is_the_backing_files_bytes() {
             assert!(
                 &buf[..n] == want,
                 "{ctx}: lim/big at {at}, {len} bytes: got {n} bytes, not the backing file's"
+            );
+        }
+    }
+}
+
+/// An open file reads what it opened after its name goes, as on any
+/// filesystem: removed through the mount, or replaced on the host the
+/// way an editor saves (a new file renamed over it). The opens come
+/// after each file was opened once before (how its data goes is settled)
+/// and after 3,000 other files have gone through the daemon's fd cache,
+/// and the page cache is dropped before each read: only what the open
+/// itself holds can answer.
+#[test]
+fn an_open_file_reads_what_it_opened_after_its_name_goes() {
+    if !fuse_ok() {
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    const OTHERS: usize = 3_000;
+    for args in PATHS {
+        let ctx = format!("{args:?}");
+        let mut s = Setup::zones(Mode::Sandboxed, &[("ws", "mode: rw")])
+            .file("ws", "removed", noise(100_000))
+            .file("ws", "saved", noise(40_000));
+        for i in 0..OTHERS {
+            s = s.file("ws", &format!("others/{i}"), format!("{i}"));
+        }
+        let s = with_args(s, args);
+        let m = s.mount();
+        let names = ["removed", "saved"];
+        let want: Vec<Vec<u8>> = names
+            .iter()
+            .map(|n| fs::read(m.path(&format!("ws/{n}"))).unwrap())
+            .collect();
+        for i in 0..OTHERS {
+            fs::read(m.path(&format!("ws/others/{i}"))).unwrap();
+        }
+        let open: Vec<fs::File> = names
+            .iter()
+            .map(|n| fs::File::open(m.path(&format!("ws/{n}"))).unwrap())
+            .collect();
+        fs::remove_file(m.path("ws/removed")).unwrap();
+        fs::write(m.backing("ws", "saved.new"), "the editor's new copy").unwrap();
+        fs::rename(m.backing("ws", "saved.new"), m.backing("ws", "saved")).unwrap();
+        for ((name, f), want) in names.iter().zip(&open).zip(&want) {
+            rustix::fs::fadvise(f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+            let mut got = vec![0u8; want.len() + 10];
+            let n = f
+                .read_at(&mut got, 0)
+                .unwrap_or_else(|e| panic!("{ctx}: reading {name} after its name went: {e}"));
+            assert!(
+                &got[..n] == &want[..],
+                "{ctx}: {name} read {n} bytes, not what was opened"
             );
         }
     }
