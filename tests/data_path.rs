@@ -251,7 +251,7 @@ fn an_open_file_reads_what_it_opened_after_its_name_goes() {
                 .read_at(&mut got, 0)
                 .unwrap_or_else(|e| panic!("{ctx}: reading {name} after its name went: {e}"));
             assert!(
-                &got[..n] == &want[..],
+                got[..n] == want[..],
                 "{ctx}: {name} read {n} bytes, not what was opened"
             );
         }
