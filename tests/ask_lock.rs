@@ -415,6 +415,55 @@ fn a_mkdir_is_told_to_retry_and_the_retry_gets_the_decision() {
     assert!(!m.backing("out", "e").exists());
 }
 
+/// A change to a directory's own metadata (chmod, utimes, an xattr) holds
+/// that directory's lock in the kernel, which every lookup in it waits
+/// for, unkillably: so it is told to retry as a mkdir is, and the rest of
+/// the directory answers while its request waits. The retry after an
+/// allow goes through.
+#[test]
+fn a_directorys_own_metadata_is_told_to_retry() {
+    if !fuse_ok() {
+        return;
+    }
+    let has_setfattr = require(Need::Tool("setfattr"));
+    let m = setup().file("out", "sub/inside", "in\n").mount();
+    // A setxattr says EBUSY: the kernel would report EAGAIN from it as
+    // "Operation not supported".
+    let again = "Resource temporarily unavailable";
+    let mut calls = vec![
+        ("chmod 700 out/sub", "setattr", again),
+        ("touch -c out/sub", "setattr", again),
+    ];
+    if has_setfattr {
+        calls.push((
+            "setfattr -n user.k -v v out/sub",
+            "setxattr",
+            "Device or resource busy",
+        ));
+        calls.push(("setfattr -x user.k out/sub", "removexattr", again));
+    }
+    for (call, op, said) in calls {
+        let (ok, err, took) = answers(&m, call).unwrap();
+        eprintln!("{call}: {took:?}");
+        assert!(!ok && err.contains(said), "{call}: {err}");
+        let reqs = wait_pending(&m, 1, ANSWERS);
+        assert_eq!(reqs[0]["op"], op, "{call}: {reqs:?}");
+        assert_eq!(reqs[0]["retry"], true, "{call}: {reqs:?}");
+        // The directory answers while the request waits.
+        let (ok, err, _) = answers(&m, "cat out/sub/inside && ls out/sub/absent || true").unwrap();
+        assert!(ok, "{call}: {err}");
+        decide(&m, "allow", id_of(&reqs[0]));
+        let (ok, err, _) = answers(&m, call).unwrap();
+        assert!(ok, "{call} after the allow: {err}");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(m.backing("out", "sub"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+}
+
 /// With file data through the daemon and the kernel's writeback cache, a
 /// create that waits is made and its write held all the same (the
 /// handle's writes go to the daemon as they are made); denied, nothing

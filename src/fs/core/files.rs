@@ -155,7 +155,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request(ctx, plan, respond);
+        self.request_on(ctx, ino, plan, respond);
     }
 
     fn setting(&self, ctx: &Ctx, ino: u64, a: &SetAttr) -> FsResult<(Gate, Arc<Node>)> {

@@ -14,7 +14,8 @@ use crate::fs::changes::Expected;
 use crate::policy::{self, Action, AskItem, Class, Decision, Loc, Op, Subject};
 
 /// How long a call that holds its directory's lock in the kernel (mkdir,
-/// mknod, symlink, link, unlink, rmdir, rename) waits for a decision
+/// mknod, symlink, link, unlink, rmdir, rename; chmod, chown, utimes and
+/// xattr changes of a directory itself) waits for a decision
 /// before it is told to retry (EAGAIN) and its request stays pending:
 /// everything else in that directory waits behind it meanwhile (DESIGN
 /// §4). Long enough for an approver that answers at once (the Rust API,
@@ -204,6 +205,28 @@ impl Core {
         R: Respond<T>,
     {
         self.request_waiting(ctx, Wait::Bounded(DIR_HOLD), plan, respond)
+    }
+
+    /// [`request`](Self::request) for a call on node `ino`'s own metadata
+    /// (chmod, chown, utimes, truncate, setxattr, removexattr): the kernel
+    /// holds the node's lock across it, and a directory's lock keeps every
+    /// lookup in it waiting, so on a directory it is
+    /// [`request_in_dir`](Self::request_in_dir).
+    pub(super) fn request_on<T, A, R>(
+        self: &Arc<Self>,
+        ctx: Ctx,
+        ino: u64,
+        plan: impl FnOnce() -> FsResult<(Gate, A)>,
+        respond: R,
+    ) where
+        T: Send + 'static,
+        A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
+        R: Respond<T>,
+    {
+        match self.node(ino).is_ok_and(|n| n.is_dir) {
+            true => self.request_in_dir(ctx, plan, respond),
+            false => self.request(ctx, plan, respond),
+        }
     }
 
     fn request_waiting<T, A, R>(

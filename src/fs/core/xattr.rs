@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::gate::{Gate, Keep};
 use super::{Core, Ctx, Respond, XattrReply};
 use crate::backing::AsCaller;
-use crate::error::{FsError, FsResult};
+use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::inodes::Node;
 use crate::policy::Op;
 
@@ -110,6 +110,15 @@ impl Core {
         respond: impl Respond<()>,
     ) {
         let (name, value) = (name.to_owned(), value.to_vec());
+        // The kernel takes a setxattr's EAGAIN for "ask the security
+        // module" and says EOPNOTSUPP: a directory's request left waiting
+        // for its retry (see `request_on`) says EBUSY instead.
+        let respond = move |r: FsResult<()>| {
+            respond.respond(r.map_err(|e| match e {
+                FsError::Refused(Refusal::Awaiting(_)) => FsError::Os(libc::EBUSY),
+                e => e,
+            }))
+        };
         let plan = || {
             self.metadata(&ctx, ino).map(|(gate, node)| {
                 let act = move |core: &Core| {
@@ -126,7 +135,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request(ctx, plan, respond);
+        self.request_on(ctx, ino, plan, respond);
     }
 
     pub fn removexattr(
@@ -150,7 +159,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request(ctx, plan, respond);
+        self.request_on(ctx, ino, plan, respond);
     }
 
     /// `access(2)`: only the zone rules matter here; mode bits are the

@@ -42,8 +42,8 @@ pub fn explain_decision(s: &Subject<'_>, d: &Decision, zones: &[ZoneRules]) -> E
 }
 
 /// What a worker sees while an ask about `action` waits: the kernel
-/// locks the directory for new names, removals, renames and links, so
-/// those calls are not held (see `fs::core::held` and `gate::DIR_HOLD`).
+/// locks the directory for new names, removals, renames and links, and
+/// a directory's own metadata changes, so those calls are not held (see `fs::core::held` and `gate::DIR_HOLD`).
 fn waiting(action: Action) -> &'static str {
     match action {
         Action::Create => {
@@ -52,7 +52,10 @@ fn waiting(action: Action) -> &'static str {
         Action::Delete | Action::Rename | Action::Link => {
             "The call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied, the retry fails with EACCES (permission denied)."
         }
-        Action::Access | Action::Read | Action::Write | Action::Change => {
+        Action::Change => {
+            "The call waits until the supervisor allows or denies it; denied or unanswered, it fails with EACCES (permission denied). A change to a directory itself is not held: it fails with EAGAIN (resource temporarily unavailable; EBUSY for an xattr set) and the request waits; retry once it is decided."
+        }
+        Action::Access | Action::Read | Action::Write => {
             "The call waits until the supervisor allows or denies it; denied or unanswered, it fails with EACCES (permission denied)."
         }
     }
