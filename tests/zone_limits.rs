@@ -614,6 +614,22 @@ fn limit_write(mode: Mode) {
     assert_sh_errno(&out, EFBIG, "printf > sh.md");
     assert_eq!(backing_len(&m, z, "sh.md"), 0);
     assert_backing(&m, z, "big.md", "0123456789A", "big untouched");
+    // A file already past the limit can't be opened to write into either,
+    // write-only or appending: only truncating it brings it back under.
+    for (what, opts) in [
+        ("write-only", OpenOptions::new().write(true).clone()),
+        ("append", OpenOptions::new().append(true).clone()),
+        (
+            "read-write",
+            OpenOptions::new().read(true).write(true).clone(),
+        ),
+    ] {
+        assert_errno(opts.open(m.path("lim/big.md")), EFBIG);
+        assert_backing(&m, z, "big.md", "0123456789A", what);
+    }
+    let out = m.sh_in(z, "printf HACK | dd of=big.md conv=notrunc", &[]);
+    assert_sh_errno(&out, EFBIG, "dd of=big.md conv=notrunc");
+    assert_backing(&m, z, "big.md", "0123456789A", "dd conv=notrunc");
 }
 
 fn limit_truncate(mode: Mode) {

@@ -384,13 +384,11 @@ impl Core {
             })
         };
         let op = if writes {
-            // O_RDWR also reads: an oversized file can't be opened so.
-            let new_size = if flags & libc::O_TRUNC != 0 {
-                Some(0)
-            } else if flags & libc::O_ACCMODE == libc::O_RDWR {
-                Some(size()?)
-            } else {
-                None
+            // Not truncated, the file keeps its size: one already past the
+            // zone's limit can't be opened to write into (or read) at all.
+            let new_size = match flags & libc::O_TRUNC != 0 {
+                true => Some(0),
+                false => Some(size()?),
             };
             Op::WriteContent { at, new_size }
         } else {
