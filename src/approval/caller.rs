@@ -28,11 +28,35 @@ impl Caller {
         let pid = field(&status, "Tgid:")
             .and_then(|v| v.parse().ok())
             .unwrap_or(tid);
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|raw| join_cmdline(&raw))
-            .unwrap_or_default();
-        Caller { pid, tid, cmdline }
+        Caller {
+            pid,
+            tid,
+            cmdline: read_cmdline(pid),
+        }
     }
+}
+
+/// The most bytes of a caller's command line kept (for the approver, the
+/// ledger and `approvals list`); a longer one ends in " …".
+pub const CMDLINE_MAX: usize = 4096;
+
+/// The first [`CMDLINE_MAX`] bytes of `/proc/PID/cmdline`, joined; read no
+/// further (a worker's arguments may be megabytes).
+fn read_cmdline(pid: u32) -> Vec<u8> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let read = std::fs::File::open(format!("/proc/{pid}/cmdline"))
+        .and_then(|f| f.take(CMDLINE_MAX as u64 + 1).read_to_end(&mut raw));
+    if read.is_err() {
+        return Vec::new();
+    }
+    let cut = raw.len() > CMDLINE_MAX;
+    raw.truncate(CMDLINE_MAX);
+    let mut line = join_cmdline(&raw);
+    if cut {
+        line.extend_from_slice(" …".as_bytes());
+    }
+    line
 }
 
 /// The process (thread group) of thread `tid`; None when it is gone.
@@ -146,6 +170,40 @@ mod tests {
     use super::*;
 
     const STATUS: &str = "Name:\tsh\nState:\tD (disk sleep)\nTgid:\t4242\nPid:\t4243\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\n";
+
+    /// A command line of any length costs at most [`CMDLINE_MAX`] bytes,
+    /// its cut marked.
+    #[test]
+    fn a_long_command_line_is_cut() {
+        let long = "y".repeat(100_000);
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 10", &long])
+            .spawn()
+            .unwrap();
+        // Until the child has exec'd sh, its cmdline is this test's.
+        let mut c = Caller::read(child.id());
+        for _ in 0..200 {
+            if c.cmdline.starts_with(b"sh -c sleep 10 y") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            c = Caller::read(child.id());
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            c.cmdline.starts_with(b"sh -c sleep 10 yyy"),
+            "{:?}",
+            &c.cmdline[..40]
+        );
+        assert!(c.cmdline.ends_with(" …".as_bytes()));
+        assert_eq!(c.cmdline.len(), CMDLINE_MAX + " …".len());
+        let me = Caller::read(std::process::id());
+        assert!(
+            !me.cmdline.ends_with(" …".as_bytes()),
+            "a short one is whole"
+        );
+    }
 
     #[test]
     fn no_signal_pending() {

@@ -88,6 +88,13 @@ pub enum Verdict {
 /// caller was told to retry) is kept for that retry.
 pub const GRANT_KEPT: Duration = Duration::from_secs(300);
 
+/// The most requests pending at once on one mount. Past it, an ask that
+/// joins no pending request is refused at once (EACCES, in the ledger
+/// with its reason): a worker can't grow the daemon's memory, the ledger
+/// and the approver's list without bound (each told-to-retry mkdir of a
+/// new name would otherwise leave one more request until its timeout).
+pub const MAX_PENDING: usize = 1024;
+
 /// Called exactly once with the verdict.
 pub type Continuation = Box<dyn FnOnce(Verdict) + Send + 'static>;
 

@@ -489,3 +489,33 @@ fn an_allow_from_an_earlier_decision_names_its_maker_in_the_ledger() {
     assert!(rec["actor"]["argv"].is_string(), "{rec}");
     b.shutdown("test over");
 }
+
+/// Past [`MAX_PENDING`] requests, a new ask is refused at once; one that
+/// joins a pending request still joins it, and once some are decided
+/// new ones are asked again.
+#[test]
+fn pending_requests_are_bounded() {
+    let b = broker(Duration::from_secs(60));
+    let rxs: Vec<_> = (0..MAX_PENDING)
+        .map(|i| ask(&b, Class::Write, &format!("/final/f{i}")))
+        .collect();
+    assert_eq!(b.pending().len(), MAX_PENDING);
+    assert_eq!(
+        got(&ask(&b, Class::Write, "/final/one-more")),
+        Some(Verdict::Deny)
+    );
+    assert_eq!(b.pending().len(), MAX_PENDING);
+    let joins = ask(&b, Class::Write, "/final/f7");
+    assert!(waiting(&joins), "a joining ask is not refused");
+    let id = b
+        .pending()
+        .iter()
+        .find(|p| p.path.ends_with("/f7"))
+        .unwrap()
+        .id;
+    b.decide(id, Decision::Deny, 0).unwrap();
+    assert_eq!(got(&joins), Some(Verdict::Deny));
+    let asked = ask(&b, Class::Write, "/final/one-more");
+    assert!(waiting(&asked), "room again: asked");
+    drop(rxs);
+}

@@ -31,7 +31,11 @@ pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
         let line: Vec<String> = row
             .iter()
             .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
+            .map(|(c, w)| {
+                // Padded by hand: a width format panics past 65,535.
+                let pad = w.saturating_sub(c.chars().count());
+                format!("{c}{}", " ".repeat(pad))
+            })
             .collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
@@ -116,5 +120,18 @@ mod tests {
             ["aaa".into(), "b".into(), String::new()],
         ];
         assert_eq!(columns(&rows), "A    BB  C\naaa  b\n");
+    }
+
+    /// A cell wider than a format width may be (65,535) is padded all the
+    /// same: a worker's command line is a cell of `approvals list`.
+    #[test]
+    fn a_cell_of_any_width_is_padded() {
+        let long = "x".repeat(70_000);
+        let rows = [[long.clone(), "b".into()], ["a".into(), "c".into()]];
+        let out = columns(&rows);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], format!("{long}  b"));
+        assert_eq!(lines[1].len(), 70_003);
+        assert!(lines[1].starts_with("a ") && lines[1].ends_with("  c"));
     }
 }

@@ -7,7 +7,8 @@ use std::time::Instant;
 use super::super::caller::Caller;
 use super::super::records::{ask_record, describe, request_record};
 use super::super::{
-    AskRequest, Continuation, Event, ItemInfo, RequestInfo, Verdict, Wait, class_name, virtual_path,
+    AskRequest, Continuation, Event, ItemInfo, MAX_PENDING, RequestInfo, Verdict, Wait, class_name,
+    virtual_path,
 };
 use super::table::{Fp, Key, Outbox, Pending, RetryKey, Waiter, answer, fingerprint, waiter};
 use super::{Approvals, bump};
@@ -96,6 +97,13 @@ impl Approvals {
                 self.inner.tick.notify_all();
                 return;
             }
+        }
+        if st.pending.len() >= MAX_PENDING {
+            drop(st);
+            let reason = format!(
+                "not asking: {MAX_PENDING} requests are pending already; decide some first"
+            );
+            return self.refuse_now(&req, &caller, reason, me.then);
         }
         let id = st.next_id;
         st.next_id += 1;
