@@ -717,6 +717,41 @@ fn status_shows_zones_pending_and_counters() {
     );
 }
 
+/// A worker's command line of any length is kept to its first 4 KiB
+/// (marked cut) and listed: `approvals list` and `status` print it.
+#[test]
+fn a_long_command_line_is_cut_and_listed() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let long = "y".repeat(70_000);
+    let w = Worker::start(
+        &m,
+        &format!("exec sh -c '/bin/echo a > final/long.md' {long}"),
+    );
+    let reqs = wait_pending(&m, 1);
+    let cmdline = reqs[0]["cmdline"].as_str().unwrap();
+    assert!(
+        cmdline.starts_with("sh -c /bin/echo a > final/long.md yyy"),
+        "{cmdline:.80}"
+    );
+    assert!(
+        cmdline.ends_with(" …"),
+        "{}",
+        &cmdline[cmdline.len() - 20..]
+    );
+    assert_eq!(cmdline.len(), 4096 + " …".len());
+    for args in [&["approvals", "list"][..], &["status"]] {
+        let out = zm(args, m.mountpoint());
+        assert!(out.success(), "{args:?}: {}", out.describe());
+        assert!(out.stdout.contains("yyy …"), "{args:?}");
+    }
+    assert!(decide(&m, &["deny"], reqs[0]["id"].as_u64().unwrap()).success());
+    let (st, err) = w.finish();
+    assert_denied(st, &err);
+}
+
 #[test]
 fn watch_prints_requests_and_outcomes() {
     if !fuse_ok() {
