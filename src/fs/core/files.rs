@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::fuse::{FileAttr, TimeOrNow};
 
-use super::gate::{Gate, Keep, Pass};
+use super::gate::{Gate, Hold, Keep, Pass};
 use super::{Core, Ctx, Entry, FileOpen, Handle, Opening, Respond};
 use crate::backing::{self, AsCaller, Caller, FileType};
 use crate::error::{FsError, FsResult};
@@ -155,7 +155,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_on(ctx, ino, plan, respond);
+        self.request_with(ctx, Hold::On(ino), plan, respond);
     }
 
     fn setting(&self, ctx: &Ctx, ino: u64, a: &SetAttr) -> FsResult<(Gate, Arc<Node>)> {

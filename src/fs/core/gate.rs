@@ -23,6 +23,23 @@ use crate::policy::{self, Action, AskItem, Class, Decision, Loc, Op, Subject};
 /// directory may wait.
 pub const DIR_HOLD: Duration = Duration::from_millis(40);
 
+/// How long an asked call may wait for its decision.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Hold {
+    /// Until the decision (killable): the kernel holds no directory's
+    /// lock across the call.
+    Decision,
+    /// At most [`DIR_HOLD`], then EAGAIN and the request stays pending for
+    /// the retry: the kernel holds the directory's lock across the call
+    /// (mkdir, mknod, symlink, link, unlink, rmdir, rename).
+    InDir,
+    /// A call on node `ino`'s own metadata (chmod, chown, utimes,
+    /// truncate, setxattr, removexattr): the kernel holds the node's lock
+    /// across it, and a directory's keeps every lookup in it waiting, so
+    /// on a directory it is [`Hold::InDir`], else [`Hold::Decision`].
+    On(u64),
+}
+
 /// How many refusals [`Core::recent_refusals`] keeps.
 pub const RECENT_REFUSALS: usize = 32;
 
@@ -187,16 +204,15 @@ impl Core {
         A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
         R: Respond<T>,
     {
-        self.request_waiting(ctx, Wait::Decision, plan, respond)
+        self.request_with(ctx, Hold::Decision, plan, respond)
     }
 
-    /// [`request`](Self::request) for a call the kernel makes while it
-    /// holds the directory's lock (mkdir, mknod, symlink, link, unlink,
-    /// rmdir, rename): an ask waits at most [`DIR_HOLD`], then the call
-    /// fails with EAGAIN and the request stays pending for its retry.
-    pub(super) fn request_in_dir<T, A, R>(
+    /// [`request`](Self::request), an ask waiting for its decision as
+    /// `hold` says.
+    pub(super) fn request_with<T, A, R>(
         self: &Arc<Self>,
         ctx: Ctx,
+        hold: Hold,
         plan: impl FnOnce() -> FsResult<(Gate, A)>,
         respond: R,
     ) where
@@ -204,42 +220,15 @@ impl Core {
         A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
         R: Respond<T>,
     {
-        self.request_waiting(ctx, Wait::Bounded(DIR_HOLD), plan, respond)
-    }
-
-    /// [`request`](Self::request) for a call on node `ino`'s own metadata
-    /// (chmod, chown, utimes, truncate, setxattr, removexattr): the kernel
-    /// holds the node's lock across it, and a directory's lock keeps every
-    /// lookup in it waiting, so on a directory it is
-    /// [`request_in_dir`](Self::request_in_dir).
-    pub(super) fn request_on<T, A, R>(
-        self: &Arc<Self>,
-        ctx: Ctx,
-        ino: u64,
-        plan: impl FnOnce() -> FsResult<(Gate, A)>,
-        respond: R,
-    ) where
-        T: Send + 'static,
-        A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
-        R: Respond<T>,
-    {
-        match self.node(ino).is_ok_and(|n| n.is_dir) {
-            true => self.request_in_dir(ctx, plan, respond),
-            false => self.request(ctx, plan, respond),
-        }
-    }
-
-    fn request_waiting<T, A, R>(
-        self: &Arc<Self>,
-        ctx: Ctx,
-        wait: Wait,
-        plan: impl FnOnce() -> FsResult<(Gate, A)>,
-        respond: R,
-    ) where
-        T: Send + 'static,
-        A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
-        R: Respond<T>,
-    {
+        let in_dir = match hold {
+            Hold::Decision => false,
+            Hold::InDir => true,
+            Hold::On(ino) => self.node(ino).is_ok_and(|n| n.is_dir),
+        };
+        let wait = match in_dir {
+            true => Wait::Bounded(DIR_HOLD),
+            false => Wait::Decision,
+        };
         let planned = self.admit(&ctx).and_then(|()| plan());
         let (Gate { pass, expected }, act) = match planned {
             Ok(p) => p,

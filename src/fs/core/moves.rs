@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use super::gate::{Gate, Keep};
+use super::gate::{Gate, Hold, Keep};
 use super::{Core, Ctx, Entry, Respond};
 use crate::backing::{self, AsCaller, Caller, FileType, Stat};
 use crate::error::{FsError, FsResult, Refusal};
@@ -56,7 +56,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_in_dir(ctx, plan, respond);
+        self.request_with(ctx, Hold::InDir, plan, respond);
     }
 
     /// The known node reopened by name that `name` in `dir` (of `zone`,
@@ -173,7 +173,7 @@ impl Core {
                     (gate, act)
                 })
         };
-        self.request_in_dir(ctx, plan, respond);
+        self.request_with(ctx, Hold::InDir, plan, respond);
     }
 
     fn renaming(
@@ -289,7 +289,7 @@ impl Core {
                     (gate, act)
                 })
         };
-        self.request_in_dir(ctx, plan, respond);
+        self.request_with(ctx, Hold::InDir, plan, respond);
     }
 
     fn link_as(

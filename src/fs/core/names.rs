@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::gate::{Gate, Keep, Pass};
+use super::gate::{Gate, Hold, Keep, Pass};
 use super::{Core, Created, Ctx, Entry, Handle, Opening, Respond};
 use crate::backing::{self, AsCaller, Caller, FileType, Stat};
 use crate::error::{FsError, FsResult, Refusal};
@@ -227,7 +227,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_in_dir(ctx, plan, respond);
+        self.request_with(ctx, Hold::InDir, plan, respond);
     }
 
     pub fn mkdir(

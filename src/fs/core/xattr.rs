@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use super::gate::{Gate, Keep};
+use super::gate::{Gate, Hold, Keep};
 use super::{Core, Ctx, Respond, XattrReply};
 use crate::backing::AsCaller;
 use crate::error::{FsError, FsResult, Refusal};
@@ -112,7 +112,7 @@ impl Core {
         let (name, value) = (name.to_owned(), value.to_vec());
         // The kernel takes a setxattr's EAGAIN for "ask the security
         // module" and says EOPNOTSUPP: a directory's request left waiting
-        // for its retry (see `request_on`) says EBUSY instead.
+        // for its retry (see `Hold::On`) says EBUSY instead.
         let respond = move |r: FsResult<()>| {
             respond.respond(r.map_err(|e| match e {
                 FsError::Refused(Refusal::Awaiting(_)) => FsError::Os(libc::EBUSY),
@@ -135,7 +135,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_on(ctx, ino, plan, respond);
+        self.request_with(ctx, Hold::On(ino), plan, respond);
     }
 
     pub fn removexattr(
@@ -159,7 +159,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_on(ctx, ino, plan, respond);
+        self.request_with(ctx, Hold::On(ino), plan, respond);
     }
 
     /// `access(2)`: only the zone rules matter here; mode bits are the
