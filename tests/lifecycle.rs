@@ -187,6 +187,61 @@ fn unmount_waits_for_the_daemon() {
     assert_eq!(fs::read_to_string(m.backing("ws", "w.txt")).unwrap(), "w\n");
 }
 
+/// A live daemon started under another name (the binary linked or copied
+/// as `zm`; a symlink would not do, the daemon runs as what it points to)
+/// is not stale: `list` shows it live, and `unmount --stale`, which
+/// anyone may run, leaves it mounted.
+#[test]
+fn a_live_daemon_under_another_name_is_not_stale() {
+    if !fuse_ok() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(tmp.path()).unwrap();
+    let (mnt, ws) = (root.join("mnt"), root.join("ws"));
+    fs::create_dir(&mnt).unwrap();
+    fs::create_dir(&ws).unwrap();
+    if fs::hard_link(BIN, root.join("zm")).is_err() {
+        fs::copy(BIN, root.join("zm")).unwrap();
+    }
+    /// Unmounts the exact path, also when the test fails.
+    struct Guard(PathBuf);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            cleanup_mount(&self.0, true);
+        }
+    }
+    let _guard = Guard(mnt.clone());
+    let zone = format!("ws={}:rw", ws.display());
+    let out = run(
+        Command::new(root.join("zm"))
+            .args(["mount", "-q", "--zone", &zone])
+            .arg(&mnt)
+            .current_dir(&root),
+        MOUNT_TIMEOUT,
+    );
+    assert!(out.success(), "zm mount: {}", out.describe());
+    assert!(wait_mounted(&mnt));
+    let listed = zonemount(&root, &["list", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["mountpoint"] == mnt.to_str().unwrap())
+        .unwrap_or_else(|| panic!("not listed: {}", listed.stdout));
+    assert_eq!(row["stale"], false, "{row}");
+    let out = zonemount(&root, &["unmount", "--stale"]);
+    assert!(out.success(), "{}", out.describe());
+    assert!(
+        is_mounted(&mnt),
+        "unmount --stale took a live mount: {}",
+        out.describe()
+    );
+    fs::write(mnt.join("ws/still.txt"), "here").unwrap();
+    assert_eq!(fs::read_to_string(ws.join("still.txt")).unwrap(), "here");
+}
+
 #[test]
 fn unmount_of_unmounted_path_is_ok_with_a_note() {
     let dir = tempfile::tempdir().unwrap();

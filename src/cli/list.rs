@@ -65,7 +65,8 @@ impl MountStatus {
 
 /// Facts about the host that [`gather`] needs, as functions.
 pub(crate) struct Probe<'a> {
-    pub(crate) daemon_alive: &'a dyn Fn(u32) -> bool,
+    /// Whether a pid is the live daemon of a mountpoint.
+    pub(crate) daemon_alive: &'a dyn Fn(u32, &Path) -> bool,
     pub(crate) not_connected: &'a dyn Fn(&Path) -> Answer,
 }
 
@@ -99,7 +100,7 @@ pub(crate) fn gather(mounts: &[MountEntry], records: &[Record], probe: &Probe) -
         row.started = Some(r.started);
     }
     for row in rows.values_mut() {
-        let alive = row.pid.map(|p| (probe.daemon_alive)(p));
+        let alive = row.pid.map(|p| (probe.daemon_alive)(p, &row.mountpoint));
         match alive {
             Some(true) => {
                 row.pending = pending_requests(&row.mountpoint);
@@ -141,9 +142,13 @@ fn pending_requests(mountpoint: &Path) -> Option<u64> {
     super::mount_cmd::pending_count(mountpoint)
 }
 
-/// Whether `pid` is a live (not zombie) zonemount process: a pid reused by
-/// something else does not count.
-fn daemon_alive(pid: u32) -> bool {
+/// Whether `pid` is the live daemon of `mountpoint`: a running (not
+/// zombie) process named zonemount, or, under another name (a copy of the
+/// binary, a symlink named otherwise), one whose mount's control socket
+/// answers. A pid reused by something else is neither: its socket is gone
+/// or refuses (a live mount taken for stale would be unmounted by
+/// `unmount --stale`).
+fn daemon_alive(pid: u32, mountpoint: &Path) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
@@ -152,14 +157,15 @@ fn daemon_alive(pid: u32) -> bool {
     if state.is_none_or(|s| s.starts_with('Z') || s.starts_with('X')) {
         return false;
     }
-    std::fs::read(format!("/proc/{pid}/cmdline"))
+    let named = std::fs::read(format!("/proc/{pid}/cmdline"))
         .ok()
         .and_then(|c| {
             let argv0 = c.split(|b| *b == 0).next()?.to_vec();
             let name = Path::new(std::str::from_utf8(&argv0).ok()?).file_name()?;
             Some(name.to_string_lossy().contains("zonemount"))
         })
-        .unwrap_or(false)
+        .unwrap_or(false);
+    named || pending_requests(mountpoint).is_some()
 }
 
 /// How long `list` waits for a statfs of a mount no live daemon is
@@ -351,7 +357,7 @@ mod tests {
     }
 
     fn rows(mounts: &[MountEntry], records: &[Record]) -> Vec<MountStatus> {
-        let alive = |pid: u32| pid < 100;
+        let alive = |pid: u32, _: &Path| pid < 100;
         let dead_mount = |p: &Path| match p.to_str() {
             Some("/m/dead") => Answer::NotConnected,
             Some("/m/stuck") => Answer::Silent,
@@ -416,7 +422,7 @@ mod tests {
     #[test]
     fn a_live_daemon_is_never_stat_ed() {
         let never = |_: &Path| -> Answer { panic!("stat of a live mount") };
-        let alive = |_: u32| true;
+        let alive = |_: u32, _: &Path| true;
         let r = gather(
             &[entry("/m/a", FSTYPE)],
             &[record("/m/a", 7)],
@@ -440,6 +446,6 @@ mod tests {
 
     #[test]
     fn a_missing_pid_is_not_alive() {
-        assert!(!daemon_alive(u32::MAX));
+        assert!(!daemon_alive(u32::MAX, Path::new("/nowhere")));
     }
 }
