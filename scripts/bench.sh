@@ -18,6 +18,8 @@
 #   bindfs   Debian's bindfs (installed when missing)
 #   zm       zonemount, kernel passthrough on
 #   zm-nopt  zonemount --no-passthrough (data through the daemon)
+#   zm-nopoll zonemount --busy-poll 0 (no thread polls for the next request:
+#            each one wakes a sleeping thread)
 #   zm-staged zonemount, the zone staged (changes go to a stage on the same
 #            ext4 image; the stage is discarded after each run)
 #   zm-ckpt50 the same with 50 checkpoints taken before each run (each after
@@ -140,7 +142,7 @@ WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
 for w in $WORKLOADS; do
   case " $ALL_WORKLOADS " in *" $w "*) ;; *) echo "bench: unknown workload $w (known: $ALL_WORKLOADS)" >&2; exit 2 ;; esac
 done
-ALL_TARGETS="native bindfs zm zm-nopt zm-staged zm-ckpt50 zm-hide zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon zm-kopen"
+ALL_TARGETS="native bindfs zm zm-nopt zm-nopoll zm-staged zm-ckpt50 zm-hide zm-uring zm-user zm-user-wb zm-caller zm-isolate zm-isolate-daemon zm-kopen"
 TARGETS="native"
 for t in ${targets_opt//,/ }; do
   case " $ALL_TARGETS " in *" $t "*) ;; *) echo "bench: unknown target $t (known: $ALL_TARGETS)" >&2; exit 2 ;; esac
@@ -180,6 +182,7 @@ data="$fs/data"
 mnt_b="$work/mnt-bindfs"
 mnt_z="$work/mnt-zm"
 mnt_d="$work/mnt-zm-nopt"
+mnt_n="$work/mnt-zm-nopoll"
 mnt_f="$work/mnt-fds"
 mnt_s="$work/mnt-zm-staged"
 mnt_k="$work/mnt-zm-ckpt50"
@@ -204,7 +207,7 @@ cleanup() {
     echo 0 > "$ev/enable"; echo 0 > "$ev/filter"; : > "$tr/trace"; echo "$old_buf" > "$tr/buffer_size_kb"
   fi
   [ -n "${tracefs_mounted:-}" ] && umount "$tr"
-  for m in "$mnt_f" "$mnt_d" "$mnt_z" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r" "$mnt_q" "$mnt_h" "$mnt_hb"; do
+  for m in "$mnt_f" "$mnt_d" "$mnt_n" "$mnt_z" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r" "$mnt_q" "$mnt_h" "$mnt_hb"; do
     grep -q " $m " /proc/mounts && { "$bin" unmount "$m" >/dev/null 2>&1 || umount -l "$m"; }
   done
   grep -q " $mnt_b " /proc/mounts && { fusermount -u "$mnt_b" 2>/dev/null || umount -l "$mnt_b"; }
@@ -218,7 +221,7 @@ trap 'exit 130' INT TERM
 
 truncate -s "${IMG_GB}G" "$img"
 mkfs.ext4 -q -F -N 1500000 "$img"
-mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_f" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r" "$mnt_q" "$mnt_h" "$mnt_hb"
+mkdir -p "$fs" "$mnt_b" "$mnt_z" "$mnt_d" "$mnt_n" "$mnt_f" "$mnt_s" "$mnt_k" "$mnt_u" "$mnt_p" "$mnt_w" "$mnt_c" "$mnt_o" "$mnt_r" "$mnt_q" "$mnt_h" "$mnt_hb"
 # The unprivileged target's user must reach the helper, the mountpoints
 # and the fixtures.
 chmod 755 "$work"
@@ -310,6 +313,7 @@ root_of() {
     bindfs) echo "$mnt_b" ;;
     zm) echo "$mnt_z/w" ;;
     zm-nopt) echo "$mnt_d/w" ;;
+    zm-nopoll) echo "$mnt_n/w" ;;
     zm-staged) echo "$mnt_s/w" ;;
     zm-ckpt50) echo "$mnt_k/w" ;;
     zm-uring) echo "$mnt_u/w" ;;
@@ -371,6 +375,7 @@ want bindfs && bindfs "$data" "$mnt_b"
 # zm (and the fds check's mount) always: the ask and fds workloads use it.
 "$bin" mount --config "$work/zm.yaml" --threads "$threads" --no-io-uring "$mnt_z"
 want zm-nopt && "$bin" mount --config "$work/zm.yaml" --threads "$threads" --no-passthrough --no-io-uring "$mnt_d"
+want zm-nopoll && "$bin" mount -q --config "$work/zm.yaml" --threads "$threads" --busy-poll 0 --no-io-uring "$mnt_n"
 if want zm-uring; then
   [ -e "$uring_param" ] || { echo "bench: this kernel has no FUSE over io_uring ($uring_param)" >&2; exit 1; }
   uring_was=$(cat "$uring_param")
@@ -732,7 +737,7 @@ for placement, w, t, secs in rows:
     except ValueError: continue
     res.setdefault((placement, w, t), []).append(v)
 def stat(v): return {"median": statistics.median(v), "min": min(v), "max": max(v), "runs": v}
-names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-staged": "zm (staged)", "zm-ckpt50": "zm (staged, 50 checkpoints)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-base-uring": "zm-base (--base, io_uring)", "zm-hide": "zm (hide patterns)", "zm-base-hide": "zm-base (--base, hide patterns)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)", "zm-kopen": "zm (ro, --kernel-opens)"}
+names = {"native": "native", "bindfs": "bindfs", "zm": "zm (passthrough)", "zm-nopt": "zm (no passthrough)", "zm-nopoll": "zm (--busy-poll 0)", "zm-staged": "zm (staged)", "zm-ckpt50": "zm (staged, 50 checkpoints)", "zm-uring": "zm (io_uring)", "zm-user": "zm (unprivileged)", "zm-user-wb": "zm (unprivileged, writeback)", "zm-caller": "zm (root daemon, user's workload)", "zm-base": "zm-base (--base)", "zm-base-uring": "zm-base (--base, io_uring)", "zm-hide": "zm (hide patterns)", "zm-base-hide": "zm-base (--base, hide patterns)", "zm-isolate": "zm (run --isolate)", "zm-isolate-daemon": "zm (run --isolate --no-direct)", "zm-kopen": "zm (ro, --kernel-opens)"}
 targets = [t for t in names if any(r[2] == t for r in rows)]
 order = []
 for placement, w, t, _ in rows:
@@ -772,7 +777,7 @@ for placement in dict.fromkeys(p for p, _ in order):
             vs_bindfs = s["median"] / statistics.median(bf) if bf and t != "bindfs" and statistics.median(bf) > 0 else None
             if vs_bindfs is not None: results[-1]["ratio_to_bindfs"] = vs_bindfs
             # Staged and unprivileged are also compared with the root daemon's plain zone.
-            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-hide", "zm-user", "zm-user-wb", "zm-caller", "zm-base") and zm and statistics.median(zm) > 0 else ""
+            vs_zm = f" ({s['median'] / statistics.median(zm):.2f}x zm)" if t in ("zm-staged", "zm-hide", "zm-nopoll", "zm-user", "zm-user-wb", "zm-caller", "zm-base") and zm and statistics.median(zm) > 0 else ""
             vs_bf = f" ({vs_bindfs:.2f}x bindfs)" if t == "zm" and vs_bindfs is not None else ""
             st = res.get((p, w, "zm-staged"))
             if t == "zm-ckpt50" and st and statistics.median(st) > 0:

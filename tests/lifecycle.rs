@@ -162,6 +162,61 @@ fn the_transport_is_dev_fuse_unless_io_uring_is_asked_for() {
     assert_eq!(text, "x\ndata\nws\n");
 }
 
+/// A `/dev/fuse` mount polls for the next request for 50 µs after a reply
+/// unless told otherwise (`--busy-poll US`, 0 turns it off, at most
+/// 1000); `status` says so, and a mount that polls answers a burst of
+/// requests as any other does.
+#[test]
+fn busy_polling_is_on_by_default_can_be_turned_off_and_is_bounded() {
+    if !fuse_ok() {
+        return;
+    }
+    let uring = test_env() == "uring";
+    for (args, want) in [(&[][..], 50), (&["--busy-poll", "0"][..], 0)] {
+        let mut setup = simple(Mode::Sandboxed);
+        for a in args {
+            setup = setup.arg(a);
+        }
+        let m = setup.mount();
+        let mp = m.mountpoint().to_string_lossy().into_owned();
+        let out = zonemount(m.mountpoint(), &["status", "--json", &mp]);
+        assert!(out.success(), "status: {}", out.describe());
+        let st: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        // Over io_uring there are no /dev/fuse threads to poll.
+        let want = if uring { 0 } else { want };
+        assert_eq!(st["io"]["busy_poll_us"], want, "{args:?}: {}", out.stdout);
+        let text = zonemount(m.mountpoint(), &["status", &mp]);
+        let line = text
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("transport: "))
+            .unwrap_or_else(|| panic!("no transport line:\n{}", text.stdout))
+            .to_owned();
+        assert_eq!(
+            line.contains(&format!("polls up to {want} µs")),
+            want > 0,
+            "{args:?}: {line}"
+        );
+        // A burst: 300 files made, read back and removed, every answer right.
+        let (ok, got, err) = m.sh(
+            "mkdir ws/burst && for i in $(seq 300); do echo $i > ws/burst/f$i; done; \
+             n=0; for i in $(seq 300); do [ \"$(cat ws/burst/f$i)\" = $i ] && n=$((n+1)); done; \
+             echo $n; ls ws/burst | wc -l; rm ws/burst/f* && rmdir ws/burst && echo gone",
+        );
+        assert!(ok.success(), "{args:?}: {err}");
+        assert_eq!(got, "300\n300\ngone\n", "{args:?}");
+    }
+    // Out of bounds: refused before anything is mounted.
+    for bad in ["1001", "x"] {
+        let (out, _guard) = simple(Mode::Sandboxed)
+            .arg("--busy-poll")
+            .arg(bad)
+            .try_mount();
+        assert_eq!(out.code(), Some(2), "--busy-poll {bad}: {}", out.describe());
+        assert!(out.stderr.contains("--busy-poll"), "{}", out.stderr);
+    }
+}
+
 #[test]
 fn unmount_waits_for_the_daemon() {
     if !fuse_ok() {

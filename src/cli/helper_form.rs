@@ -13,7 +13,7 @@
 //! |---|---|
 //! | `dir=DIR` (absolute) | run in DIR: a preset's paths, a relative SOURCE and relative `zone=` paths are taken from it; needed with `preset:NAME` |
 //! | `zone=NAME=PATH[:ro\|rw\|staged]` | `--zone` (repeatable) |
-//! | `worker=F`, `stage_dir=D`, `audit_log=F`, `refusal_log=F`, `control=S`, `cache_ttl=S` | the `mount` option of that name |
+//! | `worker=F`, `stage_dir=D`, `audit_log=F`, `refusal_log=F`, `control=S`, `cache_ttl=S`, `busy_poll=US` | the `mount` option of that name |
 //! | `allow_other`, `no_approvals`, `no_passthrough`, `writeback_cache`, `kernel_opens`, `io_uring`, `no_io_uring`, `quiet` | the `mount` flag |
 //! | `rw`, `nosuid`, `nodev`, `noexec`, `suid`, `dev`, `exec`, `atime`, `noatime`, `relatime`, `strictatime`, `nodiratime`, `default_permissions`, `defaults`, `auto`, `noauto`, `user`, `users`, `nouser`, `owner`, `_netdev`, `nofail`, `x-*`, `comment=*` | for `mount(8)` or always in force (a zonemount mount is `nosuid,nodev,default_permissions`): ignored |
 //!
@@ -191,6 +191,7 @@ fn option(opt: &str) -> Result<Vec<OsString>, String> {
         "refusal_log" => "--refusal-log",
         "control" => "--control",
         "cache_ttl" => "--cache-ttl",
+        "busy_poll" => "--busy-poll",
         _ => return Err(format!("unknown mount option '{opt}'")),
     };
     Ok(vec![name.into(), value.into()])
@@ -212,7 +213,7 @@ mod tests {
             "/etc/zm.yaml",
             "/mnt/task",
             "-o",
-            "rw,nosuid,nodev,noauto,x-systemd.automount,zone=out=/srv/out:staged,allow_other,stage_dir=/var/st",
+            "rw,nosuid,nodev,noauto,x-systemd.automount,zone=out=/srv/out:staged,allow_other,stage_dir=/var/st,busy_poll=0",
         ]))
         .unwrap();
         assert_eq!(
@@ -227,6 +228,8 @@ mod tests {
                 "--allow-other",
                 "--stage-dir",
                 "/var/st",
+                "--busy-poll",
+                "0",
                 "/mnt/task"
             ])
         );

@@ -270,6 +270,17 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
     want_uring(a)?;
     let ttl = seconds(a.cache_ttl)
         .ok_or_else(|| Failure::new(2, "--cache-ttl must be a number of seconds >= 0"))?;
+    let busy_poll = Some(Duration::from_micros(a.busy_poll))
+        .filter(|w| *w <= crate::fuse::BUSY_POLL_MAX)
+        .ok_or_else(|| {
+            Failure::new(
+                2,
+                format!(
+                    "--busy-poll must be a number of microseconds from 0 to {}",
+                    crate::fuse::BUSY_POLL_MAX.as_micros()
+                ),
+            )
+        })?;
     let approval_timeout = seconds(a.approval_timeout)
         .filter(|t| !t.is_zero())
         .ok_or_else(|| Failure::new(2, "--approval-timeout must be a number of seconds > 0"))?;
@@ -280,6 +291,7 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         writeback_cache: a.writeback_cache,
         kernel_opens: a.kernel_opens,
         io_uring: asks_uring(a),
+        busy_poll,
         approval_timeout,
         no_approvals: a.no_approvals,
         audit_log: a.audit_log.as_deref().map(abs),

@@ -26,6 +26,11 @@ pub trait Channel: Send + Sync + 'static {
     fn read(&self, buf: &mut [u8]) -> io::Result<usize>;
     /// Write one reply or notification, whole.
     fn write(&self, parts: &[IoSlice<'_>]) -> io::Result<usize>;
+    /// Make `read` return EAGAIN instead of waiting; `Ok(false)`: this
+    /// channel can't.
+    fn set_nonblocking(&self, _on: bool) -> io::Result<bool> {
+        Ok(false)
+    }
     /// Write a reply whose body is `len` bytes of `file` at `offset`
     /// without copying them through the daemon; `Ok(false)`: nothing was
     /// written, the caller copies instead (see `Device::write_spliced`).
@@ -52,6 +57,10 @@ impl Channel for Device {
 
     fn write(&self, parts: &[IoSlice<'_>]) -> io::Result<usize> {
         Device::write(self, parts)
+    }
+
+    fn set_nonblocking(&self, on: bool) -> io::Result<bool> {
+        Device::set_nonblocking(self, on).map(|()| true)
     }
 
     fn write_spliced(

@@ -3,7 +3,8 @@
 //! the handshake and the serving threads (`session`) over either
 //! transport — `/dev/fuse` reads and writes, or FUSE over io_uring
 //! (`uring`, one ring per CPU, Linux 6.14 and later with the fuse module's
-//! `enable_uring` on; `queue`, one such ring's entries).
+//! `enable_uring` on; `queue`, one such ring's entries), and the
+//! `/dev/fuse` threads' short polling for the next request (`busy_poll`).
 //!
 //! It knows nothing of zones or policy: a [`Filesystem`] gets each decoded
 //! request with its [`Reply`]. The system calls it needs (the device and
@@ -11,6 +12,7 @@
 //! the only part of `fuse` allowed `unsafe`.
 
 pub mod abi;
+mod busy_poll;
 mod channel;
 mod dispatch;
 mod handshake;
@@ -23,6 +25,7 @@ pub mod sys;
 mod types;
 mod uring;
 
+pub use busy_poll::{DEFAULT_WINDOW as BUSY_POLL_DEFAULT, MAX_WINDOW as BUSY_POLL_MAX};
 pub use dispatch::{Agreed, Filesystem, Offer, OpCounts, Wants};
 pub use reply::{BackingId, DirBuf, Reply, Sink};
 pub use request::{Op, Request};

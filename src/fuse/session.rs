@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi::{self, InHeader, OutHeader, init};
+use super::busy_poll::{BusyPoll, PollerState};
 use super::channel::{Channel, DevSink};
 use super::dispatch::{Agreed, Filesystem, handle};
 use super::handshake::handshake;
@@ -61,6 +62,10 @@ pub struct Options {
     /// Where the connection is mounted, as this process sees it: with
     /// io_uring, a `statfs` there is the nudge of last resort (`uring`).
     pub mountpoint: Option<std::path::PathBuf>,
+    /// How long a `/dev/fuse` thread polls for the next request after a
+    /// reply before it sleeps ([`busy_poll`](super::busy_poll)); zero:
+    /// never. Not used with io_uring.
+    pub busy_poll: std::time::Duration,
 }
 
 /// A connection whose handshake is done, not yet serving.
@@ -72,6 +77,7 @@ pub struct Session {
     threads: usize,
     rings: Option<Vec<FuseRing>>,
     mountpoint: Option<std::path::PathBuf>,
+    busy_poll: std::time::Duration,
 }
 
 impl std::fmt::Debug for Session {
@@ -103,11 +109,21 @@ impl Session {
             threads: opts.threads.max(1),
             rings,
             mountpoint: opts.mountpoint,
+            busy_poll: opts.busy_poll,
         })
     }
 
     pub fn transport(&self) -> Transport {
         self.transport
+    }
+
+    /// How long a `/dev/fuse` thread polls for the next request after a
+    /// reply (zero: never, and always with io_uring).
+    pub fn busy_poll(&self) -> std::time::Duration {
+        match self.transport {
+            Transport::Device => self.busy_poll,
+            Transport::Uring => std::time::Duration::ZERO,
+        }
     }
 
     pub fn agreed(&self) -> &Agreed {
@@ -134,6 +150,12 @@ impl Session {
             None => None,
         };
         let device_threads = if rings.is_some() { 1 } else { self.threads };
+        // With io_uring the device thread serves FORGET and INTERRUPT only.
+        let poll = Arc::new(BusyPoll::new(if rings.is_some() {
+            std::time::Duration::ZERO
+        } else {
+            self.busy_poll
+        }));
         for i in 1..device_threads {
             let dev = match self.dev.clone_session() {
                 Ok(d) => Arc::new(d),
@@ -144,10 +166,11 @@ impl Session {
             };
             let fs = self.fs.clone();
             let agreed = self.agreed;
+            let poll = poll.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("fuse-{i}"))
-                    .spawn(move || serve(dev, fs, agreed, false))?,
+                    .spawn(move || serve(dev, fs, agreed, false, &poll))?,
             );
         }
         let result = serve(
@@ -155,6 +178,7 @@ impl Session {
             self.fs.clone(),
             self.agreed,
             rings.is_some(),
+            &poll,
         );
         for t in threads {
             let _ = t.join();
@@ -196,18 +220,32 @@ const FORGET_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// One device thread: read, dispatch, until the connection ends, within
 /// the limits `agreed` at INIT. `batch_forgets`: wait [`FORGET_LINGER`]
-/// after each FORGET (io_uring serves everything else).
+/// after each FORGET (io_uring serves everything else). `poll`: the
+/// connection's busy polling, shared by its threads.
 pub(crate) fn serve<C: Channel>(
     dev: Arc<C>,
     fs: Arc<dyn Filesystem>,
     agreed: Agreed,
     batch_forgets: bool,
+    poll: &BusyPoll,
 ) -> io::Result<()> {
     let sink: Arc<dyn Sink> = Arc::new(DevSink(dev.clone()));
     let mut buf = vec![0u8; agreed.request_size()];
     let max_data = agreed.max_data();
+    let mut poller = PollerState::default();
+    let mut polled = None;
     loop {
-        let n = match dev.read(&mut buf) {
+        let got = match polled.take() {
+            Some(got) => got,
+            None => {
+                let got = read_sleeping(dev.as_ref(), &mut buf);
+                if got.is_ok() {
+                    poll.woke();
+                }
+                got
+            }
+        };
+        let n = match got {
             Ok(n) => n,
             // ENODEV: unmounted. ECONNABORTED: aborted through fusectl.
             Err(e)
@@ -233,6 +271,19 @@ pub(crate) fn serve<C: Channel>(
         if batch_forgets && matches!(opcode, abi::op::FORGET | abi::op::BATCH_FORGET) {
             std::thread::sleep(FORGET_LINGER);
         }
+        polled = poll.after_reply(dev.as_ref(), &mut buf, &mut poller);
+    }
+}
+
+/// Read one request, sleeping until there is one. A device left
+/// non-blocking by a poll whose end failed is made blocking again.
+fn read_sleeping<C: Channel>(dev: &C, buf: &mut [u8]) -> io::Result<usize> {
+    match dev.read(buf) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            dev.set_nonblocking(false)?;
+            dev.read(buf)
+        }
+        got => got,
     }
 }
 

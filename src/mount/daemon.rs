@@ -197,6 +197,7 @@ fn status_fn(
 ) -> StatusFn {
     let broker = session.broker().clone();
     let core = session.core().clone();
+    let busy_poll = session.busy_poll();
     let fixed = Status {
         mountpoint: record.mountpoint.clone(),
         pid: record.pid,
@@ -252,7 +253,16 @@ fn status_fn(
                     ),
                 },
                 transport: core.transport().map(|t| t.name().to_string()),
-                transport_detail: core.transport().map(|t| t.describe().to_string()),
+                transport_detail: core.transport().map(|t| {
+                    let t = t.describe();
+                    match busy_poll.as_micros() {
+                        0 => t.to_string(),
+                        us => format!(
+                            "{t}; a thread polls up to {us} µs for the next request after a reply"
+                        ),
+                    }
+                }),
+                busy_poll_us: Some(busy_poll.as_micros() as u64),
             }),
             cache_ttl_secs: Some(CacheTtls {
                 rw: rw.as_secs_f64(),

@@ -78,6 +78,9 @@ pub struct Settings {
     /// default: io_uring was not ahead on every workload on the machines
     /// we have).
     pub io_uring: bool,
+    /// How long a `/dev/fuse` thread polls for the next request after a
+    /// reply before it sleeps (`--busy-poll`; zero: never).
+    pub busy_poll: Duration,
     /// How long a request may wait for a decision.
     pub approval_timeout: Duration,
     /// Deny every `ask` at once.
@@ -118,6 +121,7 @@ impl Default for Settings {
             writeback_cache: false,
             kernel_opens: false,
             io_uring: false,
+            busy_poll: fuse::BUSY_POLL_DEFAULT,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             no_approvals: false,
             audit_log: None,
@@ -256,6 +260,7 @@ pub fn build(
         threads: threads(settings),
         uring: settings.io_uring,
         mountpoint: Some(mountpoint.to_path_buf()),
+        busy_poll: settings.busy_poll,
     };
     let fuse = match fuse::Session::new(Device::from_fd(dev), Arc::new(fs), opts) {
         Ok(f) => f,
@@ -496,6 +501,12 @@ impl Session {
     /// How requests reach the daemon.
     pub fn transport(&self) -> Transport {
         self.fuse.transport()
+    }
+
+    /// How long a `/dev/fuse` thread polls for the next request after a
+    /// reply (zero: never).
+    pub fn busy_poll(&self) -> Duration {
+        self.fuse.busy_poll()
     }
 
     /// What stops this mount from another thread (a signal handler).

@@ -165,7 +165,14 @@ export interface Status {
   pending: Request[];
   /** The broker's counters by name. */
   counters: Record<string, number>;
-  io?: { mode: string; detail: string; transport?: string; transport_detail?: string };
+  io?: {
+    mode: string;
+    detail: string;
+    transport?: string;
+    transport_detail?: string;
+    /** How long a /dev/fuse thread polls for the next request after a reply, in µs (0: never). */
+    busy_poll_us?: number;
+  };
   cache_ttl_secs?: { rw: number; ro: number };
   /** The last refusals, oldest first. */
   recent_refusals: RecentRefusal[];

@@ -62,6 +62,7 @@ def test_status_is_typed_and_covers_every_field_on_the_wire(tmp_path: Path, zm_b
     assert st.sandbox_mode == "direct" and not st.no_approvals
     assert isinstance(st.counters["requests"], int)
     assert st.io is not None and st.io.mode in ("passthrough", "daemon")
+    assert st.io.busy_poll_us is not None and 0 <= st.io.busy_poll_us <= 1000
     assert st.cache_ttl_secs is not None and st.cache_ttl_secs.ro >= st.cache_ttl_secs.rw
 
 

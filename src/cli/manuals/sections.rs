@@ -149,7 +149,7 @@ pub(super) fn helper_form(roff: &mut Roff) {
          mount ran (/ at boot): preset:NAME needs dir=DIR, an absolute path, and zonemount \
          runs there (a relative SOURCE or zone= path is taken from it too). The -o options: \
          zone=NAME=PATH[:ro|rw|staged] (repeatable), worker=F, stage_dir=D, audit_log=F, \
-         refusal_log=F, control=S, cache_ttl=S, dir=DIR, and the flags allow_other, \
+         refusal_log=F, control=S, cache_ttl=S, busy_poll=US, dir=DIR, and the flags allow_other, \
          no_approvals, no_passthrough, writeback_cache, kernel_opens, io_uring, no_io_uring, quiet. \
          mount(8)'s own options (rw, nosuid, nodev, noexec, the atime ones, defaults, auto, \
          noauto, user, users, _netdev, nofail, x-*, comment=) are ignored; ro and anything \

@@ -258,6 +258,10 @@ pub struct IoStatus {
     pub transport: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport_detail: Option<String>,
+    /// How long a `/dev/fuse` thread polls for the next request after a
+    /// reply, in microseconds (0: never; absent from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_poll_us: Option<u64>,
 }
 
 /// Cache TTLs, in seconds.

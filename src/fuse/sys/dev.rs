@@ -63,6 +63,14 @@ impl Device {
         }
     }
 
+    /// Make reads return EAGAIN instead of waiting (this fd only: each
+    /// serving thread has its own clone).
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        let mut fl = rustix::fs::fcntl_getfl(&self.0)?;
+        fl.set(OFlags::NONBLOCK, on);
+        Ok(rustix::fs::fcntl_setfl(&self.0, fl)?)
+    }
+
     /// Write one reply or notification, whole.
     pub fn write(&self, parts: &[IoSlice<'_>]) -> io::Result<usize> {
         Ok(rustix::io::writev(&self.0, parts)?)

@@ -1,14 +1,15 @@
 //! The FUSE layer driven without a kernel: the request decoder on
 //! malformed input (`decoder`), INIT as kernels of several protocol
 //! minors send it (`handshake`), and the serving loop over a scripted
-//! device (`serve`) and the io_uring queue's loop over a scripted queue
-//! (`ring`). This file holds what they share: the scripted
+//! device (`serve`) and its busy polling (`busy_poll`), and the io_uring
+//! queue's loop over a scripted queue (`ring`). This file holds what they share: the scripted
 //! [`Script`] channel, request builders and a toy [`Toy`] filesystem.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -21,6 +22,7 @@ use super::reply::{DirBuf, Reply};
 use super::request::{Op, Request};
 use super::types::{FileAttr, FileType, INodeNo};
 
+mod busy_poll;
 mod decoder;
 mod handshake;
 mod ring;
@@ -34,6 +36,16 @@ pub(super) struct Script {
     replies: Mutex<Vec<Vec<u8>>>,
     /// The errno of reads once the requests are used up.
     end: i32,
+    /// Made non-blocking (by a busy poll): `Some(stall)`, each read says
+    /// EAGAIN `stall` times before it gives a request, and always once
+    /// the requests are used up. None: a device that can't be.
+    stall: Option<usize>,
+    nonblocking: AtomicBool,
+    /// Reads answered while non-blocking: (requests, EAGAINs).
+    polled: Mutex<(usize, usize)>,
+    stalled: AtomicUsize,
+    /// Every `set_nonblocking`, in order.
+    toggles: Mutex<Vec<bool>>,
 }
 
 impl Script {
@@ -46,7 +58,31 @@ impl Script {
             requests: Mutex::new(requests.into()),
             replies: Mutex::new(Vec::new()),
             end,
+            stall: None,
+            nonblocking: AtomicBool::new(false),
+            polled: Mutex::new((0, 0)),
+            stalled: AtomicUsize::new(0),
+            toggles: Mutex::new(Vec::new()),
         }
+    }
+
+    /// [`Script::new`] that can be made non-blocking, then says EAGAIN
+    /// `stall` times before each request.
+    pub(super) fn pollable(requests: Vec<Vec<u8>>, stall: usize) -> Script {
+        Script {
+            stall: Some(stall),
+            ..Script::new(requests)
+        }
+    }
+
+    /// Reads answered while non-blocking: (requests, EAGAINs).
+    pub(super) fn polled(&self) -> (usize, usize) {
+        *self.polled.lock().unwrap()
+    }
+
+    /// Every `set_nonblocking` so far, in order.
+    pub(super) fn toggles(&self) -> Vec<bool> {
+        self.toggles.lock().unwrap().clone()
     }
 
     /// The replies written so far, each as the bytes of one write.
@@ -62,7 +98,19 @@ impl Script {
 
 impl Channel for Script {
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match self.requests.lock().unwrap().pop_front() {
+        let mut requests = self.requests.lock().unwrap();
+        if self.nonblocking.load(Ordering::Relaxed) {
+            let stall = self.stall.unwrap_or(0);
+            let mut polled = self.polled.lock().unwrap();
+            if requests.is_empty() || self.stalled.load(Ordering::Relaxed) < stall {
+                self.stalled.fetch_add(1, Ordering::Relaxed);
+                polled.1 += 1;
+                return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+            }
+            self.stalled.store(0, Ordering::Relaxed);
+            polled.0 += 1;
+        }
+        match requests.pop_front() {
             Some(r) => {
                 // The kernel fails a request that does not fit the
                 // reader's buffer (EIO to its caller): the loop's buffer
@@ -80,6 +128,15 @@ impl Channel for Script {
         let n = bytes.len();
         self.replies.lock().unwrap().push(bytes);
         Ok(n)
+    }
+
+    fn set_nonblocking(&self, on: bool) -> io::Result<bool> {
+        if self.stall.is_none() {
+            return Ok(false);
+        }
+        self.toggles.lock().unwrap().push(on);
+        self.nonblocking.store(on, Ordering::Relaxed);
+        Ok(true)
     }
 }
 

@@ -12,6 +12,7 @@ use super::{Filler, HELLO, Script, TTL, Toy, parse_reply, request, within};
 use crate::fuse::abi::{
     self, AttrOut, EntryOut, ForgetIn, GetattrIn, InitInCompat, ReadIn, WriteIn, op,
 };
+use crate::fuse::busy_poll::BusyPoll;
 use crate::fuse::dispatch::{Agreed, Filesystem, Wants};
 use crate::fuse::handshake::handshake;
 use crate::fuse::request::has_reply;
@@ -55,7 +56,7 @@ fn session_of<F: Filesystem>(script: Script, fs: Arc<F>) -> (std::io::Result<()>
         let (agreed, _): (Agreed, Option<()>) =
             handshake(&c, fs.as_ref(), false, |_| panic!("no io_uring asked for"))?;
         let fs: Arc<dyn Filesystem> = fs;
-        serve(c, fs, agreed, false)
+        serve(c, fs, agreed, false, &BusyPoll::new(Duration::ZERO))
     });
     (result, chan)
 }

@@ -105,12 +105,15 @@ class IsolateRoute:
 @dataclass(frozen=True)
 class IoStatus:
     """How file data moves: ``mode`` is ``passthrough`` or ``daemon``;
-    ``transport`` how requests arrive (``dev-fuse`` or ``io-uring``)."""
+    ``transport`` how requests arrive (``dev-fuse`` or ``io-uring``);
+    ``busy_poll_us`` how long a ``/dev/fuse`` thread polls for the next
+    request after a reply (0: never)."""
 
     mode: str
     detail: str
     transport: Optional[str] = None
     transport_detail: Optional[str] = None
+    busy_poll_us: Optional[int] = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "IoStatus":
@@ -119,6 +122,7 @@ class IoStatus:
             detail=str(d["detail"]),
             transport=_opt_str(d.get("transport")),
             transport_detail=_opt_str(d.get("transport_detail")),
+            busy_poll_us=int(d["busy_poll_us"]) if d.get("busy_poll_us") is not None else None,
         )
 
 

@@ -1,0 +1,172 @@
+//! Busy polling of the `/dev/fuse` transport: after answering a request,
+//! one serving thread keeps reading the device without sleeping, for a
+//! short window, before it goes back to a sleeping read.
+//!
+//! Why: a request that finds every serving thread asleep wakes one, and
+//! when that thread's CPU sits idle the wake-up costs the CPU's way out
+//! of idle. On the VMs measured here (the host wakes a halted vCPU) that
+//! is tens of microseconds per request, more than the request's own work;
+//! a thread already running picks the request up at once. Pinned to one
+//! CPU there is nothing to gain (the caller and the daemon take turns on
+//! it), and polling would only delay the caller: a thread that may run on
+//! one CPU only never polls.
+//!
+//! What it costs: CPU while requests come close together (at most the
+//! window after each reply, one thread at a time). It stops by itself when
+//! they don't: a window that ends with no request turns polling off until
+//! a request again follows the previous reply within the window.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::channel::Channel;
+
+/// The window mounts get unless told otherwise (`--busy-poll`).
+pub const DEFAULT_WINDOW: Duration = Duration::from_micros(50);
+
+/// The longest window a mount may ask for (`--busy-poll`).
+pub const MAX_WINDOW: Duration = Duration::from_millis(1);
+
+/// How many polling chances a thread takes between two looks at the CPUs
+/// it may run on (a `taskset` may change them while it serves).
+const AFFINITY_EVERY: u32 = 16;
+
+/// One connection's polling state, shared by its serving threads.
+#[derive(Debug)]
+pub(crate) struct BusyPoll {
+    window: Duration,
+    /// A thread is polling (one at a time: the others sleep in `read`).
+    polling: AtomicBool,
+    /// The last request came within the window after the reply before it
+    /// (or the last poll caught one): polling pays.
+    worth_it: AtomicBool,
+    /// When the last reply went out, in ns since `epoch`.
+    last_reply: AtomicU64,
+    epoch: Instant,
+}
+
+/// What one serving thread remembers between requests.
+#[derive(Debug)]
+pub(crate) struct PollerState {
+    /// Chances taken since the CPUs were last looked at.
+    since_check: u32,
+    /// This thread may run on more than one CPU (as last looked at).
+    many_cpus: bool,
+    /// How to look (tests put in their own answer).
+    look: fn() -> bool,
+}
+
+impl Default for PollerState {
+    fn default() -> Self {
+        PollerState::looking_with(may_run_on_many_cpus)
+    }
+}
+
+/// Whether the calling thread may run on more than one CPU.
+pub(crate) fn may_run_on_many_cpus() -> bool {
+    rustix::thread::sched_getaffinity(None).is_ok_and(|cpus| cpus.count() > 1)
+}
+
+impl BusyPoll {
+    /// Polling for at most `window` after each reply; zero: never.
+    pub(crate) fn new(window: Duration) -> BusyPoll {
+        BusyPoll {
+            window,
+            polling: AtomicBool::new(false),
+            worth_it: AtomicBool::new(true),
+            last_reply: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// A request came through a sleeping read: would a poll after the last
+    /// reply have caught it?
+    pub(crate) fn woke(&self) {
+        if self.window.is_zero() {
+            return;
+        }
+        let gap = self
+            .now_ns()
+            .saturating_sub(self.last_reply.load(Ordering::Relaxed));
+        self.worth_it
+            .store(gap <= self.window.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// A request was answered (or needed no answer): poll for the next
+    /// one, when that pays, no other thread polls, and this thread may run
+    /// on more than one CPU. `Some`: what the device gave while polling
+    /// (a request's length, or the error that ends serving).
+    pub(crate) fn after_reply<C: Channel>(
+        &self,
+        dev: &C,
+        buf: &mut [u8],
+        me: &mut PollerState,
+    ) -> Option<io::Result<usize>> {
+        if self.window.is_zero() {
+            return None;
+        }
+        self.last_reply.store(self.now_ns(), Ordering::Relaxed);
+        if !self.worth_it.load(Ordering::Relaxed) || !me.may_poll() {
+            return None;
+        }
+        if self.polling.swap(true, Ordering::Acquire) {
+            return None;
+        }
+        let got = self.poll(dev, buf);
+        self.polling.store(false, Ordering::Release);
+        got
+    }
+
+    fn poll<C: Channel>(&self, dev: &C, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        match dev.set_nonblocking(true) {
+            Ok(true) => {}
+            // A channel that can't: no polling on it.
+            Ok(false) | Err(_) => return None,
+        }
+        let until = Instant::now() + self.window;
+        let got = loop {
+            match dev.read(buf) {
+                Ok(n) => break Some(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= until {
+                        self.worth_it.store(false, Ordering::Relaxed);
+                        break None;
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) => break Some(Err(e)),
+            }
+        };
+        if let Err(e) = dev.set_nonblocking(false) {
+            // The next read would not sleep: `Device::read` then waits in
+            // poll(2) instead, so serving goes on, with a herd's wake-ups.
+            tracing::warn!("cannot make the FUSE device blocking again: {e}");
+        }
+        got
+    }
+}
+
+impl PollerState {
+    /// A thread's state that asks `look` whether it may run on more than
+    /// one CPU.
+    pub(crate) fn looking_with(look: fn() -> bool) -> PollerState {
+        PollerState {
+            since_check: 0,
+            many_cpus: false,
+            look,
+        }
+    }
+
+    fn may_poll(&mut self) -> bool {
+        if self.since_check == 0 {
+            self.many_cpus = (self.look)();
+        }
+        self.since_check = (self.since_check + 1) % AFFINITY_EVERY;
+        self.many_cpus
+    }
+}

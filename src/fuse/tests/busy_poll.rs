@@ -1,0 +1,211 @@
+//! Busy polling over a scripted device that can be made non-blocking:
+//! every request is still answered once and in order, the device is left
+//! blocking after each poll, a window with no request turns polling off
+//! until requests come close together again, and a thread that may run on
+//! one CPU only never polls.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zerocopy::IntoBytes;
+
+use super::{HELLO, Script, Toy, parse_reply, request, within};
+use crate::fuse::abi::{self, GetattrIn, InitInCompat, op};
+use crate::fuse::busy_poll::{BusyPoll, PollerState, may_run_on_many_cpus};
+use crate::fuse::dispatch::{Agreed, Filesystem, Wants};
+use crate::fuse::handshake::handshake;
+use crate::fuse::session::serve;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn wants() -> Wants {
+    Wants {
+        flags: abi::init::ASYNC_READ,
+        max_write: 128 * 1024,
+        max_pages: 32,
+        max_stack_depth: 0,
+        max_background: 16,
+    }
+}
+
+fn init() -> Vec<u8> {
+    let i = InitInCompat {
+        major: 7,
+        minor: 31,
+        max_readahead: 128 * 1024,
+        flags: abi::init::ASYNC_READ as u32,
+    };
+    request(op::INIT, 1, 0, i.as_bytes())
+}
+
+fn getattr(unique: u64) -> Vec<u8> {
+    let g = GetattrIn {
+        getattr_flags: 0,
+        dummy: 0,
+        fh: 0,
+    };
+    request(op::GETATTR, unique, HELLO, g.as_bytes())
+}
+
+fn many() -> bool {
+    true
+}
+
+fn one() -> bool {
+    false
+}
+
+#[test]
+fn a_polled_device_answers_every_request_once_in_order_and_is_left_blocking() {
+    let mut requests = vec![init()];
+    requests.extend((0..50).map(|i| getattr(10 + i)));
+    let chan = Arc::new(Script::pollable(requests, 3));
+    let c = chan.clone();
+    // The serving thread looks at its own CPUs, as in a mount.
+    let (result, polls_here) = within(LIMIT, move || {
+        let fs = Arc::new(Toy::new(wants()));
+        let (agreed, _): (Agreed, Option<()>) =
+            handshake(&c, fs.as_ref(), false, |_| panic!("no io_uring asked for")).unwrap();
+        let fs: Arc<dyn Filesystem> = fs;
+        let polls_here = may_run_on_many_cpus();
+        // A window far longer than the scripted stalls: every request
+        // after the first GETATTR is caught by a poll.
+        let r = serve(
+            c,
+            fs,
+            agreed,
+            false,
+            &BusyPoll::new(Duration::from_millis(200)),
+        );
+        (r, polls_here)
+    });
+    result.unwrap();
+    let uniques: Vec<u64> = chan
+        .replies()
+        .iter()
+        .map(|r| parse_reply(r).0.unique)
+        .collect();
+    let want: Vec<u64> = std::iter::once(1).chain(10..60).collect();
+    assert_eq!(uniques, want);
+    let toggles = chan.toggles();
+    let (caught, eagains) = chan.polled();
+    if polls_here {
+        // INIT is answered by the handshake, before the loop; the first
+        // GETATTR comes through a sleeping read, the other 49 by polls.
+        assert_eq!(caught, 49, "requests a poll read");
+        // 3 EAGAINs before each, and the last poll's until its window
+        // ended (the script then said EAGAIN on every read).
+        assert!(eagains > 49 * 3, "{eagains} EAGAINs");
+        assert_eq!(toggles.len(), 2 * 50, "{toggles:?}");
+        assert!(toggles.chunks(2).all(|p| p == [true, false]), "{toggles:?}");
+    } else {
+        // This thread may run on one CPU only: it never polled.
+        assert_eq!((caught, eagains), (0, 0));
+        assert!(toggles.is_empty(), "{toggles:?}");
+    }
+}
+
+#[test]
+fn a_window_with_no_request_stops_polling_until_requests_come_close_again() {
+    let window = Duration::from_millis(20);
+    let poll = BusyPoll::new(window);
+    let chan = Script::pollable(Vec::new(), 0);
+    let mut buf = vec![0u8; 4096];
+    let mut me = PollerState::looking_with(many);
+
+    // Polls the whole window, finds nothing.
+    let t = Instant::now();
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    assert!(t.elapsed() >= window);
+    let (_, tried) = chan.polled();
+    assert!(tried > 0);
+    assert_eq!(chan.toggles(), [true, false]);
+
+    // So the next reply is followed by a sleeping read at once.
+    let t = Instant::now();
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    assert!(t.elapsed() < window);
+    assert_eq!(chan.polled().1, tried);
+    assert_eq!(chan.toggles().len(), 2);
+
+    // A request that came through that read within the window: polling
+    // pays again.
+    poll.woke();
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    assert!(chan.polled().1 > tried);
+    assert_eq!(chan.toggles().len(), 4);
+
+    // That poll found nothing either: the request after it came through
+    // a sleeping read, long after the reply before it. No poll.
+    poll.woke();
+    let tried = chan.polled().1;
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    // Nor after one that came long after that reply.
+    std::thread::sleep(window * 2);
+    poll.woke();
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    assert_eq!(chan.toggles().len(), 4);
+    assert_eq!(chan.polled().1, tried);
+}
+
+#[test]
+fn a_thread_that_may_run_on_one_cpu_never_polls() {
+    let poll = BusyPoll::new(Duration::from_millis(20));
+    let chan = Script::pollable(vec![getattr(10)], 0);
+    let mut buf = vec![0u8; 4096];
+    let mut me = PollerState::looking_with(one);
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    assert!(chan.toggles().is_empty());
+    assert_eq!(chan.polled(), (0, 0));
+    // The same with the real look, from a thread kept on one CPU.
+    let mine = rustix::thread::sched_getaffinity(None).unwrap();
+    let cpu = (0..rustix::thread::CpuSet::MAX_CPU)
+        .find(|&c| mine.is_set(c))
+        .expect("this thread may run on some CPU");
+    let chan = Arc::new(chan);
+    let c = chan.clone();
+    let looked = within(LIMIT, move || {
+        let mut only = rustix::thread::CpuSet::new();
+        only.set(cpu);
+        rustix::thread::sched_setaffinity(None, &only).unwrap();
+        let mut me = PollerState::default();
+        let mut buf = vec![0u8; 4096];
+        let got = poll.after_reply(c.as_ref(), &mut buf, &mut me);
+        (got.is_none(), may_run_on_many_cpus())
+    });
+    assert_eq!(looked, (true, false));
+    assert!(chan.toggles().is_empty());
+}
+
+#[test]
+fn a_zero_window_or_a_device_that_cant_poll_is_never_polled() {
+    let chan = Script::pollable(vec![getattr(10)], 0);
+    let mut buf = vec![0u8; 4096];
+    let mut me = PollerState::looking_with(many);
+    assert!(
+        BusyPoll::new(Duration::ZERO)
+            .after_reply(&chan, &mut buf, &mut me)
+            .is_none()
+    );
+    assert!(chan.toggles().is_empty());
+    // A device that can't be made non-blocking: read as before.
+    let plain = Script::new(vec![getattr(10)]);
+    assert!(
+        BusyPoll::new(Duration::from_millis(20))
+            .after_reply(&plain, &mut buf, &mut me)
+            .is_none()
+    );
+    assert_eq!(plain.unread(), 1);
+}
+
+#[test]
+fn a_poll_hands_over_the_request_it_read() {
+    let chan = Script::pollable(vec![getattr(10)], 2);
+    let mut buf = vec![0u8; 4096];
+    let mut me = PollerState::looking_with(many);
+    let got = BusyPoll::new(Duration::from_millis(200)).after_reply(&chan, &mut buf, &mut me);
+    let n = got.expect("a request read while polling").unwrap();
+    assert_eq!(&buf[..n], &getattr(10)[..]);
+    assert_eq!(chan.polled(), (1, 2));
+    assert_eq!(chan.toggles(), [true, false]);
+}
