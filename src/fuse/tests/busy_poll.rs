@@ -9,34 +9,15 @@ use std::time::{Duration, Instant};
 
 use zerocopy::IntoBytes;
 
+use super::serve::{init, wants};
 use super::{HELLO, Script, Toy, parse_reply, request, within};
-use crate::fuse::abi::{self, GetattrIn, InitInCompat, op};
+use crate::fuse::abi::{GetattrIn, op};
 use crate::fuse::busy_poll::{BusyPoll, PollerState, may_run_on_many_cpus};
-use crate::fuse::dispatch::{Agreed, Filesystem, Wants};
+use crate::fuse::dispatch::{Agreed, Filesystem};
 use crate::fuse::handshake::handshake;
 use crate::fuse::session::serve;
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-fn wants() -> Wants {
-    Wants {
-        flags: abi::init::ASYNC_READ,
-        max_write: 128 * 1024,
-        max_pages: 32,
-        max_stack_depth: 0,
-        max_background: 16,
-    }
-}
-
-fn init() -> Vec<u8> {
-    let i = InitInCompat {
-        major: 7,
-        minor: 31,
-        max_readahead: 128 * 1024,
-        flags: abi::init::ASYNC_READ as u32,
-    };
-    request(op::INIT, 1, 0, i.as_bytes())
-}
 
 fn getattr(unique: u64) -> Vec<u8> {
     let g = GetattrIn {

@@ -20,7 +20,7 @@ use crate::fuse::session::serve;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-fn wants() -> Wants {
+pub(super) fn wants() -> Wants {
     Wants {
         flags: abi::init::ASYNC_READ | abi::init::MAX_PAGES,
         max_write: 128 * 1024,
@@ -31,7 +31,7 @@ fn wants() -> Wants {
 }
 
 /// INIT as a 7.31 kernel sends it (16-byte `fuse_init_in`).
-fn init() -> Vec<u8> {
+pub(super) fn init() -> Vec<u8> {
     let i = InitInCompat {
         major: 7,
         minor: 31,
