@@ -143,8 +143,8 @@ impl BusyPoll {
             }
         };
         if let Err(e) = dev.set_nonblocking(false) {
-            // The next read would not sleep: `Device::read` then waits in
-            // poll(2) instead, so serving goes on, with a herd's wake-ups.
+            // The next sleeping read (`session::read_sleeping`) gets
+            // EAGAIN and tries once more to make the device blocking.
             tracing::warn!("cannot make the FUSE device blocking again: {e}");
         }
         got
