@@ -217,6 +217,129 @@ fn busy_polling_is_on_by_default_can_be_turned_off_and_is_bounded() {
     }
 }
 
+/// A CPU cgroup this test made, with a quota; on drop (panics too) the
+/// processes moved in go back to its parent and it is removed.
+struct QuotaCgroup {
+    dir: PathBuf,
+    parent: PathBuf,
+}
+
+impl QuotaCgroup {
+    /// A cgroup under the machine's top CPU cgroup (v1 `cpu`, or v2 with
+    /// the cpu controller) limited to `cpus` CPUs; None where there is
+    /// no CPU cgroup to make one in.
+    fn make(cpus: u32) -> Option<QuotaCgroup> {
+        let name = format!("zonemount-test-{}", std::process::id());
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        let v2 = Path::new("/sys/fs/cgroup");
+        if v1.join("cpu.cfs_quota_us").exists() {
+            let dir = v1.join(&name);
+            fs::create_dir(&dir).ok()?;
+            let cg = QuotaCgroup {
+                dir,
+                parent: v1.to_path_buf(),
+            };
+            fs::write(cg.dir.join("cpu.cfs_period_us"), "100000").ok()?;
+            fs::write(
+                cg.dir.join("cpu.cfs_quota_us"),
+                format!("{}", cpus * 100_000),
+            )
+            .ok()?;
+            return Some(cg);
+        }
+        let controllers = fs::read_to_string(v2.join("cgroup.controllers")).ok()?;
+        if !controllers.split_whitespace().any(|c| c == "cpu") {
+            return None;
+        }
+        fs::write(v2.join("cgroup.subtree_control"), "+cpu").ok()?;
+        let dir = v2.join(&name);
+        fs::create_dir(&dir).ok()?;
+        let cg = QuotaCgroup {
+            dir,
+            parent: v2.to_path_buf(),
+        };
+        fs::write(cg.dir.join("cpu.max"), format!("{} 100000", cpus * 100_000)).ok()?;
+        Some(cg)
+    }
+
+    fn enter(&self, pid: u32) {
+        fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", self.dir.display()));
+    }
+
+    fn leave(&self, pid: u32) {
+        fs::write(self.parent.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("moving {pid} out of {}: {e}", self.dir.display()));
+    }
+}
+
+impl Drop for QuotaCgroup {
+    fn drop(&mut self) {
+        if let Ok(procs) = fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in procs.lines() {
+                let _ = fs::write(self.parent.join("cgroup.procs"), pid);
+            }
+        }
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// Under a cgroup CPU quota below the CPUs the daemon may run on, time
+/// spent polling would count against the quota: its `/dev/fuse` threads
+/// stop polling, `status` says why, requests are answered as before, and
+/// out of that cgroup it polls again.
+#[test]
+fn busy_polling_stops_under_a_cpu_quota_below_the_daemons_cpus() {
+    if !fuse_ok() || !require(Need::Root) {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    if cpus < 2 {
+        skip("one CPU: a daemon on it never polls, quota or not");
+        return;
+    }
+    let Some(cg) = QuotaCgroup::make(cpus - 1) else {
+        if under_ci() {
+            panic!("no CPU cgroup to make (cgroup v1 `cpu` or v2 with the cpu controller)");
+        }
+        skip("no CPU cgroup to make");
+        return;
+    };
+    let uring = test_env() == "uring";
+    let m = simple(Mode::Sandboxed).mount();
+    let mp = m.mountpoint().to_string_lossy().into_owned();
+    let transport = || {
+        let out = zonemount(m.mountpoint(), &["status", &mp]);
+        assert!(out.success(), "status: {}", out.describe());
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with("transport: "))
+            .unwrap_or_else(|| panic!("no transport line:\n{}", out.stdout))
+            .to_owned()
+    };
+    let held = format!(
+        "(now off: its cgroup's CPU quota ({}.00 CPUs) is below the {cpus} CPUs it may run on)",
+        cpus - 1
+    );
+    assert!(!transport().contains("now off"), "{}", transport());
+    let daemon = daemon_pids_for(m.mountpoint());
+    assert_eq!(daemon.len(), 1, "one daemon serves the mount: {daemon:?}");
+    cg.enter(daemon[0]);
+    let line = transport();
+    // Over io_uring there is no polling to hold back.
+    assert_eq!(line.ends_with(&held), !uring, "{line}");
+    // The serving threads read the quota again within a second.
+    std::thread::sleep(Duration::from_millis(1200));
+    let (ok, got, err) = m.sh(
+        "mkdir ws/q && for i in $(seq 200); do echo $i > ws/q/f$i; done; \
+         cat ws/q/f* | wc -l; rm ws/q/f* && rmdir ws/q && echo gone",
+    );
+    assert!(ok.success(), "{err}");
+    assert_eq!(got, "200\ngone\n");
+    cg.leave(daemon[0]);
+    assert!(!transport().contains("now off"), "{}", transport());
+}
+
 #[test]
 fn unmount_waits_for_the_daemon() {
     if !fuse_ok() {

@@ -293,8 +293,9 @@ pub(crate) struct MountArgs {
     pub(crate) no_io_uring: bool,
     /// After answering a request, a /dev/fuse thread keeps looking for the
     /// next one for this many microseconds before it sleeps (one thread at
-    /// a time; never on a thread that may run on one CPU only; it stops
-    /// by itself while requests come further apart). A request that finds
+    /// a time; never on a thread that may run on one CPU only, or under a
+    /// cgroup CPU quota below its CPUs; it stops by itself while requests
+    /// come further apart). A request that finds
     /// a thread awake skips the wake-up of an idle CPU, which costs tens
     /// of microseconds on VMs. 0 turns it off. At most 1000.
     #[arg(long, value_name = "MICROSECONDS", default_value_t = crate::fuse::BUSY_POLL_DEFAULT.as_micros() as u64)]

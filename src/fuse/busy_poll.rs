@@ -14,7 +14,10 @@
 //! What it costs: CPU while requests come close together (at most the
 //! window after each reply, one thread at a time). It stops by itself when
 //! they don't: a window that ends with no request turns polling off until
-//! a request again follows the previous reply within the window.
+//! a request again follows the previous reply within the window. Under a
+//! cgroup CPU quota smaller than the CPUs a thread may run on, the time
+//! spent polling counts against the quota and polling measured slower
+//! than sleeping: there it never polls either ([`super::cpu_quota`]).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,6 +34,10 @@ pub const MAX_WINDOW: Duration = Duration::from_millis(1);
 /// How many polling chances a thread takes between two looks at the CPUs
 /// it may run on (a `taskset` may change them while it serves).
 const AFFINITY_EVERY: u32 = 16;
+
+/// How long a thread goes on with the CPU quota it last read (a quota
+/// may change while it serves; reading it takes a few files).
+const QUOTA_EVERY: Duration = Duration::from_secs(1);
 
 /// One connection's polling state, shared by its serving threads.
 #[derive(Debug)]
@@ -51,21 +58,52 @@ pub(crate) struct BusyPoll {
 pub(crate) struct PollerState {
     /// Chances taken since the CPUs were last looked at.
     since_check: u32,
-    /// This thread may run on more than one CPU (as last looked at).
-    many_cpus: bool,
-    /// How to look (tests put in their own answer).
-    look: fn() -> bool,
+    /// This thread may poll (as last looked at).
+    may: bool,
+    /// The CPU quota last read, and when.
+    quota: Option<f64>,
+    quota_read: Option<Instant>,
+    /// How to look (tests put in their own answers).
+    cpus_of: fn() -> usize,
+    quota_of: fn() -> Option<f64>,
 }
 
 impl Default for PollerState {
     fn default() -> Self {
-        PollerState::looking_with(may_run_on_many_cpus)
+        PollerState::looking_with(cpus_here, super::cpu_quota::of_this_process)
     }
 }
 
-/// Whether the calling thread may run on more than one CPU.
-pub(crate) fn may_run_on_many_cpus() -> bool {
-    rustix::thread::sched_getaffinity(None).is_ok_and(|cpus| cpus.count() > 1)
+/// How many CPUs the calling thread may run on.
+pub(crate) fn cpus_here() -> usize {
+    rustix::thread::sched_getaffinity(None).map_or(1, |cpus| cpus.count() as usize)
+}
+
+/// Whether a thread that may run on `cpus` CPUs, under a CPU quota of
+/// `quota` CPUs (None: no quota), polls: on more than one CPU, and where a
+/// quota can't hold it back.
+pub(crate) fn polls_with(cpus: usize, quota: Option<f64>) -> bool {
+    cpus > 1 && quota.is_none_or(|q| q >= cpus as f64)
+}
+
+/// Whether the calling thread would poll now, as a serving thread looks.
+#[cfg(test)]
+pub(crate) fn polls_here() -> bool {
+    polls_with(cpus_here(), super::cpu_quota::of_this_process())
+}
+
+/// Why a process that may run on `cpus` CPUs under `quota` doesn't poll,
+/// for `zonemount status`; None where it does.
+pub(crate) fn held_back(cpus: usize, quota: Option<f64>) -> Option<String> {
+    if cpus <= 1 {
+        return Some("off: the daemon may run on one CPU only".into());
+    }
+    match quota {
+        Some(q) if q < cpus as f64 => Some(format!(
+            "off: its cgroup's CPU quota ({q:.2} CPUs) is below the {cpus} CPUs it may run on"
+        )),
+        _ => None,
+    }
 }
 
 impl BusyPoll {
@@ -99,7 +137,7 @@ impl BusyPoll {
 
     /// A request was answered (or needed no answer): poll for the next
     /// one, when that pays, no other thread polls, and this thread may run
-    /// on more than one CPU. `Some`: what the device gave while polling
+    /// on more than one CPU with no CPU quota below them. `Some`: what the device gave while polling
     /// (a request's length, or the error that ends serving).
     pub(crate) fn after_reply<C: Channel>(
         &self,
@@ -152,21 +190,31 @@ impl BusyPoll {
 }
 
 impl PollerState {
-    /// A thread's state that asks `look` whether it may run on more than
-    /// one CPU.
-    pub(crate) fn looking_with(look: fn() -> bool) -> PollerState {
+    /// A thread's state that asks `cpus_of` how many CPUs it may run on
+    /// and `quota_of` its CPU quota.
+    pub(crate) fn looking_with(
+        cpus_of: fn() -> usize,
+        quota_of: fn() -> Option<f64>,
+    ) -> PollerState {
         PollerState {
             since_check: 0,
-            many_cpus: false,
-            look,
+            may: false,
+            quota: None,
+            quota_read: None,
+            cpus_of,
+            quota_of,
         }
     }
 
     fn may_poll(&mut self) -> bool {
         if self.since_check == 0 {
-            self.many_cpus = (self.look)();
+            if self.quota_read.is_none_or(|t| t.elapsed() >= QUOTA_EVERY) {
+                self.quota = (self.quota_of)();
+                self.quota_read = Some(Instant::now());
+            }
+            self.may = polls_with((self.cpus_of)(), self.quota);
         }
         self.since_check = (self.since_check + 1) % AFFINITY_EVERY;
-        self.many_cpus
+        self.may
     }
 }

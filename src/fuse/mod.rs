@@ -4,7 +4,8 @@
 //! transport — `/dev/fuse` reads and writes, or FUSE over io_uring
 //! (`uring`, one ring per CPU, Linux 6.14 and later with the fuse module's
 //! `enable_uring` on; `queue`, one such ring's entries), and the
-//! `/dev/fuse` threads' short polling for the next request (`busy_poll`).
+//! `/dev/fuse` threads' short polling for the next request (`busy_poll`,
+//! held back under a cgroup CPU quota read by `cpu_quota`).
 //!
 //! It knows nothing of zones or policy: a [`Filesystem`] gets each decoded
 //! request with its [`Reply`]. The system calls it needs (the device and
@@ -14,6 +15,7 @@
 pub mod abi;
 mod busy_poll;
 mod channel;
+mod cpu_quota;
 mod dispatch;
 mod handshake;
 mod queue;
@@ -26,6 +28,13 @@ mod types;
 mod uring;
 
 pub use busy_poll::{DEFAULT_WINDOW as BUSY_POLL_DEFAULT, MAX_WINDOW as BUSY_POLL_MAX};
+
+/// Why this process's `/dev/fuse` threads don't poll now (one CPU only,
+/// or a cgroup CPU quota below its CPUs), for `zonemount status`; None
+/// where they may.
+pub fn busy_poll_held_back() -> Option<String> {
+    busy_poll::held_back(busy_poll::cpus_here(), cpu_quota::of_this_process())
+}
 pub use dispatch::{Agreed, Filesystem, Offer, OpCounts, Wants};
 pub use reply::{BackingId, DirBuf, Reply, Sink};
 pub use request::{Op, Request};

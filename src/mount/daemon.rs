@@ -257,9 +257,15 @@ fn status_fn(
                     let t = t.describe();
                     match busy_poll.as_micros() {
                         0 => t.to_string(),
-                        us => format!(
-                            "{t}; a thread polls up to {us} µs for the next request after a reply"
-                        ),
+                        us => {
+                            let mut d = format!(
+                                "{t}; a thread polls up to {us} µs for the next request after a reply"
+                            );
+                            if let Some(why) = crate::fuse::busy_poll_held_back() {
+                                d.push_str(&format!(" (now {why})"));
+                            }
+                            d
+                        }
                     }
                 }),
                 busy_poll_us: Some(busy_poll.as_micros() as u64),

@@ -2,7 +2,7 @@
 //! every request is still answered once and in order, the device is left
 //! blocking after each poll, a window with no request turns polling off
 //! until requests come close together again, and a thread that may run on
-//! one CPU only never polls.
+//! one CPU only, or under a CPU quota below its CPUs, never polls.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use zerocopy::IntoBytes;
 use super::serve::{init, wants};
 use super::{HELLO, Script, Toy, parse_reply, request, within};
 use crate::fuse::abi::{GetattrIn, op};
-use crate::fuse::busy_poll::{BusyPoll, PollerState, may_run_on_many_cpus};
+use crate::fuse::busy_poll::{BusyPoll, PollerState, cpus_here, held_back, polls_here, polls_with};
 use crate::fuse::dispatch::{Agreed, Filesystem};
 use crate::fuse::handshake::handshake;
 use crate::fuse::session::serve;
@@ -28,12 +28,24 @@ fn getattr(unique: u64) -> Vec<u8> {
     request(op::GETATTR, unique, HELLO, g.as_bytes())
 }
 
-fn many() -> bool {
-    true
+fn many() -> usize {
+    2
 }
 
-fn one() -> bool {
-    false
+fn one() -> usize {
+    1
+}
+
+fn no_quota() -> Option<f64> {
+    None
+}
+
+fn one_cpu_quota() -> Option<f64> {
+    Some(1.0)
+}
+
+fn two_cpu_quota() -> Option<f64> {
+    Some(2.0)
 }
 
 #[test]
@@ -48,7 +60,7 @@ fn a_polled_device_answers_every_request_once_in_order_and_is_left_blocking() {
         let (agreed, _): (Agreed, Option<()>) =
             handshake(&c, fs.as_ref(), false, |_| panic!("no io_uring asked for")).unwrap();
         let fs: Arc<dyn Filesystem> = fs;
-        let polls_here = may_run_on_many_cpus();
+        let polls_here = polls_here();
         // A window far longer than the scripted stalls: every request
         // after the first GETATTR is caught by a poll.
         let r = serve(
@@ -92,7 +104,7 @@ fn a_window_with_no_request_stops_polling_until_requests_come_close_again() {
     let poll = BusyPoll::new(window);
     let chan = Script::pollable(Vec::new(), 0);
     let mut buf = vec![0u8; 4096];
-    let mut me = PollerState::looking_with(many);
+    let mut me = PollerState::looking_with(many, no_quota);
 
     // Polls the whole window, finds nothing.
     let t = Instant::now();
@@ -134,7 +146,7 @@ fn a_thread_that_may_run_on_one_cpu_never_polls() {
     let poll = BusyPoll::new(Duration::from_millis(20));
     let chan = Script::pollable(vec![getattr(10)], 0);
     let mut buf = vec![0u8; 4096];
-    let mut me = PollerState::looking_with(one);
+    let mut me = PollerState::looking_with(one, no_quota);
     assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
     assert!(chan.toggles().is_empty());
     assert_eq!(chan.polled(), (0, 0));
@@ -152,9 +164,9 @@ fn a_thread_that_may_run_on_one_cpu_never_polls() {
         let mut me = PollerState::default();
         let mut buf = vec![0u8; 4096];
         let got = poll.after_reply(c.as_ref(), &mut buf, &mut me);
-        (got.is_none(), may_run_on_many_cpus())
+        (got.is_none(), cpus_here())
     });
-    assert_eq!(looked, (true, false));
+    assert_eq!(looked, (true, 1));
     assert!(chan.toggles().is_empty());
 }
 
@@ -162,7 +174,7 @@ fn a_thread_that_may_run_on_one_cpu_never_polls() {
 fn a_zero_window_or_a_device_that_cant_poll_is_never_polled() {
     let chan = Script::pollable(vec![getattr(10)], 0);
     let mut buf = vec![0u8; 4096];
-    let mut me = PollerState::looking_with(many);
+    let mut me = PollerState::looking_with(many, no_quota);
     assert!(
         BusyPoll::new(Duration::ZERO)
             .after_reply(&chan, &mut buf, &mut me)
@@ -183,10 +195,43 @@ fn a_zero_window_or_a_device_that_cant_poll_is_never_polled() {
 fn a_poll_hands_over_the_request_it_read() {
     let chan = Script::pollable(vec![getattr(10)], 2);
     let mut buf = vec![0u8; 4096];
-    let mut me = PollerState::looking_with(many);
+    let mut me = PollerState::looking_with(many, no_quota);
     let got = BusyPoll::new(Duration::from_millis(200)).after_reply(&chan, &mut buf, &mut me);
     let n = got.expect("a request read while polling").unwrap();
     assert_eq!(&buf[..n], &getattr(10)[..]);
     assert_eq!(chan.polled(), (1, 2));
     assert_eq!(chan.toggles(), [true, false]);
+}
+
+#[test]
+fn a_cpu_quota_below_the_cpus_a_thread_may_use_stops_polling() {
+    // Two CPUs under a quota of one: the time spent polling would count
+    // against the quota. Never polls.
+    let poll = BusyPoll::new(Duration::from_millis(20));
+    let chan = Script::pollable(vec![getattr(10)], 0);
+    let mut buf = vec![0u8; 4096];
+    let mut me = PollerState::looking_with(many, one_cpu_quota);
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    assert!(chan.toggles().is_empty());
+    assert_eq!(chan.polled(), (0, 0));
+    // A quota that covers both CPUs holds nothing back.
+    let mut me = PollerState::looking_with(many, two_cpu_quota);
+    let got = poll.after_reply(&chan, &mut buf, &mut me);
+    assert!(got.expect("a request read while polling").is_ok());
+    assert_eq!(chan.toggles(), [true, false]);
+
+    assert!(polls_with(2, None));
+    assert!(polls_with(4, Some(4.0)));
+    assert!(!polls_with(4, Some(3.5)));
+    assert!(!polls_with(1, None));
+    assert_eq!(held_back(2, None), None);
+    assert_eq!(held_back(2, Some(2.0)), None);
+    assert_eq!(
+        held_back(2, Some(0.5)).as_deref(),
+        Some("off: its cgroup's CPU quota (0.50 CPUs) is below the 2 CPUs it may run on")
+    );
+    assert_eq!(
+        held_back(1, None).as_deref(),
+        Some("off: the daemon may run on one CPU only")
+    );
 }
