@@ -79,31 +79,41 @@ pub(crate) fn cpus_here() -> usize {
     rustix::thread::sched_getaffinity(None).map_or(1, |cpus| cpus.count() as usize)
 }
 
-/// Whether a thread that may run on `cpus` CPUs, under a CPU quota of
-/// `quota` CPUs (None: no quota), polls: on more than one CPU, and where a
-/// quota can't hold it back.
-pub(crate) fn polls_with(cpus: usize, quota: Option<f64>) -> bool {
-    cpus > 1 && quota.is_none_or(|q| q >= cpus as f64)
+/// Why a thread doesn't poll.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum HeldBack {
+    /// It may run on one CPU only.
+    OneCpu,
+    /// Its cgroup's CPU quota, in CPUs, is below the CPUs it may run on.
+    Quota { quota: f64, cpus: usize },
+}
+
+impl std::fmt::Display for HeldBack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeldBack::OneCpu => write!(f, "off: the daemon may run on one CPU only"),
+            HeldBack::Quota { quota, cpus } => write!(
+                f,
+                "off: its cgroup's CPU quota ({quota:.2} CPUs) is below the {cpus} CPUs it may run on"
+            ),
+        }
+    }
+}
+
+/// What holds back a thread that may run on `cpus` CPUs under a CPU
+/// quota of `quota` CPUs (None: no quota); None: it polls.
+pub(crate) fn held_back(cpus: usize, quota: Option<f64>) -> Option<HeldBack> {
+    match quota {
+        _ if cpus <= 1 => Some(HeldBack::OneCpu),
+        Some(q) if q < cpus as f64 => Some(HeldBack::Quota { quota: q, cpus }),
+        _ => None,
+    }
 }
 
 /// Whether the calling thread would poll now, as a serving thread looks.
 #[cfg(test)]
 pub(crate) fn polls_here() -> bool {
-    polls_with(cpus_here(), super::cpu_quota::of_this_process())
-}
-
-/// Why a process that may run on `cpus` CPUs under `quota` doesn't poll,
-/// for `zonemount status`; None where it does.
-pub(crate) fn held_back(cpus: usize, quota: Option<f64>) -> Option<String> {
-    if cpus <= 1 {
-        return Some("off: the daemon may run on one CPU only".into());
-    }
-    match quota {
-        Some(q) if q < cpus as f64 => Some(format!(
-            "off: its cgroup's CPU quota ({q:.2} CPUs) is below the {cpus} CPUs it may run on"
-        )),
-        _ => None,
-    }
+    held_back(cpus_here(), super::cpu_quota::of_this_process()).is_none()
 }
 
 impl BusyPoll {
@@ -136,9 +146,9 @@ impl BusyPoll {
     }
 
     /// A request was answered (or needed no answer): poll for the next
-    /// one, when that pays, no other thread polls, and this thread may run
-    /// on more than one CPU with no CPU quota below them. `Some`: what the device gave while polling
-    /// (a request's length, or the error that ends serving).
+    /// one, when that pays, no other thread polls, and nothing holds this
+    /// thread back ([`held_back`]). `Some`: what the device gave while
+    /// polling (a request's length, or the error that ends serving).
     pub(crate) fn after_reply<C: Channel>(
         &self,
         dev: &C,
@@ -212,7 +222,7 @@ impl PollerState {
                 self.quota = (self.quota_of)();
                 self.quota_read = Some(Instant::now());
             }
-            self.may = polls_with((self.cpus_of)(), self.quota);
+            self.may = held_back((self.cpus_of)(), self.quota).is_none();
         }
         self.since_check = (self.since_check + 1) % AFFINITY_EVERY;
         self.may

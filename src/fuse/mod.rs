@@ -34,6 +34,7 @@ pub use busy_poll::{DEFAULT_WINDOW as BUSY_POLL_DEFAULT, MAX_WINDOW as BUSY_POLL
 /// where they may.
 pub fn busy_poll_held_back() -> Option<String> {
     busy_poll::held_back(busy_poll::cpus_here(), cpu_quota::of_this_process())
+        .map(|why| why.to_string())
 }
 pub use dispatch::{Agreed, Filesystem, Offer, OpCounts, Wants};
 pub use reply::{BackingId, DirBuf, Reply, Sink};

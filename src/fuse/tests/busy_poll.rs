@@ -12,7 +12,7 @@ use zerocopy::IntoBytes;
 use super::serve::{init, wants};
 use super::{HELLO, Script, Toy, parse_reply, request, within};
 use crate::fuse::abi::{GetattrIn, op};
-use crate::fuse::busy_poll::{BusyPoll, PollerState, cpus_here, held_back, polls_here, polls_with};
+use crate::fuse::busy_poll::{BusyPoll, HeldBack, PollerState, cpus_here, held_back, polls_here};
 use crate::fuse::dispatch::{Agreed, Filesystem};
 use crate::fuse::handshake::handshake;
 use crate::fuse::session::serve;
@@ -220,18 +220,23 @@ fn a_cpu_quota_below_the_cpus_a_thread_may_use_stops_polling() {
     assert!(got.expect("a request read while polling").is_ok());
     assert_eq!(chan.toggles(), [true, false]);
 
-    assert!(polls_with(2, None));
-    assert!(polls_with(4, Some(4.0)));
-    assert!(!polls_with(4, Some(3.5)));
-    assert!(!polls_with(1, None));
     assert_eq!(held_back(2, None), None);
     assert_eq!(held_back(2, Some(2.0)), None);
+    assert_eq!(held_back(4, Some(4.0)), None);
     assert_eq!(
-        held_back(2, Some(0.5)).as_deref(),
-        Some("off: its cgroup's CPU quota (0.50 CPUs) is below the 2 CPUs it may run on")
+        held_back(4, Some(3.5)),
+        Some(HeldBack::Quota {
+            quota: 3.5,
+            cpus: 4
+        })
+    );
+    assert_eq!(held_back(1, None), Some(HeldBack::OneCpu));
+    assert_eq!(
+        held_back(2, Some(0.5)).unwrap().to_string(),
+        "off: its cgroup's CPU quota (0.50 CPUs) is below the 2 CPUs it may run on"
     );
     assert_eq!(
-        held_back(1, None).as_deref(),
-        Some("off: the daemon may run on one CPU only")
+        HeldBack::OneCpu.to_string(),
+        "off: the daemon may run on one CPU only"
     );
 }
