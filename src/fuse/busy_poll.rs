@@ -110,6 +110,12 @@ pub(crate) fn held_back(cpus: usize, quota: Option<f64>) -> Option<HeldBack> {
     }
 }
 
+/// Why this process's `/dev/fuse` threads don't poll now, for `zonemount
+/// status`; None where they may.
+pub fn held_back_now() -> Option<String> {
+    held_back(cpus_here(), super::cpu_quota::of_this_process()).map(|why| why.to_string())
+}
+
 /// Whether the calling thread would poll now, as a serving thread looks.
 #[cfg(test)]
 pub(crate) fn polls_here() -> bool {

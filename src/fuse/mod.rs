@@ -27,15 +27,10 @@ pub mod sys;
 mod types;
 mod uring;
 
-pub use busy_poll::{DEFAULT_WINDOW as BUSY_POLL_DEFAULT, MAX_WINDOW as BUSY_POLL_MAX};
-
-/// Why this process's `/dev/fuse` threads don't poll now (one CPU only,
-/// or a cgroup CPU quota below its CPUs), for `zonemount status`; None
-/// where they may.
-pub fn busy_poll_held_back() -> Option<String> {
-    busy_poll::held_back(busy_poll::cpus_here(), cpu_quota::of_this_process())
-        .map(|why| why.to_string())
-}
+pub use busy_poll::{
+    DEFAULT_WINDOW as BUSY_POLL_DEFAULT, MAX_WINDOW as BUSY_POLL_MAX,
+    held_back_now as busy_poll_held_back,
+};
 pub use dispatch::{Agreed, Filesystem, Offer, OpCounts, Wants};
 pub use reply::{BackingId, DirBuf, Reply, Sink};
 pub use request::{Op, Request};
