@@ -317,17 +317,27 @@ fn busy_polling_stops_under_a_cpu_quota_below_the_daemons_cpus() {
             .unwrap_or_else(|| panic!("no transport line:\n{}", out.stdout))
             .to_owned()
     };
-    let held = format!(
-        "(now off: its cgroup's CPU quota ({}.00 CPUs) is below the {cpus} CPUs it may run on)",
+    // `--json` carries the same reason as `io.busy_poll_off`.
+    let poll_off = || {
+        let out = zonemount(m.mountpoint(), &["status", "--json", &mp]);
+        assert!(out.success(), "status: {}", out.describe());
+        let st: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        st["io"]["busy_poll_off"].as_str().map(str::to_owned)
+    };
+    let why = format!(
+        "off: its cgroup's CPU quota ({}.00 CPUs) is below the {cpus} CPUs it may run on",
         cpus - 1
     );
+    let held = format!("(now {why})");
     assert!(!transport().contains("now off"), "{}", transport());
+    assert_eq!(poll_off(), None);
     let daemon = daemon_pids_for(m.mountpoint());
     assert_eq!(daemon.len(), 1, "one daemon serves the mount: {daemon:?}");
     cg.enter(daemon[0]);
     let line = transport();
     // Over io_uring there is no polling to hold back.
     assert_eq!(line.ends_with(&held), !uring, "{line}");
+    assert_eq!(poll_off(), (!uring).then(|| why.clone()));
     // The serving threads read the quota again within a second.
     std::thread::sleep(Duration::from_millis(1200));
     let (ok, got, err) = m.sh(
@@ -338,6 +348,7 @@ fn busy_polling_stops_under_a_cpu_quota_below_the_daemons_cpus() {
     assert_eq!(got, "200\ngone\n");
     cg.leave(daemon[0]);
     assert!(!transport().contains("now off"), "{}", transport());
+    assert_eq!(poll_off(), None);
 }
 
 #[test]

@@ -234,6 +234,10 @@ fn status_fn(
     };
     Box::new(move || {
         let io = core.io_mode();
+        // Why polling is off now; only a `/dev/fuse` transport polls.
+        let polls =
+            !busy_poll.is_zero() && core.transport() == Some(crate::fuse::Transport::Device);
+        let poll_off = polls.then(crate::fuse::busy_poll_held_back).flatten();
         let (rw, ro) = core.ttls();
         Status {
             pending: broker.pending(),
@@ -261,7 +265,7 @@ fn status_fn(
                             let mut d = format!(
                                 "{t}; a thread polls up to {us} µs for the next request after a reply"
                             );
-                            if let Some(why) = crate::fuse::busy_poll_held_back() {
+                            if let Some(why) = &poll_off {
                                 d.push_str(&format!(" (now {why})"));
                             }
                             d
@@ -269,6 +273,7 @@ fn status_fn(
                     }
                 }),
                 busy_poll_us: Some(busy_poll.as_micros() as u64),
+                busy_poll_off: poll_off.clone(),
             }),
             cache_ttl_secs: Some(CacheTtls {
                 rw: rw.as_secs_f64(),

@@ -172,6 +172,8 @@ export interface Status {
     transport_detail?: string;
     /** How long a /dev/fuse thread polls for the next request after a reply, in µs (0: never). */
     busy_poll_us?: number;
+    /** Why no /dev/fuse thread polls now although busy_poll_us is above 0 (one CPU, or a CPU quota below the CPUs it may run on); absent while polling may happen. */
+    busy_poll_off?: string;
   };
   cache_ttl_secs?: { rw: number; ro: number };
   /** The last refusals, oldest first. */

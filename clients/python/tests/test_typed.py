@@ -63,7 +63,37 @@ def test_status_is_typed_and_covers_every_field_on_the_wire(tmp_path: Path, zm_b
     assert isinstance(st.counters["requests"], int)
     assert st.io is not None and st.io.mode in ("passthrough", "daemon")
     assert st.io.busy_poll_us is not None and 0 <= st.io.busy_poll_us <= 1000
+    # Why polling is off, when it is, is also the text line's clause.
+    if st.io.busy_poll_off is not None:
+        assert st.io.busy_poll_off.startswith("off: ")
+        assert st.io.transport_detail is not None
+        assert st.io.transport_detail.endswith("(now %s)" % st.io.busy_poll_off)
     assert st.cache_ttl_secs is not None and st.cache_ttl_secs.ro >= st.cache_ttl_secs.rw
+
+
+def test_status_says_why_busy_polling_is_off(tmp_path: Path, zm_bin: str) -> None:
+    # A daemon started on one CPU (it inherits this process's affinity)
+    # never polls, and says why.
+    (tmp_path / "w").mkdir()
+    (tmp_path / "mnt").mkdir()
+    (tmp_path / "p.yaml").write_text(
+        "sandbox:\n  mode: direct\n  zones:\n    w: {path: ./w, mode: rw}\n"
+    )
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        with zonemount.mount(tmp_path / "mnt", config=tmp_path / "p.yaml") as m:
+            st = m.client.status()
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert st.io is not None and st.io.transport_detail is not None
+    if st.io.transport == "dev-fuse":
+        assert st.io.busy_poll_us is not None and st.io.busy_poll_us > 0
+        assert st.io.busy_poll_off == "off: the daemon may run on one CPU only"
+        assert st.io.transport_detail.endswith("(now %s)" % st.io.busy_poll_off)
+    else:
+        # Over io_uring there are no /dev/fuse threads to poll.
+        assert st.io.transport == "io-uring" and st.io.busy_poll_off is None
 
 
 def test_check_says_allow_ask_or_refuse_and_touches_nothing(mounted: zonemount.Mount, project: Path) -> None:

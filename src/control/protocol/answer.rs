@@ -262,6 +262,11 @@ pub struct IoStatus {
     /// reply, in microseconds (0: never; absent from older daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy_poll_us: Option<u64>,
+    /// Why no `/dev/fuse` thread polls now although `busy_poll_us` is
+    /// above 0 (it may run on one CPU only, or its cgroup's CPU quota is
+    /// below the CPUs it may run on); absent while polling may happen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_poll_off: Option<String>,
 }
 
 /// Cache TTLs, in seconds.

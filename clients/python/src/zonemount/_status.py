@@ -107,13 +107,16 @@ class IoStatus:
     """How file data moves: ``mode`` is ``passthrough`` or ``daemon``;
     ``transport`` how requests arrive (``dev-fuse`` or ``io-uring``);
     ``busy_poll_us`` how long a ``/dev/fuse`` thread polls for the next
-    request after a reply (0: never)."""
+    request after a reply (0: never); ``busy_poll_off`` why none polls now
+    although ``busy_poll_us`` is above 0 (one CPU, or a CPU quota below
+    the CPUs it may run on), None while polling may happen."""
 
     mode: str
     detail: str
     transport: Optional[str] = None
     transport_detail: Optional[str] = None
     busy_poll_us: Optional[int] = None
+    busy_poll_off: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "IoStatus":
@@ -123,6 +126,7 @@ class IoStatus:
             transport=_opt_str(d.get("transport")),
             transport_detail=_opt_str(d.get("transport_detail")),
             busy_poll_us=int(d["busy_poll_us"]) if d.get("busy_poll_us") is not None else None,
+            busy_poll_off=_opt_str(d.get("busy_poll_off")),
         )
 
 
