@@ -539,3 +539,149 @@ fn a_close_of_a_waiting_create_is_not_held_its_write_is() {
     );
     assert_eq!(fs::read(m.backing("out", "b.txt")).unwrap(), b"");
 }
+
+/// A call held on a file whose create is pending (its first write,
+/// touch's setting of its times) holds the file's lock in the kernel. An
+/// unlink or rename of the file waits for that lock holding its
+/// directory's lock, and a rename across directories the filesystem's
+/// rename lock too, unkillably: a thread that looked the file up and then
+/// sleeps in the kernel lets the held call go (EAGAIN). The directory,
+/// the remover and renames in other zones answer.
+#[test]
+fn a_held_write_lets_go_when_its_file_is_renamed_or_removed() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup()
+        .dir("out", "dir")
+        .dir("workspace", "sub")
+        .file("workspace", "m", "q\n")
+        .mount();
+    for (i, (held, remover, done)) in [
+        (
+            "/bin/echo a > out/a.txt",
+            "mv out/a.txt out/dir/",
+            "/out/a.txt",
+        ),
+        ("touch out/t.txt", "rm -f out/t.txt", "/out/t.txt"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut w = Worker::start(&m, held);
+        let r = wait_held(&m, Duration::from_secs(10));
+        assert_eq!(r["path"], done);
+        // The rename or removal asks on its own and is told to retry; the
+        // held call goes with EAGAIN.
+        let (ok, err, took) = answers(&m, remover).unwrap_or_else(|e| panic!("{remover}: {e}"));
+        eprintln!("{remover}: {took:?}");
+        assert!(!ok && err.contains("temporarily unavailable"), "{err}");
+        let (st, err) = w.within(ANSWERS).unwrap_or_else(|e| panic!("{held}: {e}"));
+        assert!(
+            !st.success() && err.contains("temporarily unavailable"),
+            "{held}: {err}"
+        );
+        // Nothing else waits: the directory, another zone's renames.
+        for probe in [
+            "ls out >/dev/null",
+            "stat out/existing.txt >/dev/null",
+            "mv workspace/m workspace/sub/m && mv workspace/sub/m workspace/m",
+        ] {
+            let (ok, err, _) = answers(&m, probe).unwrap_or_else(|e| panic!("{probe}: {e}"));
+            assert!(ok, "{probe}: {err}");
+        }
+        // The create's request stays, marked for a retry, beside the
+        // rename's or unlink's.
+        let reqs = pending(&m);
+        let r = request_for(&reqs, done);
+        assert_eq!(
+            (r["op"].as_str(), r["retry"].as_bool()),
+            (Some("create"), Some(true)),
+            "{i}"
+        );
+        for r in reqs {
+            decide(&m, "deny", id_of(&r));
+        }
+        wait_pending(&m, 0, ANSWERS);
+    }
+}
+
+/// A stat or an open of a file whose create is pending lets the held
+/// write wait on: only a thread that then sleeps in the kernel lets it go.
+#[test]
+fn a_stat_of_a_waiting_create_lets_its_write_wait_on() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let mut w = Worker::start(&m, "/bin/echo a > out/a.txt");
+    let id = id_of(&wait_held(&m, Duration::from_secs(10)));
+    for probe in [
+        "stat out/a.txt >/dev/null",
+        "cat out/a.txt",
+        "ls -l out >/dev/null",
+    ] {
+        let (ok, err, _) = answers(&m, probe).unwrap_or_else(|e| panic!("{probe}: {e}"));
+        assert!(ok, "{probe}: {err}");
+    }
+    // Longer than a watch of the lookers lasts.
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(w.running(), "the write still waits");
+    decide(&m, "allow", id);
+    let (st, err) = w.within(ANSWERS).unwrap();
+    assert!(st.success(), "{err}");
+    assert_eq!(
+        fs::read_to_string(m.backing("out", "a.txt")).unwrap(),
+        "a\n"
+    );
+}
+
+/// A metadata change of an existing file holds the file's lock in the
+/// kernel: it waits a moment, then is told to retry (EAGAIN), so a removal
+/// of the file never waits behind a human.
+#[test]
+fn a_files_own_metadata_is_told_to_retry_and_never_holds_a_removal() {
+    if !fuse_ok() {
+        return;
+    }
+    // A file each: a denial is remembered for its path.
+    let m = setup()
+        .file("out", "e1", "here\n")
+        .file("out", "e2", "here\n")
+        .file("out", "e3", "here\n")
+        .file("out", "e4", "here\n")
+        .mount();
+    let setxattr = "python3 -c \"import os; os.setxattr('out/e4', 'user.k', b'v')\"";
+    // By path: touch(1) and truncate(1) open the file for writing first,
+    // an open, which waits.
+    let utimes = "python3 -c \"import os; os.utime('out/e2', (1, 1))\"";
+    let truncate = "python3 -c \"import os; os.truncate('out/e3', 1)\"";
+    for (change, file, errno) in [
+        ("chmod 600 out/e1", "e1", "temporarily unavailable"),
+        (utimes, "e2", "temporarily unavailable"),
+        (truncate, "e3", "temporarily unavailable"),
+        (setxattr, "e4", "Device or resource busy"),
+    ] {
+        let (ok, err, took) = answers(&m, change).unwrap_or_else(|e| panic!("{change}: {e}"));
+        eprintln!("{change}: {took:?}");
+        assert!(!ok && err.contains(errno), "{change}: {err}");
+        let reqs = wait_pending(&m, 1, ANSWERS);
+        assert_eq!(reqs[0]["retry"], true, "{change}");
+        // The removal of that file is asked on its own and told to retry
+        // at once: it never waits behind the change.
+        let rm = format!("rm -f out/{file}");
+        let (ok, err, _) = answers(&m, &rm).unwrap_or_else(|e| panic!("{rm}: {e}"));
+        assert!(
+            !ok && err.contains("temporarily unavailable"),
+            "{rm}: {err}"
+        );
+        for r in wait_pending(&m, 2, ANSWERS) {
+            decide(&m, "deny", id_of(&r));
+        }
+        wait_pending(&m, 0, ANSWERS);
+        assert_eq!(
+            fs::read_to_string(m.backing("out", file)).unwrap(),
+            "here\n"
+        );
+    }
+}

@@ -165,6 +165,21 @@ pub fn is_dying(tid: u32) -> bool {
     }
 }
 
+/// Whether thread `tid` sleeps uninterruptibly (`D` in `/proc/TID/stat`):
+/// blocked in the kernel, on a lock for instance. None when it is gone or
+/// its state can't be read.
+pub fn blocked_in_kernel(tid: u32) -> Option<bool> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    // The state follows the command name, which may hold anything but
+    // ends at the last ')'.
+    let state = stat
+        .get(stat.rfind(')')? + 1..)?
+        .trim_start()
+        .chars()
+        .next()?;
+    Some(state == 'D')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

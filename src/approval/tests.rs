@@ -403,6 +403,7 @@ fn an_interrupt_withdraws_only_the_call_it_names() {
         2,
         4,
         std::process::id(),
+        None,
         Box::new(move |v| {
             let _ = tx.send(v);
         }),
@@ -426,9 +427,106 @@ fn an_interrupt_withdraws_only_the_call_it_names() {
         1
     );
     assert!(
-        b.join(2, 6, 1, Box::new(|_| {})).is_err(),
+        b.join(2, 6, 1, None, Box::new(|_| {})).is_err(),
         "nothing to join"
     );
+}
+
+/// A later step of a pending create held for a moment (its first write,
+/// which holds the file's lock in the kernel): told to retry, the request
+/// stays pending, and a retry of the same path by the same uid from
+/// another process joins it instead of asking again.
+#[test]
+fn a_later_step_held_for_a_moment_is_told_to_retry_and_its_retry_joins() {
+    let b = broker(Duration::from_secs(60));
+    let create = ask_waiting(&b, "f", 2, Wait::Detached);
+    let id = only_pending(&b);
+    let (tx, write) = mpsc::channel();
+    let hold = Some(Duration::from_millis(30));
+    let joined = b.join(
+        2,
+        4,
+        std::process::id(),
+        hold,
+        Box::new(move |v| {
+            let _ = tx.send(v);
+        }),
+    );
+    assert!(joined.is_ok());
+    assert_eq!(got(&write), Some(Verdict::Later(id)));
+    assert_eq!(only_pending(&b), id, "the create still waits");
+    assert!(b.pending()[0].retry, "shown as waiting for a retry");
+    assert!(waiting(&create));
+    // The retry: another process of the same uid opens the file again.
+    let mut other = std::process::Command::new("sleep")
+        .arg("10")
+        .spawn()
+        .unwrap();
+    let (tx, retry) = mpsc::channel();
+    b.ask(
+        AskRequest {
+            items: vec![item(Class::Write, "f")],
+            op: "open",
+            target: None,
+            pid: other.id(),
+            uid: 1000,
+            unique: 8,
+            wait: Wait::Decision,
+        },
+        Box::new(move |v| {
+            let _ = tx.send(v);
+        }),
+    );
+    assert_eq!(only_pending(&b), id, "joined: no second request");
+    assert!(waiting(&retry));
+    b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
+    assert_eq!(got(&retry), Some(Verdict::Allow));
+    assert_eq!(got(&create), Some(Verdict::Allow));
+    let _ = other.kill();
+    let _ = other.wait();
+}
+
+/// Allowed once while nobody waits (the create's own call was answered,
+/// its write told to retry): the allow is kept for the retry, once.
+#[test]
+fn an_allow_once_nobody_waits_for_is_kept_for_the_retry_of_a_pending_create() {
+    let b = broker(Duration::from_secs(60));
+    let create = ask_waiting(&b, "g", 2, Wait::Detached);
+    let id = only_pending(&b);
+    let (tx, write) = mpsc::channel();
+    let hold = Some(Duration::from_millis(30));
+    assert!(
+        b.join(
+            2,
+            4,
+            std::process::id(),
+            hold,
+            Box::new(move |v| {
+                let _ = tx.send(v);
+            })
+        )
+        .is_ok()
+    );
+    assert_eq!(got(&write), Some(Verdict::Later(id)));
+    b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
+    assert_eq!(got(&create), Some(Verdict::Allow));
+    let rx = ask_waiting(&b, "g", 9, HOLD);
+    assert_eq!(got(&rx), Some(Verdict::Allow), "the retry goes through");
+    let rx = ask_waiting(&b, "g", 10, HOLD);
+    assert!(matches!(got(&rx), Some(Verdict::Later(_))), "once only");
+}
+
+/// A pending create's request with no step told to retry keeps no allow:
+/// the create's own call took it.
+#[test]
+fn an_allow_once_of_a_create_nobody_retries_is_not_kept() {
+    let b = broker(Duration::from_secs(60));
+    let create = ask_waiting(&b, "h", 2, Wait::Detached);
+    let id = only_pending(&b);
+    b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
+    assert_eq!(got(&create), Some(Verdict::Allow));
+    let rx = ask_waiting(&b, "h", 9, HOLD);
+    assert!(matches!(got(&rx), Some(Verdict::Later(_))));
 }
 
 #[test]

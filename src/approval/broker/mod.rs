@@ -180,7 +180,10 @@ impl Approvals {
             let p = st.take(id).ok_or(DecideError::NotPending(id))?;
             let resolution = match d {
                 Decision::Allow(scope) => {
-                    if let (Scope::Once, Some(rk), true) = (scope, &p.retry, p.waiters.is_empty()) {
+                    // Nobody waits (a call answered already, tid 0, took
+                    // nothing): the allow is kept for the retry.
+                    let unclaimed = p.waiters.iter().all(|w| w.tid == 0);
+                    if let (Scope::Once, Some(rk), true) = (scope, &p.retry, unclaimed) {
                         st.grants
                             .insert(rk.clone(), (id, Instant::now() + GRANT_KEPT));
                     }
@@ -368,7 +371,10 @@ impl Broker for Approvals {
             };
             let w = p.waiters.remove(i);
             tracing::info!(id, unique, "a waiting call was interrupted");
-            if p.waiters.is_empty() && p.retry.is_none() {
+            // A request ends with its last waiter, unless a retry may come;
+            // but the withdrawal of the call that asked and was answered
+            // already (a create whose file is being removed) ends it.
+            if p.waiters.is_empty() && (p.retry.is_none() || w.tid == 0) {
                 if let Some(mut p) = st.take(id) {
                     p.waiters = vec![w];
                     self.end(p, Resolution::Withdrawn, &mut out);
@@ -381,11 +387,40 @@ impl Broker for Approvals {
         true
     }
 
+    fn release(&self, with: u64) -> usize {
+        if with == 0 {
+            return 0;
+        }
+        let mut out = Outbox::default();
+        let n = {
+            let mut st = self.inner.state.lock();
+            let Some((id, _)) = st.waiting(with) else {
+                return 0;
+            };
+            let Some(p) = st.pending.get_mut(&id) else {
+                return 0;
+            };
+            let (live, answered): (Vec<_>, Vec<_>) = std::mem::take(&mut p.waiters)
+                .into_iter()
+                .partition(|w| w.tid != 0);
+            p.waiters = answered;
+            let n = live.len();
+            if n > 0 {
+                st.told_to_retry(id);
+                out.answers.push((live, Verdict::Later(id)));
+            }
+            n
+        };
+        self.deliver(out);
+        n
+    }
+
     fn join(
         &self,
         with: u64,
         unique: u64,
         tid: u32,
+        hold: Option<std::time::Duration>,
         then: Continuation,
     ) -> Result<(), Continuation> {
         if with == 0 {
@@ -395,13 +430,18 @@ impl Broker for Approvals {
         let Some((id, _)) = st.waiting(with) else {
             return Err(then);
         };
-        match st.pending.get_mut(&id) {
-            Some(p) => {
-                p.waiters.push(waiter(tid, unique, then));
-                Ok(())
-            }
-            None => Err(then),
+        let Some(p) = st.pending.get_mut(&id) else {
+            return Err(then);
+        };
+        let mut w = waiter(tid, unique, then);
+        w.until = hold.map(|d| Instant::now() + d);
+        p.waiters.push(w);
+        drop(st);
+        if hold.is_some() {
+            // A bounded waiter needs the watcher to wake in time.
+            self.inner.tick.notify_all();
         }
+        Ok(())
     }
 
     fn note(&self, note: &Note) {

@@ -72,6 +72,23 @@ impl State {
         Some(p)
     }
 
+    /// Request `id`'s callers were told to retry: it says so, and a retry
+    /// of its paths by the same uid joins it (also one asked unbounded
+    /// whose later step was told so: a pending create's write).
+    pub(super) fn told_to_retry(&mut self, id: u64) {
+        let Some(p) = self.pending.get_mut(&id) else {
+            return;
+        };
+        p.info.retry = true;
+        if p.retry.is_none() {
+            let rk = (p.key.0.clone(), p.info.uid);
+            if !self.by_retry.contains_key(&rk) {
+                self.by_retry.insert(rk.clone(), id);
+                p.retry = Some(rk);
+            }
+        }
+    }
+
     /// The pending request with a waiter for FUSE request `unique`.
     pub(super) fn waiting(&self, unique: u64) -> Option<(u64, usize)> {
         self.pending.iter().find_map(|(id, p)| {

@@ -72,6 +72,7 @@ impl Approvals {
     /// Tell bounded waiters whose hold is over to retry later; their
     /// requests stay pending (marked as such for approvers).
     fn release_bounded(st: &mut State, now: Instant, out: &mut Outbox) {
+        let mut told = Vec::new();
         for (id, p) in st.pending.iter_mut() {
             if !p.waiters.iter().any(|w| w.until.is_some_and(|u| u <= now)) {
                 continue;
@@ -80,8 +81,11 @@ impl Approvals {
                 .into_iter()
                 .partition(|w| w.until.is_some_and(|u| u <= now));
             p.waiters = rest;
-            p.info.retry = true;
+            told.push(*id);
             out.answers.push((due, Verdict::Later(*id)));
+        }
+        for id in told {
+            st.told_to_retry(id);
         }
     }
 

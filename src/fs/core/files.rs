@@ -155,7 +155,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_with(ctx, Hold::On(ino), plan, respond);
+        self.request_with(ctx, Hold::Locked, plan, respond);
     }
 
     fn setting(&self, ctx: &Ctx, ino: u64, a: &SetAttr) -> FsResult<(Gate, Arc<Node>)> {
@@ -364,7 +364,13 @@ impl Core {
             });
             reply.respond(r)
         };
-        self.request(ctx, plan, respond);
+        // An open that truncates holds the file's lock in the kernel
+        // under the writeback cache (and only there: `ATOMIC_O_TRUNC`).
+        let hold = match flags & libc::O_TRUNC != 0 && self.writeback() {
+            true => Hold::Locked,
+            false => Hold::Decision,
+        };
+        self.request_with(ctx, hold, plan, respond);
     }
 
     fn opening(&self, ctx: &Ctx, ino: u64, flags: i32) -> FsResult<(Gate, Arc<Node>)> {

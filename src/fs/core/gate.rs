@@ -1,6 +1,6 @@
 //! The request path every operation that may be refused or asked about
 //! takes: [`Core::gate`] asks the pure policy and keeps what it said (the
-//! one place refusals are recorded), [`Core::request`] runs the action now
+//! one place refusals are recorded), [`Core::request_with`] runs the action now
 //! or hands it, with its reply, to the broker, so a FUSE thread never
 //! waits for a human.
 
@@ -13,31 +13,31 @@ use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::changes::Expected;
 use crate::policy::{self, Action, AskItem, Class, Decision, Loc, Op, Subject};
 
-/// How long a call that holds its directory's lock in the kernel (mkdir,
-/// mknod, symlink, link, unlink, rmdir, rename; chmod, chown, utimes and
-/// xattr changes of a directory itself) waits for a decision
-/// before it is told to retry (EAGAIN) and its request stays pending:
-/// everything else in that directory waits behind it meanwhile (DESIGN
-/// §4). Long enough for an approver that answers at once (the Rust API,
-/// a cached decision in flight), well under the 100 ms the rest of the
-/// directory may wait.
-pub const DIR_HOLD: Duration = Duration::from_millis(40);
+/// How long a call the kernel makes holding a lock other calls need waits
+/// for a decision before it is told to retry (EAGAIN) and its request
+/// stays pending (DESIGN §4). A directory's lock (mkdir, mknod, symlink,
+/// link, unlink, rmdir, rename in it): everything else in that directory
+/// waits behind the call. A file's or directory's own lock (chmod,
+/// chown, utimes, truncate, xattr changes; a pending create's first
+/// write): an unlink, rename or link of it waits for that lock while
+/// holding its directory's, unkillably, and a rename across directories
+/// holds the filesystem's rename lock meanwhile. Long enough for an
+/// approver that answers at once (the Rust API, a cached decision in
+/// flight), well under the 100 ms the rest of the directory may wait.
+pub const LOCK_HOLD: Duration = Duration::from_millis(40);
 
 /// How long an asked call may wait for its decision.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Hold {
-    /// Until the decision (killable): the kernel holds no directory's
-    /// lock across the call.
+    /// Until the decision (killable): the kernel holds no lock across the
+    /// call that another call would wait for (an open).
     Decision,
-    /// At most [`DIR_HOLD`], then EAGAIN and the request stays pending for
-    /// the retry: the kernel holds the directory's lock across the call
-    /// (mkdir, mknod, symlink, link, unlink, rmdir, rename).
-    InDir,
-    /// A call on node `ino`'s own metadata (chmod, chown, utimes,
-    /// truncate, setxattr, removexattr): the kernel holds the node's lock
-    /// across it, and a directory's keeps every lookup in it waiting, so
-    /// on a directory it is [`Hold::InDir`], else [`Hold::Decision`].
-    On(u64),
+    /// At most [`LOCK_HOLD`], then EAGAIN and the request stays pending
+    /// for the retry: the kernel holds a lock across the call, its
+    /// directory's (mkdir, mknod, symlink, link, unlink, rmdir, rename)
+    /// or the node's own (chmod, chown, utimes, truncate, setxattr,
+    /// removexattr; an open that truncates under the writeback cache).
+    Locked,
 }
 
 /// How many refusals [`Core::recent_refusals`] keeps.
@@ -192,23 +192,8 @@ impl Core {
 
     /// Run an operation that `plan` resolves and gates (returning the
     /// action, which holds the resolved nodes), for an admitted caller: act
-    /// now, or once the broker's verdict is in; answer `respond` exactly
-    /// once either way.
-    pub(super) fn request<T, A, R>(
-        self: &Arc<Self>,
-        ctx: Ctx,
-        plan: impl FnOnce() -> FsResult<(Gate, A)>,
-        respond: R,
-    ) where
-        T: Send + 'static,
-        A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
-        R: Respond<T>,
-    {
-        self.request_with(ctx, Hold::Decision, plan, respond)
-    }
-
-    /// [`request`](Self::request), an ask waiting for its decision as
-    /// `hold` says.
+    /// now, or once the broker's verdict is in (an ask waiting for it as
+    /// `hold` says); answer `respond` exactly once either way.
     pub(super) fn request_with<T, A, R>(
         self: &Arc<Self>,
         ctx: Ctx,
@@ -220,14 +205,9 @@ impl Core {
         A: FnOnce(&Core) -> FsResult<T> + Send + 'static,
         R: Respond<T>,
     {
-        let in_dir = match hold {
-            Hold::Decision => false,
-            Hold::InDir => true,
-            Hold::On(ino) => self.node(ino).is_ok_and(|n| n.is_dir),
-        };
-        let wait = match in_dir {
-            true => Wait::Bounded(DIR_HOLD),
-            false => Wait::Decision,
+        let wait = match hold {
+            Hold::Decision => Wait::Decision,
+            Hold::Locked => Wait::Bounded(LOCK_HOLD),
         };
         let planned = self.admit(&ctx).and_then(|()| plan());
         let (Gate { pass, expected }, act) = match planned {

@@ -21,11 +21,11 @@
 //!
 //! Lock order: a [`HeldCreate`]'s state, then the broker's.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -87,9 +87,108 @@ struct Made {
     name: OsString,
     /// (dev, ino) of the file made.
     key: (u64, u64),
+    /// Its node.
+    node: u64,
     expected: changes::Expected,
     ctx: Ctx,
     first: Option<AskItem>,
+}
+
+/// Files whose create is pending, by node. Their held calls (a write,
+/// fsync, fallocate, truncate, copy into the file, utimes) hold the
+/// file's lock in the kernel, and an unlink, rename or link of the file
+/// waits for that lock unkillably while holding its directory's (across
+/// directories, the filesystem's rename lock too): the whole directory
+/// would wait for a human. So the kernel keeps no entry of such a file
+/// (TTL 0) and looks its name up before each use, and while one is
+/// pending every thread that looks a name up is watched for a moment: one
+/// that then sleeps in the kernel (`D`) at two looks in a row lets every
+/// held call go, told to retry (EAGAIN; the requests stay pending and a
+/// retry by the same uid joins them). A process that only writes to the
+/// file it made, or a `stat` of it, lets the calls wait on.
+#[derive(Debug, Default)]
+pub(crate) struct PendingCreates {
+    /// How many there are: the lookup path checks it without the lock.
+    count: AtomicUsize,
+    by_node: Mutex<HashMap<u64, Arc<HeldCreate>>>,
+    /// Threads that looked a name up meanwhile, and whether a watch of
+    /// them is on.
+    watched: Mutex<Vec<u32>>,
+    watching: AtomicBool,
+}
+
+/// How often, and how many times, a thread that looked a name up is
+/// looked at: it is stuck when it sleeps in the kernel at two looks in a
+/// row.
+const LOOK_EVERY: Duration = Duration::from_millis(10);
+const LOOKS: u32 = 20;
+
+impl PendingCreates {
+    fn add(&self, node: u64, held: Arc<HeldCreate>) {
+        let mut m = self.by_node.lock();
+        m.insert(node, held);
+        self.count.store(m.len(), Ordering::Release);
+    }
+
+    fn remove(&self, node: u64) {
+        let mut m = self.by_node.lock();
+        m.remove(&node);
+        self.count.store(m.len(), Ordering::Release);
+    }
+
+    fn any(&self) -> bool {
+        self.count.load(Ordering::Acquire) > 0
+    }
+
+    /// Whether node `node` is a file whose create is pending.
+    pub(super) fn holds(&self, node: u64) -> bool {
+        self.any() && self.by_node.lock().contains_key(&node)
+    }
+
+    /// The requests of every pending create (by their asking calls).
+    fn uniques(&self) -> Vec<u64> {
+        self.by_node.lock().values().map(|h| h.unique).collect()
+    }
+
+    /// Watch the threads in `watched` (more may be added meanwhile), each
+    /// for [`LOOKS`] looks, until none is left; true (and none left) as
+    /// soon as one sleeps in the kernel at two looks in a row.
+    fn watch(&self) -> bool {
+        // Per thread: looks so far, and looks in a row that found it asleep.
+        let mut seen: HashMap<u32, (u32, u32)> = HashMap::new();
+        loop {
+            std::thread::sleep(LOOK_EVERY);
+            let tids: Vec<u32> = self.watched.lock().clone();
+            if tids.is_empty() {
+                return false;
+            }
+            let mut done = Vec::new();
+            for tid in tids {
+                let (looks, asleep) = seen.entry(tid).or_default();
+                *looks += 1;
+                match crate::approval::caller::blocked_in_kernel(tid) {
+                    Some(true) => *asleep += 1,
+                    Some(false) => *asleep = 0,
+                    None => done.push(tid),
+                }
+                if *asleep >= 2 {
+                    self.watched.lock().clear();
+                    return true;
+                }
+                if *looks >= LOOKS {
+                    done.push(tid);
+                }
+            }
+            let mut w = self.watched.lock();
+            w.retain(|t| !done.contains(t));
+            for t in &done {
+                seen.remove(t);
+            }
+            if w.is_empty() {
+                return false;
+            }
+        }
+    }
 }
 
 /// Interrupts that came before their call was waiting.
@@ -155,11 +254,19 @@ impl Core {
         };
         match made {
             Ok((entry, node, fh, direct)) => {
+                self.pending_creates.add(node.ino, Arc::clone(&held));
+                // Its entry goes to the kernel with TTL 0 (see
+                // `PendingCreates`).
+                let entry = super::Entry {
+                    ttl: Duration::ZERO,
+                    ..entry
+                };
                 *st = HeldState::Waiting {
                     made: Made {
                         dir: c.dir,
                         name: c.name,
                         key: node.key(),
+                        node: node.ino,
                         expected: c.expected,
                         ctx: c.ctx,
                         first,
@@ -221,6 +328,7 @@ impl Core {
             HeldState::Asking(_) => *st = HeldState::Asking(Some(v)),
             HeldState::Waiting { made, queue } => {
                 drop(st);
+                self.pending_creates.remove(made.node);
                 tracing::info!(verdict = ?v, name = ?made.name, "pending create decided");
                 match v {
                     Verdict::Allow => self.changelog.record(made.expected),
@@ -302,7 +410,8 @@ impl Core {
     }
 
     /// Call `go` with Ok once the pending create `held` is allowed, with
-    /// EACCES if it is not, EINTR if call `ctx` is interrupted first.
+    /// EACCES if it is not, EINTR if call `ctx` is interrupted first, and
+    /// EAGAIN if the file is looked up meanwhile (see [`PendingCreates`]).
     pub(super) fn when_held(
         self: &Arc<Self>,
         held: Arc<HeldCreate>,
@@ -310,6 +419,12 @@ impl Core {
         go: impl FnOnce(FsResult<()>) + Send + 'static,
     ) {
         let h = Arc::clone(&held);
+        let (core, call) = (Arc::clone(self), *ctx);
+        let mut st = held.state.lock();
+        let first = match &*st {
+            HeldState::Waiting { made, .. } => made.first.clone(),
+            _ => None,
+        };
         let then: Continuation = Box::new(move |v| {
             go(match v {
                 Verdict::Allow => Ok(()),
@@ -317,18 +432,22 @@ impl Core {
                     h.interrupted.store(true, Ordering::Relaxed);
                     Err(FsError::Os(libc::EINTR))
                 }
-                Verdict::Deny | Verdict::Later(_) => Err(FsError::Refused(Refusal::Denied)),
+                // Told to retry: logged as any call told so.
+                Verdict::Later(_) => Err(core.not_allowed(&call, first.as_ref(), v)),
+                Verdict::Deny => Err(FsError::Refused(Refusal::Denied)),
             })
         });
-        let mut st = held.state.lock();
         match &mut *st {
             HeldState::Waiting { queue, .. } => {
                 tracing::debug!(
                     op = ctx.op,
                     unique = ctx.unique,
-                    "held until its create is decided"
+                    "held until its create is decided, or for a moment"
                 );
-                match self.broker.join(held.unique, ctx.unique, ctx.pid, then) {
+                match self
+                    .broker
+                    .join(held.unique, ctx.unique, ctx.pid, None, then)
+                {
                     Ok(()) => {
                         drop(st);
                         self.interrupted_meanwhile(ctx.unique);
@@ -348,6 +467,68 @@ impl Core {
             HeldState::Asking(_) | HeldState::Abandoned => {
                 drop(st);
                 then(Verdict::Deny)
+            }
+        }
+    }
+
+    /// Thread `tid` looked a name up (found or not): while a create is
+    /// pending, it is watched for a moment, and one that then sleeps in
+    /// the kernel lets every held call go (see [`PendingCreates`]).
+    pub(super) fn looked_up(self: &Arc<Self>, tid: u32) {
+        let pc = &self.pending_creates;
+        if !pc.any() {
+            return;
+        }
+        // A thread the daemon can't see (another PID namespace): at once.
+        if tid == 0 {
+            return self.let_held_calls_go("a thread the daemon can't see looked a name up");
+        }
+        // Under the list's lock: a watch ending now either sees this
+        // thread or has said it ended (below).
+        let start = {
+            let mut w = pc.watched.lock();
+            w.push(tid);
+            !pc.watching.swap(true, Ordering::AcqRel)
+        };
+        if !start {
+            return;
+        }
+        let core = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("zm-held-watch".into())
+            .spawn(move || {
+                let pc = &core.pending_creates;
+                loop {
+                    if pc.watch() {
+                        core.let_held_calls_go(
+                            "a thread that looked a name up sleeps in the kernel",
+                        );
+                    }
+                    let w = pc.watched.lock();
+                    if w.is_empty() {
+                        pc.watching.store(false, Ordering::Release);
+                        return;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            pc.watching.store(false, Ordering::Release);
+            pc.watched.lock().clear();
+            self.let_held_calls_go(&format!(
+                "cannot watch the threads that look names up ({e})"
+            ));
+        }
+    }
+
+    /// Tell every call held on a pending create to retry.
+    fn let_held_calls_go(&self, why: &str) {
+        for unique in self.pending_creates.uniques() {
+            let released = self.broker.release(unique);
+            if released > 0 {
+                tracing::info!(
+                    released,
+                    "calls held on a pending create told to retry: {why}"
+                );
             }
         }
     }

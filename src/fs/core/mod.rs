@@ -270,6 +270,7 @@ pub struct Core {
     who: crate::actor::Who,
     /// Interrupts that came before their call waited (see `held`).
     early: held::EarlyInterrupts,
+    pending_creates: held::PendingCreates,
     /// Requests answered, by opcode (`status --json`: `fuse_requests`).
     requests: crate::fuse::OpCounts,
 }
@@ -382,6 +383,7 @@ impl Core {
             changelog: crate::fs::changes::ChangeLog::new(stages.clone()),
             who: crate::actor::Who::default(),
             early: held::EarlyInterrupts::default(),
+            pending_creates: held::PendingCreates::default(),
             requests: crate::fuse::OpCounts::default(),
             reach,
             handles: Handles::default(),
@@ -426,10 +428,13 @@ impl Core {
 
     /// `attr` with the TTL of the zone it is in.
     fn entry(&self, zone: Option<usize>, attr: FileAttr) -> Entry {
-        Entry {
-            attr,
-            ttl: self.zone_ttl(zone),
-        }
+        // A file whose create is pending is looked up by the kernel on
+        // every use of its name (see `held::PendingCreates`).
+        let ttl = match self.pending_creates.holds(attr.ino.0) {
+            true => Duration::ZERO,
+            false => self.zone_ttl(zone),
+        };
+        Entry { attr, ttl }
     }
 
     /// Nodes currently held (for tests and status).

@@ -56,7 +56,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_with(ctx, Hold::InDir, plan, respond);
+        self.request_with(ctx, Hold::Locked, plan, respond);
     }
 
     /// The known node reopened by name that `name` in `dir` (of `zone`,
@@ -173,7 +173,7 @@ impl Core {
                     (gate, act)
                 })
         };
-        self.request_with(ctx, Hold::InDir, plan, respond);
+        self.request_with(ctx, Hold::Locked, plan, respond);
     }
 
     fn renaming(
@@ -289,7 +289,7 @@ impl Core {
                     (gate, act)
                 })
         };
-        self.request_with(ctx, Hold::InDir, plan, respond);
+        self.request_with(ctx, Hold::Locked, plan, respond);
     }
 
     fn link_as(

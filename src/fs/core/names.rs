@@ -32,9 +32,12 @@ impl Core {
     /// success. A missing or hidden name is a negative entry: the kernel
     /// remembers the miss for the TTL instead of asking again (tar, git
     /// and compilers probe many missing names).
-    pub fn lookup(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> FsResult<Entry> {
+    pub fn lookup(self: &Arc<Self>, ctx: &Ctx, parent: u64, name: &OsStr) -> FsResult<Entry> {
         self.admit(ctx)?;
         let parent = self.node(parent)?;
+        // The kernel may be about to take a lock that a call held on a
+        // file whose create is pending holds (see `held::PendingCreates`).
+        self.looked_up(ctx.pid);
         match self.lookup_in(ctx, &parent, name) {
             Err(e) if e.errno() == libc::ENOENT => Ok(Entry {
                 attr: no_entry(),
@@ -227,7 +230,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_with(ctx, Hold::InDir, plan, respond);
+        self.request_with(ctx, Hold::Locked, plan, respond);
     }
 
     pub fn mkdir(

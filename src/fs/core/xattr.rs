@@ -111,8 +111,8 @@ impl Core {
     ) {
         let (name, value) = (name.to_owned(), value.to_vec());
         // The kernel takes a setxattr's EAGAIN for "ask the security
-        // module" and says EOPNOTSUPP: a directory's request left waiting
-        // for its retry (see `Hold::On`) says EBUSY instead.
+        // module" and says EOPNOTSUPP: a request left waiting for its
+        // retry (see `Hold::Locked`) says EBUSY instead.
         let respond = move |r: FsResult<()>| {
             respond.respond(r.map_err(|e| match e {
                 FsError::Refused(Refusal::Awaiting(_)) => FsError::Os(libc::EBUSY),
@@ -135,7 +135,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_with(ctx, Hold::On(ino), plan, respond);
+        self.request_with(ctx, Hold::Locked, plan, respond);
     }
 
     pub fn removexattr(
@@ -159,7 +159,7 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_with(ctx, Hold::On(ino), plan, respond);
+        self.request_with(ctx, Hold::Locked, plan, respond);
     }
 
     /// `access(2)`: only the zone rules matter here; mode bits are the

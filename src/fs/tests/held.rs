@@ -98,6 +98,63 @@ fn a_create_is_made_at_once_and_its_write_waits_for_the_allow() {
     assert_eq!(got(&write(&c, fh, 6, b"more")), Ok(4));
 }
 
+/// A call held on a file whose create is pending holds the file's lock in
+/// the kernel, and an unlink or rename of the file would wait for it
+/// holding its directory's: the kernel keeps no entry of the file (TTL
+/// 0), so it looks the name up first; a lookup by a thread that then
+/// sleeps in the kernel, or one the daemon can't see, lets the held call
+/// go, told to retry. The request stays pending. (The sleeping thread is
+/// tested through a real mount: `tests/ask_lock.rs`.)
+#[test]
+fn a_lookup_of_a_pending_file_lets_its_held_write_go_with_eagain() {
+    let (_tmp, dir, b, c) = asking();
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+    let (r, _) = opening(|reply| c.create(call(2), WORK, OsStr::new("f"), 0o644, flags, reply));
+    let created: crate::fs::core::Created = r.unwrap();
+    assert_eq!(created.entry.ttl, Duration::ZERO, "no entry kept");
+    let fh = created.open.fh;
+    let id = b.pending()[0].id;
+    let w = write(&c, fh, 4, b"data");
+    assert!(waits(&w));
+    // This thread looks it up and goes on (a stat): the write waits on.
+    let e = c.lookup(&call(5), WORK, OsStr::new("f")).unwrap();
+    assert_eq!(e.ttl, Duration::ZERO, "still none while pending");
+    assert!(
+        w.recv_timeout(Duration::from_millis(400)).is_err(),
+        "longer than the watch"
+    );
+    // A thread the daemon can't see (pid 0): at once.
+    let unseen = Ctx { pid: 0, ..call(7) };
+    c.lookup(&unseen, WORK, OsStr::new("f")).unwrap();
+    let e = got(&w).unwrap_err();
+    assert_eq!(e, FsError::Refused(Refusal::Awaiting(id)));
+    assert_eq!(e.errno(), libc::EAGAIN);
+    let p = b.pending();
+    assert_eq!(
+        (p.len(), p[0].id, p[0].retry),
+        (1, id, true),
+        "still pending"
+    );
+    // A listing does not let calls go (no lock-taking call follows it).
+    let w = write(&c, fh, 6, b"data");
+    assert!(waits(&w));
+    let h = c.opendir(&call(9), WORK).unwrap();
+    let mut listed = Vec::new();
+    c.readdirplus(&unseen, WORK, h, 0, |it, _| {
+        listed.push(it.name.clone());
+        false
+    })
+    .unwrap();
+    c.releasedir(h);
+    assert!(listed.iter().any(|n| n == "f"), "{listed:?}");
+    assert!(waits(&w), "a listing lets nothing go");
+    b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
+    assert_eq!(got(&w), Ok(4));
+    assert_eq!(std::fs::read(dir.join("f")).unwrap(), b"data");
+    let e = c.lookup(&call(8), WORK, OsStr::new("f")).unwrap();
+    assert!(e.ttl > Duration::ZERO, "allowed: kept as any other");
+}
+
 #[test]
 fn a_denied_create_fails_its_write_and_leaves_no_file() {
     let (_tmp, dir, b, c) = asking();
@@ -127,6 +184,29 @@ fn an_interrupted_write_then_its_release_withdraw_the_create() {
     assert!(b.pending().is_empty(), "withdrawn with its handle");
     assert!(!dir.join("f").exists());
     assert_eq!(b.counters().withdrawn.load(Ordering::Relaxed), 1);
+}
+
+/// Told to retry by a lookup, then an interrupted retry and the file's
+/// close: the request is withdrawn though a retry could have joined it.
+#[test]
+fn a_write_told_to_retry_then_an_interrupted_one_withdraw_the_create_on_release() {
+    let (_tmp, dir, b, c) = asking();
+    let fh = create_at_once(&c, "f");
+    let w = write(&c, fh, 4, b"data");
+    assert!(waits(&w));
+    c.lookup(&Ctx { pid: 0, ..call(5) }, WORK, OsStr::new("f"))
+        .unwrap();
+    assert!(matches!(
+        got(&w),
+        Err(FsError::Refused(Refusal::Awaiting(_)))
+    ));
+    let w = write(&c, fh, 6, b"data");
+    assert!(waits(&w));
+    c.interrupt(6);
+    assert_eq!(got(&w), Err(FsError::Os(libc::EINTR)));
+    c.release(fh);
+    assert!(b.pending().is_empty(), "withdrawn with its handle");
+    assert!(!dir.join("f").exists());
 }
 
 #[test]

@@ -89,7 +89,7 @@ fn answer<T: Send + 'static>(op: impl FnOnce(Box<dyn FnOnce(FsResult<T>) + Send>
 }
 
 /// A lookup that finds something (a negative entry is ENOENT here).
-fn found(core: &Core, parent: u64, name: &str) -> FsResult<crate::fuse::FileAttr> {
+fn found(core: &Arc<Core>, parent: u64, name: &str) -> FsResult<crate::fuse::FileAttr> {
     let e = core.lookup(&CTX, parent, OsStr::new(name))?;
     match e.attr.ino.0 {
         0 => Err(FsError::enoent()),

@@ -25,7 +25,7 @@ fn drop_cached(f: &Fixture) {
 }
 
 /// Look up a path of names from the zone dir `WORK`; the last node's id.
-fn walk(core: &Core, names: &[&str]) -> FsResult<u64> {
+fn walk(core: &Arc<Core>, names: &[&str]) -> FsResult<u64> {
     let mut ino = WORK;
     for n in names {
         ino = found(core, ino, n)?.ino.0;

@@ -42,18 +42,20 @@ pub fn explain_decision(s: &Subject<'_>, d: &Decision, zones: &[ZoneRules]) -> E
 }
 
 /// What a worker sees while an ask about `action` waits: the kernel
-/// locks the directory for new names, removals, renames and links, and
-/// a directory's own metadata changes, so those calls are not held (see `fs::core::held` and `gate::DIR_HOLD`).
+/// locks the directory for new names, removals, renames and links, and a
+/// file's or directory's own lock for its metadata changes and a new
+/// file's writes, so those calls are held only for a moment (see
+/// `fs::core::held` and `gate::LOCK_HOLD`).
 fn waiting(action: Action) -> &'static str {
     match action {
         Action::Create => {
-            "A file is made at once, empty, and its first write waits until the supervisor allows or denies it; a directory, symlink, FIFO or socket is not made: the call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied or unanswered, it fails with EACCES (permission denied)."
+            "A file is made at once, empty, and its first write waits until the supervisor allows or denies it (if the file is removed, renamed or linked meanwhile, the write fails with EAGAIN, resource temporarily unavailable, and the request waits for a retry); a directory, symlink, FIFO or socket is not made: the call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied or unanswered, it fails with EACCES (permission denied)."
         }
         Action::Delete | Action::Rename | Action::Link => {
             "The call fails with EAGAIN (resource temporarily unavailable) and the request waits; retry once it is decided. Denied, the retry fails with EACCES (permission denied)."
         }
         Action::Change => {
-            "The call waits until the supervisor allows or denies it; denied or unanswered, it fails with EACCES (permission denied). A change to a directory itself is not held: it fails with EAGAIN (resource temporarily unavailable; EBUSY for an xattr set) and the request waits; retry once it is decided."
+            "The call fails with EAGAIN (resource temporarily unavailable; EBUSY for an xattr set) and the request waits; retry once it is decided. Denied, the retry fails with EACCES (permission denied)."
         }
         Action::Access | Action::Read | Action::Write => {
             "The call waits until the supervisor allows or denies it; denied or unanswered, it fails with EACCES (permission denied)."
