@@ -1365,3 +1365,77 @@ fn a_flat_cut_short_by_sigkill_is_thrown_away() {
         assert_eq!(&view(&m), want, "the view at checkpoint {id}");
     }
 }
+
+/// A rewind of paths with no change since the checkpoint leaves them as
+/// they are: a hidden and a protected file (which the worker can't
+/// change) and an untouched one never get copied into the stage, so a
+/// later host change to them is no staged change and a commit can't
+/// undo it.
+#[test]
+fn a_rewind_of_unchanged_paths_copies_nothing_into_the_stage() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = Setup::new(
+        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n      hide: ['.env']\n      protect: ['prot.txt']\n",
+    )
+    .backing_dir("work", "b")
+    .file("work", ".env", "SECRET-v1\n")
+    .file("work", "prot.txt", "p1\n")
+    .file("work", "f", "f1\n")
+    .file("work", "g", "g1\n");
+    let stage = m.root().join("stage");
+    let m = m.arg("--stage-dir").arg(&stage.to_string_lossy()).mount();
+    let mp = mnt(&m);
+    let one = checkpoint(&m, "one");
+    sh(&m, "echo g2 > g");
+    let id = one.to_string();
+    let out = m.zonemount(&[
+        "rewind",
+        &mp,
+        &id,
+        "/work/.env",
+        "/work/prot.txt",
+        "/work/f",
+        "/work/g",
+    ]);
+    assert!(out.success(), "{}", out.describe());
+    for p in [".env", "prot.txt", "f"] {
+        assert!(
+            out.stdout
+                .contains(&format!("unchanged since checkpoint {one}: /work/{p}\n")),
+            "{p}: {}",
+            out.describe()
+        );
+    }
+    assert!(
+        out.stdout
+            .contains(&format!("rewound /work/g to checkpoint {one}\n")),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(fs::read_to_string(m.path("work/g")).unwrap(), "g1\n");
+    // Nothing of the three in the stage's upper dir.
+    let upper = stage.join("work").join("upper");
+    for p in [".env", "prot.txt", "f"] {
+        assert!(!upper.join(p).exists(), "{p} copied into the stage");
+    }
+    // The host changes them: no staged change, nothing for a diff to show.
+    let backing = m.backing("work", "");
+    fs::write(backing.join(".env"), "SECRET-v2\n").unwrap();
+    fs::write(backing.join("prot.txt"), "p2\n").unwrap();
+    fs::write(backing.join("f"), "f2\n").unwrap();
+    let out = m.zonemount(&["changes", "--diff", &mp]);
+    assert!(
+        !out.stdout.contains("SECRET")
+            && !out.stdout.contains("prot.txt")
+            && !out.stdout.contains(" f\n"),
+        "{}",
+        out.describe()
+    );
+    let json = m.zonemount(&["rewind", "--json", &mp, &id, "/work/f"]);
+    assert!(json.success(), "{}", json.describe());
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["zones"][0]["unchanged"], serde_json::json!(["f"]), "{v}");
+    assert!(v["zones"][0].get("paths").is_none(), "{v}");
+}

@@ -654,7 +654,15 @@ fn render_rewind(report: &RewindReport) -> String {
             out.push_str(&format!("left alone /{}: {}\n", z.zone, text::message(why)));
             continue;
         }
-        if z.paths.is_empty() {
+        for p in &z.unchanged {
+            out.push_str(&format!(
+                "unchanged since checkpoint {}: /{}/{}\n",
+                z.to,
+                z.zone,
+                name(p)
+            ));
+        }
+        if z.paths.is_empty() && z.unchanged.is_empty() {
             out.push_str(&format!("rewound /{} to checkpoint {}", z.zone, z.to));
             if !z.dropped.is_empty() {
                 let ids: Vec<String> = z.dropped.iter().map(u64::to_string).collect();

@@ -1183,6 +1183,42 @@ pub fn paths_in(layer: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Whether any of `layers` (stage layers: what changed, whiteouts and
+/// opaque directories included) holds a change at `rel` or beneath it: an
+/// entry at `rel`, or an ancestor replaced there (a whiteout, a file, an
+/// opaque directory). False: `rel` is as the layers below them show it.
+pub fn changed_in(layers: &[PathBuf], rel: &Path, prefix: &str) -> io::Result<bool> {
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Ok(false);
+    };
+    'layers: for layer in layers {
+        let mut d = match open_dir(layer) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for c in parent.components() {
+            let c = c.as_os_str();
+            match stat_at(d.as_fd(), c).map_err(|e| ctx(e, "look at", rel))? {
+                None => continue 'layers,
+                Some(st) if !is_dir(&st) => return Ok(true),
+                Some(_) => {}
+            }
+            d = open_dir_at(d.as_fd(), c).map_err(|e| ctx(e, "look at", rel))?;
+            if is_opaque(d.as_fd(), prefix) {
+                return Ok(true);
+            }
+        }
+        if stat_at(d.as_fd(), name)
+            .map_err(|e| ctx(e, "look at", rel))?
+            .is_some()
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The directory `rel` under `root`, reached without symlinks; None when
 /// it is not one.
 fn dir_beneath(root: BorrowedFd<'_>, rel: &Path) -> Option<OwnedFd> {
@@ -1359,6 +1395,43 @@ mod flat_tests {
             ]),
             [p("a/b/c"), p("a/b2"), p("r1"), p("r10")]
         );
+    }
+
+    /// A path is changed in the layers when one holds an entry at it or a
+    /// replaced ancestor (a whiteout or file, an opaque directory); a
+    /// directory a layer holds only to reach other changes is not one.
+    #[test]
+    fn changed_in_sees_entries_and_replaced_ancestors_only() {
+        let t = tempfile::tempdir().unwrap();
+        let (l1, l2) = (t.path().join("1"), t.path().join("2"));
+        std::fs::create_dir_all(l1.join("d/e")).unwrap();
+        std::fs::write(l1.join("d/e/f"), "x").unwrap();
+        std::fs::create_dir_all(l2.join("o")).unwrap();
+        std::fs::write(l2.join("w"), "").unwrap();
+        let prefix = "user.zmtest.";
+        let opaque = rfs::open(
+            l2.join("o"),
+            OFlags::RDONLY | OFlags::DIRECTORY,
+            Mode::empty(),
+        )
+        .unwrap();
+        rfs::fsetxattr(
+            &opaque,
+            "user.zmtest.opaque",
+            b"y",
+            rfs::XattrFlags::empty(),
+        )
+        .expect("user xattrs on the temp dir's filesystem");
+        let layers = [l1.clone(), l2.clone(), t.path().join("missing")];
+        let changed = |p: &str| changed_in(&layers, Path::new(p), prefix).unwrap();
+        assert!(changed("d/e/f"), "an entry at it");
+        assert!(changed("d/e"), "an entry at it (a directory)");
+        assert!(!changed("d/e/g"), "its directory is there only to reach f");
+        assert!(!changed("d/x/y"));
+        assert!(changed("w/under"), "an ancestor replaced by a file");
+        assert!(changed("o/anything"), "under an opaque directory");
+        assert!(!changed("elsewhere"));
+        assert!(!changed_in(&[], Path::new("d/e/f"), prefix).unwrap());
     }
 
     #[test]

@@ -384,6 +384,11 @@ pub struct ZoneRewind {
     /// A rewind of some paths: those (relative to the zone dir).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<PathBuf>,
+    /// A rewind of some paths: those of them unchanged since the
+    /// checkpoint, left as they are (a hidden or protected path, which the
+    /// worker can't change, is one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unchanged: Vec<PathBuf>,
     /// The zone was left alone: why (files open for writing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub left_alone: Option<String>,

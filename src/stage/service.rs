@@ -592,6 +592,7 @@ impl StageService {
                     to: id,
                     dropped: Vec::new(),
                     paths: filter.clone(),
+                    unchanged: Vec::new(),
                     left_alone: None,
                 };
                 let open = self.live.open_for_writing(*i);
@@ -633,13 +634,37 @@ impl StageService {
                         .filter(|c| **c <= id)
                         .map(|c| layers::layer_dir(&w.dir, *c))
                         .collect();
+                    // What changed since the checkpoint: its later layers
+                    // and the live upper dir. A path none of them holds
+                    // is as it was then: left alone (copying it would pin
+                    // today's host file into the stage).
+                    let newer: Vec<PathBuf> = w
+                        .checkpoints
+                        .iter()
+                        .filter(|c| **c > id)
+                        .map(|c| layers::layer_dir(&w.dir, *c))
+                        .chain(std::iter::once(w.upper.clone()))
+                        .collect();
+                    let (mut changed, mut unchanged) = (Vec::new(), Vec::new());
+                    for p in filter {
+                        match layers::changed_in(&newer, p, w.xattrs.prefix()).map_err(again)? {
+                            true => changed.push(p.clone()),
+                            false => unchanged.push(p.clone()),
+                        }
+                    }
+                    z.paths = changed;
+                    z.unchanged = unchanged;
+                    if z.paths.is_empty() {
+                        zones.push(z);
+                        continue;
+                    }
                     let view = layers::view(&w.backing, &below).map_err(again)?;
                     let live = self
                         .live
                         .zone_dir(*i)
                         .ok_or_else(|| format!("zone '{}': no overlay", w.name))?;
                     let mut touched = Vec::new();
-                    for p in filter {
+                    for p in &z.paths {
                         touched.extend(
                             layers::restore(
                                 view.fd(),
@@ -1226,6 +1251,7 @@ impl OfflineStage {
                 to: id,
                 dropped,
                 paths: Vec::new(),
+                unchanged: Vec::new(),
                 left_alone: None,
             });
         }

@@ -324,6 +324,8 @@ export interface ZoneRewind {
   dropped: number[];
   /** A rewind of some paths: those, relative to the zone's directory. */
   paths?: string[];
+  /** A rewind of some paths: those of them unchanged since the checkpoint, left as they are. */
+  unchanged?: string[];
   /** The zone was left alone: why (a worker has files of it open for
    * writing). */
   left_alone?: string;

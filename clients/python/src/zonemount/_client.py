@@ -400,6 +400,9 @@ class ZoneRewind:
     dropped: tuple[int, ...] = ()
     #: A rewind of some paths: those (relative to the zone's dir).
     paths: tuple[str, ...] = ()
+    #: A rewind of some paths: those of them unchanged since the
+    #: checkpoint, left as they are.
+    unchanged: tuple[str, ...] = ()
     #: Why the zone was left alone (files open for writing); None: done.
     left_alone: Optional[str] = None
 
@@ -410,6 +413,7 @@ class ZoneRewind:
             to=int(d.get("to", 0)),
             dropped=tuple(int(i) for i in d.get("dropped", [])),
             paths=tuple(str(p) for p in d.get("paths", [])),
+            unchanged=tuple(str(p) for p in d.get("unchanged", [])),
             left_alone=_opt_str(d.get("left_alone")),
         )
 
