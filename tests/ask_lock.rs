@@ -564,6 +564,13 @@ fn a_held_write_lets_go_when_its_file_is_renamed_or_removed() {
             "/out/a.txt",
         ),
         ("touch out/t.txt", "rm -f out/t.txt", "/out/t.txt"),
+        // One thread: a stat, then the removal near the end of the watch
+        // the stat began (its second lookup keeps it watched).
+        (
+            "/bin/echo p > out/p.txt",
+            "python3 -c \"import os, time; os.stat('out/p.txt'); time.sleep(0.19); os.unlink('out/p.txt')\"",
+            "/out/p.txt",
+        ),
     ]
     .into_iter()
     .enumerate()

@@ -105,15 +105,17 @@ struct Made {
 /// that then sleeps in the kernel (`D`) at two looks in a row lets every
 /// held call go, told to retry (EAGAIN; the requests stay pending and a
 /// retry by the same uid joins them). A process that only writes to the
-/// file it made, or a `stat` of it, lets the calls wait on.
+/// file it made, or a `stat` of it, lets the calls wait on. The watch
+/// reads `/proc/TID/stat`: a thread it can't read there (gone, or hidden
+/// by `hidepid`) is not watched.
 #[derive(Debug, Default)]
 pub(crate) struct PendingCreates {
     /// How many there are: the lookup path checks it without the lock.
     count: AtomicUsize,
     by_node: Mutex<HashMap<u64, Arc<HeldCreate>>>,
-    /// Threads that looked a name up meanwhile, and whether a watch of
-    /// them is on.
-    watched: Mutex<Vec<u32>>,
+    /// Threads that looked a name up meanwhile (with when they last
+    /// did), and whether a watch of them is on.
+    watched: Mutex<HashMap<u32, Instant>>,
     watching: AtomicBool,
 }
 
@@ -151,39 +153,37 @@ impl PendingCreates {
     }
 
     /// Watch the threads in `watched` (more may be added meanwhile), each
-    /// for [`LOOKS`] looks, until none is left; true (and none left) as
-    /// soon as one sleeps in the kernel at two looks in a row.
+    /// until [`LOOKS`] looks have passed since its last lookup, until none
+    /// is left; true (and none left) as soon as one sleeps in the kernel
+    /// at two looks in a row.
     fn watch(&self) -> bool {
-        // Per thread: looks so far, and looks in a row that found it asleep.
-        let mut seen: HashMap<u32, (u32, u32)> = HashMap::new();
+        // Looks in a row that found each thread asleep.
+        let mut asleep: HashMap<u32, u32> = HashMap::new();
+        let watched_for = LOOK_EVERY * LOOKS;
         loop {
             std::thread::sleep(LOOK_EVERY);
-            let tids: Vec<u32> = self.watched.lock().clone();
+            let tids: Vec<u32> = self.watched.lock().keys().copied().collect();
             if tids.is_empty() {
                 return false;
             }
-            let mut done = Vec::new();
+            let mut gone = Vec::new();
             for tid in tids {
-                let (looks, asleep) = seen.entry(tid).or_default();
-                *looks += 1;
+                let n = asleep.entry(tid).or_default();
                 match crate::approval::caller::blocked_in_kernel(tid) {
-                    Some(true) => *asleep += 1,
-                    Some(false) => *asleep = 0,
-                    None => done.push(tid),
+                    Some(true) => *n += 1,
+                    Some(false) => *n = 0,
+                    None => gone.push(tid),
                 }
-                if *asleep >= 2 {
+                if *n >= 2 {
                     self.watched.lock().clear();
                     return true;
                 }
-                if *looks >= LOOKS {
-                    done.push(tid);
-                }
             }
+            let now = Instant::now();
             let mut w = self.watched.lock();
-            w.retain(|t| !done.contains(t));
-            for t in &done {
-                seen.remove(t);
-            }
+            // A thread that looked a name up again meanwhile stays.
+            w.retain(|tid, last| !gone.contains(tid) && now.duration_since(*last) < watched_for);
+            asleep.retain(|tid, _| w.contains_key(tid));
             if w.is_empty() {
                 return false;
             }
@@ -487,7 +487,7 @@ impl Core {
         // thread or has said it ended (below).
         let start = {
             let mut w = pc.watched.lock();
-            w.push(tid);
+            w.insert(tid, Instant::now());
             !pc.watching.swap(true, Ordering::AcqRel)
         };
         if !start {
