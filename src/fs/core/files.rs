@@ -155,7 +155,8 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_with(ctx, Hold::Locked, plan, respond);
+        let hold = self.metadata_hold(ino, &ctx);
+        self.request_with(ctx, hold, plan, respond);
     }
 
     fn setting(&self, ctx: &Ctx, ino: u64, a: &SetAttr) -> FsResult<(Gate, Arc<Node>)> {

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::gate::Hold;
 use super::{Core, Created, Ctx, FileOpen, Handle, Opening, Respond};
 use crate::approval::{AskRequest, Continuation, Verdict, Wait};
 use crate::backing;
@@ -116,8 +117,15 @@ pub(crate) struct PendingCreates {
     /// Threads that looked a name up meanwhile (with when they last
     /// did), and whether a watch of them is on.
     watched: Mutex<HashMap<u32, Instant>>,
+    /// Metadata calls made by path on such a file (`touch`'s setting of
+    /// its times): they wait for the decision too, and go with the rest.
+    by_path: Mutex<Vec<u64>>,
     watching: AtomicBool,
 }
+
+/// The most metadata calls by path on files whose create is pending that
+/// wait for the decision (more are told to retry after a moment).
+const MAX_HELD_BY_PATH: usize = 1024;
 
 /// How often, and how many times, a thread that looked a name up is
 /// looked at: it is stuck when it sleeps in the kernel at two looks in a
@@ -136,6 +144,9 @@ impl PendingCreates {
         let mut m = self.by_node.lock();
         m.remove(&node);
         self.count.store(m.len(), Ordering::Release);
+        if m.is_empty() {
+            self.by_path.lock().clear();
+        }
     }
 
     fn any(&self) -> bool {
@@ -147,9 +158,13 @@ impl PendingCreates {
         self.any() && self.by_node.lock().contains_key(&node)
     }
 
-    /// The requests of every pending create (by their asking calls).
+    /// The calls whose requests' waiting calls go when a watched thread
+    /// is stuck: every pending create's, and the metadata calls by path
+    /// on those files (taken: each goes once).
     fn uniques(&self) -> Vec<u64> {
-        self.by_node.lock().values().map(|h| h.unique).collect()
+        let mut u: Vec<u64> = self.by_node.lock().values().map(|h| h.unique).collect();
+        u.append(&mut self.by_path.lock());
+        u
     }
 
     /// Watch the threads in `watched` (more may be added meanwhile), each
@@ -518,6 +533,25 @@ impl Core {
                 "cannot watch the threads that look names up ({e})"
             ));
         }
+    }
+
+    /// How a metadata change of node `ino` (chmod, chown, utimes,
+    /// truncate, an xattr change) by call `ctx` waits for its decision:
+    /// the kernel holds the node's lock across it, so at most a moment
+    /// ([`Hold::Locked`]); on a file whose create is pending, until the
+    /// decision or until a watched thread is stuck, as the file's other
+    /// held calls (see [`PendingCreates`]).
+    pub(super) fn metadata_hold(&self, ino: u64, ctx: &Ctx) -> Hold {
+        let pc = &self.pending_creates;
+        if !pc.holds(ino) {
+            return Hold::Locked;
+        }
+        let mut by_path = pc.by_path.lock();
+        if by_path.len() >= MAX_HELD_BY_PATH {
+            return Hold::Locked;
+        }
+        by_path.push(ctx.unique);
+        Hold::Decision
     }
 
     /// Tell every call held on a pending create to retry.

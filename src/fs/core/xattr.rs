@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use super::gate::{Gate, Hold, Keep};
+use super::gate::{Gate, Keep};
 use super::{Core, Ctx, Respond, XattrReply};
 use crate::backing::AsCaller;
 use crate::error::{FsError, FsResult, Refusal};
@@ -135,7 +135,8 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_with(ctx, Hold::Locked, plan, respond);
+        let hold = self.metadata_hold(ino, &ctx);
+        self.request_with(ctx, hold, plan, respond);
     }
 
     pub fn removexattr(
@@ -159,7 +160,8 @@ impl Core {
                 (gate, act)
             })
         };
-        self.request_with(ctx, Hold::Locked, plan, respond);
+        let hold = self.metadata_hold(ino, &ctx);
+        self.request_with(ctx, hold, plan, respond);
     }
 
     /// `access(2)`: only the zone rules matter here; mode bits are the
