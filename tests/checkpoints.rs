@@ -19,17 +19,23 @@ use std::time::Duration;
 
 use common::*;
 
+/// The project file of one staged zone `work` over `./b`, with `rules`
+/// (YAML lines of the zone) added.
+fn staged_zone(rules: &str) -> Setup {
+    Setup::new(&format!(
+        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n{rules}"
+    ))
+}
+
 /// A staged zone `work` (backing `<tmp>/b`) with a few files; the stage
 /// in `<tmp>/stage`; `extra` mount arguments.
 fn staged(extra: &[&str]) -> Setup {
-    let mut s = Setup::new(
-        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n",
-    )
-    .backing_dir("work", "b")
-    .file("work", "f", "old\n")
-    .file("work", "gone", "bye\n")
-    .file("work", "d/y", "y\n")
-    .file("work", "d/sub/z", "z\n");
+    let mut s = staged_zone("")
+        .backing_dir("work", "b")
+        .file("work", "f", "old\n")
+        .file("work", "gone", "bye\n")
+        .file("work", "d/y", "y\n")
+        .file("work", "d/sub/z", "z\n");
     let stage = s.root().join("stage");
     s = s.arg("--stage-dir").arg(&stage.to_string_lossy());
     for a in extra {
@@ -1376,14 +1382,12 @@ fn a_rewind_of_unchanged_paths_copies_nothing_into_the_stage() {
     if !fuse_ok() {
         return;
     }
-    let m = Setup::new(
-        "sandbox:\n  mode: direct\n  zones:\n    work:\n      path: ./b\n      mode: rw\n      staged: true\n      hide: ['.env']\n      protect: ['prot.txt']\n",
-    )
-    .backing_dir("work", "b")
-    .file("work", ".env", "SECRET-v1\n")
-    .file("work", "prot.txt", "p1\n")
-    .file("work", "f", "f1\n")
-    .file("work", "g", "g1\n");
+    let m = staged_zone("      hide: ['.env']\n      protect: ['prot.txt']\n")
+        .backing_dir("work", "b")
+        .file("work", ".env", "SECRET-v1\n")
+        .file("work", "prot.txt", "p1\n")
+        .file("work", "f", "f1\n")
+        .file("work", "g", "g1\n");
     let stage = m.root().join("stage");
     let m = m.arg("--stage-dir").arg(&stage.to_string_lossy()).mount();
     let mp = mnt(&m);

@@ -7,7 +7,11 @@
 //! and the CREATE answered with a handle whose data goes through the
 //! daemon (`FOPEN_DIRECT_IO`: no passthrough, no page cache). The work is
 //! held a step later: that handle's writes, fsync, fallocate, truncate and
-//! copies into it wait on the same request, each withdrawable on its own.
+//! copies into it wait on the same request, each withdrawable on its own
+//! (so does a metadata change of the file by path, `touch`'s times). Each
+//! of those holds the file's lock in the kernel, which an unlink, rename
+//! or link of the file would wait for holding its directory's: see
+//! [`PendingCreates`] for how they are let go then.
 //! Its close is not held: a close may come from a process in the middle of
 //! an exec (a close-on-exec file, in the creator or a child that inherited
 //! it) or an exit, which nothing can interrupt and which even blocks
