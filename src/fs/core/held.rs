@@ -164,10 +164,11 @@ impl PendingCreates {
 
     /// The calls whose requests' waiting calls go when a watched thread
     /// is stuck: every pending create's, and the metadata calls by path
-    /// on those files (taken: each goes once).
+    /// on those files (kept until no create is pending: one may not be
+    /// waiting yet; letting a call go that no longer waits does nothing).
     fn uniques(&self) -> Vec<u64> {
         let mut u: Vec<u64> = self.by_node.lock().values().map(|h| h.unique).collect();
-        u.append(&mut self.by_path.lock());
+        u.extend(self.by_path.lock().iter().copied());
         u
     }
 
@@ -430,7 +431,8 @@ impl Core {
 
     /// Call `go` with Ok once the pending create `held` is allowed, with
     /// EACCES if it is not, EINTR if call `ctx` is interrupted first, and
-    /// EAGAIN if the file is looked up meanwhile (see [`PendingCreates`]).
+    /// EAGAIN if a thread that looked a name up meanwhile then sleeps in
+    /// the kernel (see [`PendingCreates`]).
     pub(super) fn when_held(
         self: &Arc<Self>,
         held: Arc<HeldCreate>,
