@@ -143,16 +143,12 @@ pub trait Broker: Send + Sync + 'static {
     /// Make `then` wait on the pending request that the call `with`
     /// (a `unique`) asked, as the call `unique` of thread `tid`: a later
     /// step of the same work (the first write of a file whose create is
-    /// pending). With `hold`, for at most that long: then `then` gets
-    /// [`Verdict::Later`] and the request stays pending, joined by a
-    /// retry of the same paths by the same uid. `Err(then)` when no
-    /// pending request has that call.
+    /// pending). `Err(then)` when no pending request has that call.
     fn join(
         &self,
         _with: u64,
         _unique: u64,
         _tid: u32,
-        _hold: Option<std::time::Duration>,
         then: Continuation,
     ) -> Result<(), Continuation> {
         Err(then)

@@ -403,7 +403,6 @@ fn an_interrupt_withdraws_only_the_call_it_names() {
         2,
         4,
         std::process::id(),
-        None,
         Box::new(move |v| {
             let _ = tx.send(v);
         }),
@@ -427,33 +426,35 @@ fn an_interrupt_withdraws_only_the_call_it_names() {
         1
     );
     assert!(
-        b.join(2, 6, 1, None, Box::new(|_| {})).is_err(),
+        b.join(2, 6, 1, Box::new(|_| {})).is_err(),
         "nothing to join"
     );
 }
 
-/// A later step of a pending create held for a moment (its first write,
-/// which holds the file's lock in the kernel): told to retry, the request
-/// stays pending, and a retry of the same path by the same uid from
-/// another process joins it instead of asking again.
+/// A later step of a pending create let go (its first write, which holds
+/// the file's lock in the kernel, when an rm of the file waits): told to
+/// retry, the request stays pending, and a retry of the same path by the
+/// same uid from another process joins it instead of asking again.
 #[test]
-fn a_later_step_held_for_a_moment_is_told_to_retry_and_its_retry_joins() {
+fn a_later_step_let_go_is_told_to_retry_and_its_retry_joins() {
     let b = broker(Duration::from_secs(60));
     let create = ask_waiting(&b, "f", 2, Wait::Detached);
     let id = only_pending(&b);
     let (tx, write) = mpsc::channel();
-    let hold = Some(Duration::from_millis(30));
     let joined = b.join(
         2,
         4,
         std::process::id(),
-        hold,
         Box::new(move |v| {
             let _ = tx.send(v);
         }),
     );
     assert!(joined.is_ok());
+    assert!(waiting(&write));
+    // Let go: the live call only (the create's own was answered).
+    assert_eq!(b.release(2), 1);
     assert_eq!(got(&write), Some(Verdict::Later(id)));
+    assert_eq!(b.release(2), 0, "nothing left to let go");
     assert_eq!(only_pending(&b), id, "the create still waits");
     assert!(b.pending()[0].retry, "shown as waiting for a retry");
     assert!(waiting(&create));
@@ -494,19 +495,18 @@ fn an_allow_once_nobody_waits_for_is_kept_for_the_retry_of_a_pending_create() {
     let create = ask_waiting(&b, "g", 2, Wait::Detached);
     let id = only_pending(&b);
     let (tx, write) = mpsc::channel();
-    let hold = Some(Duration::from_millis(30));
     assert!(
         b.join(
             2,
             4,
             std::process::id(),
-            hold,
             Box::new(move |v| {
                 let _ = tx.send(v);
             })
         )
         .is_ok()
     );
+    assert_eq!(b.release(2), 1);
     assert_eq!(got(&write), Some(Verdict::Later(id)));
     b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
     assert_eq!(got(&create), Some(Verdict::Allow));

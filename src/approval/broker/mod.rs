@@ -420,7 +420,6 @@ impl Broker for Approvals {
         with: u64,
         unique: u64,
         tid: u32,
-        hold: Option<std::time::Duration>,
         then: Continuation,
     ) -> Result<(), Continuation> {
         if with == 0 {
@@ -433,14 +432,7 @@ impl Broker for Approvals {
         let Some(p) = st.pending.get_mut(&id) else {
             return Err(then);
         };
-        let mut w = waiter(tid, unique, then);
-        w.until = hold.map(|d| Instant::now() + d);
-        p.waiters.push(w);
-        drop(st);
-        if hold.is_some() {
-            // A bounded waiter needs the watcher to wake in time.
-            self.inner.tick.notify_all();
-        }
+        p.waiters.push(waiter(tid, unique, then));
         Ok(())
     }
 

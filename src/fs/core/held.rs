@@ -465,10 +465,7 @@ impl Core {
                     unique = ctx.unique,
                     "held until its create is decided, or for a moment"
                 );
-                match self
-                    .broker
-                    .join(held.unique, ctx.unique, ctx.pid, None, then)
-                {
+                match self.broker.join(held.unique, ctx.unique, ctx.pid, then) {
                     Ok(()) => {
                         drop(st);
                         self.interrupted_meanwhile(ctx.unique);
