@@ -62,6 +62,9 @@ case "$brk" in ""|kill|stop) ;; *) echo "conformance: ZONEMOUNT_CONFORMANCE_BREA
 LIMIT_PJD=${ZONEMOUNT_LIMIT_PJDFSTEST:-900}
 LIMIT_PJD_ONE=${ZONEMOUNT_LIMIT_PJDFSTEST_ONE:-120}
 LIMIT_FSX=${ZONEMOUNT_LIMIT_FSX:-600}
+# How many fsx units (below) run at once.
+FSX_LANES=${ZONEMOUNT_FSX_LANES:-3}
+case "$FSX_LANES" in ''|*[!0-9]*|0) echo "conformance: ZONEMOUNT_FSX_LANES must be a positive number" >&2; exit 2 ;; esac
 [ "$brk" = stop ] && LIMIT_PJD=${ZONEMOUNT_LIMIT_PJDFSTEST:-60}
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -105,6 +108,7 @@ bounded() {
 # exists of it, so the trap goes in before the first one is made.
 work="" shm="" linkdir="" link="" slink="" dlink="" ulink="" clink="" mnt="" dmnt="" umnt="" cmnt=""
 ck_pid=""   # the checkpoint loop running now (ckpt_start), if any
+unit_pids=()   # the fsx units running now: unit_pids[PID]=unit (below)
 uring_param=/sys/module/fuse/parameters/enable_uring uring_was=""
 # The daemon serving $mnt: argv[0] is our zonemount binary and an argument
 # is exactly $mnt (the daemon this script started, no other).
@@ -129,6 +133,9 @@ cleanup() {
     kill -TERM "$ck_pid" 2>/dev/null || true
     wait "$ck_pid" 2>/dev/null || true
   fi
+  # fsx units still running: each stops its fsx (and its checkpoint loop).
+  for p in "${!unit_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${!unit_pids[@]}"; do wait "$p" 2>/dev/null || true; done
   # A stopped daemon (the break hook) can't answer an unmount: end it first.
   if [ "$brk" = stop ]; then
     for p in $(daemon_pids); do kill -KILL "$p" 2>/dev/null || true; done
@@ -397,7 +404,7 @@ fi
 
 # ---- fsx ----------------------------------------------------------------
 if [ $quick -eq 1 ]; then seeds="1"; n=20000; else seeds="1 2 3"; n=100000; fi
-echo "== fsx: seeds [$seeds], $n ops each without mmap, and 5 x $((n / 5)) with mmap (limit ${LIMIT_FSX} s each)"
+echo "== fsx: seeds [$seeds], $n ops each without mmap, and 5 x $((n / 5)) with mmap (limit ${LIMIT_FSX} s each; up to $FSX_LANES units at once)"
 run_fsx() { # name profile ops seed [zone]
   local name=$1 profile=$2 ops=$3 seed=$4 zone=${5:-rw}
   local backing="$work/zone/$name" at="$mnt/$zone/$name"
@@ -455,58 +462,86 @@ run_fsx_ckpt() { # run_fsx's arguments; run_fsx stops the loop when fsx ends
   ckpt_start "fsx-$1"
   run_fsx "$@" ck
 }
+# The plan, in units that share no file, zone state or checkpoint loop:
+# each rw seed, the staged zone, the checkpoints zone (its loop), the
+# daemon data path, io_uring, and the non-root worker. Up to FSX_LANES
+# units run at once (fsx spends most of its time waiting on round trips,
+# so two CPUs serve three lanes); each unit runs its own fsx runs one after
+# another, and its lines are printed when it ends.
+fsx_plan() { # prefix seed zone: the no-mmap run and the five mmap runs
+  local prefix=$1 s=$2 zone=$3 part st=0
+  run_fsx "${prefix}nommap-$s" fsx-nommap.toml "$n" "$s" "$zone" || st=1
+  for part in 1 2 3 4 5; do
+    run_fsx "${prefix}mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" "$zone" || st=1
+  done
+  return $st
+}
+# The same plans on the checkpoints zone, the checkpoint loop running:
+# the view and the stage's newest copy must end as the reference run.
+fsx_ckpt_plan() { # seed
+  local s=$1 part st=0
+  run_fsx_ckpt "ckpt-nommap-$s" fsx-nommap.toml "$n" "$s" || st=1
+  for part in 1 2 3 4 5; do
+    run_fsx_ckpt "ckpt-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" || st=1
+  done
+  return $st
+}
+# The same suite as a non-root worker (the daemon switches to its uid).
+fsx_nobody() {
+  mkdir -p "$work/zone/nobody" && chown nobody "$work/zone/nobody"
+  if bounded "fsx as nobody" "$LIMIT_FSX" setpriv --reuid=nobody --regid=nogroup --clear-groups -- \
+      fsx -N $((n / 5)) -S 99 -f scripts/conformance/fsx-nommap.toml "$mnt/rw/nobody/f" >"$work/fsx-nobody.log" 2>&1; then
+    owner=$(stat -c %U "$work/zone/nobody/f")
+    echo "fsx as nobody: $((n / 5)) ops OK, backing file owned by $owner"
+    [ "$owner" = nobody ] || { echo "fsx as nobody: file owned by $owner"; return 1; }
+  else
+    echo "fsx as nobody FAILED:"; tail -30 "$work/fsx-nobody.log"; return 1
+  fi
+}
+# A unit signalled (cleanup, below) stops what it runs and ends.
+fsx_unit_abort() {
+  [ -z "$running" ] || kill -TERM "$running" 2>/dev/null || true
+  [ -z "$ck_pid" ] || kill -TERM "$ck_pid" 2>/dev/null || true
+  exit 1
+}
+units=()
+if [ -z "$brk" ]; then
+  # The longest units first (the checkpoints loop and the daemon data
+  # path slow theirs down), so that no long one starts last.
+  on checkpoints && units+=("fsx_ckpt_plan 1")
+  on daemon && units+=("fsx_plan daemon- 1 dp")
+  if on rw; then for s in $seeds; do units+=("fsx_plan '' $s rw"); done; fi
+  # The staged zone: the same plans, the file kept in the stage.
+  on staged && units+=("fsx_plan staged- 1 st")
+  if [ -n "$umnt" ] && on uring; then units+=("fsx_plan uring- 1 ur"); fi
+  on rw && units+=("fsx_nobody")
+fi
 start=$(date +%s)
 if [ -n "$brk" ]; then
   echo "fsx: not run on a deliberately broken mount"
 else
-  if on rw; then
-    for s in $seeds; do
-      run_fsx "nommap-$s" fsx-nommap.toml "$n" "$s" || status=1
-      for part in 1 2 3 4 5; do
-        run_fsx "mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" || status=1
-      done
+  next=0
+  while [ $next -lt ${#units[@]} ] || [ ${#unit_pids[@]} -gt 0 ]; do
+    while [ ${#unit_pids[@]} -lt "$FSX_LANES" ] && [ $next -lt ${#units[@]} ]; do
+      (
+        trap fsx_unit_abort TERM
+        t0=$SECONDS urc=0
+        eval "${units[$next]}" || urc=$?
+        echo "== fsx unit '${units[$next]}': $((SECONDS - t0)) s"
+        exit $urc
+      ) >"$work/fsx-unit-$next.out" 2>&1 &
+      unit_pids[$!]=$next
+      next=$((next + 1))
     done
-  fi
-  s=1
-  # The staged zone: the same plans, the file kept in the stage.
-  if on staged; then
-    run_fsx "staged-nommap-$s" fsx-nommap.toml "$n" "$s" st || status=1
-    for part in 1 2 3 4 5; do
-      run_fsx "staged-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" st || status=1
-    done
-  fi
-  # The same plans on the checkpoints zone, the checkpoint loop running:
-  # the view and the stage's newest copy must end as the reference run.
-  if on checkpoints; then
-    run_fsx_ckpt "ckpt-nommap-$s" fsx-nommap.toml "$n" "$s" || status=1
-    for part in 1 2 3 4 5; do
-      run_fsx_ckpt "ckpt-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" || status=1
-    done
-  fi
-  # The same suite as a non-root worker (the daemon switches to its uid).
-  if on daemon; then
-    run_fsx "daemon-nommap-$s" fsx-nommap.toml "$n" "$s" dp || status=1
-    for part in 1 2 3 4 5; do
-      run_fsx "daemon-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" dp || status=1
-    done
-  fi
-  if [ -n "$umnt" ] && on uring; then
-    run_fsx "uring-nommap-$s" fsx-nommap.toml "$n" "$s" ur || status=1
-    for part in 1 2 3 4 5; do
-      run_fsx "uring-mmap-$s-$part" fsx-mmap.toml $((n / 5)) "$s$part" ur || status=1
-    done
-  fi
-  if on rw; then
-    mkdir -p "$work/zone/nobody" && chown nobody "$work/zone/nobody"
-    if bounded "fsx as nobody" "$LIMIT_FSX" setpriv --reuid=nobody --regid=nogroup --clear-groups -- \
-        fsx -N $((n / 5)) -S 99 -f scripts/conformance/fsx-nommap.toml "$mnt/rw/nobody/f" >"$work/fsx-nobody.log" 2>&1; then
-      owner=$(stat -c %U "$work/zone/nobody/f")
-      echo "fsx as nobody: $((n / 5)) ops OK, backing file owned by $owner"
-      [ "$owner" = nobody ] || { echo "fsx as nobody: file owned by $owner"; status=1; }
-    else
-      echo "fsx as nobody FAILED:"; tail -30 "$work/fsx-nobody.log"; status=1
+    urc=0 done_pid=""
+    wait -n -p done_pid "${!unit_pids[@]}" || urc=$?
+    if [ -z "$done_pid" ]; then
+      echo "conformance: waiting for the fsx units failed (exit $urc)" >&2; status=1; break
     fi
-  fi
+    cat "$work/fsx-unit-${unit_pids[$done_pid]}.out"
+    [ $urc -eq 0 ] || status=1
+    unset "unit_pids[$done_pid]"
+  done
   echo "fsx total: $(( $(date +%s) - start )) s"
 fi
 

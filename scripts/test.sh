@@ -66,16 +66,18 @@ trap 'rm -rf "$work"' EXIT
 export ZONEMOUNT_SKIP_LOG="$work/skips.log"
 : > "$ZONEMOUNT_SKIP_LOG"
 
-# step NAME LIMIT COMMAND...: run COMMAND under `timeout`; a run that hits
-# the limit says so on stderr. Returns COMMAND's status (124 on timeout).
+# step NAME LIMIT COMMAND...: run COMMAND under `timeout`, then say how
+# long it took; a run that hits the limit says so on stderr. Returns
+# COMMAND's status (124 on timeout).
 # `timeout` signals its whole process group, so the test binaries and the
 # daemons they started go too; the conformance script unmounts its own
 # mount on the way out.
 step() {
-  local name=$1 limit=$2 rc=0
+  local name=$1 limit=$2 rc=0 t0=$SECONDS
   shift 2
   echo "== test.sh: $name (time limit ${limit} s)"
   timeout --kill-after=30 "$limit" "$@" || rc=$?
+  echo "== test.sh: $name took $((SECONDS - t0)) s"
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     echo "test.sh: TIMEOUT: step '$name' did not finish within its limit of ${limit} s" >&2
     rc=124
