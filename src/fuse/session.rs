@@ -238,6 +238,7 @@ pub(crate) fn serve<C: Channel>(
         let got = match polled.take() {
             Some(got) => got,
             None => {
+                poll.standby();
                 let got = read_sleeping(dev.as_ref(), &mut buf);
                 if got.is_ok() {
                     poll.woke();

@@ -240,3 +240,105 @@ fn a_cpu_quota_below_the_cpus_a_thread_may_use_stops_polling() {
         "off: the daemon may run on one CPU only"
     );
 }
+
+#[test]
+fn while_a_thread_polls_the_others_stand_by_until_its_window_ends() {
+    // Nothing comes: the polling thread polls its whole window, and the
+    // other thread, come to read meanwhile, waits for the window's end
+    // out of the device's queue of readers.
+    let window = Duration::from_millis(300);
+    let poll = Arc::new(BusyPoll::new(window));
+    let chan = Arc::new(Script::pollable(Vec::new(), 0));
+    let (p, c) = (poll.clone(), chan.clone());
+    let started = Instant::now();
+    let poller = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 4096];
+        let mut me = PollerState::looking_with(many, no_quota);
+        let got = p.after_reply(c.as_ref(), &mut buf, &mut me);
+        (got.is_none(), started.elapsed())
+    });
+    // Let it start polling.
+    while chan.polled().1 == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let waited = within(LIMIT, {
+        let poll = poll.clone();
+        move || {
+            poll.standby();
+            started.elapsed()
+        }
+    });
+    let (nothing, polled_for) = poller.join().unwrap();
+    assert!(nothing);
+    assert!(polled_for >= window, "{polled_for:?}");
+    // It stood by until the poll ended (a little after: the wake-up).
+    assert!(waited >= window, "stood by only {waited:?} of {window:?}");
+    // The burst is over: no waiting now.
+    let t = Instant::now();
+    poll.standby();
+    assert!(t.elapsed() < Duration::from_millis(100));
+}
+
+#[test]
+fn a_request_answered_longer_than_the_limit_lets_the_others_read() {
+    // The poll catches a request and its thread keeps the burst while it
+    // answers: the others stand by for at most about STANDBY_LIMIT of that.
+    let poll = Arc::new(BusyPoll::new(Duration::from_millis(200)));
+    let chan = Script::pollable(vec![getattr(10)], 1);
+    let mut buf = vec![0u8; 4096];
+    let mut me = PollerState::looking_with(many, no_quota);
+    let got = poll.after_reply(&chan, &mut buf, &mut me);
+    assert!(got.expect("a request read while polling").is_ok());
+    let t = Instant::now();
+    let waited = within(LIMIT, {
+        let poll = poll.clone();
+        move || {
+            poll.standby();
+            t.elapsed()
+        }
+    });
+    assert!(waited < Duration::from_millis(500), "stood by {waited:?}");
+    // It answered; the next poll finds nothing and ends the burst. Then
+    // nobody stands by at all.
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    let t = Instant::now();
+    poll.standby();
+    assert!(t.elapsed() < Duration::from_millis(100));
+    // A zero window never polls, so never makes anyone stand by.
+    let t = Instant::now();
+    BusyPoll::new(Duration::ZERO).standby();
+    assert!(t.elapsed() < Duration::from_millis(100));
+}
+
+static CPUS_NOW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(2);
+
+fn cpus_now() -> usize {
+    CPUS_NOW.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[test]
+fn a_thread_kept_to_one_cpu_mid_burst_gives_the_burst_up() {
+    // The burst's thread is later kept to one CPU (it looks every 16
+    // replies): its next reply ends the burst instead of polling, and the
+    // others read again.
+    let poll = BusyPoll::new(Duration::from_millis(200));
+    let chan = Script::pollable((0..16).map(|i| getattr(10 + i)).collect(), 0);
+    let mut buf = vec![0u8; 4096];
+    let mut me = PollerState::looking_with(cpus_now, no_quota);
+    for _ in 0..16 {
+        assert!(
+            poll.after_reply(&chan, &mut buf, &mut me)
+                .is_some_and(|r| r.is_ok())
+        );
+    }
+    // Another thread can't take the burst meanwhile.
+    let mut other = PollerState::looking_with(many, no_quota);
+    assert!(poll.after_reply(&chan, &mut buf, &mut other).is_none());
+    CPUS_NOW.store(1, std::sync::atomic::Ordering::Relaxed);
+    let toggles = chan.toggles().len();
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    assert_eq!(chan.toggles().len(), toggles, "no poll on one CPU");
+    let t = Instant::now();
+    poll.standby();
+    assert!(t.elapsed() < Duration::from_millis(100));
+}
