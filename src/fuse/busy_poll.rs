@@ -11,17 +11,18 @@
 //! it), and polling would only delay the caller: a thread that may run on
 //! one CPU only never polls.
 //!
-//! While one thread polls, the others stand by in the daemon, not in a
-//! sleeping `read` of the device: the kernel wakes a sleeping reader for
-//! every request it queues, even one the polling thread then takes, and
-//! on the VMs measured here that wake-up (another CPU brought out of
-//! idle) cost as much as the poll saved (unpinned, a mount serving with
-//! four threads ran unlink and create at 1.6–1.7× the time of the same
-//! mount with one). The thread that caught a request by polling keeps the
-//! burst while it answers it and polls again after; the others go back to
-//! reading when the burst ends (a window with no request), or when the
-//! request in hand has taken longer than [`STANDBY_LIMIT`] (a slow call on
-//! the backing store never holds the rest of the mount up for longer).
+//! While polling pays, one thread is the reader: it alone reads the
+//! device, polling after each reply and sleeping in `read` when a window
+//! ends with nothing; the others stand by in the daemon, out of the
+//! kernel's queue of readers. The kernel wakes a sleeping reader for every
+//! request it queues, even one the polling thread then takes, and on the
+//! VMs measured here that wake-up (another CPU brought out of idle) cost
+//! more than the poll saved: unpinned, a mount serving with four threads
+//! ran unlink and create at 1.6–1.7× the time of the same mount with one.
+//! A thread standing by reads beside the reader when the reader's request
+//! in hand has taken [`STANDBY_LIMIT`] (a slow call on the backing store
+//! doesn't hold the rest of the mount up; after an idle spell, for up to
+//! [`IDLE_LOOK`]), and all read again when the reader may no longer poll.
 //!
 //! What it costs: CPU while requests come close together (at most the
 //! window after each reply, one thread at a time). It stops by itself when
@@ -53,23 +54,34 @@ const AFFINITY_EVERY: u32 = 16;
 /// may change while it serves; reading it takes a few files).
 const QUOTA_EVERY: Duration = Duration::from_secs(1);
 
-/// How long the other threads stand by while the polling thread answers
-/// one request: past this they read the device beside it. Also how often
-/// a standing-by thread looks again.
+/// How long the other threads stand by while the reader answers one
+/// request: past this they read the device beside it. Also how often a
+/// thread standing by looks again while the reader is busy.
 pub(crate) const STANDBY_LIMIT: Duration = Duration::from_millis(1);
+
+/// The longest a thread standing by sleeps between two looks, while the
+/// reader sleeps in `read` (an idle mount): a thread looks less often the
+/// longer the mount is idle, up to this. A request that then keeps the
+/// reader busy waits at most about this long for another reader.
+pub(crate) const IDLE_LOOK: Duration = Duration::from_millis(100);
 
 /// One connection's polling state, shared by its serving threads.
 #[derive(Debug)]
 pub(crate) struct BusyPoll {
     window: Duration,
-    /// A thread holds the burst: it polls, or answers a request it caught
-    /// by polling and will poll again after (one at a time; the others
-    /// stand by, see [`BusyPoll::standby`]).
+    /// A thread is the reader: the one thread that reads the device while
+    /// polling pays (the others stand by, see [`BusyPoll::before_read`]).
     hot: AtomicBool,
-    /// When the burst's thread began answering the request it caught, in
-    /// ns since `epoch`; 0 while it polls.
+    /// When the reader began answering the request in hand, in ns since
+    /// `epoch`; 0 while it reads.
     busy_since: AtomicU64,
-    /// Where the other threads stand by during a burst.
+    /// When the reader began a sleeping read, in ns since `epoch`; 0 while
+    /// it polls or answers.
+    idle_since: AtomicU64,
+    /// A thread standing by watches the reader (see
+    /// [`BusyPoll::before_read`]).
+    watcher: AtomicBool,
+    /// Where the other threads stand by.
     standby_lock: Mutex<()>,
     standby_cv: Condvar,
     /// The last request came within the window after the reply before it
@@ -85,7 +97,7 @@ pub(crate) struct BusyPoll {
 pub(crate) struct PollerState {
     /// Chances taken since the CPUs were last looked at.
     since_check: u32,
-    /// This thread holds the burst ([`BusyPoll::hot`]).
+    /// This thread is the reader ([`BusyPoll::hot`]).
     owns: bool,
     /// This thread may poll (as last looked at).
     may: bool,
@@ -158,6 +170,8 @@ impl BusyPoll {
             window,
             hot: AtomicBool::new(false),
             busy_since: AtomicU64::new(0),
+            idle_since: AtomicU64::new(0),
+            watcher: AtomicBool::new(false),
             standby_lock: Mutex::new(()),
             standby_cv: Condvar::new(),
             worth_it: AtomicBool::new(true),
@@ -170,25 +184,79 @@ impl BusyPoll {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// A request came through a sleeping read: would a poll after the last
-    /// reply have caught it?
-    pub(crate) fn woke(&self) {
+    /// Before a sleeping read. The reader ([`BusyPoll::hot`]) reads, and
+    /// says it is idle; any other thread first stands by: it waits here,
+    /// out of the kernel's queue of readers (each of which the kernel
+    /// would wake for every request), until there is no reader or the
+    /// reader's request in hand has taken [`STANDBY_LIMIT`]. One thread
+    /// standing by watches: it looks again every STANDBY_LIMIT while the
+    /// reader polls or answers, and less often the longer the reader
+    /// sleeps ([`IDLE_LOOK`] at most); the others every IDLE_LOOK, and
+    /// one of them takes the watch over when the watcher goes.
+    pub(crate) fn before_read(&self, me: &PollerState) {
         if self.window.is_zero() {
             return;
         }
-        let gap = self
-            .now_ns()
-            .saturating_sub(self.last_reply.load(Ordering::Relaxed));
-        self.worth_it
-            .store(gap <= self.window.as_nanos() as u64, Ordering::Relaxed);
+        if me.owns {
+            self.busy_since.store(0, Ordering::Release);
+            self.idle_since
+                .store(self.now_ns().max(1), Ordering::Release);
+            return;
+        }
+        let limit = STANDBY_LIMIT.as_nanos() as u64;
+        let mut g = self.standby_lock.lock();
+        // One thread standing by watches the reader (the others sleep
+        // longer): fewer wake-ups while requests come.
+        let mut watching = false;
+        while self.hot.load(Ordering::Acquire) {
+            let now = self.now_ns();
+            let busy = self.busy_since.load(Ordering::Acquire);
+            if busy != 0 && now.saturating_sub(busy) >= limit {
+                break;
+            }
+            if !watching {
+                watching = !self.watcher.swap(true, Ordering::AcqRel);
+            }
+            let idle = self.idle_since.load(Ordering::Acquire);
+            let wait = match (watching, idle) {
+                (false, _) => IDLE_LOOK,
+                (true, 0) => STANDBY_LIMIT,
+                (true, t) => {
+                    Duration::from_nanos(now.saturating_sub(t)).clamp(STANDBY_LIMIT, IDLE_LOOK)
+                }
+            };
+            self.standby_cv.wait_for(&mut g, wait);
+        }
+        if watching {
+            // Another thread standing by takes the watch over.
+            self.watcher.store(false, Ordering::Release);
+            self.standby_cv.notify_one();
+        }
     }
 
-    /// A request was answered (or needed no answer): poll for the next
-    /// one, when that pays, no other thread holds the burst, and nothing
-    /// holds this thread back ([`held_back`]). `Some`: what the device
+    /// A request came through a sleeping read: would a poll after the last
+    /// reply have caught it? The reader is now busy with it.
+    pub(crate) fn woke(&self, me: &PollerState) {
+        if self.window.is_zero() {
+            return;
+        }
+        let now = self.now_ns();
+        let gap = now.saturating_sub(self.last_reply.load(Ordering::Relaxed));
+        self.worth_it
+            .store(gap <= self.window.as_nanos() as u64, Ordering::Relaxed);
+        if me.owns {
+            self.idle_since.store(0, Ordering::Release);
+            self.busy_since.store(now.max(1), Ordering::Release);
+        }
+    }
+
+    /// A request was answered (or needed no answer). The first thread to
+    /// get here while polling pays and nothing holds it back
+    /// ([`held_back`]) becomes the reader, and stays it until it may no
+    /// longer poll or stops serving ([`BusyPoll::leave`]). The reader
+    /// polls for the next request when that pays. `Some`: what the device
     /// gave while polling (a request's length, or the error that ends
-    /// serving); with a request, this thread keeps the burst while it
-    /// answers it.
+    /// serving).
     pub(crate) fn after_reply<C: Channel>(
         &self,
         dev: &C,
@@ -209,67 +277,63 @@ impl BusyPoll {
             }
             me.owns = true;
         } else if !may {
-            self.end_burst(me);
+            self.leave(me);
             return None;
         }
         self.busy_since.store(0, Ordering::Release);
-        let got = self.poll(dev, buf);
-        match got {
-            Some(Ok(_)) => self
-                .busy_since
-                .store(self.now_ns().max(1), Ordering::Release),
-            _ => self.end_burst(me),
+        if !self.worth_it.load(Ordering::Relaxed) {
+            return None;
         }
-        got
+        match self.poll(dev, buf) {
+            Polled::Got(n) => {
+                self.busy_since
+                    .store(self.now_ns().max(1), Ordering::Release);
+                Some(Ok(n))
+            }
+            Polled::Nothing => None,
+            Polled::Cannot => {
+                self.leave(me);
+                None
+            }
+            Polled::Failed(e) => {
+                self.leave(me);
+                Some(Err(e))
+            }
+        }
     }
 
-    /// This thread gives the burst up: the threads standing by read the
-    /// device again.
-    fn end_burst(&self, me: &mut PollerState) {
+    /// This thread stops being the reader (it may no longer poll, or it
+    /// stops serving): the threads standing by read the device again.
+    pub(crate) fn leave(&self, me: &mut PollerState) {
+        if !me.owns {
+            return;
+        }
         me.owns = false;
         self.busy_since.store(0, Ordering::Release);
+        self.idle_since.store(0, Ordering::Release);
         self.hot.store(false, Ordering::Release);
         let _g = self.standby_lock.lock();
         self.standby_cv.notify_all();
     }
 
-    /// Before a sleeping read: while another thread holds the burst, wait
-    /// here, out of the kernel's queue of readers (each of which it would
-    /// wake for every request). Returns when the burst ends, or when the
-    /// request the burst's thread answers has taken [`STANDBY_LIMIT`].
-    pub(crate) fn standby(&self) {
-        if self.window.is_zero() {
-            return;
-        }
-        let mut g = self.standby_lock.lock();
-        while self.hot.load(Ordering::Acquire) {
-            let since = self.busy_since.load(Ordering::Acquire);
-            if since != 0 && self.now_ns().saturating_sub(since) >= STANDBY_LIMIT.as_nanos() as u64
-            {
-                return;
-            }
-            self.standby_cv.wait_for(&mut g, STANDBY_LIMIT);
-        }
-    }
-
-    fn poll<C: Channel>(&self, dev: &C, buf: &mut [u8]) -> Option<io::Result<usize>> {
+    fn poll<C: Channel>(&self, dev: &C, buf: &mut [u8]) -> Polled {
         match dev.set_nonblocking(true) {
             Ok(true) => {}
             // A channel that can't: no polling on it.
-            Ok(false) | Err(_) => return None,
+            Ok(false) | Err(_) => return Polled::Cannot,
         }
         let until = Instant::now() + self.window;
         let got = loop {
             match dev.read(buf) {
-                Ok(n) => break Some(Ok(n)),
+                Ok(n) => break Polled::Got(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if Instant::now() >= until {
                         self.worth_it.store(false, Ordering::Relaxed);
-                        break None;
+                        break Polled::Nothing;
                     }
                     std::hint::spin_loop();
                 }
-                Err(e) => break Some(Err(e)),
+                Err(e) => break Polled::Failed(e),
             }
         };
         if let Err(e) = dev.set_nonblocking(false) {
@@ -279,6 +343,16 @@ impl BusyPoll {
         }
         got
     }
+}
+
+/// What a poll found.
+enum Polled {
+    Got(usize),
+    /// The window ended with no request.
+    Nothing,
+    /// The device can't be made non-blocking.
+    Cannot,
+    Failed(io::Error),
 }
 
 impl PollerState {

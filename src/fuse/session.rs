@@ -232,16 +232,18 @@ pub(crate) fn serve<C: Channel>(
     let sink: Arc<dyn Sink> = Arc::new(DevSink(dev.clone()));
     let mut buf = vec![0u8; agreed.request_size()];
     let max_data = agreed.max_data();
-    let mut poller = PollerState::default();
+    // However this thread stops serving (unmounted, an error, a panic),
+    // it stops being the reader, so the threads standing by read again.
+    let mut me = Reader(poll, PollerState::default());
     let mut polled = None;
     loop {
         let got = match polled.take() {
             Some(got) => got,
             None => {
-                poll.standby();
+                poll.before_read(&me.1);
                 let got = read_sleeping(dev.as_ref(), &mut buf);
                 if got.is_ok() {
-                    poll.woke();
+                    poll.woke(&me.1);
                 }
                 got
             }
@@ -272,7 +274,16 @@ pub(crate) fn serve<C: Channel>(
         if batch_forgets && matches!(opcode, abi::op::FORGET | abi::op::BATCH_FORGET) {
             std::thread::sleep(FORGET_LINGER);
         }
-        polled = poll.after_reply(dev.as_ref(), &mut buf, &mut poller);
+        polled = poll.after_reply(dev.as_ref(), &mut buf, &mut me.1);
+    }
+}
+
+/// A serving thread's polling state, given up when the thread stops.
+struct Reader<'a>(&'a BusyPoll, PollerState);
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        self.0.leave(&mut self.1);
     }
 }
 

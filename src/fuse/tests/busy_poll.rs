@@ -123,19 +123,19 @@ fn a_window_with_no_request_stops_polling_until_requests_come_close_again() {
 
     // A request that came through that read within the window: polling
     // pays again.
-    poll.woke();
+    poll.woke(&me);
     assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
     assert!(chan.polled().1 > tried);
     assert_eq!(chan.toggles().len(), 4);
 
     // That poll found nothing either: the request after it came through
     // a sleeping read, long after the reply before it. No poll.
-    poll.woke();
+    poll.woke(&me);
     let tried = chan.polled().1;
     assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
     // Nor after one that came long after that reply.
     std::thread::sleep(window * 2);
-    poll.woke();
+    poll.woke(&me);
     assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
     assert_eq!(chan.toggles().len(), 4);
     assert_eq!(chan.polled().1, tried);
@@ -241,21 +241,31 @@ fn a_cpu_quota_below_the_cpus_a_thread_may_use_stops_polling() {
     );
 }
 
+/// What a serving thread that is not the reader does before a sleeping
+/// read: stand by while there is a reader.
+fn stand_by(poll: &BusyPoll) {
+    poll.before_read(&PollerState::looking_with(many, no_quota));
+}
+
 #[test]
-fn while_a_thread_polls_the_others_stand_by_until_its_window_ends() {
-    // Nothing comes: the polling thread polls its whole window, and the
-    // other thread, come to read meanwhile, waits for the window's end
-    // out of the device's queue of readers.
+fn while_a_thread_is_the_reader_the_others_stand_by_until_it_stops() {
+    // The first thread to poll becomes the reader; nothing comes, so it
+    // polls its whole window and stays the reader. Another thread, come to
+    // read meanwhile, stands by until the reader stops serving.
     let window = Duration::from_millis(300);
     let poll = Arc::new(BusyPoll::new(window));
     let chan = Arc::new(Script::pollable(Vec::new(), 0));
     let (p, c) = (poll.clone(), chan.clone());
     let started = Instant::now();
-    let poller = std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         let mut buf = vec![0u8; 4096];
         let mut me = PollerState::looking_with(many, no_quota);
         let got = p.after_reply(c.as_ref(), &mut buf, &mut me);
-        (got.is_none(), started.elapsed())
+        let polled_for = started.elapsed();
+        // Still the reader: it would sleep in `read` now. Then it stops.
+        std::thread::sleep(Duration::from_millis(200));
+        p.leave(&mut me);
+        (got.is_none(), polled_for, started.elapsed())
     });
     // Let it start polling.
     while chan.polled().1 == 0 {
@@ -264,25 +274,65 @@ fn while_a_thread_polls_the_others_stand_by_until_its_window_ends() {
     let waited = within(LIMIT, {
         let poll = poll.clone();
         move || {
-            poll.standby();
+            stand_by(&poll);
             started.elapsed()
         }
     });
-    let (nothing, polled_for) = poller.join().unwrap();
+    let (nothing, polled_for, left) = reader.join().unwrap();
     assert!(nothing);
     assert!(polled_for >= window, "{polled_for:?}");
-    // It stood by until the poll ended (a little after: the wake-up).
-    assert!(waited >= window, "stood by only {waited:?} of {window:?}");
-    // The burst is over: no waiting now.
+    // It stood by until the reader left (a little after: the wake-up).
+    assert!(
+        waited >= left,
+        "stood by {waited:?}, the reader left at {left:?}"
+    );
+    // No reader: no waiting now.
     let t = Instant::now();
-    poll.standby();
+    stand_by(&poll);
     assert!(t.elapsed() < Duration::from_millis(100));
 }
 
 #[test]
+fn an_idle_reader_keeps_the_others_standing_by_until_a_request_keeps_it_busy() {
+    let poll = Arc::new(BusyPoll::new(Duration::from_millis(5)));
+    let chan = Script::pollable(Vec::new(), 0);
+    let mut buf = vec![0u8; 4096];
+    let mut me = PollerState::looking_with(many, no_quota);
+    // Becomes the reader; its window ends with nothing; it goes to sleep
+    // in `read` (idle).
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    poll.before_read(&me);
+    let t = Instant::now();
+    let standing = std::thread::spawn({
+        let poll = poll.clone();
+        move || {
+            stand_by(&poll);
+            t.elapsed()
+        }
+    });
+    // Idle for a while: nobody else reads.
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(
+        !standing.is_finished(),
+        "a thread read beside an idle reader"
+    );
+    // A request wakes the reader and keeps it busy: the other thread
+    // comes to read within about IDLE_LOOK.
+    poll.woke(&me);
+    let busy_at = t.elapsed();
+    let waited = within(LIMIT, move || standing.join().unwrap());
+    assert!(waited >= busy_at, "{waited:?} {busy_at:?}");
+    assert!(
+        waited - busy_at < crate::fuse::busy_poll::IDLE_LOOK + Duration::from_millis(400),
+        "{waited:?} {busy_at:?}"
+    );
+    poll.leave(&mut me);
+}
+
+#[test]
 fn a_request_answered_longer_than_the_limit_lets_the_others_read() {
-    // The poll catches a request and its thread keeps the burst while it
-    // answers: the others stand by for at most about STANDBY_LIMIT of that.
+    // The poll catches a request and its thread, the reader, answers it:
+    // the others stand by for at most about STANDBY_LIMIT of that.
     let poll = Arc::new(BusyPoll::new(Duration::from_millis(200)));
     let chan = Script::pollable(vec![getattr(10)], 1);
     let mut buf = vec![0u8; 4096];
@@ -293,20 +343,21 @@ fn a_request_answered_longer_than_the_limit_lets_the_others_read() {
     let waited = within(LIMIT, {
         let poll = poll.clone();
         move || {
-            poll.standby();
+            stand_by(&poll);
             t.elapsed()
         }
     });
     assert!(waited < Duration::from_millis(500), "stood by {waited:?}");
-    // It answered; the next poll finds nothing and ends the burst. Then
-    // nobody stands by at all.
+    // It answered; the next poll finds nothing. Once the reader stops
+    // serving, nobody stands by at all.
     assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    poll.leave(&mut me);
     let t = Instant::now();
-    poll.standby();
+    stand_by(&poll);
     assert!(t.elapsed() < Duration::from_millis(100));
     // A zero window never polls, so never makes anyone stand by.
     let t = Instant::now();
-    BusyPoll::new(Duration::ZERO).standby();
+    stand_by(&BusyPoll::new(Duration::ZERO));
     assert!(t.elapsed() < Duration::from_millis(100));
 }
 
@@ -317,9 +368,9 @@ fn cpus_now() -> usize {
 }
 
 #[test]
-fn a_thread_kept_to_one_cpu_mid_burst_gives_the_burst_up() {
-    // The burst's thread is later kept to one CPU (it looks every 16
-    // replies): its next reply ends the burst instead of polling, and the
+fn a_reader_kept_to_one_cpu_stops_being_the_reader() {
+    // The reader is later kept to one CPU (it looks every 16 replies): at
+    // its next reply it stops being the reader instead of polling, and the
     // others read again.
     let poll = BusyPoll::new(Duration::from_millis(200));
     let chan = Script::pollable((0..16).map(|i| getattr(10 + i)).collect(), 0);
@@ -331,7 +382,7 @@ fn a_thread_kept_to_one_cpu_mid_burst_gives_the_burst_up() {
                 .is_some_and(|r| r.is_ok())
         );
     }
-    // Another thread can't take the burst meanwhile.
+    // Another thread can't become the reader meanwhile.
     let mut other = PollerState::looking_with(many, no_quota);
     assert!(poll.after_reply(&chan, &mut buf, &mut other).is_none());
     CPUS_NOW.store(1, std::sync::atomic::Ordering::Relaxed);
@@ -339,6 +390,6 @@ fn a_thread_kept_to_one_cpu_mid_burst_gives_the_burst_up() {
     assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
     assert_eq!(chan.toggles().len(), toggles, "no poll on one CPU");
     let t = Instant::now();
-    poll.standby();
+    stand_by(&poll);
     assert!(t.elapsed() < Duration::from_millis(100));
 }
