@@ -349,7 +349,8 @@ own() { case "$1" in s-zm-user|s-zm-user-wb|s-zm-caller) chown -R "$bench_uid:$b
 
 place() { # pin or unpin every daemon's threads
   local cpus=$1 p t n
-  for p in $(pgrep -f "zonemount mount .* $work/mnt-") $(pgrep -f "bindfs .* $mnt_b"); do
+  # Every daemon of ours, whatever its binary is called (a --base BIN too).
+  for p in $(pgrep -f -- " mount .* $work/mnt-") $(pgrep -f "bindfs .* $mnt_b"); do
     taskset -a -p -c "$cpus" "$p" >/dev/null 2>&1 || true
     # Unpinned, an io_uring queue's thread stays on its own CPU (as the
     # daemon keeps it: the kernel queues each request on the ring of the
