@@ -292,12 +292,13 @@ pub(crate) struct MountArgs {
     #[arg(long)]
     pub(crate) no_io_uring: bool,
     /// After answering a request, a /dev/fuse thread keeps looking for the
-    /// next one for this many microseconds before it sleeps (one thread at
-    /// a time; never on a thread that may run on one CPU only, or under a
-    /// cgroup CPU quota below its CPUs; it stops by itself while requests
-    /// come further apart). A request that finds
-    /// a thread awake skips the wake-up of an idle CPU, which costs tens
-    /// of microseconds on VMs. 0 turns it off. At most 1000.
+    /// next one for this many microseconds before it sleeps (one thread,
+    /// the reader, while the others wait in the daemon until its request
+    /// in hand takes 1 ms; never on a thread that may run on one CPU only,
+    /// or under a cgroup CPU quota below its CPUs; it stops by itself while
+    /// requests come further apart). A request that finds a thread awake
+    /// skips the wake-up of an idle CPU, which costs tens of microseconds
+    /// on VMs. 0 turns it off. At most 1000.
     #[arg(long, value_name = "MICROSECONDS", default_value_t = crate::fuse::BUSY_POLL_DEFAULT.as_micros() as u64)]
     pub(crate) busy_poll: u64,
     /// FUSE threads serving requests.

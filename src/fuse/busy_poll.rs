@@ -59,11 +59,15 @@ const QUOTA_EVERY: Duration = Duration::from_secs(1);
 /// thread standing by looks again while the reader is busy.
 pub(crate) const STANDBY_LIMIT: Duration = Duration::from_millis(1);
 
-/// The longest a thread standing by sleeps between two looks, while the
-/// reader sleeps in `read` (an idle mount): a thread looks less often the
-/// longer the mount is idle, up to this. A request that then keeps the
-/// reader busy waits at most about this long for another reader.
+/// The longest the watching thread sleeps between two looks, while the
+/// reader sleeps in `read` (an idle mount): it looks less often the longer
+/// the mount is idle, up to this. A request that then keeps the reader
+/// busy waits at most about this long for another reader.
 pub(crate) const IDLE_LOOK: Duration = Duration::from_millis(100);
+
+/// How often the threads standing by that don't watch look anyway (they
+/// are woken when the reader goes, and one when the watcher leaves).
+const OTHERS_LOOK: Duration = Duration::from_secs(1);
 
 /// One connection's polling state, shared by its serving threads.
 #[derive(Debug)]
@@ -191,8 +195,9 @@ impl BusyPoll {
     /// reader's request in hand has taken [`STANDBY_LIMIT`]. One thread
     /// standing by watches: it looks again every STANDBY_LIMIT while the
     /// reader polls or answers, and less often the longer the reader
-    /// sleeps ([`IDLE_LOOK`] at most); the others every IDLE_LOOK, and
-    /// one of them takes the watch over when the watcher goes.
+    /// sleeps ([`IDLE_LOOK`] at most); the others are woken when the
+    /// reader goes, one of them takes the watch over when the watcher
+    /// leaves, and each looks anyway once a second.
     pub(crate) fn before_read(&self, me: &PollerState) {
         if self.window.is_zero() {
             return;
@@ -219,7 +224,9 @@ impl BusyPoll {
             }
             let idle = self.idle_since.load(Ordering::Acquire);
             let wait = match (watching, idle) {
-                (false, _) => IDLE_LOOK,
+                // Woken when the reader goes or the watcher leaves; the
+                // look is only a backstop.
+                (false, _) => OTHERS_LOOK,
                 (true, 0) => STANDBY_LIMIT,
                 (true, t) => {
                     Duration::from_nanos(now.saturating_sub(t)).clamp(STANDBY_LIMIT, IDLE_LOOK)

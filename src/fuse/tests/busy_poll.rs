@@ -264,8 +264,9 @@ fn while_a_thread_is_the_reader_the_others_stand_by_until_it_stops() {
         let polled_for = started.elapsed();
         // Still the reader: it would sleep in `read` now. Then it stops.
         std::thread::sleep(Duration::from_millis(200));
+        let leaving = started.elapsed();
         p.leave(&mut me);
-        (got.is_none(), polled_for, started.elapsed())
+        (got.is_none(), polled_for, leaving)
     });
     // Let it start polling.
     while chan.polled().1 == 0 {
@@ -281,10 +282,11 @@ fn while_a_thread_is_the_reader_the_others_stand_by_until_it_stops() {
     let (nothing, polled_for, left) = reader.join().unwrap();
     assert!(nothing);
     assert!(polled_for >= window, "{polled_for:?}");
-    // It stood by until the reader left (a little after: the wake-up).
+    // It stood by until the reader began to leave (a little after: the
+    // wake-up).
     assert!(
         waited >= left,
-        "stood by {waited:?}, the reader left at {left:?}"
+        "stood by {waited:?}, the reader began to leave at {left:?}"
     );
     // No reader: no waiting now.
     let t = Instant::now();
@@ -318,8 +320,8 @@ fn an_idle_reader_keeps_the_others_standing_by_until_a_request_keeps_it_busy() {
     );
     // A request wakes the reader and keeps it busy: the other thread
     // comes to read within about IDLE_LOOK.
-    poll.woke(&me);
     let busy_at = t.elapsed();
+    poll.woke(&me);
     let waited = within(LIMIT, move || standing.join().unwrap());
     assert!(waited >= busy_at, "{waited:?} {busy_at:?}");
     assert!(
