@@ -208,6 +208,10 @@ impl BusyPoll {
                 .store(self.now_ns().max(1), Ordering::Release);
             return;
         }
+        // No reader (pinned, polling not paying): no lock taken.
+        if !self.hot.load(Ordering::Acquire) {
+            return;
+        }
         let limit = STANDBY_LIMIT.as_nanos() as u64;
         let mut g = self.standby_lock.lock();
         // One thread standing by watches the reader (the others sleep
