@@ -96,10 +96,28 @@ fn act(s: &Stage, op: &Worker, i: usize) {
             rustix::fs::renameat(v, PATHS[a], v, PATHS[b])
         }
         Worker::Chmod(p) => {
-            s.note(PATHS[p]);
+            // chmod follows symlinks: the kernel resolves them before the
+            // daemon, whose setattr then names (and notes) the target.
+            s.note(&followed(v, PATHS[p]));
             rustix::fs::chmodat(v, PATHS[p], Mode::from_raw_mode(0o700), AtFlags::empty())
         }
     };
+}
+
+/// `rel` in the view with its symlinks followed, as the kernel resolves
+/// it before the daemon sees the call (the worker's links are relative).
+fn followed(v: &OwnedFd, rel: &str) -> String {
+    let mut at = PathBuf::from(rel);
+    for _ in 0..8 {
+        match rustix::fs::readlinkat(v, &at, Vec::new()) {
+            Ok(to) => {
+                let to = PathBuf::from(std::ffi::OsStr::from_bytes(to.to_bytes()));
+                at = at.parent().map_or_else(|| to.clone(), |d| d.join(&to));
+            }
+            Err(_) => break,
+        }
+    }
+    at.to_str().unwrap().to_owned()
 }
 
 /// `rm -r` through the overlay: each entry noted, then removed.
@@ -193,64 +211,90 @@ proptest! {
         only in prop::collection::vec(0..PATHS.len(), 0..2),
         during in any::<bool>(),
     ) {
-        // A partial commit (`commit PATH...`) when `only` names some.
-        let filter: Vec<PathBuf> = only.iter().map(|i| PathBuf::from(PATHS[*i])).collect();
-        let Some(s) = stage() else { return Ok(()) };
-        for (i, op) in work.iter().enumerate() {
-            act(&s, op, i);
-        }
-        let view = view_listing(&s);
-        let before = snapshot(&s.lower);
-        // The host acts before the commit, or (`during`) while it
-        // runs: after its checks, before its first step.
-        let mut hosted = None;
-        let mut host_acts = || {
-            if !hosts.is_empty() {
-                tick();
-            }
-            for (i, op) in hosts.iter().enumerate() {
-                host(&s, op, i);
-            }
-            hosted = Some(snapshot(&s.lower));
-        };
-        let l = s.layers();
-        let r = if during {
-            super::super::apply::commit_with(&l, &s.fp(), &s.zone, &filter, false, &mut host_acts)
-        } else {
-            host_acts();
-            commit(&l, &s.fp(), &s.zone, &filter, false)
-        };
-        prop_assert!(r.is_ok(), "commit: {r:?}");
-        let hosted = hosted.unwrap();
-        let r = r.unwrap();
-        let after = snapshot(&s.lower);
-        let mut touched: Vec<&PathBuf> = before.keys().chain(hosted.keys()).collect();
-        touched.sort();
-        touched.dedup();
-        for p in touched {
-            if before.get(p) != hosted.get(p) {
-                prop_assert_eq!(
-                    after.get(p), hosted.get(p),
-                    "{} changed by the host, then by the commit: {:#?}", p.display(), r
-                );
-            }
-        }
-        if hosts.is_empty() {
-            prop_assert!(r.conflicts.is_empty(), "{:#?}", r);
-            if filter.is_empty() {
-                prop_assert_eq!(listing(&s.lower), view);
-            } else {
-                // The rest commits after it without a conflict.
-                let r = commit(&l, &s.fp(), &s.zone, &[], false);
-                prop_assert!(r.is_ok(), "commit: {r:?}");
-                let r = r.unwrap();
-                prop_assert!(r.conflicts.is_empty(), "{:#?}", r);
-                prop_assert_eq!(listing(&s.lower), view);
-            }
-        }
-        // --force then applies the rest: nothing staged is left.
-        let r = commit(&l, &s.fp(), &s.zone, &[], true);
-        prop_assert!(r.is_ok(), "forced commit: {r:?}");
-        prop_assert!(changes(&l, &[]).unwrap().is_empty());
+        holds(&work, &hosts, &only, during)?;
     }
+}
+
+/// A case proptest found (CI, 2026-11-28): a chmod through a symlink the
+/// worker made changes the link's target, which the host then removed.
+#[test]
+fn a_chmod_through_a_new_symlink_then_a_host_removal_is_a_conflict() {
+    holds(
+        &[Worker::Symlink(6), Worker::Chmod(6)],
+        &[Host::Remove(0)],
+        &[],
+        false,
+    )
+    .unwrap();
+}
+
+fn holds(
+    work: &[Worker],
+    hosts: &[Host],
+    only: &[usize],
+    during: bool,
+) -> Result<(), TestCaseError> {
+    // A partial commit (`commit PATH...`) when `only` names some.
+    let filter: Vec<PathBuf> = only.iter().map(|i| PathBuf::from(PATHS[*i])).collect();
+    let Some(s) = stage() else { return Ok(()) };
+    for (i, op) in work.iter().enumerate() {
+        act(&s, op, i);
+    }
+    let view = view_listing(&s);
+    let before = snapshot(&s.lower);
+    // The host acts before the commit, or (`during`) while it
+    // runs: after its checks, before its first step.
+    let mut hosted = None;
+    let mut host_acts = || {
+        if !hosts.is_empty() {
+            tick();
+        }
+        for (i, op) in hosts.iter().enumerate() {
+            host(&s, op, i);
+        }
+        hosted = Some(snapshot(&s.lower));
+    };
+    let l = s.layers();
+    let r = if during {
+        super::super::apply::commit_with(&l, &s.fp(), &s.zone, &filter, false, &mut host_acts)
+    } else {
+        host_acts();
+        commit(&l, &s.fp(), &s.zone, &filter, false)
+    };
+    prop_assert!(r.is_ok(), "commit: {r:?}");
+    let hosted = hosted.unwrap();
+    let r = r.unwrap();
+    let after = snapshot(&s.lower);
+    let mut touched: Vec<&PathBuf> = before.keys().chain(hosted.keys()).collect();
+    touched.sort();
+    touched.dedup();
+    for p in touched {
+        if before.get(p) != hosted.get(p) {
+            prop_assert_eq!(
+                after.get(p),
+                hosted.get(p),
+                "{} changed by the host, then by the commit: {:#?}",
+                p.display(),
+                r
+            );
+        }
+    }
+    if hosts.is_empty() {
+        prop_assert!(r.conflicts.is_empty(), "{:#?}", r);
+        if filter.is_empty() {
+            prop_assert_eq!(listing(&s.lower), view);
+        } else {
+            // The rest commits after it without a conflict.
+            let r = commit(&l, &s.fp(), &s.zone, &[], false);
+            prop_assert!(r.is_ok(), "commit: {r:?}");
+            let r = r.unwrap();
+            prop_assert!(r.conflicts.is_empty(), "{:#?}", r);
+            prop_assert_eq!(listing(&s.lower), view);
+        }
+    }
+    // --force then applies the rest: nothing staged is left.
+    let r = commit(&l, &s.fp(), &s.zone, &[], true);
+    prop_assert!(r.is_ok(), "forced commit: {r:?}");
+    prop_assert!(changes(&l, &[]).unwrap().is_empty());
+    Ok(())
 }
