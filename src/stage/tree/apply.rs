@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{self as rfs, FileType};
 use rustix::io::Errno;
 
-use super::conflict::{Check, host_changed};
+use super::conflict::{Check, Guard, host_changed};
 use super::fingerprints::{Fingerprint, Fingerprints};
 use super::fsops;
 use super::unstage::{sweep, unstage};
@@ -111,15 +111,15 @@ pub(super) fn commit_with(
             None => todo.push(c),
         }
     }
-    let guard = (!force).then(|| check.guard());
+    let mut guard = (!force).then(|| check.guard());
     let parents_noted = renote(l, fp, &todo)?;
     write_journal(journal_dir, &journaled(&todo, &resuming))?;
     between();
     // Each step looks again at what it would remove or overwrite (a host
     // change made since the checks is a conflict too).
     let mut late = Vec::new();
-    let mut is_late = |c: &Change| -> io::Result<bool> {
-        let Some(g) = &guard else { return Ok(false) };
+    let mut is_late = |guard: &Option<Guard>, c: &Change| -> io::Result<bool> {
+        let Some(g) = guard else { return Ok(false) };
         Ok(match g.late(l, c, |p| resuming.contains(p))? {
             Some(conflict) => {
                 late.push(conflict);
@@ -127,6 +127,11 @@ pub(super) fn commit_with(
             }
             None => false,
         })
+    };
+    // The dirs a step made are the commit's, not the host's.
+    let made = |guard: &mut Option<Guard>, rel: &Path| match guard {
+        Some(g) => g.made(l, rel),
+        None => Ok(()),
     };
     let root = rustix::process::geteuid().is_root();
     let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
@@ -137,16 +142,18 @@ pub(super) fn commit_with(
         .iter()
         .partition(|c| c.file_type == Some(ChangeType::Dir) && c.kind != Kind::Deleted);
     for c in &dirs {
-        if is_late(c)? {
+        if is_late(&guard, c)? {
             continue;
         }
         ensure_dir(l, &c.path)?;
+        made(&mut guard, &c.path)?;
     }
     for c in rest.iter().filter(|c| c.kind != Kind::Deleted) {
-        if is_late(c)? {
+        if is_late(&guard, c)? {
             continue;
         }
         put(l, &c.path, root, &mut links)?;
+        made(&mut guard, &c.path)?;
         if let Some(from) = &c.from {
             delete(l, from)?;
         }
@@ -158,7 +165,7 @@ pub(super) fn commit_with(
         .collect();
     deletions.sort_by(|a, b| b.path.cmp(&a.path));
     for c in deletions {
-        if is_late(c)? {
+        if is_late(&guard, c)? {
             continue;
         }
         delete(l, &c.path)?;

@@ -351,6 +351,7 @@ impl Guard {
                 match stat(l, a)? {
                     None if self.existed(a) => return Ok(found(a)),
                     None => break,
+                    Some(st) if is_dir(&st) && !self.same_dir(a, &st) => return Ok(found(a)),
                     Some(st) if !is_dir(&st) && !self.was(a, &st) => return Ok(found(a)),
                     Some(_) => {}
                 }
@@ -362,6 +363,11 @@ impl Guard {
                 None if p != &c.path || c.kind == Kind::Deleted => {}
                 None if self.existed(p) => return Ok(found(p)),
                 None => {}
+                // A dir where the worker adds or changes one: the dir the
+                // checks saw, or the one the commit made.
+                Some(st) if is_dir(&st) && !removes && !self.same_dir(p, &st) => {
+                    return Ok(found(p));
+                }
                 Some(st) if is_dir(&st) && !removes => {}
                 Some(st) if !self.was(p, &st) => return Ok(found(p)),
                 Some(st) if is_dir(&st) => {
@@ -395,6 +401,33 @@ impl Guard {
                 },
             ),
         )
+    }
+
+    /// After the commit applied `rel`: the dirs it made for it (`rel`
+    /// itself, its missing parents, a file it replaced with a dir) are
+    /// what it now expects there. Called right after that step, whose
+    /// [`Guard::late`] found everything above `rel` as the checks saw it.
+    pub(super) fn made(&mut self, l: &Layers, rel: &Path) -> io::Result<()> {
+        for a in rel.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+            if matches!(self.seen.get(a), Some(Some(f)) if was_dir(f)) {
+                continue;
+            }
+            if let Some(st) = stat(l, a)?.filter(is_dir) {
+                self.seen
+                    .insert(a.to_path_buf(), Some(Fingerprint::of(&st)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether dir `st` at `rel` is the one the checks saw there or the
+    /// commit made (a path never looked at counts as seen).
+    fn same_dir(&self, rel: &Path, st: &Stat) -> bool {
+        match self.seen.get(rel) {
+            None => true,
+            Some(Some(f)) => was_dir(f) && (f.dev, f.ino) == (st.st_dev, st.st_ino),
+            Some(None) => false,
+        }
     }
 
     /// Whether the checks saw something at `rel`.
