@@ -297,6 +297,12 @@ impl Drop for TestMount {
         if clean && stage.exists() {
             let _ = zonemount::stage::dir::remove(&stage);
         }
+        // A staged mount without --stage-dir keeps its stage in the state
+        // dir, named after the mountpoint (this test's own temp dir).
+        let default = zonemount::stage::dir::default_for(&self.mnt);
+        if clean && default.exists() {
+            let _ = zonemount::stage::dir::remove(&default);
+        }
         if !clean && !std::thread::panicking() {
             panic!(
                 "{} is still mounted after unmount and umount -l",
