@@ -12,7 +12,7 @@
 #      and the TypeScript client (scripts/test-node.sh: tsc, node --test)
 #   5. the suites every environment must pass, again as root without
 #      fusermount3, as an unprivileged user, and over FUSE over io_uring
-#      (scripts/test-envs.sh; the three at once)
+#      (scripts/test-envs.sh)
 #   6. scripts/conformance.sh (pjdfstest and fsx against a mounted zone)
 #
 # Every step runs under a time limit; one that runs out fails with a line
@@ -124,37 +124,17 @@ fi
 # is unusable (a private mount namespace with it covered), as an
 # unprivileged user with the setuid fusermount3, and as root over FUSE
 # over io_uring where the kernel has it (scripts/test-envs.sh).
-# The three run at once (each suite in its own mount namespace, their
-# tests mostly waiting on mounts and daemons); each one's output is
-# printed whole when all are done. ZONEMOUNT_ENVS_AT_ONCE=0 runs them one
-# after the other.
 ENV_SUITES=(errno_table lifecycle run approvals escape bounded_fds staged checkpoints data_path moves hide ask_lock stages package direct attribution review)
-ENVS=(nofusermount user uring)
 rc_envs=0
-if [ $rc_build -eq 0 ]; then
-  # The test binaries built once, before the environments share them.
-  cargo test --locked --no-run "${ENV_SUITES[@]/#/--test=}" >/dev/null 2>&1 || true
-  declare -A env_pid=() env_rc=()
-  for env_name in "${ENVS[@]}"; do
-    step "integration suites: $env_name" "$LIMIT_ENV" bash scripts/test-envs.sh "$env_name" "${ENV_SUITES[@]}" > "$work/env-$env_name.log" 2>&1 &
-    env_pid[$env_name]=$!
-    if [ "${ZONEMOUNT_ENVS_AT_ONCE:-1}" = 0 ]; then
-      rc_env=0; wait "${env_pid[$env_name]}" || rc_env=$?; env_rc[$env_name]=$rc_env
-    fi
-  done
-  for env_name in "${ENVS[@]}"; do
-    [ -z "${env_rc[$env_name]+set}" ] || continue
-    rc_env=0; wait "${env_pid[$env_name]}" || rc_env=$?; env_rc[$env_name]=$rc_env
-  done
-  for env_name in "${ENVS[@]}"; do
-    cat "$work/env-$env_name.log" | tee -a "$envs_log"
-    rc_env=${env_rc[$env_name]}
-    if [ $rc_env -ne 0 ] && [ $rc_env -ne 3 ]; then failed_steps+=("integration suites: $env_name"); rc_envs=1; fi
-  done
-else
-  for env_name in "${ENVS[@]}"; do failed_steps+=("integration suites: $env_name"); done
-  rc_envs=1
-fi
+for env_name in nofusermount user uring; do
+  rc_env=0
+  if [ $rc_build -eq 0 ]; then
+    step "integration suites: $env_name" "$LIMIT_ENV" bash scripts/test-envs.sh "$env_name" "${ENV_SUITES[@]}" 2>&1 | tee -a "$envs_log" || rc_env=$?
+  else
+    rc_env=1
+  fi
+  if [ $rc_env -ne 0 ] && [ $rc_env -ne 3 ]; then failed_steps+=("integration suites: $env_name"); rc_envs=1; fi
+done
 
 # Conformance suites against a real mount (pjdfstest, fsx); needs root.
 # Exit 0: passed; 3: skipped (not root, outside CI); anything else: failed.

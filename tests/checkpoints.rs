@@ -1286,7 +1286,12 @@ fn a_flat_takes_over_many_layers_and_each_view_stays() {
 /// and a manifest naming a flat that is gone, are cleaned up.
 #[test]
 fn a_flat_cut_short_by_sigkill_is_thrown_away() {
-    if !fuse_ok() {
+    if !fuse_ok()
+        || repeats_root_in(
+            &["nofusermount", "uring"],
+            "the flat's build and the remount's cleanup are the stage's, the same on any transport and however the mount is made",
+        )
+    {
         return;
     }
     let mut m = staged(&[]).mount();

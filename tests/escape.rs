@@ -209,7 +209,12 @@ fn daemon_fds(m: &TestMount) -> usize {
 /// daemon's open fds staying bounded (RLIMIT_NOFILE here is 20,000).
 #[test]
 fn a_hundred_thousand_entries_in_one_dir() {
-    if !fuse_ok() {
+    if !fuse_ok()
+        || repeats_root_in(
+            &["nofusermount"],
+            "the same daemon and privileges as root, only the mount made without fusermount3",
+        )
+    {
         return;
     }
     let s = Setup::zones(Mode::Direct, &[("ws", "mode: rw")]).dir("ws", "big");

@@ -63,6 +63,20 @@ pub fn require(need: Need) -> bool {
     false
 }
 
+/// True (the test returns) when the suite runs in one of `envs`, whose
+/// difference from `root` the test does not exercise and whose run of it
+/// would only repeat `root`'s (a long test, kept out of the time the
+/// test command takes). The skip is recorded with the environment's name
+/// and `why`, even under CI.
+pub fn repeats_root_in(envs: &[&str], why: &str) -> bool {
+    let env = test_env();
+    if !envs.contains(&env.as_str()) {
+        return false;
+    }
+    record_skip(&format!("in the `{env}` environment: {why}"));
+    true
+}
+
 /// Print and record a skip of the running test (see [`require`]).
 fn record_skip(reason: &str) {
     let test = std::thread::current()
