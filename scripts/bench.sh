@@ -305,6 +305,11 @@ PY
 
 drop() { sync; echo "${1:-2}" > /proc/sys/vm/drop_caches; }
 now() { date +%s.%N; }
+# The VM's host's steal time: "steal total" ticks of all CPUs (/proc/stat).
+cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit }' /proc/stat; }
+steal_pct() { # "steal total" before, after
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); d = y[2] - x[2]; printf "%.1f\n", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'
+}
 
 # The target's view of the backing dir `data`.
 root_of() {
@@ -566,25 +571,28 @@ run_workload() { # placement workload
     order=($TARGETS)
     for i in $(seq 1 $(( (rep - 1) % 4 ))); do order=("${order[@]:1}" "${order[0]}"); done
     for t in "${order[@]}"; do
-      local secs conn=""
+      local secs conn="" t0ticks st
       [ "$rep" = 1 ] && [ "$placement" = pinned ] && conn=$(conn_of "$t")
       [ "$t" = zm-ckpt50 ] && ckpt50
       ops_begin "$conn"
       local as="$prefix"
       case "$t" in zm-user|zm-user-wb|zm-caller) as="${as_user[*]} $prefix" ;; esac
       [ "$t" = zm-kopen ] && { [[ "$KOPEN_WORKLOADS" == *" $w "* ]] || continue; }
+      t0ticks=$(cpu_ticks)
       if [ "$t" = zm-isolate ] || [ "$t" = zm-isolate-daemon ]; then
         [[ "$ISOLATE_WORKLOADS" == *" $w "* ]] || continue
         secs=$(isolated "$w" "$prefix" "$([ "$t" = zm-isolate-daemon ] && echo --no-direct)")
       else
         secs=$("w_$w" "$(root_of "$t")" "s-$t" "$as" | tail -1)
       fi
+      st=$(steal_pct "$t0ticks" "$(cpu_ticks)")
       ops_end "$conn" "$placement" "$w" "$t"
       # A staged run's changes are dropped (untimed), as after a task.
       [ "$t" = zm-staged ] && "$bin" discard "$mnt_s" >/dev/null
       [ "$t" = zm-ckpt50 ] && "$bin" discard "$mnt_k" >/dev/null
       printf '%s\t%s\t%s\t%s\n' "$placement" "$w" "$t" "$secs" >> "$raw"
-      printf '  %-9s %-14s %-8s rep %d: %ss\n' "$placement" "$w" "$t" "$rep" "$secs"
+      printf '%s\t%s\t%s\t%s\n' "$placement" "$w" "$t" "$st" >> "$work/steal.tsv"
+      printf '  %-9s %-14s %-8s rep %d: %ss (steal %s%%)\n' "$placement" "$w" "$t" "$rep" "$secs" "$st"
     done
   done
   case "$w" in seq_read_warm|untar|rm_rf|git_commit|create|unlink) cleanup_scratch ;; esac
@@ -745,8 +753,16 @@ for placement, w, t, _ in rows:
     if (placement, w) not in order: order.append((placement, w))
 results = []
 lines = []
+steal = {}
+if os.path.exists(f"{work}/steal.tsv"):
+    for l in open(f"{work}/steal.tsv"):
+        p, w, t, pct = l.split()
+        steal.setdefault(p, []).append(float(pct))
 for placement in dict.fromkeys(p for p, _ in order):
     lines.append(f"\n{placement}: median seconds (min-max), and ratio to native (zm: and to bindfs)")
+    if steal.get(placement):
+        v = steal[placement]
+        lines.append(f"(the VM's host took {statistics.median(v):.1f}% of CPU time (steal) in the median timed run, {max(v):.1f}% at most)")
     lines.append("| workload | " + " | ".join(names[t] for t in targets) + " |")
     lines.append("|---|" + "---:|" * len(targets))
     for p, w in order:
@@ -827,7 +843,7 @@ doc = {
     "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     "kernel": platform.release(), "cpus": os.cpu_count(), "quick": quick, "reps": reps,
     "command": "bash scripts/bench.sh " + sys.argv[6], "results": results, "bounded_fds": fds, "checkpoints": ckpt,
-    "approvals_built": approvals == "yes", "fuse_ops": ops, "zonemount_threads": int(sys.argv[7]), "pinned_cpus": sys.argv[8],
+    "approvals_built": approvals == "yes", "fuse_ops": ops, "steal_pct": {p: stat(v) for p, v in steal.items()}, "zonemount_threads": int(sys.argv[7]), "pinned_cpus": sys.argv[8],
 }
 os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
 json.dump(doc, open(out, "w"), indent=1)

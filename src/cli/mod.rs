@@ -298,7 +298,10 @@ pub(crate) struct MountArgs {
     /// or under a cgroup CPU quota below its CPUs; it stops by itself while
     /// requests come further apart). A request that finds a thread awake
     /// skips the wake-up of an idle CPU, which costs tens of microseconds
-    /// on VMs. 0 turns it off. At most 1000.
+    /// on VMs. A root daemon also keeps idle CPUs polling while requests
+    /// come within this window of each other, on either transport (a CPU
+    /// latency request on /dev/cpu_dma_latency; the caller's wake-up is
+    /// then at once too). 0 turns both off. At most 1000.
     #[arg(long, value_name = "MICROSECONDS", default_value_t = crate::fuse::BUSY_POLL_DEFAULT.as_micros() as u64)]
     pub(crate) busy_poll: u64,
     /// FUSE threads serving requests.

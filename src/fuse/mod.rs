@@ -5,7 +5,8 @@
 //! (`uring`, one ring per CPU, Linux 6.14 and later with the fuse module's
 //! `enable_uring` on; `queue`, one such ring's entries), and the
 //! `/dev/fuse` threads' short polling for the next request (`busy_poll`,
-//! held back under a cgroup CPU quota read by `cpu_quota`).
+//! held back under a cgroup CPU quota read by `cpu_quota`), and idle CPUs
+//! kept polling while requests come close together (`idle_poll`).
 //!
 //! It knows nothing of zones or policy: a [`Filesystem`] gets each decoded
 //! request with its [`Reply`]. The system calls it needs (the device and
@@ -18,6 +19,7 @@ mod channel;
 mod cpu_quota;
 mod dispatch;
 mod handshake;
+mod idle_poll;
 mod queue;
 mod reply;
 mod request;
@@ -32,6 +34,7 @@ pub use busy_poll::{
     held_back_now as busy_poll_held_back,
 };
 pub use dispatch::{Agreed, Filesystem, Offer, OpCounts, Wants};
+pub use idle_poll::IdlePoll;
 pub use reply::{BackingId, DirBuf, Reply, Sink};
 pub use request::{Op, Request};
 pub use session::{BackgroundSession, Notifier, Options, Session, Transport};

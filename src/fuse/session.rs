@@ -18,6 +18,7 @@ use super::busy_poll::{BusyPoll, PollerState};
 use super::channel::{Channel, DevSink};
 use super::dispatch::{Agreed, Filesystem, handle};
 use super::handshake::handshake;
+use super::idle_poll::IdlePoll;
 use super::queue::FuseRing;
 use super::reply::{Reply, Sink};
 use super::request::Args;
@@ -78,6 +79,7 @@ pub struct Session {
     rings: Option<Vec<FuseRing>>,
     mountpoint: Option<std::path::PathBuf>,
     busy_poll: std::time::Duration,
+    idle_poll: Arc<IdlePoll>,
 }
 
 impl std::fmt::Debug for Session {
@@ -110,6 +112,7 @@ impl Session {
             rings,
             mountpoint: opts.mountpoint,
             busy_poll: opts.busy_poll,
+            idle_poll: Arc::new(IdlePoll::open(opts.busy_poll)),
         })
     }
 
@@ -126,6 +129,12 @@ impl Session {
         }
     }
 
+    /// The connection's idle polling ([`super::idle_poll`]), on either
+    /// transport.
+    pub fn idle_poll(&self) -> Arc<IdlePoll> {
+        self.idle_poll.clone()
+    }
+
     pub fn agreed(&self) -> &Agreed {
         &self.agreed
     }
@@ -138,6 +147,20 @@ impl Session {
     /// Serve until the mount goes away.
     pub fn run(mut self) -> io::Result<()> {
         let mut threads: Vec<JoinHandle<io::Result<()>>> = Vec::new();
+        let idle = self.idle_poll.clone();
+        let keeper = if idle.usable() {
+            let idle = idle.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("fuse-idle".into())
+                    .spawn(move || idle.keep())?,
+            )
+        } else {
+            None
+        };
+        // However serving ends, the keeper stops (and gives its request
+        // back) before this returns.
+        let _stop_keeper = StopKeeper(&idle, keeper);
         // With io_uring the device still carries FORGET and INTERRUPT
         // (and everything, should a queue fail to register): one thread.
         let rings = match self.rings.take() {
@@ -146,6 +169,7 @@ impl Session {
                 &self.fs,
                 self.agreed.max_data(),
                 self.mountpoint.take(),
+                &idle,
             )?),
             None => None,
         };
@@ -167,10 +191,11 @@ impl Session {
             let fs = self.fs.clone();
             let agreed = self.agreed;
             let poll = poll.clone();
+            let idle = idle.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("fuse-{i}"))
-                    .spawn(move || serve(dev, fs, agreed, false, &poll))?,
+                    .spawn(move || serve(dev, fs, agreed, false, &poll, &idle))?,
             );
         }
         let result = serve(
@@ -179,6 +204,7 @@ impl Session {
             self.agreed,
             rings.is_some(),
             &poll,
+            &idle,
         );
         for t in threads {
             let _ = t.join();
@@ -195,6 +221,18 @@ impl Session {
             .name("fuse-0".into())
             .spawn(move || self.run())?;
         Ok(BackgroundSession(t))
+    }
+}
+
+/// Stops the idle polling keeper and waits for it, when dropped.
+struct StopKeeper<'a>(&'a IdlePoll, Option<JoinHandle<()>>);
+
+impl Drop for StopKeeper<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+        if let Some(t) = self.1.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -221,13 +259,15 @@ const FORGET_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 /// One device thread: read, dispatch, until the connection ends, within
 /// the limits `agreed` at INIT. `batch_forgets`: wait [`FORGET_LINGER`]
 /// after each FORGET (io_uring serves everything else). `poll`: the
-/// connection's busy polling, shared by its threads.
+/// connection's busy polling, and `idle` its idle polling, shared by its
+/// threads.
 pub(crate) fn serve<C: Channel>(
     dev: Arc<C>,
     fs: Arc<dyn Filesystem>,
     agreed: Agreed,
     batch_forgets: bool,
     poll: &BusyPoll,
+    idle: &IdlePoll,
 ) -> io::Result<()> {
     let sink: Arc<dyn Sink> = Arc::new(DevSink(dev.clone()));
     let mut buf = vec![0u8; agreed.request_size()];
@@ -270,6 +310,12 @@ pub(crate) fn serve<C: Channel>(
             return Ok(());
         }
         let opcode = h.opcode;
+        if !matches!(
+            opcode,
+            abi::op::FORGET | abi::op::BATCH_FORGET | abi::op::INTERRUPT
+        ) {
+            idle.request();
+        }
         handle(fs.as_ref(), &h, Args::joined(body), 0, &sink, max_data);
         if batch_forgets && matches!(opcode, abi::op::FORGET | abi::op::BATCH_FORGET) {
             std::thread::sleep(FORGET_LINGER);

@@ -40,6 +40,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::abi::{self, NotifyRetrieveOut, OutHeader};
 use super::channel::Channel;
 use super::dispatch::{Filesystem, handle};
+use super::idle_poll::IdlePoll;
 use super::queue::{Event as RingEvent, FuseRing, Queue, Wake, Waker};
 use super::reply::{Reply, Sink};
 use super::request::Args;
@@ -110,6 +111,7 @@ pub(crate) fn start(
     fs: &Arc<dyn Filesystem>,
     max_data: u32,
     mountpoint: Option<PathBuf>,
+    idle: &Arc<IdlePoll>,
 ) -> io::Result<Rings> {
     let stop = Arc::new(AtomicBool::new(false));
     let statfs = match mountpoint.map(StatfsNudger::start).transpose() {
@@ -125,10 +127,13 @@ pub(crate) fn start(
         let fs = fs.clone();
         let stop2 = stop.clone();
         let statfs = statfs.clone();
+        let idle = idle.clone();
         let t = std::thread::Builder::new()
             .name(format!("fuse-ring-{qid}"))
             .spawn(move || {
-                if let Err(e) = serve_queue(ring, fs, max_data, qid, &stop2, statfs.as_deref()) {
+                if let Err(e) =
+                    serve_queue(ring, fs, max_data, qid, &stop2, statfs.as_deref(), &idle)
+                {
                     tracing::warn!(qid, "io_uring queue ended: {e}");
                 }
             })?;
@@ -320,6 +325,7 @@ pub(crate) fn serve_queue<Q: Queue>(
     qid: usize,
     stop: &AtomicBool,
     statfs: Option<&StatfsNudger>,
+    idle: &IdlePoll,
 ) -> io::Result<()> {
     pin_to(qid);
     let (tx, rx): (Sender<Pending>, Receiver<Pending>) = channel();
@@ -356,6 +362,7 @@ pub(crate) fn serve_queue<Q: Queue>(
                         continue;
                     }
                     files.saw(&h);
+                    idle.request();
                     if statfs.is_some_and(|s| s.made(&h)) {
                         // Answered below, with the other replies.
                         nudged = Some(n);

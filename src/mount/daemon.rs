@@ -198,6 +198,7 @@ fn status_fn(
     let broker = session.broker().clone();
     let core = session.core().clone();
     let busy_poll = session.busy_poll();
+    let idle_poll = session.idle_poll();
     let fixed = Status {
         mountpoint: record.mountpoint.clone(),
         pid: record.pid,
@@ -259,7 +260,7 @@ fn status_fn(
                 transport: core.transport().map(|t| t.name().to_string()),
                 transport_detail: core.transport().map(|t| {
                     let t = t.describe();
-                    match busy_poll.as_micros() {
+                    let mut d = match busy_poll.as_micros() {
                         0 => t.to_string(),
                         us => {
                             let mut d = format!(
@@ -270,10 +271,20 @@ fn status_fn(
                             }
                             d
                         }
+                    };
+                    match idle_poll.off() {
+                        None => d.push_str(&format!(
+                            "; idle CPUs poll while requests come close together (now {})",
+                            if idle_poll.held() { "held" } else { "not held" }
+                        )),
+                        Some(why) => d.push_str(&format!("; idle CPUs halt ({why})")),
                     }
+                    d
                 }),
                 busy_poll_us: Some(busy_poll.as_micros() as u64),
                 busy_poll_off: poll_off.clone(),
+                idle_poll_held: Some(idle_poll.held()),
+                idle_poll_off: idle_poll.off(),
             }),
             cache_ttl_secs: Some(CacheTtls {
                 rw: rw.as_secs_f64(),

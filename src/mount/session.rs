@@ -509,6 +509,12 @@ impl Session {
         self.fuse.busy_poll()
     }
 
+    /// Whether idle CPUs are kept polling while requests come close
+    /// together, and why not (`fuse::IdlePoll`).
+    pub fn idle_poll(&self) -> std::sync::Arc<crate::fuse::IdlePoll> {
+        self.fuse.idle_poll()
+    }
+
     /// What stops this mount from another thread (a signal handler).
     pub fn stopper(&self) -> Stopper {
         Stopper {

@@ -267,6 +267,17 @@ pub struct IoStatus {
     /// below the CPUs it may run on); absent while polling may happen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy_poll_off: Option<String>,
+    /// Whether the daemon now asks the kernel to keep idle CPUs polling
+    /// (it does while requests come close together; absent from older
+    /// daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_poll_held: Option<bool>,
+    /// Why idle CPUs are never kept polling for this mount (not root, no
+    /// `/dev/cpu_dma_latency`, `--busy-poll 0`), or were not the last time
+    /// requests came close together (busy polling held back); absent
+    /// while they may be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_poll_off: Option<String>,
 }
 
 /// Cache TTLs, in seconds.

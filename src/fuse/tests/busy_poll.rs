@@ -69,6 +69,7 @@ fn a_polled_device_answers_every_request_once_in_order_and_is_left_blocking() {
             agreed,
             false,
             &BusyPoll::new(Duration::from_millis(200)),
+            &super::no_idle_poll(),
         );
         (r, polls_here)
     });

@@ -1,7 +1,8 @@
 //! The FUSE layer driven without a kernel: the request decoder on
 //! malformed input (`decoder`), INIT as kernels of several protocol
 //! minors send it (`handshake`), and the serving loop over a scripted
-//! device (`serve`) and its busy polling (`busy_poll`), and the io_uring
+//! device (`serve`) and its busy polling (`busy_poll`), idle polling's
+//! keeper over a recording knob (`idle_poll`), and the io_uring
 //! queue's loop over a scripted queue (`ring`). This file holds what they share: the scripted
 //! [`Script`] channel, request builders and a toy [`Toy`] filesystem.
 
@@ -25,8 +26,16 @@ use super::types::{FileAttr, FileType, INodeNo};
 mod busy_poll;
 mod decoder;
 mod handshake;
+mod idle_poll;
 mod ring;
 mod serve;
+
+/// Idle polling with nothing to ask through (the serving loops' tests).
+pub(super) fn no_idle_poll() -> super::idle_poll::IdlePoll {
+    super::idle_poll::IdlePoll::with(Err("a test".into()), Duration::ZERO, Duration::ZERO, || {
+        None
+    })
+}
 
 /// A device that hands out a fixed list of requests, one per read, then
 /// answers reads as an unmounted device does (`ENODEV`), and keeps every

@@ -225,7 +225,15 @@ fn serve(ring: FakeRing, hold_reads: bool) -> io::Result<()> {
         });
         toy.hold_reads = hold_reads;
         let fs: Arc<dyn Filesystem> = Arc::new(toy);
-        serve_queue(ring, fs, 4096, 0, &AtomicBool::new(false), None)
+        serve_queue(
+            ring,
+            fs,
+            4096,
+            0,
+            &AtomicBool::new(false),
+            None,
+            &super::no_idle_poll(),
+        )
     })
 }
 
@@ -341,7 +349,15 @@ fn a_read_or_readdir_asking_for_4_gib_is_held_to_max_data() {
     }));
     let fs: Arc<dyn Filesystem> = filler.clone();
     within(LIMIT, move || {
-        serve_queue(ring, fs, 8192, 0, &AtomicBool::new(false), None)
+        serve_queue(
+            ring,
+            fs,
+            8192,
+            0,
+            &AtomicBool::new(false),
+            None,
+            &super::no_idle_poll(),
+        )
     })
     .unwrap();
     assert_eq!(*filler.sizes.lock().unwrap(), [8192, 8192]);

@@ -56,7 +56,14 @@ fn session_of<F: Filesystem>(script: Script, fs: Arc<F>) -> (std::io::Result<()>
         let (agreed, _): (Agreed, Option<()>) =
             handshake(&c, fs.as_ref(), false, |_| panic!("no io_uring asked for"))?;
         let fs: Arc<dyn Filesystem> = fs;
-        serve(c, fs, agreed, false, &BusyPoll::new(Duration::ZERO))
+        serve(
+            c,
+            fs,
+            agreed,
+            false,
+            &BusyPoll::new(Duration::ZERO),
+            &super::no_idle_poll(),
+        )
     });
     (result, chan)
 }
