@@ -275,22 +275,23 @@ fn idle_cpus_are_kept_polling_during_a_burst_and_let_go_after() {
         .current_dir(m.mountpoint())
         .spawn()
         .unwrap();
+    // Held, and the kernel has it (idle CPUs keep to a latency of 0 µs).
+    // Both are looked at while requests may thin out for a moment (it is
+    // given back then), so each is looked at until seen once.
     let t0 = std::time::Instant::now();
-    let mut held = false;
-    while !held && t0.elapsed() < Duration::from_secs(20) {
-        held = io()["idle_poll_held"] == true;
-        if held {
-            // The kernel has it: idle CPUs keep to a latency of 0 µs.
-            assert_eq!(cpu_latency_now(), 0);
-        }
+    let (mut held, mut kernel) = (false, false);
+    while !(held && kernel) && t0.elapsed() < Duration::from_secs(20) {
+        held |= io()["idle_poll_held"] == true;
+        kernel |= cpu_latency_now() == 0;
         if burst.try_wait().unwrap().is_some() {
             break;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(5));
     }
     let done = burst.wait().unwrap();
     assert!(done.success(), "the burst failed: {done}");
     assert!(held, "never held during the burst");
+    assert!(kernel, "the kernel never kept to 0 µs during the burst");
     // Given back within a few periods of the last request.
     let t0 = std::time::Instant::now();
     while io()["idle_poll_held"] == true && t0.elapsed() < Duration::from_secs(5) {
