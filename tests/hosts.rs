@@ -261,6 +261,7 @@ fn doctor_reports_every_fact_and_whether_a_mount_can_be_made() {
         "allow_other",
         "passthrough",
         "FUSE over io_uring",
+        "idle polling",
         "kernel file handles",
         "run --isolate",
         "runtime dir",
@@ -279,11 +280,22 @@ fn doctor_reports_every_fact_and_whether_a_mount_can_be_made() {
     }
     assert_eq!(check_named(&r, "FUSE device")["state"], "ok");
     let pt = &check_named(&r, "passthrough")["state"];
+    let idle = check_named(&r, "idle polling");
     if is_root() {
         assert_eq!(check_named(&r, "privilege")["state"], "ok");
+        // Root opens the device where there is one.
+        assert_eq!(
+            idle["state"] == "ok",
+            Path::new("/dev/cpu_dma_latency").exists()
+                || idle["detail"].as_str().unwrap().contains("held back"),
+            "{idle}"
+        );
     } else {
         assert_eq!(check_named(&r, "privilege")["state"], "degraded");
         assert_eq!(pt, "degraded", "an ordinary user has no passthrough");
+        if !idle["detail"].as_str().unwrap().contains("held back") {
+            assert_eq!(idle["state"], "degraded", "the device is root's: {idle}");
+        }
     }
     // The text form: one line per fact and the verdict.
     let text = run(Command::new(BIN).arg("doctor"), Duration::from_secs(60));

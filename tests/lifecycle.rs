@@ -424,6 +424,14 @@ fn busy_polling_stops_under_a_cpu_quota_below_the_daemons_cpus() {
         let st: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
         st["io"]["busy_poll_off"].as_str().map(str::to_owned)
     };
+    // Idle polling is held back with it, on either transport (where the
+    // device is there to ask through).
+    let idle_off = || {
+        let out = zonemount(m.mountpoint(), &["status", "--json", &mp]);
+        let st: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        st["io"]["idle_poll_off"].as_str().map(str::to_owned)
+    };
+    let device = Path::new("/dev/cpu_dma_latency").exists();
     let why = format!(
         "off: its cgroup's CPU quota ({}.00 CPUs) is below the {cpus} CPUs it may run on",
         cpus - 1
@@ -438,6 +446,9 @@ fn busy_polling_stops_under_a_cpu_quota_below_the_daemons_cpus() {
     // Over io_uring there is no polling to hold back.
     assert_eq!(line.contains(&held), !uring, "{line}");
     assert_eq!(poll_off(), (!uring).then(|| why.clone()));
+    if device {
+        assert_eq!(idle_off(), Some(why.clone()));
+    }
     // The serving threads read the quota again within a second.
     std::thread::sleep(Duration::from_millis(1200));
     let (ok, got, err) = m.sh(
@@ -449,6 +460,9 @@ fn busy_polling_stops_under_a_cpu_quota_below_the_daemons_cpus() {
     cg.leave(daemon[0]);
     assert!(!transport().contains("now off"), "{}", transport());
     assert_eq!(poll_off(), None);
+    if device {
+        assert_eq!(idle_off(), None);
+    }
 }
 
 #[test]

@@ -106,6 +106,7 @@ fn examine() -> Report {
         allow_other(root),
         passthrough(&kernel, admin),
         uring(),
+        idle_poll(),
         file_handles(root),
         isolate(),
         staged(),
@@ -301,6 +302,47 @@ fn uring() -> Check {
             State::Ok,
             "this kernel has no FUSE over io_uring (Linux 6.14+): a mount gets /dev/fuse, the default anyway",
         ),
+    }
+}
+
+/// Whether a mount's daemon may keep idle CPUs polling while requests
+/// come close together (`fuse::IdlePoll`): it needs to open
+/// /dev/cpu_dma_latency for writing (root's; containers often have none)
+/// and busy polling not held back. The probe's open asks for nothing (a
+/// new request is "no limit") and is closed at once.
+fn idle_poll() -> Check {
+    const NAME: &str = "idle polling";
+    const DEV: &str = crate::fuse::IDLE_POLL_DEVICE;
+    let costs = "a caller waiting for a reply on an idle CPU waits for it to leave a halt, tens of microseconds per request on VMs";
+    if let Some(why) = crate::fuse::busy_poll_held_back() {
+        return check(
+            NAME,
+            State::Ok,
+            format!("busy polling is held back here ({why}), and idle polling with it"),
+        );
+    }
+    match std::fs::OpenOptions::new().write(true).open(DEV) {
+        Ok(_) => check(
+            NAME,
+            State::Ok,
+            format!(
+                "while requests come close together, a mount's daemon keeps idle CPUs polling ({DEV}), so a caller's wake-up is at once; it costs idle CPU time while it lasts (`--busy-poll 0` turns it off)"
+            ),
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => check(
+            NAME,
+            State::Degraded,
+            format!("no {DEV} here (a container?): {costs}"),
+        )
+        .fix(format!(
+            "give the container the device (docker: --device {DEV})"
+        )),
+        Err(e) => check(
+            NAME,
+            State::Degraded,
+            format!("cannot open {DEV} ({e}): {costs}"),
+        )
+        .fix("run the daemon as root"),
     }
 }
 

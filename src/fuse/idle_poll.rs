@@ -86,7 +86,8 @@ pub struct IdlePoll {
     /// Set to stop the keeper.
     stop: Mutex<bool>,
     cv: Condvar,
-    /// Why it was not taken the last time it was wanted (held back).
+    /// Why it could not be taken the last time it was wanted (the
+    /// device refused the write).
     off: Mutex<Option<String>>,
     held_back: fn() -> Option<HeldBack>,
 }
@@ -158,7 +159,10 @@ impl IdlePoll {
         self.state.load(Ordering::Relaxed) == HELD
     }
 
-    /// For `zonemount status`: None while it may be taken; else why not.
+    /// For `zonemount status`: why it is never taken (nothing to ask
+    /// through), or could not be the last time; None otherwise. Whether
+    /// busy polling is held back now is the caller's to add
+    /// (`busy_poll_held_back`): it is read live, not remembered.
     pub fn off(&self) -> Option<String> {
         match &self.knob {
             Err(why) => Some(why.clone()),
@@ -207,8 +211,7 @@ impl IdlePoll {
             if *stopped {
                 return;
             }
-            if let Some(why) = (self.held_back)() {
-                *self.off.lock() = Some(why.to_string());
+            if (self.held_back)().is_some() {
                 self.cv.wait_for(&mut stopped, HELD_BACK_LOOK);
                 self.idle();
                 continue;
@@ -231,8 +234,7 @@ impl IdlePoll {
                 // Pinned or put under a quota while held.
                 if looked.elapsed() >= HELD_BACK_LOOK {
                     looked = Instant::now();
-                    if let Some(why) = (self.held_back)() {
-                        *self.off.lock() = Some(why.to_string());
+                    if (self.held_back)().is_some() {
                         break;
                     }
                 }

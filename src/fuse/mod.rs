@@ -34,7 +34,7 @@ pub use busy_poll::{
     held_back_now as busy_poll_held_back,
 };
 pub use dispatch::{Agreed, Filesystem, Offer, OpCounts, Wants};
-pub use idle_poll::IdlePoll;
+pub use idle_poll::{DEVICE as IDLE_POLL_DEVICE, IdlePoll};
 pub use reply::{BackingId, DirBuf, Reply, Sink};
 pub use request::{Op, Request};
 pub use session::{BackgroundSession, Notifier, Options, Session, Transport};

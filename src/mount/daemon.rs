@@ -239,6 +239,9 @@ fn status_fn(
         let polls =
             !busy_poll.is_zero() && core.transport() == Some(crate::fuse::Transport::Device);
         let poll_off = polls.then(crate::fuse::busy_poll_held_back).flatten();
+        // Idle polling serves both transports; held back as busy polling
+        // would be.
+        let idle_off = idle_poll.off().or_else(crate::fuse::busy_poll_held_back);
         let (rw, ro) = core.ttls();
         Status {
             pending: broker.pending(),
@@ -272,7 +275,7 @@ fn status_fn(
                             d
                         }
                     };
-                    match idle_poll.off() {
+                    match &idle_off {
                         None => d.push_str(&format!(
                             "; idle CPUs poll while requests come close together (now {})",
                             if idle_poll.held() { "held" } else { "not held" }
@@ -284,7 +287,7 @@ fn status_fn(
                 busy_poll_us: Some(busy_poll.as_micros() as u64),
                 busy_poll_off: poll_off.clone(),
                 idle_poll_held: Some(idle_poll.held()),
-                idle_poll_off: idle_poll.off(),
+                idle_poll_off: idle_off.clone(),
             }),
             cache_ttl_secs: Some(CacheTtls {
                 rw: rw.as_secs_f64(),

@@ -174,6 +174,10 @@ export interface Status {
     busy_poll_us?: number;
     /** Why no /dev/fuse thread polls now although busy_poll_us is above 0 (one CPU, or a CPU quota below the CPUs it may run on); absent while polling may happen. */
     busy_poll_off?: string;
+    /** Whether the daemon now keeps idle CPUs polling (it does while requests come close together). */
+    idle_poll_held?: boolean;
+    /** Why it can't (not root, no /dev/cpu_dma_latency, --busy-poll 0, busy polling held back); absent while it may. */
+    idle_poll_off?: string;
   };
   cache_ttl_secs?: { rw: number; ro: number };
   /** The last refusals, oldest first. */

@@ -67,7 +67,13 @@ def test_status_is_typed_and_covers_every_field_on_the_wire(tmp_path: Path, zm_b
     if st.io.busy_poll_off is not None:
         assert st.io.busy_poll_off.startswith("off: ")
         assert st.io.transport_detail is not None
-        assert st.io.transport_detail.endswith("(now %s)" % st.io.busy_poll_off)
+        assert "(now %s)" % st.io.busy_poll_off in st.io.transport_detail
+    # Idle polling: held or not, and why not where it can't be.
+    assert st.io.idle_poll_held is not None
+    if st.io.idle_poll_off is not None:
+        assert st.io.idle_poll_off.startswith("off: ") and not st.io.idle_poll_held
+        assert st.io.transport_detail is not None
+        assert st.io.transport_detail.endswith("; idle CPUs halt (%s)" % st.io.idle_poll_off)
     assert st.cache_ttl_secs is not None and st.cache_ttl_secs.ro >= st.cache_ttl_secs.rw
 
 
@@ -90,10 +96,17 @@ def test_status_says_why_busy_polling_is_off(tmp_path: Path, zm_bin: str) -> Non
     if st.io.transport == "dev-fuse":
         assert st.io.busy_poll_us is not None and st.io.busy_poll_us > 0
         assert st.io.busy_poll_off == "off: the daemon may run on one CPU only"
-        assert st.io.transport_detail.endswith("(now %s)" % st.io.busy_poll_off)
+        assert "(now %s)" % st.io.busy_poll_off in st.io.transport_detail
     else:
         # Over io_uring there are no /dev/fuse threads to poll.
         assert st.io.transport == "io-uring" and st.io.busy_poll_off is None
+    # Idle CPUs are never kept polling for it either (an ordinary user's
+    # daemon can't open the device at all).
+    assert st.io.idle_poll_held is False
+    if os.geteuid() == 0:
+        assert st.io.idle_poll_off == "off: the daemon may run on one CPU only"
+    else:
+        assert st.io.idle_poll_off is not None and "/dev/cpu_dma_latency" in st.io.idle_poll_off
 
 
 def test_check_says_allow_ask_or_refuse_and_touches_nothing(mounted: zonemount.Mount, project: Path) -> None:

@@ -142,21 +142,20 @@ fn requests_further_apart_than_the_window_take_nothing() {
 }
 
 #[test]
-fn held_back_busy_polling_takes_nothing_and_says_why() {
+fn held_back_busy_polling_takes_nothing() {
     let (idle, rec, keeper) = kept(Duration::from_secs(1), PERIOD, pinned);
-    idle.request();
-    idle.request();
-    let t0 = Instant::now();
-    while idle.off().is_none() && t0.elapsed() < LIMIT {
-        std::thread::sleep(Duration::from_millis(1));
+    // Wanted several times over: the keeper looks, and takes nothing.
+    for _ in 0..5 {
+        idle.request();
+        idle.request();
+        std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        idle.off().as_deref(),
-        Some("off: the daemon may run on one CPU only")
-    );
     idle.stop();
     keeper.join().unwrap();
     assert!(rec.values().is_empty(), "{:?}", rec.values());
+    assert!(!idle.held());
+    // Nothing is wrong with the knob: status adds the live reason.
+    assert_eq!(idle.off(), None);
 }
 
 #[test]

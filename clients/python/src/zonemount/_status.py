@@ -109,7 +109,11 @@ class IoStatus:
     ``busy_poll_us`` how long a ``/dev/fuse`` thread polls for the next
     request after a reply (0: never); ``busy_poll_off`` why none polls now
     although ``busy_poll_us`` is above 0 (one CPU, or a CPU quota below
-    the CPUs it may run on), None while polling may happen."""
+    the CPUs it may run on), None while polling may happen;
+    ``idle_poll_held`` whether the daemon now keeps idle CPUs polling (it
+    does while requests come close together), ``idle_poll_off`` why it
+    can't (not root, no ``/dev/cpu_dma_latency``, ``--busy-poll 0``, busy
+    polling held back), None while it may."""
 
     mode: str
     detail: str
@@ -117,6 +121,8 @@ class IoStatus:
     transport_detail: Optional[str] = None
     busy_poll_us: Optional[int] = None
     busy_poll_off: Optional[str] = None
+    idle_poll_held: Optional[bool] = None
+    idle_poll_off: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "IoStatus":
@@ -127,6 +133,8 @@ class IoStatus:
             transport_detail=_opt_str(d.get("transport_detail")),
             busy_poll_us=int(d["busy_poll_us"]) if d.get("busy_poll_us") is not None else None,
             busy_poll_off=_opt_str(d.get("busy_poll_off")),
+            idle_poll_held=bool(d["idle_poll_held"]) if d.get("idle_poll_held") is not None else None,
+            idle_poll_off=_opt_str(d.get("idle_poll_off")),
         )
 
 
