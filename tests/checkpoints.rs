@@ -126,6 +126,33 @@ fn changed(m: &TestMount, args: &[&str]) -> Vec<String> {
     list
 }
 
+/// Hard links made through the mount, then checkpointed: they now lie in
+/// a lower layer, where the overlay copies up the name a write goes
+/// through. A write through one name after another was renamed over (the
+/// kernel last looked the file up by that other name) lands under the
+/// name written, and the names it did not go through keep what they had.
+#[test]
+fn a_write_through_a_checkpointed_hard_link_lands_under_that_name() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    sh(&m, "set -e; echo a > x; ln x x2; ln x x3; echo s > src");
+    checkpoint(&m, "links");
+    sh(
+        &m,
+        "set -e; stat x2 x >/dev/null; mv src x; echo w >> x2; \
+         [ \"$(cat x)\" = s ] && [ \"$(printf \"a\\nw\")\" = \"$(cat x2)\" ] && [ \"$(cat x3)\" = a ]",
+    );
+    assert_eq!(
+        changed(&m, &[&mnt(&m)]),
+        ["added x", "added x2", "added x3"]
+    );
+    let upper = m.root().join("stage/work/upper");
+    assert_eq!(fs::read_to_string(upper.join("x2")).unwrap(), "a\nw\n");
+    assert!(!upper.join("x3").exists(), "x3 was not written");
+}
+
 #[test]
 fn a_task_in_steps_rewinds_to_each_checkpoint() {
     if !fuse_ok() || !require(Need::Tool("git")) {

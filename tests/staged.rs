@@ -310,6 +310,51 @@ fn renaming_a_backing_directory_answers_exdev_and_mv_copies() {
     assert_eq!(tree_listing(&backing, true), before);
 }
 
+/// A file the host hard-linked, in a staged zone: the overlay copies up
+/// the name a write goes through, and from then on the names are separate
+/// files. So a write lands under the name it was made through, whichever
+/// name the kernel looked up last, and still works after another name was
+/// removed or renamed over; until then the names show one inode number.
+#[test]
+fn a_write_through_one_hard_link_lands_under_that_name() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = staged("{ write: preApproved, delete: preApproved }");
+    let b = s.backing("work", "");
+    for n in ["q", "r", "s", "t"] {
+        fs::write(b.join(n), "base\n").unwrap();
+        fs::hard_link(b.join(n), b.join(format!("{n}2"))).unwrap();
+    }
+    let m = s.mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(
+        &m,
+        "work",
+        "set -e; [ \"$(stat -c %i t)\" = \"$(stat -c %i t2)\" ]; \
+         stat q2 q >/dev/null; echo w >> q2; \
+         stat r2 r >/dev/null; rm r; echo w >> r2; \
+         stat s2 s >/dev/null; mv f s; echo w >> s2; \
+         cat q q2 r2 s s2",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout, "base\nbase\nw\nbase\nw\nold\nbase\nw\n");
+    let out = m.zonemount(&["changes", "--json", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        kinds(&json_of(&out)),
+        [
+            ("deleted", "f"),
+            ("modified", "q2"),
+            ("deleted", "r"),
+            ("modified", "r2"),
+            ("modified", "s"),
+            ("modified", "s2"),
+        ]
+        .map(|(k, p)| (k.to_string(), p.to_string()))
+    );
+}
+
 /// `sh -c script` in `rel` of the mount, in a session of its own: a
 /// worker, as `run` starts one (a commit from its own session would be
 /// refused).

@@ -205,6 +205,25 @@ pub fn reach_again(dir: BorrowedFd<'_>, name: &OsStr) -> Sys<(OwnedFd, Stat)> {
     })
 }
 
+/// Whether `rel` names something beneath directory `root` (never
+/// following a symlink, nor leaving `root`), looked up with the daemon's
+/// own rights.
+pub fn exists_beneath(root: &Path, rel: &Path) -> bool {
+    creds::as_daemon(|| {
+        let Ok(dir) = open_zone_root(root) else {
+            return false;
+        };
+        rfs::openat2(
+            &dir,
+            rel,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            RESOLVE,
+        )
+        .is_ok()
+    })
+}
+
 /// Whether `e` says this process (EMFILE) or the system (ENFILE) has no fd
 /// left.
 pub fn out_of_fds(e: Errno) -> bool {

@@ -382,7 +382,7 @@ impl Filesystem for ZoneFs {
                     let mut buf = DirBuf::new(r.size);
                     let res = core.readdirplus(&ctx, ino, r.fh, r.offset, |it, e| {
                         use std::os::unix::ffi::OsStrExt;
-                        buf.add_plus(it.offset, it.name.as_bytes(), e.ttl, &e.attr)
+                        buf.add_plus(it.offset, it.name.as_bytes(), e.ttl, e.node, &e.attr)
                     });
                     match res {
                         Ok(()) => reply.data(buf.bytes()),

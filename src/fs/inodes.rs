@@ -5,6 +5,11 @@
 //!   dirs, held for the whole mount and never forgotten;
 //! - every other node is keyed by (zone, dev, ino) of its backing object, so
 //!   hard links share one node and a rename under an open handle keeps it;
+//!   except a staged zone's file whose hard links lie in a lower layer:
+//!   the overlay copies up the name it is opened by, and from then on the
+//!   names are separate files, so each name gets a node of its own (see
+//!   [`Inodes::remember`]), shown with the inode number the shared node
+//!   would have;
 //! - a node's id is its backing inode number with a tag for its (zone,
 //!   device) in the top 16 bits (see [`Inodes::id_for`]): stable across
 //!   FORGET and remounts, and `st_ino` keeps the backing inode number in its
@@ -153,9 +158,32 @@ pub struct Node {
     /// Passthrough backing id, for regular files opened through the mount.
     pub passthrough: Mutex<Passthrough>,
     lookups: AtomicU64,
+    /// The inode number the kernel is shown (`st_ino`): the node id, but
+    /// for a node of one name ([`Inodes::remember`]).
+    shown: u64,
+    /// A node of one name: its key in the table's `by_name`.
+    by_name: Option<NameKey>,
+    /// Other names a file was looked up by (parent id, name), its hard
+    /// links: the kernel may hold each, and a staged zone's fresh overlay
+    /// must have them all forgotten (see [`Inodes::zone_nodes`]). At most
+    /// [`OTHER_NAMES`]; some may be gone since.
+    others: Mutex<Vec<(u64, OsString)>>,
 }
 
+/// The most other names a node remembers (see `Node::others`).
+const OTHER_NAMES: usize = 8;
+
+/// A node of one name's key: zone, (dev, ino), parent node id and name.
+type NameKey = (usize, u64, u64, u64, OsString);
+
 impl Node {
+    /// The inode number the kernel is shown for this node (`st_ino`): its
+    /// id, except for a node of one name of a file with several
+    /// ([`Inodes::remember`]), which shows what its other names show.
+    pub fn shown_ino(&self) -> u64 {
+        self.shown
+    }
+
     /// The backing object's identity, (st_dev, st_ino), as last seen.
     pub fn key(&self) -> (u64, u64) {
         let k = *self.key.lock();
@@ -249,6 +277,30 @@ impl Node {
         false
     }
 
+    /// The file is looked up as `name` in `parent`: if it was last seen
+    /// elsewhere, that is one of its other names (a hard link; or a place
+    /// the host moved it from, which costs nothing to remember).
+    fn seen_also(&self, parent: &Node, name: &OsStr) {
+        let (p, n) = {
+            let place = self.place.lock();
+            let Some(p) = place.parent.as_ref() else {
+                return;
+            };
+            if p.ino == parent.ino && place.name == name {
+                return;
+            }
+            (p.ino, place.name.clone())
+        };
+        let mut others = self.others.lock();
+        others.retain(|(op, on)| !(*op == parent.ino && on == name));
+        if !others.iter().any(|(op, on)| *op == p && *on == n) {
+            if others.len() == OTHER_NAMES {
+                others.remove(0);
+            }
+            others.push((p, n));
+        }
+    }
+
     /// Whether the node was last seen as `name` in `parent`.
     pub fn is_at(&self, parent: &Node, name: &OsStr) -> bool {
         let place = self.place.lock();
@@ -260,6 +312,8 @@ impl Node {
 struct Maps {
     by_ino: HashMap<u64, Arc<Node>>,
     by_key: HashMap<(usize, u64, u64), u64>,
+    /// Nodes of one name (see [`Inodes::remember`]).
+    by_name: HashMap<NameKey, u64>,
     /// The tag of each (zone, device) seen; a zone's own device is zone+1.
     tags: HashMap<(usize, u64), u64>,
 }
@@ -302,6 +356,9 @@ impl Inodes {
             }),
             passthrough: Mutex::new(Passthrough::Unset),
             lookups: AtomicU64::new(1),
+            shown: ROOT,
+            by_name: None,
+            others: Mutex::default(),
         });
         maps.by_ino.insert(ROOT, root);
         let zones = zone_roots.len();
@@ -318,6 +375,9 @@ impl Inodes {
                 place: Mutex::new(Place { parent: None, name }),
                 passthrough: Mutex::new(Passthrough::Unset),
                 lookups: AtomicU64::new(1),
+                shown: ino,
+                by_name: None,
+                others: Mutex::default(),
             });
             maps.by_key.insert((i, f.dev, f.ino), ino);
             maps.by_ino.insert(ino, node);
@@ -334,15 +394,37 @@ impl Inodes {
     }
 
     /// Every node of zone `i` but its dir, with its place (parent id and
-    /// name), for telling the kernel to forget them.
+    /// name), and again with each other name it was seen by, for telling
+    /// the kernel to forget them.
     pub fn zone_nodes(&self, i: usize) -> Vec<(u64, u64, OsString)> {
-        self.zone_node_list(i)
-            .into_iter()
-            .filter_map(|n| {
-                let place = n.place.lock().clone();
-                Some((n.ino, place.parent?.ino, place.name))
-            })
-            .collect()
+        let mut all = Vec::new();
+        for n in self.zone_node_list(i) {
+            let place = n.place.lock().clone();
+            if let Some(p) = place.parent {
+                all.push((n.ino, p.ino, place.name));
+            }
+            let others = n.others.lock().clone();
+            all.extend(others.into_iter().map(|(p, name)| (n.ino, p, name)));
+        }
+        all
+    }
+
+    /// Every name (parent id, name) of each file of zone `i` seen by more
+    /// than one name.
+    pub fn linked_names(&self, i: usize) -> Vec<(u64, OsString)> {
+        let mut all = Vec::new();
+        for n in self.zone_node_list(i) {
+            let others = n.others.lock().clone();
+            if others.is_empty() {
+                continue;
+            }
+            let place = n.place.lock().clone();
+            if let Some(p) = place.parent {
+                all.push((p.ino, place.name));
+            }
+            all.extend(others);
+        }
+        all
     }
 
     /// Every node of zone `i` but its dir.
@@ -386,14 +468,28 @@ impl Inodes {
     /// Enter a found object (or find its existing node), record where it was
     /// seen, and count one kernel lookup on it. `cached` gives the fd a
     /// node has at hand, if any (to tell a reused inode number).
+    ///
+    /// `one_name`: the object gets a node for this name alone (parent and
+    /// name), not one shared by all its hard links. For a staged zone's
+    /// file whose links lie in a lower layer: the kernel's opens name a
+    /// node, not a name, and the overlay copies up the name the daemon
+    /// opens, so with one node for all names a write to one name could
+    /// land under another (or fail with EEXIST when that other name was
+    /// since removed or replaced). Such a node shows the inode number the
+    /// shared node would have, so its names still look like hard links
+    /// until one is written.
     pub fn remember(
         &self,
         zone: usize,
         parent: &Arc<Node>,
         name: &OsStr,
         f: Found,
+        one_name: bool,
         cached: impl Fn(u64) -> Option<Arc<OwnedFd>>,
     ) -> Arc<Node> {
+        if one_name {
+            return self.remember_one_name(zone, parent, name, f, cached);
+        }
         let key = (zone, f.dev, f.ino);
         let known = |maps: &Maps| {
             maps.by_key
@@ -417,6 +513,9 @@ impl Inodes {
         };
         if let Some(node) = now.filter(|_| same) {
             if !self.is_permanent(node.ino) {
+                if !node.is_dir {
+                    node.seen_also(parent, name);
+                }
                 node.set_place(parent.clone(), name);
             }
             node.lookups.fetch_add(1, Ordering::Relaxed);
@@ -436,24 +535,85 @@ impl Inodes {
             }),
             passthrough: Mutex::new(Passthrough::Unset),
             lookups: AtomicU64::new(1),
+            shown: ino,
+            by_name: None,
+            others: Mutex::default(),
         });
         maps.by_key.insert(key, ino);
         maps.by_ino.insert(ino, node.clone());
         node
     }
 
+    /// [`Self::remember`] for a node of one name. Rare (hard links in a
+    /// staged zone's lower layers), so its one check of a known node's
+    /// object is made under the table lock.
+    fn remember_one_name(
+        &self,
+        zone: usize,
+        parent: &Arc<Node>,
+        name: &OsStr,
+        f: Found,
+        cached: impl Fn(u64) -> Option<Arc<OwnedFd>>,
+    ) -> Arc<Node> {
+        let key: NameKey = (zone, f.dev, f.ino, parent.ino, name.to_os_string());
+        let mut maps = self.maps.write();
+        let known = maps
+            .by_name
+            .get(&key)
+            .and_then(|i| maps.by_ino.get(i))
+            .cloned();
+        if let Some(node) = known.filter(|n| n.anchor.same_object(&f.anchor, || cached(n.ino))) {
+            node.set_place(parent.clone(), name);
+            node.lookups.fetch_add(1, Ordering::Relaxed);
+            return node;
+        }
+        let ino = self.next.fetch_add(1, Ordering::Relaxed);
+        let shown = match maps.by_key.get(&(zone, f.dev, f.ino)) {
+            Some(shared) => *shared,
+            None => Self::tagged_id(&mut maps, zone, f.dev, f.ino)
+                .filter(|id| !maps.by_ino.contains_key(id))
+                .unwrap_or(ino),
+        };
+        let node = Arc::new(Node {
+            ino,
+            zone: Some(zone),
+            anchor: f.anchor,
+            key: Mutex::new((f.dev, f.ino, 0)),
+            is_dir: f.is_dir,
+            is_symlink: f.is_symlink,
+            place: Mutex::new(Place {
+                parent: Some(parent.clone()),
+                name: name.to_os_string(),
+            }),
+            passthrough: Mutex::new(Passthrough::Unset),
+            lookups: AtomicU64::new(1),
+            shown,
+            by_name: Some(key.clone()),
+            others: Mutex::default(),
+        });
+        maps.by_name.insert(key, ino);
+        maps.by_ino.insert(ino, node.clone());
+        node
+    }
+
     /// The id for a new node of backing object (dev, ino) in `zone`.
     fn id_for(&self, maps: &mut Maps, zone: usize, dev: u64, ino: u64) -> u64 {
-        let next_tag = maps.tags.len() as u64 + 1;
-        let tag = *maps.tags.entry((zone, dev)).or_insert(next_tag);
-        let id = tag << TAG_SHIFT | ino;
         // An inode number too wide for the low bits, a tag space used up,
         // or (after a host-side reuse of an inode number while the kernel
         // still holds the old node) an id already taken: a counter id.
-        if ino >> TAG_SHIFT != 0 || tag >= COUNTER_TAG || maps.by_ino.contains_key(&id) {
-            return self.next.fetch_add(1, Ordering::Relaxed);
+        match Self::tagged_id(maps, zone, dev, ino) {
+            Some(id) if !maps.by_ino.contains_key(&id) => id,
+            _ => self.next.fetch_add(1, Ordering::Relaxed),
         }
-        id
+    }
+
+    /// The id `tag << TAG_SHIFT | ino` of backing object (dev, ino) in
+    /// `zone` (its (zone, device) given a tag if it has none), if the
+    /// number fits and a tag is left.
+    fn tagged_id(maps: &mut Maps, zone: usize, dev: u64, ino: u64) -> Option<u64> {
+        let next_tag = maps.tags.len() as u64 + 1;
+        let tag = *maps.tags.entry((zone, dev)).or_insert(next_tag);
+        (ino >> TAG_SHIFT == 0 && tag < COUNTER_TAG).then_some(tag << TAG_SHIFT | ino)
     }
 
     /// The kernel forgets `n` lookups of `ino`; true when the node is gone.
@@ -469,10 +629,16 @@ impl Inodes {
         let left = prev.saturating_sub(n);
         node.lookups.store(left, Ordering::Relaxed);
         if left == 0 {
-            let (dev, ino_) = node.key();
-            let key = (node.zone.unwrap_or(0), dev, ino_);
-            if maps.by_key.get(&key) == Some(&ino) {
-                maps.by_key.remove(&key);
+            if let Some(key) = node.by_name.clone() {
+                if maps.by_name.get(&key) == Some(&ino) {
+                    maps.by_name.remove(&key);
+                }
+            } else {
+                let (dev, ino_) = node.key();
+                let key = (node.zone.unwrap_or(0), dev, ino_);
+                if maps.by_key.get(&key) == Some(&ino) {
+                    maps.by_key.remove(&key);
+                }
             }
             // Dropped after the lock: the last reference closes the node's
             // passthrough backing id (an ioctl), and every request's

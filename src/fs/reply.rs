@@ -75,7 +75,7 @@ macro_rules! respond {
 /// A directory handle, as opendir answers it.
 pub struct DirHandle(pub u64);
 
-respond!(ReplyEntry, Entry, |r, e| r.entry(e.ttl, &e.attr));
+respond!(ReplyEntry, Entry, |r, e| r.entry(e.ttl, e.node, &e.attr));
 respond!(ReplyAttr, Entry, |r, e| r.attr(e.ttl, &e.attr));
 respond!(ReplyEmpty, (), |r, _v| r.ok());
 respond!(ReplyData, Vec<u8>, |r, d| r.data(&d));
@@ -105,8 +105,22 @@ respond!(ReplyOpen, FileOpen, |r, o| match o.backing {
 respond!(ReplyCreate, Created, |r, c| {
     let e = &c.entry;
     match c.open.backing {
-        Some(id) => r.created(e.ttl, &e.attr, c.open.fh, PASSTHROUGH_OPEN, Some(&id)),
-        None => r.created(e.ttl, &e.attr, c.open.fh, daemon_open(&c.open), None),
+        Some(id) => r.created(
+            e.ttl,
+            e.node,
+            &e.attr,
+            c.open.fh,
+            PASSTHROUGH_OPEN,
+            Some(&id),
+        ),
+        None => r.created(
+            e.ttl,
+            e.node,
+            &e.attr,
+            c.open.fh,
+            daemon_open(&c.open),
+            None,
+        ),
     }
 });
 

@@ -142,8 +142,11 @@ impl Reply {
         }
     }
 
-    pub fn entry(self, ttl: Duration, attr: &FileAttr) {
-        self.send(0, &[entry_out(ttl, attr).as_bytes()]);
+    /// A looked-up (or made) entry: the node id the kernel keeps it
+    /// under, and its attributes (whose `ino` is what `stat` shows; most
+    /// often the node id too).
+    pub fn entry(self, ttl: Duration, node: u64, attr: &FileAttr) {
+        self.send(0, &[entry_out(ttl, node, attr).as_bytes()]);
     }
 
     pub fn attr(self, ttl: Duration, attr: &FileAttr) {
@@ -190,12 +193,13 @@ impl Reply {
     pub fn created(
         self,
         ttl: Duration,
+        node: u64,
         attr: &FileAttr,
         fh: u64,
         flags: u32,
         backing: Option<&BackingId>,
     ) {
-        let e = entry_out(ttl, attr);
+        let e = entry_out(ttl, node, attr);
         let o = open_out(fh, flags, backing);
         self.send(0, &[e.as_bytes(), o.as_bytes()]);
     }
@@ -224,10 +228,10 @@ impl Drop for Reply {
     }
 }
 
-fn entry_out(ttl: Duration, attr: &FileAttr) -> abi::EntryOut {
+fn entry_out(ttl: Duration, node: u64, attr: &FileAttr) -> abi::EntryOut {
     let (s, ns) = valid(ttl);
     abi::EntryOut {
-        nodeid: attr.ino.0,
+        nodeid: node,
         generation: 0,
         entry_valid: s,
         attr_valid: s,
@@ -293,8 +297,15 @@ impl DirBuf {
     }
 
     /// Add a READDIRPLUS entry; true when it did not fit.
-    pub fn add_plus(&mut self, offset: u64, name: &[u8], ttl: Duration, attr: &FileAttr) -> bool {
-        let e = entry_out(ttl, attr);
+    pub fn add_plus(
+        &mut self,
+        offset: u64,
+        name: &[u8],
+        ttl: Duration,
+        node: u64,
+        attr: &FileAttr,
+    ) -> bool {
+        let e = entry_out(ttl, node, attr);
         let d = abi::Dirent {
             ino: attr.ino.0,
             off: offset,

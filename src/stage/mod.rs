@@ -100,6 +100,14 @@ impl ZoneStage {
         })
     }
 
+    /// Whether the upper dir holds `rel` (a path in the zone): the
+    /// overlay then shows the upper's own object there, not a lower
+    /// layer's. Looked up beneath the upper dir, following no symlink,
+    /// with the daemon's rights.
+    pub fn in_upper(&self, rel: &Path) -> bool {
+        crate::backing::exists_beneath(&self.upper, rel)
+    }
+
     /// Mount this zone's overlay; its root fd serves as the zone's dir.
     /// The overlay's root shows the upper dir's mode and owner: they are
     /// made the backing dir's first (a zone dir itself never changes

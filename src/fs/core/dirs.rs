@@ -355,7 +355,7 @@ impl Core {
             if add(&it, &entry) {
                 if !dots {
                     // Not sent: the kernel never saw this lookup.
-                    self.forget(entry.attr.ino.0, 1);
+                    self.forget(entry.node, 1);
                 }
                 break;
             }

@@ -91,9 +91,9 @@ impl Core {
         let st = backing::stat(fd.as_fd())?;
         Ok(match node.zone {
             Some(zone) if node.is_dir => {
-                self.dir_attr(node.ino, zone, || node.zone_path(), fd.as_fd(), &st)
+                self.dir_attr(node.shown_ino(), zone, || node.zone_path(), fd.as_fd(), &st)
             }
-            _ => to_attr(node.ino, &st),
+            _ => to_attr(node.shown_ino(), &st),
         })
     }
 
@@ -119,7 +119,7 @@ impl Core {
         if node.is_dir && attr.nlink == 0 && self.reach.replaced(&node) {
             return Err(self.reach.gone(&node));
         }
-        Ok(self.entry(node.zone, attr))
+        Ok(self.entry(&node, attr))
     }
 
     pub fn readlink(&self, ctx: &Ctx, ino: u64) -> FsResult<Vec<u8>> {
@@ -244,7 +244,7 @@ impl Core {
         let d = mtime.duration_since(std::time::UNIX_EPOCH).ok()?;
         let same = st.st_mtime as i128 == i128::from(d.as_secs())
             && st.st_mtime_nsec as i128 == i128::from(d.subsec_nanos());
-        (same || st.st_nlink == 0).then(|| Ok(self.entry(node.zone, to_attr(node.ino, &st))))
+        (same || st.st_nlink == 0).then(|| Ok(self.entry(&node, to_attr(node.shown_ino(), &st))))
     }
 
     /// Whether `a` is the modification time of writes made through a
@@ -264,7 +264,7 @@ impl Core {
             if let Some(mode) = self.privileges_to_kill(node)? {
                 procfds.chmod(self.reach.fd_of(node)?.as_fd(), mode)?;
             }
-            return Ok(self.entry(node.zone, self.attr_with(node, a.fh)?));
+            return Ok(self.entry(node, self.attr_with(node, a.fh)?));
         }
         let as_caller = AsCaller::enter(caller)?;
         // Through an open handle when the kernel names one (the file may
@@ -320,12 +320,12 @@ impl Core {
                 // Nothing changed since: this stat is the answer (what
                 // `attr_with` would stat again through the same fd).
                 None if !node.is_dir => {
-                    return Ok(self.entry(node.zone, to_attr(node.ino, &st)));
+                    return Ok(self.entry(node, to_attr(node.shown_ino(), &st)));
                 }
                 None => {}
             }
         }
-        Ok(self.entry(node.zone, self.attr_with(node, a.fh)?))
+        Ok(self.entry(node, self.attr_with(node, a.fh)?))
     }
 
     // ---- open files ----------------------------------------------------------

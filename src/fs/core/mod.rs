@@ -106,6 +106,9 @@ pub trait Opening<T>: Respond<T> {
 /// name that led to it).
 #[derive(Clone, Debug)]
 pub struct Entry {
+    /// The node id the kernel is given (0: a negative entry). Not always
+    /// `attr.ino`: see [`crate::fs::inodes::Node::shown_ino`].
+    pub node: u64,
     pub attr: FileAttr,
     pub ttl: Duration,
 }
@@ -427,19 +430,29 @@ impl Core {
     }
 
     /// `attr` with the TTL of the zone it is in.
-    fn entry(&self, zone: Option<usize>, attr: FileAttr) -> Entry {
+    fn entry(&self, node: &Node, attr: FileAttr) -> Entry {
         // A file whose create is pending is looked up by the kernel on
         // every use of its name (see `held::PendingCreates`).
-        let ttl = match self.pending_creates.holds(attr.ino.0) {
+        let ttl = match self.pending_creates.holds(node.ino) {
             true => Duration::ZERO,
-            false => self.zone_ttl(zone),
+            false => self.zone_ttl(node.zone),
         };
-        Entry { attr, ttl }
+        Entry {
+            node: node.ino,
+            attr,
+            ttl,
+        }
     }
 
     /// Nodes currently held (for tests and status).
     pub fn node_count(&self) -> usize {
         self.inodes.len()
+    }
+
+    /// The names of zone `zone`'s files seen by several (for tests).
+    #[cfg(test)]
+    pub fn linked_names_of(&self, zone: usize) -> Vec<(u64, std::ffi::OsString)> {
+        self.inodes.linked_names(zone)
     }
 
     pub fn open_handles(&self) -> usize {

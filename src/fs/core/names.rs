@@ -40,6 +40,7 @@ impl Core {
         self.looked_up(ctx.pid);
         match self.lookup_in(ctx, &parent, name) {
             Err(e) if e.errno() == libc::ENOENT => Ok(Entry {
+                node: 0,
                 attr: no_entry(),
                 ttl: self.zone_ttl(parent.zone),
             }),
@@ -69,7 +70,7 @@ impl Core {
                 .position(|z| z == name)
                 .ok_or_else(FsError::enoent)?;
             let node = self.inodes.zone_root(i).ok_or_else(FsError::enoent)?;
-            return Ok(self.entry(node.zone, self.attr_of(&node)?));
+            return Ok(self.entry(&node, self.attr_of(&node)?));
         };
         let path = dir.join(name);
         let at = Loc::in_zone(&self.zones[zone], &path);
@@ -96,8 +97,8 @@ impl Core {
         self.gate(ctx, &Op::Look { at, is_dir }, Keep::Status)?;
         let (stat, fd) = (o.stat, o.fd.clone());
         let node = self.enter(zone, parent, name, o);
-        let attr = self.dir_attr(node.ino, zone, || path, fd.as_fd(), &stat);
-        Ok(self.entry(Some(zone), attr))
+        let attr = self.dir_attr(node.shown_ino(), zone, || path, fd.as_fd(), &stat);
+        Ok(self.entry(&node, attr))
     }
 
     /// Whether `name` in `parent` is there for the worker (existing and not
@@ -134,14 +135,30 @@ impl Core {
 
     /// Enter an opened entry in the table (one kernel lookup), caching its fd.
     fn enter(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, o: Opened) -> Arc<Node> {
+        let one_name = self.linked_below(zone, parent, name, &o);
         let node = self
             .inodes
-            .remember(zone, parent, name, o.found, |i| self.reach.cached(i));
+            .remember(zone, parent, name, o.found, one_name, |i| {
+                self.reach.cached(i)
+            });
         self.reach.cache(&node, o.fd);
         if matches!(node.anchor, Anchor::Named) {
             self.reach.looked_up(parent.ino, name, node.ino);
         }
         node
+    }
+
+    /// Whether `name` in `parent` is a staged zone's file with hard links
+    /// in a lower layer (not in the upper dir): its names get a node each
+    /// (see `Inodes::remember`).
+    fn linked_below(&self, zone: usize, parent: &Node, name: &OsStr, o: &Opened) -> bool {
+        if o.found.is_dir || o.stat.st_nlink < 2 {
+            return false;
+        }
+        let Some(stage) = self.stages.as_ref().and_then(|s| s.zone(zone)) else {
+            return false;
+        };
+        !stage.in_upper(&parent.zone_path().join(name))
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
@@ -208,7 +225,7 @@ impl Core {
         let o = self.reach.opened(self.reach.lookup(dir_fd, name)?)?;
         let stat = o.stat;
         let node = self.enter(zone, dir, name, o);
-        Ok(self.entry(Some(zone), to_attr(node.ino, &stat)))
+        Ok(self.entry(&node, to_attr(node.shown_ino(), &stat)))
     }
 
     /// Gate and make a new name; `make` runs with the directory's fd.
@@ -367,6 +384,8 @@ impl Core {
                     is_dir: false,
                     is_symlink: false,
                 },
+                // Just made: one name, in the upper layer if staged.
+                false,
                 |i| self.reach.cached(i),
             ),
             None => {
@@ -387,7 +406,7 @@ impl Core {
             held,
             node: node.ino,
         });
-        let entry = self.entry(Some(zone), to_attr(node.ino, &st));
+        let entry = self.entry(&node, to_attr(node.shown_ino(), &st));
         Ok((entry, node, fh, direct))
     }
 }

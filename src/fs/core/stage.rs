@@ -226,6 +226,15 @@ impl LiveMount for Core {
         }
     }
 
+    fn forget_links(&self, zone: usize) {
+        let Some(n) = self.notifier.get() else {
+            return;
+        };
+        for (parent, name) in self.inodes.linked_names(zone) {
+            let _ = n.inval_entry(crate::fuse::INodeNo(parent), &name);
+        }
+    }
+
     fn rw_zones(&self) -> Vec<(String, bool)> {
         self.zones
             .iter()

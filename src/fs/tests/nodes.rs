@@ -85,3 +85,74 @@ pub(super) fn a_panicking_callback_does_not_unwind_into_the_fuse_thread() {
     crate::fs::adapter::guarded("test", || after = true);
     assert!(after, "the thread serves the next request");
 }
+
+/// A staged zone's file whose hard links lie in a lower layer gets a node
+/// per name (the overlay copies up the name opened): each name keeps its
+/// own node across lookups, all show the inode number the shared node
+/// has, and forgetting one leaves nothing behind.
+#[test]
+pub(super) fn one_name_nodes_are_kept_per_name_and_show_the_shared_number() {
+    use crate::fs::inodes::{Anchor, Found, Inodes};
+    use std::ffi::OsString;
+    let found = |ino: u64| Found {
+        anchor: Anchor::Named,
+        dev: 7,
+        ino,
+        is_dir: false,
+        is_symlink: false,
+    };
+    let root = Found {
+        anchor: Anchor::Named,
+        dev: 7,
+        ino: 2,
+        is_dir: true,
+        is_symlink: false,
+    };
+    let t = Inodes::new(vec![(OsString::from("w"), root)]);
+    let dir = t.zone_root(0).unwrap();
+    let none = |_| None;
+    let shared = t.remember(0, &dir, OsStr::new("a"), found(40), false, none);
+    let b = t.remember(0, &dir, OsStr::new("b"), found(40), true, none);
+    let c = t.remember(0, &dir, OsStr::new("c"), found(40), true, none);
+    assert!(b.ino != shared.ino && c.ino != shared.ino && b.ino != c.ino);
+    assert_eq!(shared.shown_ino(), shared.ino);
+    assert_eq!((b.shown_ino(), c.shown_ino()), (shared.ino, shared.ino));
+    let again = t.remember(0, &dir, OsStr::new("b"), found(40), true, none);
+    assert_eq!(again.ino, b.ino, "the same name is the same node");
+    assert_eq!(t.len(), 2 + 3);
+    assert!(!t.forget(b.ino, 1), "looked up twice");
+    assert!(t.forget(b.ino, 1));
+    let fresh = t.remember(0, &dir, OsStr::new("b"), found(40), true, none);
+    assert_ne!(fresh.ino, b.ino, "forgotten: a new node");
+    for n in [&fresh, &c, &shared] {
+        assert!(t.forget(n.ino, 1));
+    }
+    assert_eq!(t.len(), 2);
+    // With no shared node yet, a node of one name shows the number the
+    // shared node would get.
+    let d = t.remember(0, &dir, OsStr::new("d"), found(41), true, none);
+    let e = t.remember(0, &dir, OsStr::new("e"), found(41), false, none);
+    assert_eq!(d.shown_ino(), e.ino);
+}
+
+/// A file looked up by several names remembers them, so the kernel can
+/// be told to forget each (after a checkpoint); a file of one name is
+/// not listed.
+#[test]
+pub(super) fn a_file_seen_by_several_names_lists_them_all() {
+    let f = fixture();
+    std::fs::write(f.rw.join("x"), "a").unwrap();
+    std::fs::hard_link(f.rw.join("x"), f.rw.join("x2")).unwrap();
+    std::fs::write(f.rw.join("alone"), "a").unwrap();
+    for n in ["x", "x2", "alone", "x", "x2"] {
+        found(&f.core, WORK, n).unwrap();
+    }
+    let mut names: Vec<_> = f
+        .core
+        .linked_names_of(0)
+        .into_iter()
+        .map(|(p, n)| (p, n.to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    assert_eq!(names, [(WORK, "x".to_string()), (WORK, "x2".to_string())]);
+}

@@ -247,7 +247,7 @@ impl Filesystem for Toy {
     fn dispatch(&self, req: Request<'_>, reply: Reply) {
         match req.op {
             Op::Lookup { name } if req.nodeid == abi::ROOT_ID && name == "hello" => {
-                reply.entry(TTL, &Toy::attr(HELLO));
+                reply.entry(TTL, HELLO, &Toy::attr(HELLO));
             }
             Op::Lookup { .. } => reply.error(libc::ENOENT),
             Op::Getattr { .. } if req.nodeid == abi::ROOT_ID || req.nodeid == HELLO => {
@@ -325,7 +325,7 @@ impl Filesystem for Filler {
             _ => {
                 let mut buf = DirBuf::new(r.size);
                 for i in 0u64.. {
-                    if buf.add_plus(i + 1, name(i).as_bytes(), TTL, &Toy::attr(HELLO)) {
+                    if buf.add_plus(i + 1, name(i).as_bytes(), TTL, HELLO, &Toy::attr(HELLO)) {
                         break;
                     }
                 }
