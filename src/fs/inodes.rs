@@ -177,6 +177,36 @@ const OTHER_NAMES: usize = 8;
 type NameKey = (usize, u64, u64, u64, OsString);
 
 impl Node {
+    /// A node for object `f`, found as `name` in `parent`, with id `ino`,
+    /// shown as `shown`, looked up once; `by_name`: a node of one name.
+    fn found(
+        ino: u64,
+        zone: usize,
+        parent: &Arc<Node>,
+        name: &OsStr,
+        f: Found,
+        shown: u64,
+        by_name: Option<NameKey>,
+    ) -> Node {
+        Node {
+            ino,
+            zone: Some(zone),
+            anchor: f.anchor,
+            key: Mutex::new((f.dev, f.ino, 0)),
+            is_dir: f.is_dir,
+            is_symlink: f.is_symlink,
+            place: Mutex::new(Place {
+                parent: Some(parent.clone()),
+                name: name.to_os_string(),
+            }),
+            passthrough: Mutex::new(Passthrough::Unset),
+            lookups: AtomicU64::new(1),
+            shown,
+            by_name,
+            others: Mutex::default(),
+        }
+    }
+
     /// The inode number the kernel is shown for this node (`st_ino`): its
     /// id, except for a node of one name of a file with several
     /// ([`Inodes::remember`]), which shows what its other names show.
@@ -522,23 +552,7 @@ impl Inodes {
             return node;
         }
         let ino = self.id_for(&mut maps, zone, f.dev, f.ino);
-        let node = Arc::new(Node {
-            ino,
-            zone: Some(zone),
-            anchor: f.anchor,
-            key: Mutex::new((f.dev, f.ino, 0)),
-            is_dir: f.is_dir,
-            is_symlink: f.is_symlink,
-            place: Mutex::new(Place {
-                parent: Some(parent.clone()),
-                name: name.to_os_string(),
-            }),
-            passthrough: Mutex::new(Passthrough::Unset),
-            lookups: AtomicU64::new(1),
-            shown: ino,
-            by_name: None,
-            others: Mutex::default(),
-        });
+        let node = Arc::new(Node::found(ino, zone, parent, name, f, ino, None));
         maps.by_key.insert(key, ino);
         maps.by_ino.insert(ino, node.clone());
         node
@@ -574,23 +588,15 @@ impl Inodes {
                 .filter(|id| !maps.by_ino.contains_key(id))
                 .unwrap_or(ino),
         };
-        let node = Arc::new(Node {
+        let node = Arc::new(Node::found(
             ino,
-            zone: Some(zone),
-            anchor: f.anchor,
-            key: Mutex::new((f.dev, f.ino, 0)),
-            is_dir: f.is_dir,
-            is_symlink: f.is_symlink,
-            place: Mutex::new(Place {
-                parent: Some(parent.clone()),
-                name: name.to_os_string(),
-            }),
-            passthrough: Mutex::new(Passthrough::Unset),
-            lookups: AtomicU64::new(1),
+            zone,
+            parent,
+            name,
+            f,
             shown,
-            by_name: Some(key.clone()),
-            others: Mutex::default(),
-        });
+            Some(key.clone()),
+        ));
         maps.by_name.insert(key, ino);
         maps.by_ino.insert(ino, node.clone());
         node
