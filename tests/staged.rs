@@ -355,6 +355,32 @@ fn a_write_through_one_hard_link_lands_under_that_name() {
     );
 }
 
+/// A new hard link of a file the host hard-linked, in a staged zone: the
+/// overlay copies the name linked from up and links the new name to the
+/// copy, so those two names are one file from then on (a write through one
+/// shows through the other at once, size and all), and the host's other
+/// name keeps what it had.
+#[test]
+fn a_new_link_to_a_host_hard_link_is_one_file_with_it() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = staged("{ write: preApproved, delete: preApproved }");
+    let b = s.backing("work", "");
+    fs::write(b.join("v"), "base\n").unwrap();
+    fs::hard_link(b.join("v"), b.join("v2")).unwrap();
+    let m = s.mount();
+    let out = worker(
+        &m,
+        "work",
+        "set -e; stat v v2 >/dev/null; cat v2 >/dev/null; ln v2 v3; echo more >> v3; \
+         cat v2; echo --; cat v; echo --; \
+         [ \"$(stat -c %i v2)\" = \"$(stat -c %i v3)\" ]; stat -c %h v3",
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(out.stdout, "base\nmore\n--\nbase\n--\n2\n");
+}
+
 /// `sh -c script` in `rel` of the mount, in a session of its own: a
 /// worker, as `run` starts one (a commit from its own session would be
 /// refused).

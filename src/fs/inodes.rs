@@ -161,8 +161,9 @@ pub struct Node {
     /// The inode number the kernel is shown (`st_ino`): the node id, but
     /// for a node of one name ([`Inodes::remember`]).
     shown: u64,
-    /// A node of one name: its key in the table's `by_name`.
-    by_name: Option<NameKey>,
+    /// A node of one name: its key in the table's `by_name` (until it
+    /// is made the shared node of its object, [`Inodes::share`]).
+    by_name: Mutex<Option<NameKey>>,
     /// Other names a file was looked up by (parent id, name), its hard
     /// links: the kernel may hold each, and a staged zone's fresh overlay
     /// must have them all forgotten (see [`Inodes::zone_nodes`]). At most
@@ -202,7 +203,7 @@ impl Node {
             passthrough: Mutex::new(Passthrough::Unset),
             lookups: AtomicU64::new(1),
             shown,
-            by_name,
+            by_name: Mutex::new(by_name),
             others: Mutex::default(),
         }
     }
@@ -307,10 +308,15 @@ impl Node {
         false
     }
 
+    /// Whether this is a node of one name ([`Inodes::remember`]).
+    pub fn is_one_name(&self) -> bool {
+        self.by_name.lock().is_some()
+    }
+
     /// The file is looked up as `name` in `parent`: if it was last seen
     /// elsewhere, that is one of its other names (a hard link; or a place
     /// the host moved it from, which costs nothing to remember).
-    fn seen_also(&self, parent: &Node, name: &OsStr) {
+    pub fn seen_also(&self, parent: &Node, name: &OsStr) {
         let (p, n) = {
             let place = self.place.lock();
             let Some(p) = place.parent.as_ref() else {
@@ -387,7 +393,7 @@ impl Inodes {
             passthrough: Mutex::new(Passthrough::Unset),
             lookups: AtomicU64::new(1),
             shown: ROOT,
-            by_name: None,
+            by_name: Mutex::new(None),
             others: Mutex::default(),
         });
         maps.by_ino.insert(ROOT, root);
@@ -406,7 +412,7 @@ impl Inodes {
                 passthrough: Mutex::new(Passthrough::Unset),
                 lookups: AtomicU64::new(1),
                 shown: ino,
-                by_name: None,
+                by_name: Mutex::new(None),
                 others: Mutex::default(),
             });
             maps.by_key.insert((i, f.dev, f.ino), ino);
@@ -602,6 +608,29 @@ impl Inodes {
         node
     }
 
+    /// Make node `node` of one name the shared node of the object it now
+    /// is, (dev, ino) (a link through a staged zone's overlay copied its
+    /// file up: its names are one upper file now), counting one kernel
+    /// lookup on it: the kernel then keeps all its names on one node.
+    /// False when the object already has a shared node.
+    pub fn share(&self, node: &Node, dev: u64, ino: u64) -> bool {
+        let Some(zone) = node.zone else { return false };
+        let mut maps = self.maps.write();
+        if maps.by_key.contains_key(&(zone, dev, ino)) {
+            return false;
+        }
+        let Some(old) = node.by_name.lock().take() else {
+            return false;
+        };
+        if maps.by_name.get(&old) == Some(&node.ino) {
+            maps.by_name.remove(&old);
+        }
+        node.rekey(dev, ino, node.key_generation());
+        maps.by_key.insert((zone, dev, ino), node.ino);
+        node.lookups.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
     /// The id for a new node of backing object (dev, ino) in `zone`.
     fn id_for(&self, maps: &mut Maps, zone: usize, dev: u64, ino: u64) -> u64 {
         // An inode number too wide for the low bits, a tag space used up,
@@ -635,7 +664,8 @@ impl Inodes {
         let left = prev.saturating_sub(n);
         node.lookups.store(left, Ordering::Relaxed);
         if left == 0 {
-            if let Some(key) = node.by_name.clone() {
+            let one_name = node.by_name.lock().clone();
+            if let Some(key) = one_name {
                 if maps.by_name.get(&key) == Some(&ino) {
                     maps.by_name.remove(&key);
                 }

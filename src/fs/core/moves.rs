@@ -11,6 +11,7 @@ use super::gate::{Gate, Hold, Keep};
 use super::{Core, Ctx, Entry, Respond};
 use crate::backing::{self, AsCaller, Caller, FileType, Stat};
 use crate::error::{FsError, FsResult, Refusal};
+use crate::fs::attr::to_attr;
 use crate::fs::inodes::{Anchor, Node};
 use crate::policy::{self, Decision, Op};
 
@@ -311,7 +312,43 @@ impl Core {
             .procfds
             .link(from.as_fd(), dir_fd.as_fd(), newname);
         self.reach.in_dir(dir, dir_fd.as_fd(), r)?;
+        if node.is_one_name() {
+            if let Some(entry) = self.linked_up(zone, node, dir, dir_fd.as_fd(), newname) {
+                return Ok(entry);
+            }
+        }
         self.enter_named(zone, dir, dir_fd.as_fd(), newname)
+    }
+
+    /// After a link of a staged zone's lower hard link `node` (a node of
+    /// one name): the overlay copied the file up and linked the new name
+    /// to the copy, so both names are one upper file. The kernel is
+    /// answered with `node` itself for the new name (made the file's
+    /// shared node), so it keeps both names on one inode: a write through
+    /// one then leaves no stale size or data cached for the other. None:
+    /// the new name is some other object, or it has a shared node already
+    /// (the caller enters it as usual).
+    fn linked_up(
+        &self,
+        zone: usize,
+        node: &Node,
+        dir: &Arc<Node>,
+        dir_fd: BorrowedFd<'_>,
+        newname: &OsStr,
+    ) -> Option<Entry> {
+        let fd = self.reach.lookup(dir_fd, newname).ok()?;
+        let st = backing::stat(fd.as_fd()).ok()?;
+        let from = backing::stat(self.reach.fd_of(node).ok()?.as_fd()).ok()?;
+        if (from.st_dev, from.st_ino) != (st.st_dev, st.st_ino) || node.zone != Some(zone) {
+            return None;
+        }
+        if !self.inodes.share(node, st.st_dev, st.st_ino) {
+            return None;
+        }
+        node.seen_also(dir, newname);
+        node.set_place(dir.clone(), newname);
+        self.reach.cache(node, Arc::new(fd));
+        Some(self.entry(node, to_attr(node.shown_ino(), &st)))
     }
 
     fn linking(
