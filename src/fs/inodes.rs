@@ -445,24 +445,6 @@ impl Inodes {
         all
     }
 
-    /// Every name (parent id, name) of each file of zone `i` seen by more
-    /// than one name.
-    pub fn linked_names(&self, i: usize) -> Vec<(u64, OsString)> {
-        let mut all = Vec::new();
-        for n in self.zone_node_list(i) {
-            let others = n.others.lock().clone();
-            if others.is_empty() {
-                continue;
-            }
-            let place = n.place.lock().clone();
-            if let Some(p) = place.parent {
-                all.push((p.ino, place.name));
-            }
-            all.extend(others);
-        }
-        all
-    }
-
     /// Every node of zone `i` but its dir.
     pub fn zone_node_list(&self, i: usize) -> Vec<Arc<Node>> {
         self.maps

@@ -55,12 +55,6 @@ pub trait LiveMount: Send + Sync {
     /// names `paths` (relative to the zone dir). Not while mutations are
     /// held still.
     fn forget_cached(&self, zone: usize, paths: &[&Path]);
-    /// Tell the kernel to forget every name of each file of zone `zone`
-    /// it knows by more than one (hard links): after a checkpoint froze
-    /// them into a lower layer, where the overlay copies up each name on
-    /// its own, each name must be looked up again (and gets a node of its
-    /// own). Not while mutations are held still.
-    fn forget_links(&self, zone: usize);
     /// The processes that changed the stages (most recent last) and the
     /// PID namespaces they were in.
     fn stage_writers(&self) -> (Vec<u32>, Vec<NsId>);
@@ -399,13 +393,11 @@ impl StageService {
         held.manifest.next_checkpoint = id + 1;
         let (time, nanos) = layers::now();
         let mut zones = Vec::new();
-        let mut taken_in = Vec::new();
-        let still = self.live.hold_still();
+        let _still = self.live.hold_still();
         for (i, w) in work.iter().filter(|(_, w)| wanted.contains(&w.name)) {
             let Some(stage) = stages.zone(*i) else {
                 continue;
             };
-            taken_in.push(*i);
             let prefix = w.xattrs.prefix();
             // Who changed what, marked while the changes are held still.
             stage.actors.mark(id).map_err(|e| {
@@ -479,10 +471,6 @@ impl StageService {
             });
             self.log_layers(audit::Kind::Checkpoint, &w.name, id, &[], label.clone(), by);
             self.flatten_later(stages, *i, w, &entry);
-        }
-        drop(still);
-        for i in taken_in {
-            self.live.forget_links(i);
         }
         // A flat replaced above is removed after the answer.
         let mut doomed = Vec::new();

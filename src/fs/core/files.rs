@@ -161,6 +161,9 @@ impl Core {
 
     fn setting(&self, ctx: &Ctx, ino: u64, a: &SetAttr) -> FsResult<(Gate, Arc<Node>)> {
         let node = self.node(ino)?;
+        if a.fh.is_none() {
+            self.own_name_first(&node)?;
+        }
         let w = self.where_node(&node);
         let at = self.loc(&w);
         let mut gate = Gate::go();
@@ -390,6 +393,7 @@ impl Core {
                 false => backing::stat(self.reach.fd_of(&node)?.as_fd())?.st_size as u64,
             })
         };
+        self.own_name_first(&node)?;
         let op = if writes {
             // Not truncated, the file keeps its size: one already past the
             // zone's limit can't be opened to write into (or read) at all.

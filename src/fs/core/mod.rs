@@ -449,10 +449,11 @@ impl Core {
         self.inodes.len()
     }
 
-    /// The names of zone `zone`'s files seen by several (for tests).
+    /// Each name of zone `zone`'s nodes the kernel may hold (for tests).
     #[cfg(test)]
-    pub fn linked_names_of(&self, zone: usize) -> Vec<(u64, std::ffi::OsString)> {
-        self.inodes.linked_names(zone)
+    pub fn zone_names_of(&self, zone: usize) -> Vec<(u64, std::ffi::OsString)> {
+        let all = self.inodes.zone_nodes(zone).into_iter();
+        all.map(|(_, parent, name)| (parent, name)).collect()
     }
 
     pub fn open_handles(&self) -> usize {

@@ -359,6 +359,7 @@ impl Core {
         newname: &OsStr,
     ) -> FsResult<(Gate, Arc<Node>, Arc<Node>)> {
         let (node, np) = (self.node(ino)?, self.node(newparent)?);
+        self.own_name_first(&node)?;
         let (from, to) = (self.where_node(&node), self.where_child(&np, newname));
         let op = Op::Link {
             from: self.loc(&from),

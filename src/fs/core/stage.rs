@@ -12,8 +12,11 @@ use std::path::{Path, PathBuf};
 use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 
 use super::{Core, Ctx};
+use crate::backing;
+use crate::error::{FsError, FsResult};
 use crate::fs::handles::Handle;
 use crate::fs::inodes::Anchor;
+use crate::fs::inodes::Node;
 use crate::policy::Op;
 use crate::stage::report::Change;
 use crate::stage::service::LiveMount;
@@ -34,6 +37,31 @@ pub(super) struct Writers {
 const WRITERS: usize = 64;
 
 impl Core {
+    /// Before an open of `node`, or a change through it that makes the
+    /// overlay copy its file up (a path's chmod, chown, utimes, truncate
+    /// or xattr change, a link): when it is the shared node of a file with
+    /// hard links in a lower layer (a checkpoint froze links made through
+    /// the mount; the kernel still names them all by it), ESTALE. The
+    /// overlay copies up (and, once one name was, reads) the name the node
+    /// is reached by, which may not be the name the caller used; the
+    /// kernel answers ESTALE by looking the path up again, and that lookup
+    /// gives the name a node of its own (`Inodes::remember`), through
+    /// which the call then goes.
+    pub(super) fn own_name_first(&self, node: &Node) -> FsResult<()> {
+        if node.is_dir || node.is_one_name() {
+            return Ok(());
+        }
+        let Some(zone) = node.zone else { return Ok(()) };
+        let Some(stage) = self.stages.as_ref().and_then(|s| s.zone(zone)) else {
+            return Ok(());
+        };
+        let st = backing::stat(self.reach.fd_of(node)?.as_fd())?;
+        if st.st_nlink < 2 || stage.in_upper(&node.zone_path()) {
+            return Ok(());
+        }
+        Err(FsError::Os(libc::ESTALE))
+    }
+
     /// A change about to be made in a staged zone: remember who makes it
     /// and its PID namespace (a commit from its side is refused).
     pub(super) fn note_staged(&self, ctx: &Ctx, op: &Op<'_>) {
@@ -223,15 +251,6 @@ impl LiveMount for Core {
             if let Some(pi) = parent_ino {
                 let _ = n.inval_entry(crate::fuse::INodeNo(pi), name);
             }
-        }
-    }
-
-    fn forget_links(&self, zone: usize) {
-        let Some(n) = self.notifier.get() else {
-            return;
-        };
-        for (parent, name) in self.inodes.linked_names(zone) {
-            let _ = n.inval_entry(crate::fuse::INodeNo(parent), &name);
         }
     }
 

@@ -88,6 +88,7 @@ impl Core {
     /// Gate a metadata change of node `ino`.
     fn metadata(&self, ctx: &Ctx, ino: u64) -> FsResult<(Gate, Arc<Node>)> {
         let node = self.node(ino)?;
+        self.own_name_first(&node)?;
         let w = self.where_node(&node);
         Ok((
             self.gate(ctx, &Op::Metadata { at: self.loc(&w) }, Keep::Ledger)?,

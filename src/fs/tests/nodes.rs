@@ -136,8 +136,7 @@ pub(super) fn one_name_nodes_are_kept_per_name_and_show_the_shared_number() {
 }
 
 /// A file looked up by several names remembers them, so the kernel can
-/// be told to forget each (after a checkpoint); a file of one name is
-/// not listed.
+/// be told to forget each (after a commit, discard or rewind).
 #[test]
 pub(super) fn a_file_seen_by_several_names_lists_them_all() {
     let f = fixture();
@@ -149,10 +148,11 @@ pub(super) fn a_file_seen_by_several_names_lists_them_all() {
     }
     let mut names: Vec<_> = f
         .core
-        .linked_names_of(0)
+        .zone_names_of(0)
         .into_iter()
         .map(|(p, n)| (p, n.to_string_lossy().into_owned()))
         .collect();
     names.sort();
-    assert_eq!(names, [(WORK, "x".to_string()), (WORK, "x2".to_string())]);
+    let name = |n: &str| (WORK, n.to_string());
+    assert_eq!(names, [name("alone"), name("x"), name("x2")]);
 }

@@ -22,8 +22,6 @@ struct Fake {
     restaged: Mutex<Vec<usize>>,
     /// (zone, paths, whether mutations were held still at the time).
     forgot: Mutex<Vec<(usize, Vec<PathBuf>, bool)>>,
-    /// (zone, whether mutations were held still at the time).
-    links_forgot: Mutex<Vec<(usize, bool)>>,
 }
 
 impl LiveMount for Fake {
@@ -49,10 +47,6 @@ impl LiveMount for Fake {
         self.forgot
             .lock()
             .push((zone, paths.iter().map(|p| p.to_path_buf()).collect(), held));
-    }
-    fn forget_links(&self, zone: usize) {
-        let held = self.still.is_locked();
-        self.links_forgot.lock().push((zone, held));
     }
     fn stage_writers(&self) -> (Vec<u32>, Vec<NsId>) {
         (self.writers.lock().clone(), Vec::new())
@@ -145,22 +139,6 @@ fn a_zone_with_files_open_for_writing_is_left_alone() {
     assert!(fake.restaged.lock().is_empty() && fake.forgot.lock().is_empty());
     assert!(!tmp.path().join("b/new").exists());
     assert!(tmp.path().join("stage/work/upper/new").exists());
-}
-
-#[test]
-fn a_checkpoint_restages_while_still_and_forgets_hard_links_after() {
-    let tmp = tempfile::tempdir().unwrap();
-    let fake = Arc::new(Fake::default());
-    let s = service(tmp.path(), &fake);
-    let r = s.checkpoint(&[], None, SUPERVISOR).unwrap();
-    assert_eq!(r.id, Some(1));
-    assert_eq!(*fake.restaged.lock(), [0]);
-    assert_eq!(
-        *fake.links_forgot.lock(),
-        [(0, false)],
-        "the kernel forgets the names of hard links once mutations run again"
-    );
-    assert!(fake.forgot.lock().is_empty(), "nothing else is forgotten");
 }
 
 #[test]
