@@ -169,6 +169,8 @@ pub struct Node {
     /// must have them all forgotten (see [`Inodes::zone_nodes`]). At most
     /// [`OTHER_NAMES`]; some may be gone since.
     others: Mutex<Vec<(u64, OsString)>>,
+    /// Its object was once seen with more than one link.
+    linked: std::sync::atomic::AtomicBool,
 }
 
 /// The most other names a node remembers (see `Node::others`).
@@ -205,6 +207,7 @@ impl Node {
             shown,
             by_name: Mutex::new(by_name),
             others: Mutex::default(),
+            linked: Default::default(),
         }
     }
 
@@ -308,6 +311,18 @@ impl Node {
         false
     }
 
+    /// Its object is seen with `nlink` links now.
+    pub fn seen_links(&self, nlink: u64) {
+        if nlink > 1 {
+            self.linked.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether its object was ever seen with more than one link.
+    pub fn was_linked(&self) -> bool {
+        self.linked.load(Ordering::Relaxed)
+    }
+
     /// Whether this is a node of one name ([`Inodes::remember`]).
     pub fn is_one_name(&self) -> bool {
         self.by_name.lock().is_some()
@@ -395,6 +410,7 @@ impl Inodes {
             shown: ROOT,
             by_name: Mutex::new(None),
             others: Mutex::default(),
+            linked: Default::default(),
         });
         maps.by_ino.insert(ROOT, root);
         let zones = zone_roots.len();
@@ -414,6 +430,7 @@ impl Inodes {
                 shown: ino,
                 by_name: Mutex::new(None),
                 others: Mutex::default(),
+                linked: Default::default(),
             });
             maps.by_key.insert((i, f.dev, f.ino), ino);
             maps.by_ino.insert(ino, node);

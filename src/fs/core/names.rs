@@ -141,6 +141,7 @@ impl Core {
             .remember(zone, parent, name, o.found, one_name, |i| {
                 self.reach.cached(i)
             });
+        node.seen_links(o.stat.st_nlink);
         self.reach.cache(&node, o.fd);
         if matches!(node.anchor, Anchor::Named) {
             self.reach.looked_up(parent.ino, name, node.ino);

@@ -48,7 +48,8 @@ impl Core {
     /// gives the name a node of its own (`Inodes::remember`), through
     /// which the call then goes.
     pub(super) fn own_name_first(&self, node: &Node) -> FsResult<()> {
-        if node.is_dir || node.is_one_name() {
+        // No system call for a node never seen with a second link.
+        if node.is_dir || !node.was_linked() || node.is_one_name() {
             return Ok(());
         }
         let Some(zone) = node.zone else { return Ok(()) };
