@@ -137,16 +137,26 @@ fn a_write_through_a_checkpointed_hard_link_lands_under_that_name() {
         return;
     }
     let m = staged(&[]).mount();
-    sh(&m, "set -e; echo a > x; ln x x2; ln x x3; echo s > src");
+    sh(
+        &m,
+        "set -e; echo a > x; ln x x2; ln x x3; echo s > src; echo b > y; ln y y2; ln y y3",
+    );
     checkpoint(&m, "links");
     sh(
         &m,
         "set -e; stat x2 x >/dev/null; mv src x; echo w >> x2; \
          [ \"$(cat x)\" = s ] && [ \"$(printf \"a\\nw\")\" = \"$(cat x2)\" ] && [ \"$(cat x3)\" = a ]",
     );
+    // The name the kernel reached the file by last (y3, linked last) is
+    // removed: the write through y2 still goes to y2.
+    sh(
+        &m,
+        "set -e; stat y3 >/dev/null; rm y3; echo w >> y2; \
+         [ \"$(printf \"b\\nw\")\" = \"$(cat y2)\" ] && [ \"$(cat y)\" = b ]",
+    );
     assert_eq!(
         changed(&m, &[&mnt(&m)]),
-        ["added x", "added x2", "added x3"]
+        ["added x", "added x2", "added x3", "added y", "added y2"]
     );
     let upper = m.root().join("stage/work/upper");
     assert_eq!(fs::read_to_string(upper.join("x2")).unwrap(), "a\nw\n");

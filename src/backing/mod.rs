@@ -205,22 +205,21 @@ pub fn reach_again(dir: BorrowedFd<'_>, name: &OsStr) -> Sys<(OwnedFd, Stat)> {
     })
 }
 
-/// Whether `rel` names something beneath directory `root` (never
+/// The stat of what `rel` names beneath directory `root` (never
 /// following a symlink, nor leaving `root`), looked up with the daemon's
-/// own rights.
-pub fn exists_beneath(root: &Path, rel: &Path) -> bool {
+/// own rights; None if nothing is there (or it can't be reached).
+pub fn stat_beneath(root: &Path, rel: &Path) -> Option<Stat> {
     creds::as_daemon(|| {
-        let Ok(dir) = open_zone_root(root) else {
-            return false;
-        };
-        rfs::openat2(
+        let dir = open_zone_root(root).ok()?;
+        let fd = rfs::openat2(
             &dir,
             rel,
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
             RESOLVE,
         )
-        .is_ok()
+        .ok()?;
+        stat(fd.as_fd()).ok()
     })
 }
 

@@ -100,12 +100,16 @@ impl ZoneStage {
         })
     }
 
-    /// Whether the upper dir holds `rel` (a path in the zone): the
-    /// overlay then shows the upper's own object there, not a lower
-    /// layer's. Looked up beneath the upper dir, following no symlink,
-    /// with the daemon's rights.
+    /// Whether the upper dir holds an object at `rel` (a path in the
+    /// zone): the overlay then shows the upper's own object there, not a
+    /// lower layer's. A whiteout (a character device 0/0: the name was
+    /// removed) is none. Looked up beneath the upper dir, following no
+    /// symlink, with the daemon's rights.
     pub fn in_upper(&self, rel: &Path) -> bool {
-        crate::backing::exists_beneath(&self.upper, rel)
+        crate::backing::stat_beneath(&self.upper, rel).is_some_and(|st| {
+            let whiteout = st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == 0;
+            !whiteout
+        })
     }
 
     /// Mount this zone's overlay; its root fd serves as the zone's dir.
