@@ -371,12 +371,12 @@ fn cpus_now() -> usize {
 }
 
 #[test]
-fn a_reader_kept_to_one_cpu_stops_being_the_reader() {
+fn a_reader_kept_to_one_cpu_stays_the_reader_without_polling() {
     // The reader is later kept to one CPU (it looks every 16 replies): at
-    // its next reply it stops being the reader instead of polling, and the
-    // others read again.
-    let poll = BusyPoll::new(Duration::from_millis(200));
-    let chan = Script::pollable((0..16).map(|i| getattr(10 + i)).collect(), 0);
+    // its next reply it polls no more, but stays the reader, so the
+    // others still stand by. Widened again, it polls again.
+    let poll = Arc::new(BusyPoll::new(Duration::from_millis(200)));
+    let chan = Script::pollable((0..17).map(|i| getattr(10 + i)).collect(), 0);
     let mut buf = vec![0u8; 4096];
     let mut me = PollerState::looking_with(cpus_now, no_quota);
     for _ in 0..16 {
@@ -390,9 +390,69 @@ fn a_reader_kept_to_one_cpu_stops_being_the_reader() {
     assert!(poll.after_reply(&chan, &mut buf, &mut other).is_none());
     CPUS_NOW.store(1, std::sync::atomic::Ordering::Relaxed);
     let toggles = chan.toggles().len();
-    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    for _ in 0..16 {
+        assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    }
     assert_eq!(chan.toggles().len(), toggles, "no poll on one CPU");
     let t = Instant::now();
-    stand_by(&poll);
-    assert!(t.elapsed() < Duration::from_millis(100));
+    let standing = std::thread::spawn({
+        let poll = poll.clone();
+        move || {
+            stand_by(&poll);
+            t.elapsed()
+        }
+    });
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(
+        !standing.is_finished(),
+        "another thread read beside a reader on one CPU"
+    );
+    // Widened again: it polls again (and catches the request queued).
+    // (It looks at its CPUs again at the 17th reply since the last look.)
+    CPUS_NOW.store(2, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        poll.after_reply(&chan, &mut buf, &mut me)
+            .is_some_and(|r| r.is_ok()),
+        "polls again once it may run on two CPUs"
+    );
+    poll.leave(&mut me);
+    let waited = within(LIMIT, move || standing.join().unwrap());
+    assert!(waited >= Duration::from_millis(150), "{waited:?}");
+}
+
+#[test]
+fn on_one_cpu_a_thread_reads_alone_and_the_others_stand_by() {
+    // Two serving threads kept to one CPU: the first to answer becomes the
+    // reader without polling; the other stands by while the reader sleeps
+    // in `read` (idle) or answers quickly, and reads beside it once its
+    // request in hand has taken STANDBY_LIMIT.
+    let poll = Arc::new(BusyPoll::new(Duration::from_millis(50)));
+    let chan = Script::pollable(vec![getattr(10)], 0);
+    let mut buf = vec![0u8; 4096];
+    let mut me = PollerState::looking_with(one, no_quota);
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    assert!(chan.toggles().is_empty(), "no poll on one CPU");
+    assert_eq!(chan.polled(), (0, 0));
+    poll.before_read(&me);
+    let t = Instant::now();
+    let standing = std::thread::spawn({
+        let poll = poll.clone();
+        move || {
+            poll.before_read(&PollerState::looking_with(one, no_quota));
+            t.elapsed()
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!standing.is_finished(), "read beside an idle reader");
+    // A request keeps the reader busy: the other reads within about
+    // IDLE_LOOK.
+    let busy_at = t.elapsed();
+    poll.woke(&me);
+    let waited = within(LIMIT, move || standing.join().unwrap());
+    assert!(waited >= busy_at, "{waited:?} {busy_at:?}");
+    assert!(
+        waited - busy_at < crate::fuse::busy_poll::IDLE_LOOK + Duration::from_millis(400),
+        "{waited:?} {busy_at:?}"
+    );
+    poll.leave(&mut me);
 }
