@@ -248,6 +248,43 @@ fn stand_by(poll: &BusyPoll) {
     poll.before_read(&PollerState::looking_with(many, no_quota));
 }
 
+/// A thread come to read, standing by from now: its join gives when,
+/// after `t`, it went on to read.
+fn come_to_read(poll: &Arc<BusyPoll>, t: Instant) -> std::thread::JoinHandle<Duration> {
+    let poll = poll.clone();
+    std::thread::spawn(move || {
+        stand_by(&poll);
+        t.elapsed()
+    })
+}
+
+/// `me`, the reader, goes to sleep in `read` (idle): a thread come to
+/// read stands by for all of `idle`; then a request keeps `me` busy, and
+/// the thread reads within about IDLE_LOOK. Then `me` leaves.
+fn idle_reader_holds_the_others_until_busy(
+    poll: &Arc<BusyPoll>,
+    me: &mut PollerState,
+    idle: Duration,
+) {
+    poll.before_read(me);
+    let t = Instant::now();
+    let standing = come_to_read(poll, t);
+    std::thread::sleep(idle);
+    assert!(
+        !standing.is_finished(),
+        "a thread read beside an idle reader"
+    );
+    let busy_at = t.elapsed();
+    poll.woke(me);
+    let waited = within(LIMIT, move || standing.join().unwrap());
+    assert!(waited >= busy_at, "{waited:?} {busy_at:?}");
+    assert!(
+        waited - busy_at < crate::fuse::busy_poll::IDLE_LOOK + Duration::from_millis(400),
+        "{waited:?} {busy_at:?}"
+    );
+    poll.leave(me);
+}
+
 #[test]
 fn while_a_thread_is_the_reader_the_others_stand_by_until_it_stops() {
     // The first thread to poll becomes the reader; nothing comes, so it
@@ -302,34 +339,9 @@ fn an_idle_reader_keeps_the_others_standing_by_until_a_request_keeps_it_busy() {
     let mut buf = vec![0u8; 4096];
     let mut me = PollerState::looking_with(many, no_quota);
     // Becomes the reader; its window ends with nothing; it goes to sleep
-    // in `read` (idle).
+    // in `read` (idle): nobody else reads until a request keeps it busy.
     assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
-    poll.before_read(&me);
-    let t = Instant::now();
-    let standing = std::thread::spawn({
-        let poll = poll.clone();
-        move || {
-            stand_by(&poll);
-            t.elapsed()
-        }
-    });
-    // Idle for a while: nobody else reads.
-    std::thread::sleep(Duration::from_millis(400));
-    assert!(
-        !standing.is_finished(),
-        "a thread read beside an idle reader"
-    );
-    // A request wakes the reader and keeps it busy: the other thread
-    // comes to read within about IDLE_LOOK.
-    let busy_at = t.elapsed();
-    poll.woke(&me);
-    let waited = within(LIMIT, move || standing.join().unwrap());
-    assert!(waited >= busy_at, "{waited:?} {busy_at:?}");
-    assert!(
-        waited - busy_at < crate::fuse::busy_poll::IDLE_LOOK + Duration::from_millis(400),
-        "{waited:?} {busy_at:?}"
-    );
-    poll.leave(&mut me);
+    idle_reader_holds_the_others_until_busy(&poll, &mut me, Duration::from_millis(400));
 }
 
 #[test]
@@ -394,14 +406,7 @@ fn a_reader_kept_to_one_cpu_stays_the_reader_without_polling() {
         assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
     }
     assert_eq!(chan.toggles().len(), toggles, "no poll on one CPU");
-    let t = Instant::now();
-    let standing = std::thread::spawn({
-        let poll = poll.clone();
-        move || {
-            stand_by(&poll);
-            t.elapsed()
-        }
-    });
+    let standing = come_to_read(&poll, Instant::now());
     std::thread::sleep(Duration::from_millis(150));
     assert!(
         !standing.is_finished(),
@@ -433,26 +438,5 @@ fn on_one_cpu_a_thread_reads_alone_and_the_others_stand_by() {
     assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
     assert!(chan.toggles().is_empty(), "no poll on one CPU");
     assert_eq!(chan.polled(), (0, 0));
-    poll.before_read(&me);
-    let t = Instant::now();
-    let standing = std::thread::spawn({
-        let poll = poll.clone();
-        move || {
-            poll.before_read(&PollerState::looking_with(one, no_quota));
-            t.elapsed()
-        }
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!standing.is_finished(), "read beside an idle reader");
-    // A request keeps the reader busy: the other reads within about
-    // IDLE_LOOK.
-    let busy_at = t.elapsed();
-    poll.woke(&me);
-    let waited = within(LIMIT, move || standing.join().unwrap());
-    assert!(waited >= busy_at, "{waited:?} {busy_at:?}");
-    assert!(
-        waited - busy_at < crate::fuse::busy_poll::IDLE_LOOK + Duration::from_millis(400),
-        "{waited:?} {busy_at:?}"
-    );
-    poll.leave(&mut me);
+    idle_reader_holds_the_others_until_busy(&poll, &mut me, Duration::from_millis(300));
 }
