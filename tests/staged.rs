@@ -355,6 +355,107 @@ fn a_write_through_one_hard_link_lands_under_that_name() {
     );
 }
 
+/// A commit of one of two hard links made in the stage copies it: the
+/// other name, still staged, stays a file of the stage's, so writing it
+/// later changes nothing on the host until it is committed in turn (the
+/// committed file used to be moved in, and the name left in the stage
+/// wrote the backing file straight through). A commit of both names keeps
+/// them one file on the host.
+#[test]
+fn a_hard_link_left_in_the_stage_never_writes_a_committed_file() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: preApproved, delete: preApproved }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(
+        &m,
+        "work",
+        "set -e; echo safe > a; ln a b; echo one > c; ln c c2",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["commit", &mnt, "/work/a"]);
+    assert!(out.success(), "{}", out.describe());
+    let out = worker(&m, "work", "echo unreviewed > b; cat a b");
+    assert_eq!(out.stdout, "safe\nunreviewed\n", "{}", out.describe());
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "a")).unwrap(),
+        "safe\n"
+    );
+    assert!(!m.backing("work", "b").exists());
+    let out = m.zonemount(&["changes", "--json", &mnt]);
+    assert_eq!(
+        kinds(&json_of(&out)),
+        [("added", "b"), ("added", "c"), ("added", "c2")]
+            .map(|(k, p)| (k.to_string(), p.to_string())),
+        "{}",
+        out.describe()
+    );
+    let out = m.zonemount(&["discard", &mnt, "/work/b"]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "a")).unwrap(),
+        "safe\n"
+    );
+    // Both names of c at once: one file on the host, apart from the stage.
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    let ino = |n: &str| {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(m.backing("work", n)).unwrap().ino()
+    };
+    assert_eq!(
+        ino("c"),
+        ino("c2"),
+        "the links committed together stay one file"
+    );
+    let out = worker(&m, "work", "echo later >> c2");
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(fs::read_to_string(m.backing("work", "c")).unwrap(), "one\n");
+}
+
+/// A commit of names of 250 bytes completes (its temp names, once the
+/// name with a prefix and suffix, passed the 255-byte limit and the commit
+/// failed partway on every run), and the overlay's own attributes a
+/// worker set, which `changes` never shows, don't reach the host.
+#[test]
+fn long_names_commit_whole_and_overlay_attributes_stay_behind() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: preApproved, delete: preApproved }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let long = "n".repeat(250);
+    let out = worker(
+        &m,
+        "work",
+        &format!(
+            "set -e; ln -s f {long}; echo x > {long}.; ln {long}. l2; echo y > z; rm gone; \
+             python3 -c \"import os\nfor n in ('user.overlay.whiteout', 'user.overlay.metacopy', 'user.note'): os.setxattr('z', n, b'y')\""
+        ),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    let b = m.backing("work", "");
+    assert_eq!(fs::read_link(b.join(&long)).unwrap(), Path::new("f"));
+    assert_eq!(
+        fs::read_to_string(b.join(format!("{long}."))).unwrap(),
+        "x\n"
+    );
+    assert_eq!(fs::read_to_string(b.join("l2")).unwrap(), "x\n");
+    assert!(!b.join("gone").exists());
+    let mut names = vec![0u8; 4096];
+    let n = rustix::fs::listxattr(b.join("z"), &mut names).unwrap();
+    let names: Vec<&[u8]> = names[..n]
+        .split(|c| *c == 0)
+        .filter(|x| !x.is_empty())
+        .collect();
+    assert_eq!(names, [b"user.note".as_slice()]);
+    let out = m.zonemount(&["changes", "--json", &mnt]);
+    assert!(kinds(&json_of(&out)).is_empty(), "{}", out.describe());
+}
+
 /// A new hard link of a file the host hard-linked, in a staged zone: the
 /// overlay copies the name linked from up and links the new name to the
 /// copy, so those two names are one file from then on (a write through one

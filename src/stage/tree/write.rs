@@ -72,12 +72,20 @@ pub(super) fn ensure_dir(l: &Layers, rel: &Path) -> io::Result<()> {
     }
 }
 
-/// A temp name beside `name` in the same directory.
+/// A temp name beside `name` in the same directory: the commit's pid and
+/// a hash of `name`, short whatever `name`'s length (a name of 250 bytes
+/// with a prefix and suffix around it passed the 255-byte limit, and that
+/// commit failed partway on every run).
 fn temp_name(name: &OsStr) -> OsString {
-    let mut t = OsString::from(".zm-commit.");
-    t.push(name);
-    t.push(format!(".{}", std::process::id()));
-    t
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same name gives the same temp name.
+    let mut h = std::hash::DefaultHasher::new();
+    name.hash(&mut h);
+    OsString::from(format!(
+        ".zm-commit.{}.{:016x}",
+        std::process::id(),
+        h.finish()
+    ))
 }
 
 /// Write the stage's `rel` (file, symlink, fifo or socket) into the
@@ -120,9 +128,17 @@ pub(super) fn put(
     };
     match FileType::from_raw_mode(up.st_mode) {
         // Same filesystem: the staged file itself moves into place (one
-        // atomic rename: no copy, its mode, owner, times and hard links
-        // kept, and it leaves the stage at once).
-        FileType::RegularFile if move_into(l, rel, dir.as_fd(), name).is_ok() => return Ok(()),
+        // atomic rename: no copy, its mode, owner and times kept, and it
+        // leaves the stage at once). Only a file of one name: another
+        // name of it left in the stage (a link not committed, or one in
+        // a checkpoint's layer) would go on writing the backing file
+        // after the commit, unreviewed. Those are copied, and hard links
+        // among the files committed kept.
+        FileType::RegularFile
+            if up.st_nlink == 1 && move_into(l, rel, dir.as_fd(), name).is_ok() =>
+        {
+            return Ok(());
+        }
         FileType::RegularFile => {
             let key = (up.st_dev, up.st_ino);
             let linked = match links.get(&key) {
@@ -181,8 +197,11 @@ pub(super) fn put(
 }
 
 /// Rename the stage's regular file `rel` over `dir/name` in the backing
-/// dir, the overlay's own xattrs taken off it first. Fails (EXDEV) when
-/// the stage is on another filesystem.
+/// dir, the overlay's xattrs taken off it first (its own, and the other
+/// kind's, which `changes` never shows either: a worker's
+/// `user.overlay.whiteout` must not reach a dir a later unprivileged
+/// overlay may stack). Fails (EXDEV) when the stage is on another
+/// filesystem.
 fn move_into(l: &Layers, rel: &Path, dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
     let (parent, _) = split(rel);
     let from = l.upper.dir(parent)?;
@@ -194,7 +213,10 @@ fn move_into(l: &Layers, rel: &Path, dir: BorrowedFd<'_>, name: &OsStr) -> Resul
     let mut buf = vec![0u8; 64 * 1024];
     let n = rfs::listxattr(&p, &mut buf[..]).unwrap_or(0);
     for x in buf[..n].split(|b| *b == 0).filter(|s| !s.is_empty()) {
-        if x.starts_with(l.prefix.as_bytes()) {
+        if x.starts_with(l.prefix.as_bytes())
+            || x.starts_with(b"trusted.overlay.")
+            || x.starts_with(b"user.overlay.")
+        {
             rfs::removexattr(&p, OsStr::from_bytes(x))?;
         }
     }
