@@ -262,8 +262,14 @@ fn answer(
                 at: Loc::root(),
                 size: 0,
             },
-            Asked::Write => Op::Metadata { at: Loc::root() },
-            Asked::Delete => Op::Remove { at: Loc::root() },
+            Asked::Write => Op::Metadata {
+                at: Loc::root(),
+                is_dir: true,
+            },
+            Asked::Delete => Op::Remove {
+                at: Loc::root(),
+                is_dir: true,
+            },
         };
         return Ok(decided(&op, None, zones, asked));
     };
@@ -278,7 +284,7 @@ fn answer(
                 return Ok(refused(&shown, None, asked, Action::Read, libc::ENOENT, e));
             }
             Asked::Write => Op::NewName { at, is_dir: false },
-            Asked::Delete => Op::Remove { at },
+            Asked::Delete => Op::Remove { at, is_dir: true },
         };
         return Ok(decided(&op, None, zones, asked));
     };
@@ -301,10 +307,13 @@ fn answer(
             at,
             size: if m.is_file() { m.len() } else { 0 },
         },
-        (Asked::Write, Some(m)) if m.is_dir() => Op::Metadata { at },
+        (Asked::Write, Some(m)) if m.is_dir() => Op::Metadata { at, is_dir: true },
         (Asked::Write, Some(_)) => Op::WriteContent { at, new_size: None },
         (Asked::Write, None) => Op::NewName { at, is_dir: false },
-        (Asked::Delete, Some(_)) => Op::Remove { at },
+        (Asked::Delete, Some(m)) => Op::Remove {
+            at,
+            is_dir: m.is_dir(),
+        },
         (Asked::Read | Asked::Delete, None) => {
             let action = if asked == Asked::Read {
                 Action::Read

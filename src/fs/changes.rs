@@ -106,9 +106,9 @@ impl Expected {
             _ => Move::None,
         };
         match op {
-            Op::WriteContent { at, .. } | Op::Metadata { at } => add(at, Kind::Modified),
+            Op::WriteContent { at, .. } | Op::Metadata { at, .. } => add(at, Kind::Modified),
             Op::NewName { at, .. } => add(at, Kind::Added),
-            Op::Remove { at } => add(at, Kind::Deleted),
+            Op::Remove { at, .. } => add(at, Kind::Deleted),
             Op::Rename {
                 from,
                 to,

@@ -47,15 +47,15 @@ fn structural<'a>(op: &Op<'a>) -> Result<Vec<(Class, Loc<'a>)>, Refusal> {
         }
         Op::NewName { at, is_dir } => new_name(at, is_dir),
         Op::Device { at } => new_name(at, false),
-        Op::Metadata { at } => {
+        Op::Metadata { at, is_dir } => {
             // A zone dir's own mode, owner, times or xattrs: root-level.
             let z = zone_of(at, true)?;
-            writable(z, at.path, false)?;
+            writable(z, at.path, is_dir)?;
             Ok(vec![(Write, at)])
         }
-        Op::Remove { at } => {
+        Op::Remove { at, is_dir } => {
             let z = zone_of(at, true)?;
-            writable(z, at.path, false)?;
+            writable(z, at.path, is_dir)?;
             Ok(vec![(Delete, at)])
         }
         Op::Rename {

@@ -82,10 +82,12 @@ pub enum Op<'a> {
     WriteContent { at: Loc<'a>, new_size: Option<u64> },
     /// Add a name: create, mkdir, symlink, mknod.
     NewName { at: Loc<'a>, is_dir: bool },
-    /// chmod, chown, utimens, setxattr, removexattr.
-    Metadata { at: Loc<'a> },
-    /// unlink, rmdir.
-    Remove { at: Loc<'a> },
+    /// chmod, chown, utimens, setxattr, removexattr of an entry of kind
+    /// `is_dir` (a pattern for directories only, `keep/`, protects a
+    /// directory's own mode, owner, times and xattrs too).
+    Metadata { at: Loc<'a>, is_dir: bool },
+    /// unlink (`is_dir` false), rmdir.
+    Remove { at: Loc<'a>, is_dir: bool },
     /// rename (`exchange`: RENAME_EXCHANGE). `is_dir` is the kind of the
     /// source, `to_is_dir` the kind of what is already at the destination
     /// (None: nothing): a move is judged by what it moves *and* what it
@@ -122,8 +124,8 @@ impl<'a> Op<'a> {
             Op::Read { at, .. }
             | Op::WriteContent { at, .. }
             | Op::NewName { at, .. }
-            | Op::Metadata { at }
-            | Op::Remove { at }
+            | Op::Metadata { at, .. }
+            | Op::Remove { at, .. }
             | Op::Device { at }
             | Op::Look { at, .. }
             | Op::MayWrite { at, .. } => [Some(at), None],

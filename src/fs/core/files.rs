@@ -188,7 +188,11 @@ impl Core {
         }
         let kills = a.kills_privileges() && self.privileges_to_kill(&node)?.is_some();
         if (a.changes_metadata() && !self.times_of_writes(a)) || kills {
-            gate = gate.and(self.gate(ctx, &Op::Metadata { at }, Keep::Ledger)?);
+            let op = Op::Metadata {
+                at,
+                is_dir: node.is_dir,
+            };
+            gate = gate.and(self.gate(ctx, &op, Keep::Ledger)?);
         }
         if let Pass::Ask(asks) = &mut gate.pass {
             asks.dedup();

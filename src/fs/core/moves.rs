@@ -27,7 +27,7 @@ impl Core {
     ) {
         let name = name.to_owned();
         let plan = || {
-            self.removal(&ctx, parent, &name).map(|(gate, at)| {
+            self.removal(&ctx, parent, &name, dir).map(|(gate, at)| {
                 let act = move |core: &Core| {
                     let _as = AsCaller::enter(&ctx.caller())?;
                     let zone = Self::zone_dir(&at)?;
@@ -117,10 +117,19 @@ impl Core {
         }
     }
 
-    fn removal(&self, ctx: &Ctx, parent: u64, name: &OsStr) -> FsResult<(Gate, Arc<Node>)> {
+    fn removal(
+        &self,
+        ctx: &Ctx,
+        parent: u64,
+        name: &OsStr,
+        is_dir: bool,
+    ) -> FsResult<(Gate, Arc<Node>)> {
         let dir = self.node(parent)?;
         let w = self.where_child(&dir, name);
-        let op = Op::Remove { at: self.loc(&w) };
+        let op = Op::Remove {
+            at: self.loc(&w),
+            is_dir,
+        };
         // A hidden or missing name is ENOENT before any policy question.
         // When the answer is a plain yes there is no question to come
         // first: the removal itself says ENOENT, and the kernel only asks

@@ -91,7 +91,14 @@ impl Core {
         self.own_name_first(&node)?;
         let w = self.where_node(&node);
         Ok((
-            self.gate(ctx, &Op::Metadata { at: self.loc(&w) }, Keep::Ledger)?,
+            self.gate(
+                ctx,
+                &Op::Metadata {
+                    at: self.loc(&w),
+                    is_dir: node.is_dir,
+                },
+                Keep::Ledger,
+            )?,
             node,
         ))
     }

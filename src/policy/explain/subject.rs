@@ -90,8 +90,8 @@ impl<'a> Subject<'a> {
                 is_dir,
                 ..Subject::new(Action::Create, at)
             },
-            Op::Metadata { at } => Subject::new(Action::Change, at),
-            Op::Remove { at } => Subject::new(Action::Delete, at),
+            Op::Metadata { at, .. } => Subject::new(Action::Change, at),
+            Op::Remove { at, .. } => Subject::new(Action::Delete, at),
             Op::Rename {
                 from, to, is_dir, ..
             } => Subject {

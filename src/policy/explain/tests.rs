@@ -145,6 +145,7 @@ fn read_only_names_the_writable_zones() {
     })];
     let op = Op::Remove {
         at: Loc::in_zone(&only[0], Path::new("x")),
+        is_dir: false,
     };
     let e = explain(&Subject::of(&op), Refusal::ReadOnly, &only);
     assert!(
@@ -333,6 +334,7 @@ fn root_cross_zone_suffix_size_blocked() {
         &t,
         Op::Remove {
             at: at(&t, "final", "a.md"),
+            is_dir: false,
         },
         Refusal::Blocked,
     );
@@ -455,6 +457,7 @@ fn a_staged_zone_says_the_commit_decides() {
     );
     let op = Op::Remove {
         at: at(&t, "st", "f"),
+        is_dir: false,
     };
     let d = super::super::decide(&op);
     assert!(matches!(d, Decision::Refuse(Refusal::Blocked)), "{d:?}");

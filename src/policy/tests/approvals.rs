@@ -46,7 +46,10 @@ fn rw_zone_follows_write_policy() {
                 at: f,
                 is_dir: true,
             },
-            Op::Metadata { at: f },
+            Op::Metadata {
+                at: f,
+                is_dir: false,
+            },
             Op::Link {
                 from: at(&z, "a"),
                 to: f,
@@ -55,7 +58,13 @@ fn rw_zone_follows_write_policy() {
             assert_eq!(decide(&op), want, "{op:?}");
         }
         // delete is not a write
-        assert_eq!(decide(&Op::Remove { at: f }), Decision::Allow);
+        assert_eq!(
+            decide(&Op::Remove {
+                at: f,
+                is_dir: false
+            }),
+            Decision::Allow
+        );
     }
     let z = zone(Access::Rw, Ask, PreApproved);
     match decide(&Op::NewName {
@@ -80,7 +89,13 @@ fn rw_zone_follows_write_policy() {
 #[test]
 fn rw_zone_follows_delete_policy() {
     let z = zone(Access::Rw, PreApproved, Blocked);
-    assert_eq!(refused(Op::Remove { at: at(&z, "f") }), Refusal::Blocked);
+    assert_eq!(
+        refused(Op::Remove {
+            at: at(&z, "f"),
+            is_dir: false
+        }),
+        Refusal::Blocked
+    );
     assert_eq!(
         decide(&Op::NewName {
             at: at(&z, "f"),
@@ -90,7 +105,7 @@ fn rw_zone_follows_delete_policy() {
     );
     let z = zone(Access::Rw, PreApproved, Ask);
     assert!(
-        matches!(decide(&Op::Remove { at: at(&z, "f") }), Decision::Ask(v) if v[0].class == Class::Delete)
+        matches!(decide(&Op::Remove { at: at(&z, "f"), is_dir: false }), Decision::Ask(v) if v[0].class == Class::Delete)
     );
 }
 
@@ -156,15 +171,33 @@ fn a_staged_zone_lets_asks_into_the_stage_and_still_refuses_blocked() {
             at: f,
             is_dir: false,
         },
-        Op::Metadata { at: f },
-        Op::Remove { at: f },
+        Op::Metadata {
+            at: f,
+            is_dir: false,
+        },
+        Op::Remove {
+            at: f,
+            is_dir: false,
+        },
     ] {
         assert_eq!(decide(&op), Decision::Allow, "{op:?}");
     }
     let mut z = zone(Access::Rw, Blocked, Blocked);
     z.staged = true;
-    assert_eq!(refused(Op::Remove { at: at(&z, "f") }), Refusal::Blocked);
-    assert_eq!(refused(Op::Metadata { at: at(&z, "f") }), Refusal::Blocked);
+    assert_eq!(
+        refused(Op::Remove {
+            at: at(&z, "f"),
+            is_dir: false
+        }),
+        Refusal::Blocked
+    );
+    assert_eq!(
+        refused(Op::Metadata {
+            at: at(&z, "f"),
+            is_dir: false
+        }),
+        Refusal::Blocked
+    );
     // Every other rule holds as on a plain zone: protect, suffixes, size.
     let mut z = zone_with(Access::Rw, Ask, Ask, Some(&[".md"]), Some(2), &[".git"]);
     z.staged = true;
@@ -177,7 +210,8 @@ fn a_staged_zone_lets_asks_into_the_stage_and_still_refuses_blocked() {
     );
     assert_eq!(
         refused(Op::Metadata {
-            at: at(&z, ".git/x")
+            at: at(&z, ".git/x"),
+            is_dir: false,
         }),
         Refusal::Protected
     );

@@ -21,8 +21,14 @@ fn ro_zone_refuses_every_change_with_erofs() {
             at: f,
             is_dir: true,
         },
-        Op::Metadata { at: f },
-        Op::Remove { at: f },
+        Op::Metadata {
+            at: f,
+            is_dir: false,
+        },
+        Op::Remove {
+            at: f,
+            is_dir: false,
+        },
         Op::Rename {
             from: f,
             to: at(&z, "g"),
@@ -51,10 +57,28 @@ fn root_level_changes_are_eacces_and_beat_everything_else() {
         }),
         Refusal::RootLevel
     );
-    assert_eq!(refused(Op::Remove { at: root_entry }), Refusal::RootLevel);
-    assert_eq!(refused(Op::Metadata { at: root_entry }), Refusal::RootLevel);
+    assert_eq!(
+        refused(Op::Remove {
+            at: root_entry,
+            is_dir: false
+        }),
+        Refusal::RootLevel
+    );
+    assert_eq!(
+        refused(Op::Metadata {
+            at: root_entry,
+            is_dir: false
+        }),
+        Refusal::RootLevel
+    );
     // a zone dir renamed, removed: root-level, also for a ro zone
-    assert_eq!(refused(Op::Remove { at: at(&r, "") }), Refusal::RootLevel);
+    assert_eq!(
+        refused(Op::Remove {
+            at: at(&r, ""),
+            is_dir: false
+        }),
+        Refusal::RootLevel
+    );
     let op = Op::Rename {
         from: at(&a, ""),
         to: at(&r, "x"),
@@ -74,9 +98,27 @@ fn root_level_changes_are_eacces_and_beat_everything_else() {
     assert_eq!(Refusal::RootLevel.errno(), libc::EACCES);
     // metadata of a zone dir itself (chmod, chown, utimes, xattrs) is a
     // root-level change, in a rw zone too; inside it, a zone matter
-    assert_eq!(refused(Op::Metadata { at: at(&r, "") }), Refusal::RootLevel);
-    assert_eq!(refused(Op::Metadata { at: at(&a, "") }), Refusal::RootLevel);
-    assert_eq!(decide(&Op::Metadata { at: at(&a, "x") }), Decision::Allow);
+    assert_eq!(
+        refused(Op::Metadata {
+            at: at(&r, ""),
+            is_dir: false
+        }),
+        Refusal::RootLevel
+    );
+    assert_eq!(
+        refused(Op::Metadata {
+            at: at(&a, ""),
+            is_dir: false
+        }),
+        Refusal::RootLevel
+    );
+    assert_eq!(
+        decide(&Op::Metadata {
+            at: at(&a, "x"),
+            is_dir: false
+        }),
+        Decision::Allow
+    );
 }
 
 #[test]
@@ -198,7 +240,8 @@ fn protect_makes_subtrees_read_only() {
     );
     assert_eq!(
         refused(Op::Remove {
-            at: at(&z, "docs/final/a")
+            at: at(&z, "docs/final/a"),
+            is_dir: false,
         }),
         Refusal::Protected
     );
@@ -282,4 +325,45 @@ fn precedence_follows_the_design_order() {
     assert_eq!(all[2], Refusal::RootLevel);
     assert_eq!(all[3], Refusal::CrossZone);
     assert_eq!(all.last(), Some(&Refusal::Blocked));
+}
+
+#[test]
+fn a_pattern_for_directories_protects_the_directory_itself() {
+    // `keep/` matches directories only: the directory's own mode, owner,
+    // times and xattrs, and its removal, are refused (they were judged as
+    // of a file, and passed: found by an attack pass); a file of that
+    // name is not protected.
+    let z = zone_with(Access::Rw, PreApproved, PreApproved, None, None, &["keep/"]);
+    let keep = at(&z, "keep");
+    for op in [
+        Op::Metadata {
+            at: keep,
+            is_dir: true,
+        },
+        Op::Remove {
+            at: keep,
+            is_dir: true,
+        },
+    ] {
+        assert_eq!(refused(op), Refusal::Protected);
+    }
+    for op in [
+        Op::Metadata {
+            at: keep,
+            is_dir: false,
+        },
+        Op::Remove {
+            at: keep,
+            is_dir: false,
+        },
+    ] {
+        assert_eq!(decide(&op), Decision::Allow);
+    }
+    assert_eq!(
+        refused(Op::Metadata {
+            at: at(&z, "keep/inside"),
+            is_dir: false
+        }),
+        Refusal::Protected
+    );
 }
