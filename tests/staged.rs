@@ -456,6 +456,36 @@ fn long_names_commit_whole_and_overlay_attributes_stay_behind() {
     assert!(kinds(&json_of(&out)).is_empty(), "{}", out.describe());
 }
 
+/// A host dir replaced by a file is shown as what the commit does: the
+/// dir's whole tree goes (it read as a small edit of the file, `M  /work/d
+/// (0644, 5 bytes)`: found by an attack pass).
+#[test]
+fn a_dir_replaced_by_a_file_says_its_tree_goes() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged("{ write: preApproved, delete: preApproved }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(&m, "work", "set -e; rm -r d; echo tiny > d");
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["changes", &mnt]);
+    assert!(
+        out.stdout
+            .contains("M  /work/d  (0644, 5 bytes, replaces a dir of 3 entries)"),
+        "{}",
+        out.describe()
+    );
+    let out = m.zonemount(&["changes", "--json", &mnt]);
+    let v = json_of(&out);
+    let c = &v["zones"][0]["changes"][0];
+    assert_eq!(
+        (c["path"].as_str(), c["entries"].as_u64()),
+        (Some("d"), Some(3)),
+        "{v}"
+    );
+    assert_eq!(c["what"], serde_json::json!(["type"]), "{v}");
+}
+
 /// A new hard link of a file the host hard-linked, in a staged zone: the
 /// overlay copies the name linked from up and links the new name to the
 /// copy, so those two names are one file from then on (a write through one

@@ -518,7 +518,13 @@ pub(crate) fn change_line(zone: &str, c: &Change) -> String {
         (_, Some(b)) => facts.push(format!("{b} bytes")),
         _ => {}
     }
-    if let Some(n) = c.entries {
+    if c.what.contains(&What::Type) {
+        // What the path was: a dir's whole tree goes with it.
+        facts.push(match c.entries {
+            Some(n) => format!("replaces a dir of {n} entries"),
+            None => "type changed".to_owned(),
+        });
+    } else if let Some(n) = c.entries {
         facts.push(format!("{n} entries"));
     }
     if !facts.is_empty() {

@@ -170,7 +170,8 @@ pub struct Change {
     pub old_size: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub old_mode: Option<u32>,
-    /// A deleted tree: how many entries it held.
+    /// A deleted tree (or a dir replaced by a file or symlink, which
+    /// removes it): how many entries it held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries: Option<u64>,
     /// What differs for a modification.

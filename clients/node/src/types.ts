@@ -224,7 +224,7 @@ export interface Change {
   mode?: number;
   old_size?: number;
   old_mode?: number;
-  /** A deleted tree: how many entries it held. */
+  /** A deleted tree, or a dir replaced by a file or symlink (which removes it): how many entries it held. */
   entries?: number;
   /** What differs in a modification. */
   what?: Array<"content" | "mode" | "owner" | "times" | "xattrs" | "target" | "type">;

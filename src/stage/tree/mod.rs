@@ -274,6 +274,11 @@ fn walk(
                 if !what.is_empty() {
                     let mut c = change(p.clone(), Kind::Modified, Some(&up), Some(&low));
                     c.what = what;
+                    if is_dir(&low) {
+                        // A dir replaced by a file or symlink: the commit
+                        // removes its whole tree, which the report says.
+                        c.entries = Some(fsops::count_entries(&l.lower, &p));
+                    }
                     out.push(c);
                 }
             }

@@ -226,7 +226,8 @@ class Change:
     mode: Optional[int] = None
     old_size: Optional[int] = None
     old_mode: Optional[int] = None
-    #: A deleted tree: how many entries it held (staged zones).
+    #: A deleted tree, or a dir replaced by a file or symlink (which
+    #: removes it): how many entries it held (staged zones).
     entries: Optional[int] = None
     #: What differs in a modification: ``content``, ``mode``, ``owner``,
     #: ``times``, ``xattrs``, ``target``, ``type`` (staged zones).
