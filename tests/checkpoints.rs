@@ -755,6 +755,52 @@ fn a_file_open_across_checkpoints_and_renamed_between_them_is_taken_where_it_is(
     assert!(!m.path("work/held").exists());
 }
 
+/// A file of two names held open for writing across a checkpoint: the
+/// checkpoint keeps both names as they were, and the live view goes on
+/// with both as one file. The other name used to stay the live file in
+/// the frozen layer, so the checkpoint showed the later writes under it.
+#[test]
+fn both_names_of_a_file_held_open_across_a_checkpoint_are_kept_as_they_were() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let mut held = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(m.path("work/a"))
+        .unwrap();
+    held.write_all(b"one\n").unwrap();
+    sh(&m, "mkdir -p sub && ln a b && ln a sub/c");
+    let id = checkpoint(&m, "linked");
+    held.write_all(b"two\n").unwrap();
+    drop(held);
+    for n in ["a", "b", "sub/c"] {
+        assert_eq!(
+            fs::read_to_string(m.path(&format!("work/{n}"))).unwrap(),
+            "one\ntwo\n",
+            "{n}: the live view"
+        );
+    }
+    let layer = m.root().join(format!("stage/work/layers/{id}"));
+    for n in ["a", "b", "sub/c"] {
+        assert_eq!(
+            fs::read_to_string(layer.join(n)).unwrap(),
+            "one\n",
+            "{n} in the checkpoint's layer"
+        );
+    }
+    rewind(&m, id, &[]);
+    for n in ["a", "b", "sub/c"] {
+        assert_eq!(
+            fs::read_to_string(m.path(&format!("work/{n}"))).unwrap(),
+            "one\n",
+            "{n} after the rewind"
+        );
+    }
+}
+
 /// A shell whose working directory is inside the zone, and a file it holds
 /// open, go on across a checkpoint and a rewind (the zone's overlay is
 /// mounted afresh under them: ESTALE before the daemon found its nodes

@@ -6,7 +6,7 @@
 //! - [`freeze`]: a checkpoint; files open for writing are captured as
 //!   they are at that instant: the open inode moves on to the fresh upper
 //!   dir (its writer keeps writing to the live view) and a copy of it
-//!   stays in the frozen layer.
+//!   stays in the frozen layer, under each of its names there.
 //! - [`apply`]: one layer laid onto another as the overlay would show the
 //!   two (whiteouts and opaque dirs kept), by moving entries (merging
 //!   layers: a commit, the bounded number of layers) or by hard links (a
@@ -836,29 +836,9 @@ fn capture(
         return Ok(());
     };
     // Its directory in the layer, and the same in the fresh upper dir.
-    let mut ldir = rfs::openat(layer, ".", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
-    let mut udir = rfs::openat(upper, ".", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
-    for comp in parent.components() {
-        let c = comp.as_os_str();
-        let next = match open_dir_at(ldir.as_fd(), c) {
-            Ok(d) => d,
-            Err(Errno::NOENT | Errno::NOTDIR) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
-        let Some(dst) = stat_at(ldir.as_fd(), c)? else {
-            return Ok(());
-        };
-        match rfs::mkdirat(udir.as_fd(), c, Mode::from_raw_mode(0o700)) {
-            Ok(()) => {
-                let made = open_dir_at(udir.as_fd(), c)?;
-                copy_attrs(next.as_fd(), made.as_fd(), &dst, prefix, false)?;
-            }
-            Err(Errno::EXIST) => {}
-            Err(e) => return Err(e.into()),
-        }
-        udir = open_dir_at(udir.as_fd(), c)?;
-        ldir = next;
-    }
+    let Some((ldir, udir)) = mirror_dirs(layer, upper, parent, prefix)? else {
+        return Ok(());
+    };
     let Some(fst) = stat_at(ldir.as_fd(), name)? else {
         return Ok(());
     };
@@ -888,7 +868,108 @@ fn capture(
     }
     rfs::renameat(ldir.as_fd(), name, udir.as_fd(), name)?;
     rfs::renameat(tmp.as_fd(), copy_name, ldir.as_fd(), name)?;
+    if fst.st_nlink > 1 {
+        other_names(
+            zdir,
+            (layer, ldir.as_fd()),
+            (upper, udir.as_fd()),
+            name,
+            prefix,
+        )?;
+    }
     Ok(())
+}
+
+/// The other names in the layer of a captured file (`name` in `udir`,
+/// the fresh upper dir, now; its copy at `name` in `ldir`, the layer):
+/// each becomes a link of the copy in the layer, and of the live file in
+/// the upper dir. Left as they were, they went on naming the live file,
+/// so the checkpoint showed writes made after it under them (and a commit
+/// up to it applied them). Found by an attack pass.
+fn other_names(
+    zdir: &Path,
+    (layer, ldir): (BorrowedFd<'_>, BorrowedFd<'_>),
+    (upper, udir): (BorrowedFd<'_>, BorrowedFd<'_>),
+    name: &OsStr,
+    prefix: &str,
+) -> io::Result<()> {
+    let live = rfs::statat(udir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    let mut found = Vec::new();
+    find_links(layer, Path::new(""), (live.st_dev, live.st_ino), &mut found);
+    let tmp = open_dir(&zdir.join("tmp"))?;
+    for rel in found {
+        let (Some(parent), Some(other)) = (rel.parent(), rel.file_name()) else {
+            continue;
+        };
+        let Some((lo, uo)) = mirror_dirs(layer, upper, parent, prefix)? else {
+            continue;
+        };
+        match rfs::linkat(udir, name, uo.as_fd(), other, AtFlags::empty()) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let t = scratch(zdir, "capture")?;
+        let t = t.file_name().unwrap_or_default();
+        rfs::linkat(ldir, name, tmp.as_fd(), t, AtFlags::empty())?;
+        rfs::renameat(tmp.as_fd(), t, lo.as_fd(), other)?;
+    }
+    Ok(())
+}
+
+/// Every regular file under `dir` (at `rel`) that is inode `id`.
+fn find_links(dir: BorrowedFd<'_>, rel: &Path, id: (u64, u64), out: &mut Vec<PathBuf>) {
+    let Ok(list) = names(dir) else {
+        return;
+    };
+    for n in list {
+        let Ok(Some(st)) = stat_at(dir, &n) else {
+            continue;
+        };
+        if is_dir(&st) {
+            if let Ok(sub) = open_dir_at(dir, &n) {
+                find_links(sub.as_fd(), &rel.join(&n), id, out);
+            }
+        } else if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+            && (st.st_dev, st.st_ino) == id
+        {
+            out.push(rel.join(&n));
+        }
+    }
+}
+
+/// Directory `parent` in the layer and the same in the fresh upper dir,
+/// made there (with the layer's attributes) where missing; None where the
+/// layer has no such directory.
+fn mirror_dirs(
+    layer: BorrowedFd<'_>,
+    upper: BorrowedFd<'_>,
+    parent: &Path,
+    prefix: &str,
+) -> io::Result<Option<(OwnedFd, OwnedFd)>> {
+    let mut ldir = rfs::openat(layer, ".", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut udir = rfs::openat(upper, ".", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    for comp in parent.components() {
+        let c = comp.as_os_str();
+        let next = match open_dir_at(ldir.as_fd(), c) {
+            Ok(d) => d,
+            Err(Errno::NOENT | Errno::NOTDIR) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(dst) = stat_at(ldir.as_fd(), c)? else {
+            return Ok(None);
+        };
+        match rfs::mkdirat(udir.as_fd(), c, Mode::from_raw_mode(0o700)) {
+            Ok(()) => {
+                let made = open_dir_at(udir.as_fd(), c)?;
+                copy_attrs(next.as_fd(), made.as_fd(), &dst, prefix, false)?;
+            }
+            Err(Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        udir = open_dir_at(udir.as_fd(), c)?;
+        ldir = next;
+    }
+    Ok(Some((ldir, udir)))
 }
 
 /// Whether the zone's layers need [`recover`]: a change journaled, or a
