@@ -167,6 +167,57 @@ fn review_walks_files_and_directories_and_applies_each_decision() {
     );
 }
 
+/// On a live mount the worker may change what the reviewer is looking
+/// at: a commit applies what was shown or nothing. Here the worker
+/// rewrites `f` and adds to `src/` while the reviewer reads their diffs
+/// (the pager does it, as the worker, in a session of its own): each `c`
+/// is refused and the change shown again; the next `c` commits what that
+/// showed. (They were committed at once, unseen: found by an attack
+/// pass.)
+#[test]
+fn review_commits_only_what_it_showed() {
+    if !fuse_ok() || !require(Need::Tool("script")) {
+        return;
+    }
+    let m = staged().mount();
+    let out = worker(
+        &m,
+        "echo new > f && mkdir src && echo 1 > src/a && echo 2 > src/b",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let mnt = m.mountpoint().display().to_string();
+    let w = m.path("work").display().to_string();
+    let pager = format!(
+        "cat > /dev/null; [ -e {w}/src/c ] || setsid -w sh -c 'echo later >> {w}/f; echo 3 > {w}/src/c'"
+    );
+    // f: view (the worker changes f and adds src/c), commit: refused and
+    // shown again; commit. src/ (now 4 changes): commit.
+    let keys = ["v", "c", "c", "c"];
+    let out = on_pty(
+        m.root(),
+        &format!("{} review {}", quote(BIN), quote(&mnt)),
+        &keys,
+        &[("PAGER", pager.as_str())],
+    );
+    assert!(out.success(), "{}", out.describe());
+    let shown = &out.stdout;
+    assert_eq!(
+        shown
+            .matches("changed since it was shown: not committed; shown again")
+            .count(),
+        1,
+        "{shown:?}"
+    );
+    assert!(shown.contains("/work/src/  (4 changes)"), "{shown:?}");
+    assert!(
+        shown.contains("5 committed, 0 discarded, 0 kept"),
+        "{shown:?}"
+    );
+    let b = |rel: &str| fs::read_to_string(m.backing("work", rel)).ok();
+    assert_eq!(b("f").as_deref(), Some("new\nlater\n"));
+    assert_eq!(b("src/c").as_deref(), Some("3\n"));
+}
+
 #[test]
 fn review_discards_the_rest_and_quits_keeping_the_rest() {
     if !fuse_ok() || !require(Need::Tool("script")) {

@@ -154,11 +154,14 @@ impl Stage {
 }
 
 /// One staged change, as the walk sees it: its path as a worker names
-/// it (`/zone/...`) and its summary line.
+/// it (`/zone/...`), its summary line, and the whole change record (sizes,
+/// modes, who made its last change and when), to tell whether it is
+/// still what was shown.
 struct Item {
     path: PathBuf,
     line: String,
     dir: bool,
+    record: String,
 }
 
 /// The staged zones' changes, in path order.
@@ -172,6 +175,7 @@ fn items(report: &ChangesReport) -> Vec<Item> {
                 path: Path::new("/").join(&z.zone).join(&c.path),
                 line: stage_cmd::change_line(&z.zone, c),
                 dir: c.file_type == Some(FileType::Dir),
+                record: serde_json::to_string(c).unwrap_or_default(),
             })
         })
         .collect();
@@ -276,6 +280,39 @@ pub(crate) fn walk(stage: &mut Stage, input: &mut dyn BufRead) -> Outcome {
             }
         };
         let rest_paths = || -> Vec<PathBuf> { rest.iter().map(|i| i.path.clone()).collect() };
+        // A commit applies what was shown or nothing: on a live mount the
+        // worker may change a path (or add one in a directory) while the
+        // reviewer looks.
+        let decided: Vec<PathBuf> = match answer.as_str() {
+            "c" => vec![subject.clone()],
+            "C" => top(rest_paths()),
+            _ => Vec::new(),
+        };
+        if !decided.is_empty() {
+            let is_left = |i: &Item| {
+                !only.contains(&i.path)
+                    && !kept.iter().any(|k| i.path.starts_with(k))
+                    && decided.iter().any(|d| i.path.starts_with(d))
+            };
+            let shown: Vec<(&Path, &str)> = rest
+                .iter()
+                .filter(|i| is_left(i))
+                .map(|i| (i.path.as_path(), i.record.as_str()))
+                .collect();
+            let now = stage.changes(&decided, false).map(|r| items(&r));
+            let same = now.as_ref().is_ok_and(|now| {
+                let now: Vec<(&Path, &str)> = now
+                    .iter()
+                    .filter(|i| is_left(i))
+                    .map(|i| (i.path.as_path(), i.record.as_str()))
+                    .collect();
+                now == shown
+            });
+            if !same {
+                eprintln!("changed since it was shown: not committed; shown again");
+                continue;
+            }
+        }
         let result = match answer.as_str() {
             "c" => apply_commit(
                 stage,
