@@ -541,3 +541,74 @@ fn a_fallback_runtime_dir_not_the_users_own_is_refused() {
         "a 0755 runtime dir of the user's is made 0700"
     );
 }
+
+/// With `--allow-other`, a user other than the mount's owner and root
+/// holds at most a quota of files open through it (a quarter of what the
+/// daemon's fd limit leaves past its fd cache and a reserve): past it,
+/// EMFILE for that user, while root and other users go on opening files.
+/// One user held all of the daemon's fds before (found by an attack
+/// pass), and every user's lookups and opens failed.
+#[test]
+fn one_user_cannot_take_all_of_the_daemons_open_files() {
+    if !ready() || !tool_ok("prlimit") {
+        return;
+    }
+    let mut s = setup(Mode::Direct).arg("--allow-other");
+    for i in 0..100 {
+        s = s.file("ws", &format!("f{i}"), "x\n");
+    }
+    let m = s.mount();
+    let mnt = m.mountpoint().display().to_string();
+    let out = m.zonemount(&["status", "--json", &mnt]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let pid = v["pid"].as_u64().expect("the daemon's pid");
+    // 1,024 fds: the cache takes 512, a reserve 256, a user a quarter of
+    // the rest.
+    let out = sh_at(
+        Path::new("/"),
+        &format!("prlimit --pid {pid} --nofile=1024:1024"),
+        &[],
+    );
+    assert!(out.success(), "{}", out.describe());
+    // As nobody: open f0, f1, ... and keep them open, until one fails;
+    // say how many were open and why the next one failed; hold them.
+    let script = format!(
+        "exec 2>&1; n=0; for i in $(seq 0 99); do exec {{fd}}<{mnt}/ws/f$i || break; n=$((n+1)); done; echo opened $n; sleep 10"
+    );
+    let mut holder = std::process::Command::new("setpriv")
+        .args([
+            &format!("--reuid={NOBODY}"),
+            &format!("--regid={NOBODY}"),
+            "--clear-groups",
+            "bash",
+            "-c",
+            &script,
+        ])
+        .current_dir("/")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    {
+        use std::io::BufRead;
+        let r = std::io::BufReader::new(holder.stdout.take().unwrap());
+        for l in r.lines().map_while(Result::ok) {
+            said.push_str(&l);
+            said.push('\n');
+            if l.starts_with("opened ") {
+                break;
+            }
+        }
+    }
+    let others = sh_as(OTHER, &format!("cat {mnt}/ws/f1 {mnt}/ws/f2"));
+    let root = fs::read_to_string(m.path("ws/f3"));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(
+        said.contains("Too many open files") && said.ends_with("opened 64\n"),
+        "nobody's opens: {said}"
+    );
+    assert!(others.success(), "another user: {}", others.describe());
+    assert_eq!(others.stdout, "x\nx\n");
+    assert_eq!(root.unwrap(), "x\n", "root");
+}

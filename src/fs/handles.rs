@@ -45,6 +45,8 @@ pub enum Handle<H> {
         /// The node it was opened on (a checkpoint finds the file by the
         /// node's path).
         node: u64,
+        /// Whose open it is (the caller's uid): see [`Handles::open_by`].
+        uid: u32,
     },
     Dir {
         node: Arc<Node>,
@@ -69,6 +71,8 @@ impl<H> Handle<H> {
 pub struct Handles<H> {
     shards: Vec<Mutex<HashMap<u64, Arc<Handle<H>>>>>,
     next: AtomicU64,
+    /// Open files by uid.
+    by_uid: Mutex<HashMap<u32, usize>>,
 }
 
 impl<H> Default for Handles<H> {
@@ -76,6 +80,7 @@ impl<H> Default for Handles<H> {
         Handles {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next: AtomicU64::new(1),
+            by_uid: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -86,9 +91,17 @@ impl<H> Handles<H> {
     }
 
     pub fn add(&self, h: Handle<H>) -> u64 {
+        if let Handle::File { uid, .. } = &h {
+            *self.by_uid.lock().entry(*uid).or_default() += 1;
+        }
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
         self.shard(fh).lock().insert(fh, Arc::new(h));
         fh
+    }
+
+    /// How many files user `uid` has open through the mount.
+    pub fn open_by(&self, uid: u32) -> usize {
+        self.by_uid.lock().get(&uid).copied().unwrap_or(0)
     }
 
     pub fn get(&self, fh: u64) -> FsResult<Arc<Handle<H>>> {
@@ -118,7 +131,16 @@ impl<H> Handles<H> {
     }
 
     pub fn remove(&self, fh: u64) {
-        self.shard(fh).lock().remove(&fh);
+        let gone = self.shard(fh).lock().remove(&fh);
+        if let Some(Handle::File { uid, .. }) = gone.as_deref() {
+            let mut by = self.by_uid.lock();
+            if let Some(n) = by.get_mut(uid) {
+                *n -= 1;
+                if *n == 0 {
+                    by.remove(uid);
+                }
+            }
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -419,6 +419,25 @@ impl Core {
         Ok((gate, node))
     }
 
+    /// EMFILE when `caller`, a user other than the mount's owner and
+    /// root, holds [`super::open_quota`] files open through the mount.
+    pub(super) fn within_open_quota(&self, caller: &Caller) -> FsResult<()> {
+        if caller.uid == 0 || caller.uid == self.opts.owner_uid {
+            return Ok(());
+        }
+        let open = self.handles.open_by(caller.uid);
+        // The daemon's limit as it is now (`prlimit` may change it).
+        if open >= 64 && open >= super::open_quota(backing::nofile_limit()) {
+            tracing::info!(
+                uid = caller.uid,
+                open,
+                "open refused: the user's open files are at the quota"
+            );
+            return Err(FsError::Os(libc::EMFILE));
+        }
+        Ok(())
+    }
+
     /// Open `node` for the caller; the handle, and whether its writes go
     /// to the daemon as they are made (see [`Core::open_backing`]).
     pub(super) fn open_as(
@@ -427,6 +446,7 @@ impl Core {
         node: &Node,
         flags: i32,
     ) -> FsResult<(u64, bool)> {
+        self.within_open_quota(caller)?;
         let as_caller = AsCaller::enter(caller)?;
         let zone = node.zone.ok_or(FsError::Os(libc::EISDIR))?;
         // A plain read-only open with the daemon's own rights (a caller of
@@ -456,6 +476,7 @@ impl Core {
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
             held: None,
             node: node.ino,
+            uid: caller.uid,
         });
         Ok((fh, direct))
     }

@@ -235,6 +235,20 @@ pub enum OpenError {
     },
 }
 
+/// How many files one user other than the mount's owner and root may
+/// hold open through it: a quarter of what the daemon's fd limit (`limit`)
+/// leaves past its fd cache and a reserve, at least 64. Each such open is
+/// a backing fd of its own in the daemon; without a bound, one user let
+/// in with `--allow-other` held them all (20,000 opens of one file), and
+/// every user's lookups and opens failed with EMFILE while it did.
+pub fn open_quota(limit: Option<u64>) -> usize {
+    let Some(limit) = limit.and_then(|l| usize::try_from(l).ok()) else {
+        return usize::MAX;
+    };
+    let cache = crate::fs::reach::cache_size(Some(limit as u64));
+    (limit.saturating_sub(cache + 256) / 4).max(64)
+}
+
 pub struct Core {
     zones: Vec<ZoneRules>,
     zone_names: Vec<OsString>,

@@ -362,6 +362,7 @@ impl Core {
         flags: i32,
         held: Option<Arc<super::held::HeldCreate>>,
     ) -> FsResult<(Entry, Arc<Node>, u64, bool)> {
+        self.within_open_quota(caller)?;
         let _as = AsCaller::enter(caller)?;
         let zone = Self::zone_dir(dir)?;
         let dir_fd = self.reach.fd_of(dir)?;
@@ -406,6 +407,7 @@ impl Core {
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
             held,
             node: node.ino,
+            uid: caller.uid,
         });
         let entry = self.entry(&node, to_attr(node.shown_ino(), &st));
         Ok((entry, node, fh, direct))

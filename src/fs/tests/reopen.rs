@@ -412,6 +412,13 @@ fn the_cache_fits_the_fd_limit() {
     assert_eq!(cache_size(Some(20_000)), FD_CACHE_MAX);
     assert_eq!(cache_size(Some(1024)), 512);
     assert_eq!(cache_size(Some(10)), 16);
+    // A user's open files: a quarter of what the cache and a reserve of
+    // 256 leave, at least 64.
+    use crate::fs::core::open_quota;
+    assert_eq!(open_quota(Some(20_000)), (20_000 - FD_CACHE_MAX - 256) / 4);
+    assert_eq!(open_quota(Some(1024)), 64);
+    assert_eq!(open_quota(Some(100)), 64);
+    assert_eq!(open_quota(None), usize::MAX);
 }
 
 /// Root has kernel file handles (and says nothing about them); anyone
