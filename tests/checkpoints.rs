@@ -48,6 +48,19 @@ fn mnt(m: &TestMount) -> String {
     m.mountpoint().to_string_lossy().into_owned()
 }
 
+/// `rel` in the mount made (or emptied) and opened for writing, `first`
+/// written; kept open by the caller.
+fn held_open(m: &TestMount, rel: &str, first: &[u8]) -> fs::File {
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(m.path(rel))
+        .unwrap();
+    f.write_all(first).unwrap();
+    f
+}
+
 /// `zonemount checkpoint MNT`: its id (the last line).
 #[track_caller]
 fn checkpoint(m: &TestMount, label: &str) -> u64 {
@@ -201,13 +214,7 @@ fn a_task_in_steps_rewinds_to_each_checkpoint() {
         taken.push((id, view(&m)));
     }
     // A file held open for writing across a checkpoint: taken as it was.
-    let mut held = fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(m.path("work/held"))
-        .unwrap();
-    held.write_all(b"first\n").unwrap();
+    let mut held = held_open(&m, "work/held", b"first\n");
     let at_first = checkpoint(&m, "held open");
     let first_view = view(&m);
     held.write_all(b"second\n").unwrap();
@@ -729,13 +736,7 @@ fn a_file_open_across_checkpoints_and_renamed_between_them_is_taken_where_it_is(
         return;
     }
     let m = staged(&[]).mount();
-    let mut held = fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(m.path("work/held"))
-        .unwrap();
-    held.write_all(b"one\n").unwrap();
+    let mut held = held_open(&m, "work/held", b"one\n");
     checkpoint(&m, "one");
     sh(&m, "mv held moved");
     held.write_all(b"two\n").unwrap();
@@ -765,13 +766,7 @@ fn both_names_of_a_file_held_open_across_a_checkpoint_are_kept_as_they_were() {
         return;
     }
     let m = staged(&[]).mount();
-    let mut held = fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(m.path("work/a"))
-        .unwrap();
-    held.write_all(b"one\n").unwrap();
+    let mut held = held_open(&m, "work/a", b"one\n");
     sh(&m, "mkdir -p sub && ln a b && ln a sub/c");
     let id = checkpoint(&m, "linked");
     held.write_all(b"two\n").unwrap();

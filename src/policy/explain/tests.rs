@@ -3,6 +3,7 @@
 use super::*;
 use crate::config::{Access, Approval, ApprovalPolicy, Zone, ZonePolicy};
 use crate::error::Refusal;
+use crate::policy::tests::remove;
 use crate::policy::{Decision, Loc, Op, ZoneRules};
 use std::path::{Path, PathBuf};
 
@@ -143,10 +144,7 @@ fn read_only_names_the_writable_zones() {
         access: Access::Ro,
         ..BASE
     })];
-    let op = Op::Remove {
-        at: Loc::in_zone(&only[0], Path::new("x")),
-        is_dir: false,
-    };
+    let op = remove(Loc::in_zone(&only[0], Path::new("x")));
     let e = explain(&Subject::of(&op), Refusal::ReadOnly, &only);
     assert!(
         e.message
@@ -330,14 +328,7 @@ fn root_cross_zone_suffix_size_blocked() {
         ),
         "{m}"
     );
-    let m = refusal_message(
-        &t,
-        Op::Remove {
-            at: at(&t, "final", "a.md"),
-            is_dir: false,
-        },
-        Refusal::Blocked,
-    );
+    let m = refusal_message(&t, remove(at(&t, "final", "a.md")), Refusal::Blocked);
     assert!(
         m.starts_with("Cannot delete '/final/a.md': /final's delete policy is 'blocked'. Deleting is allowed in: /workspace, /home, /lim."),
         "{m}"
@@ -455,10 +446,7 @@ fn a_staged_zone_says_the_commit_decides() {
         "/st is staged: the change goes to its stage, and the host's files change only when \
          the supervisor commits it (the commit is the decision; the write policy is 'ask')"
     );
-    let op = Op::Remove {
-        at: at(&t, "st", "f"),
-        is_dir: false,
-    };
+    let op = remove(at(&t, "st", "f"));
     let d = super::super::decide(&op);
     assert!(matches!(d, Decision::Refuse(Refusal::Blocked)), "{d:?}");
 }

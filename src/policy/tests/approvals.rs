@@ -46,10 +46,7 @@ fn rw_zone_follows_write_policy() {
                 at: f,
                 is_dir: true,
             },
-            Op::Metadata {
-                at: f,
-                is_dir: false,
-            },
+            meta(f),
             Op::Link {
                 from: at(&z, "a"),
                 to: f,
@@ -58,13 +55,7 @@ fn rw_zone_follows_write_policy() {
             assert_eq!(decide(&op), want, "{op:?}");
         }
         // delete is not a write
-        assert_eq!(
-            decide(&Op::Remove {
-                at: f,
-                is_dir: false
-            }),
-            Decision::Allow
-        );
+        assert_eq!(decide(&remove(f)), Decision::Allow);
     }
     let z = zone(Access::Rw, Ask, PreApproved);
     match decide(&Op::NewName {
@@ -89,13 +80,7 @@ fn rw_zone_follows_write_policy() {
 #[test]
 fn rw_zone_follows_delete_policy() {
     let z = zone(Access::Rw, PreApproved, Blocked);
-    assert_eq!(
-        refused(Op::Remove {
-            at: at(&z, "f"),
-            is_dir: false
-        }),
-        Refusal::Blocked
-    );
+    assert_eq!(refused(remove(at(&z, "f"))), Refusal::Blocked);
     assert_eq!(
         decide(&Op::NewName {
             at: at(&z, "f"),
@@ -105,7 +90,7 @@ fn rw_zone_follows_delete_policy() {
     );
     let z = zone(Access::Rw, PreApproved, Ask);
     assert!(
-        matches!(decide(&Op::Remove { at: at(&z, "f"), is_dir: false }), Decision::Ask(v) if v[0].class == Class::Delete)
+        matches!(decide(&remove(at(&z, "f"))), Decision::Ask(v) if v[0].class == Class::Delete)
     );
 }
 
@@ -171,33 +156,15 @@ fn a_staged_zone_lets_asks_into_the_stage_and_still_refuses_blocked() {
             at: f,
             is_dir: false,
         },
-        Op::Metadata {
-            at: f,
-            is_dir: false,
-        },
-        Op::Remove {
-            at: f,
-            is_dir: false,
-        },
+        meta(f),
+        remove(f),
     ] {
         assert_eq!(decide(&op), Decision::Allow, "{op:?}");
     }
     let mut z = zone(Access::Rw, Blocked, Blocked);
     z.staged = true;
-    assert_eq!(
-        refused(Op::Remove {
-            at: at(&z, "f"),
-            is_dir: false
-        }),
-        Refusal::Blocked
-    );
-    assert_eq!(
-        refused(Op::Metadata {
-            at: at(&z, "f"),
-            is_dir: false
-        }),
-        Refusal::Blocked
-    );
+    assert_eq!(refused(remove(at(&z, "f"))), Refusal::Blocked);
+    assert_eq!(refused(meta(at(&z, "f"))), Refusal::Blocked);
     // Every other rule holds as on a plain zone: protect, suffixes, size.
     let mut z = zone_with(Access::Rw, Ask, Ask, Some(&[".md"]), Some(2), &[".git"]);
     z.staged = true;
@@ -208,13 +175,7 @@ fn a_staged_zone_lets_asks_into_the_stage_and_still_refuses_blocked() {
         }),
         Refusal::Suffix
     );
-    assert_eq!(
-        refused(Op::Metadata {
-            at: at(&z, ".git/x"),
-            is_dir: false,
-        }),
-        Refusal::Protected
-    );
+    assert_eq!(refused(meta(at(&z, ".git/x"))), Refusal::Protected);
 }
 
 #[test]

@@ -23,14 +23,8 @@ fn sensitive_roots_are_enoent_for_everything_first() {
                     at: f,
                     is_dir: true,
                 },
-                Op::Metadata {
-                    at: f,
-                    is_dir: false,
-                },
-                Op::Remove {
-                    at: f,
-                    is_dir: false,
-                },
+                meta(f),
+                remove(f),
                 Op::Rename {
                     from: at(&z, "x.md"),
                     to: f,

@@ -21,14 +21,8 @@ fn ro_zone_refuses_every_change_with_erofs() {
             at: f,
             is_dir: true,
         },
-        Op::Metadata {
-            at: f,
-            is_dir: false,
-        },
-        Op::Remove {
-            at: f,
-            is_dir: false,
-        },
+        meta(f),
+        remove(f),
         Op::Rename {
             from: f,
             to: at(&z, "g"),
@@ -57,28 +51,10 @@ fn root_level_changes_are_eacces_and_beat_everything_else() {
         }),
         Refusal::RootLevel
     );
-    assert_eq!(
-        refused(Op::Remove {
-            at: root_entry,
-            is_dir: false
-        }),
-        Refusal::RootLevel
-    );
-    assert_eq!(
-        refused(Op::Metadata {
-            at: root_entry,
-            is_dir: false
-        }),
-        Refusal::RootLevel
-    );
+    assert_eq!(refused(remove(root_entry)), Refusal::RootLevel);
+    assert_eq!(refused(meta(root_entry)), Refusal::RootLevel);
     // a zone dir renamed, removed: root-level, also for a ro zone
-    assert_eq!(
-        refused(Op::Remove {
-            at: at(&r, ""),
-            is_dir: false
-        }),
-        Refusal::RootLevel
-    );
+    assert_eq!(refused(remove(at(&r, ""))), Refusal::RootLevel);
     let op = Op::Rename {
         from: at(&a, ""),
         to: at(&r, "x"),
@@ -98,27 +74,9 @@ fn root_level_changes_are_eacces_and_beat_everything_else() {
     assert_eq!(Refusal::RootLevel.errno(), libc::EACCES);
     // metadata of a zone dir itself (chmod, chown, utimes, xattrs) is a
     // root-level change, in a rw zone too; inside it, a zone matter
-    assert_eq!(
-        refused(Op::Metadata {
-            at: at(&r, ""),
-            is_dir: false
-        }),
-        Refusal::RootLevel
-    );
-    assert_eq!(
-        refused(Op::Metadata {
-            at: at(&a, ""),
-            is_dir: false
-        }),
-        Refusal::RootLevel
-    );
-    assert_eq!(
-        decide(&Op::Metadata {
-            at: at(&a, "x"),
-            is_dir: false
-        }),
-        Decision::Allow
-    );
+    assert_eq!(refused(meta(at(&r, ""))), Refusal::RootLevel);
+    assert_eq!(refused(meta(at(&a, ""))), Refusal::RootLevel);
+    assert_eq!(decide(&meta(at(&a, "x"))), Decision::Allow);
 }
 
 #[test]
@@ -238,13 +196,7 @@ fn protect_makes_subtrees_read_only() {
         }),
         Refusal::Protected
     );
-    assert_eq!(
-        refused(Op::Remove {
-            at: at(&z, "docs/final/a"),
-            is_dir: false,
-        }),
-        Refusal::Protected
-    );
+    assert_eq!(refused(remove(at(&z, "docs/final/a"))), Refusal::Protected);
     let op = Op::Rename {
         from: at(&z, ".git/HEAD"),
         to: at(&z, "h"),
@@ -347,23 +299,8 @@ fn a_pattern_for_directories_protects_the_directory_itself() {
     ] {
         assert_eq!(refused(op), Refusal::Protected);
     }
-    for op in [
-        Op::Metadata {
-            at: keep,
-            is_dir: false,
-        },
-        Op::Remove {
-            at: keep,
-            is_dir: false,
-        },
-    ] {
+    for op in [meta(keep), remove(keep)] {
         assert_eq!(decide(&op), Decision::Allow);
     }
-    assert_eq!(
-        refused(Op::Metadata {
-            at: at(&z, "keep/inside"),
-            is_dir: false
-        }),
-        Refusal::Protected
-    );
+    assert_eq!(refused(meta(at(&z, "keep/inside"))), Refusal::Protected);
 }

@@ -89,6 +89,16 @@ fn look(z: &ZoneRules, p: &str, is_dir: Option<bool>) -> Option<Refusal> {
     }
 }
 
+/// A metadata change (chmod, utimes, xattrs) of the file at `at`.
+pub(super) fn meta(at: Loc<'_>) -> Op<'_> {
+    Op::Metadata { at, is_dir: false }
+}
+
+/// An unlink of the file at `at`.
+pub(super) fn remove(at: Loc<'_>) -> Op<'_> {
+    Op::Remove { at, is_dir: false }
+}
+
 fn refused(op: Op<'_>) -> Refusal {
     match decide(&op) {
         Decision::Refuse(r) => r,
