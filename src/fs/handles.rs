@@ -45,8 +45,10 @@ pub enum Handle<H> {
         /// The node it was opened on (a checkpoint finds the file by the
         /// node's path).
         node: u64,
-        /// Whose open it is (the caller's uid): see [`Handles::open_by`].
-        uid: u32,
+        /// Whose open it is, when that user's open files are counted (a
+        /// user other than the mount's owner and root): see
+        /// [`Handles::open_by`].
+        counted: Option<u32>,
     },
     Dir {
         node: Arc<Node>,
@@ -91,7 +93,10 @@ impl<H> Handles<H> {
     }
 
     pub fn add(&self, h: Handle<H>) -> u64 {
-        if let Handle::File { uid, .. } = &h {
+        if let Handle::File {
+            counted: Some(uid), ..
+        } = &h
+        {
             *self.by_uid.lock().entry(*uid).or_default() += 1;
         }
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
@@ -99,7 +104,9 @@ impl<H> Handles<H> {
         fh
     }
 
-    /// How many files user `uid` has open through the mount.
+    /// How many files user `uid` has open through the mount (counted for
+    /// users other than the mount's owner and root only: the lock is not
+    /// taken for the others' opens).
     pub fn open_by(&self, uid: u32) -> usize {
         self.by_uid.lock().get(&uid).copied().unwrap_or(0)
     }
@@ -132,7 +139,10 @@ impl<H> Handles<H> {
 
     pub fn remove(&self, fh: u64) {
         let gone = self.shard(fh).lock().remove(&fh);
-        if let Some(Handle::File { uid, .. }) = gone.as_deref() {
+        if let Some(Handle::File {
+            counted: Some(uid), ..
+        }) = gone.as_deref()
+        {
             let mut by = self.by_uid.lock();
             if let Some(n) = by.get_mut(uid) {
                 *n -= 1;

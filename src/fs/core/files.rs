@@ -419,17 +419,23 @@ impl Core {
         Ok((gate, node))
     }
 
+    /// The uid to count `caller`'s open files under: a user other than
+    /// the mount's owner and root.
+    pub(super) fn counted(&self, caller: &Caller) -> Option<u32> {
+        (caller.uid != 0 && caller.uid != self.opts.owner_uid).then_some(caller.uid)
+    }
+
     /// EMFILE when `caller`, a user other than the mount's owner and
     /// root, holds [`super::open_quota`] files open through the mount.
     pub(super) fn within_open_quota(&self, caller: &Caller) -> FsResult<()> {
-        if caller.uid == 0 || caller.uid == self.opts.owner_uid {
+        let Some(uid) = self.counted(caller) else {
             return Ok(());
-        }
-        let open = self.handles.open_by(caller.uid);
+        };
+        let open = self.handles.open_by(uid);
         // The daemon's limit as it is now (`prlimit` may change it).
         if open >= 64 && open >= super::open_quota(backing::nofile_limit()) {
             tracing::info!(
-                uid = caller.uid,
+                uid,
                 open,
                 "open refused: the user's open files are at the quota"
             );
@@ -476,7 +482,7 @@ impl Core {
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
             held: None,
             node: node.ino,
-            uid: caller.uid,
+            counted: self.counted(caller),
         });
         Ok((fh, direct))
     }

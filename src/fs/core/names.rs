@@ -407,7 +407,7 @@ impl Core {
             writable: flags & libc::O_ACCMODE != libc::O_RDONLY,
             held,
             node: node.ino,
-            uid: caller.uid,
+            counted: self.counted(caller),
         });
         let entry = self.entry(&node, to_attr(node.shown_ino(), &st));
         Ok((entry, node, fh, direct))
