@@ -396,6 +396,35 @@ fn a_rename_asks_for_write_and_delete_and_shows_its_target() {
     assert!(m.backing("final", "b.md").exists() && !m.backing("final", "a.md").exists());
 }
 
+/// A hard link asks for `write` on its new name; the request also names
+/// the file it links (a second name for a file is what is being decided),
+/// in the JSON and in the list people read.
+#[test]
+fn a_link_asks_for_its_new_name_and_shows_the_file_it_links() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().file("final", "a.md", "a\n").mount();
+    let w = Worker::start(&m, &retrying("ln final/a.md final/hl.md"));
+    let r = wait_pending(&m, 1);
+    assert_eq!(r[0]["op"], "link");
+    assert_eq!(r[0]["class"], "write");
+    assert_eq!(r[0]["path"], "/final/hl.md");
+    assert_eq!(r[0]["target"], "/final/a.md");
+    let human = zm(&["approvals", "list"], m.mountpoint());
+    assert!(
+        human.stdout.contains("/final/hl.md -> /final/a.md"),
+        "{}",
+        human.describe()
+    );
+    assert!(decide(&m, &["allow"], r[0]["id"].as_u64().unwrap()).success());
+    assert!(w.finish().0.success());
+    assert_eq!(
+        fs::read_to_string(m.backing("final", "hl.md")).unwrap(),
+        "a\n"
+    );
+}
+
 #[test]
 fn a_request_times_out_with_eacces_and_is_not_remembered() {
     if !fuse_ok() {

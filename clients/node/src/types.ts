@@ -45,6 +45,8 @@ export interface Request {
   /** The path as the worker sees it (a rename's source). */
   path: string;
   path_b64?: string;
+  /** A rename's destination; a hard link's existing file (its new name
+   * is `path`). */
   target?: string;
   target_b64?: string;
   /** The calling process (thread group) and its uid. */

@@ -68,6 +68,9 @@ pub struct RecentRefusal {
 pub struct Gate {
     pub pass: Pass,
     pub expected: Expected,
+    /// Shown with an ask, for information: a link's existing file (the
+    /// items name only the new name).
+    pub target: Option<std::path::PathBuf>,
 }
 
 /// Whether an operation may proceed now.
@@ -84,6 +87,7 @@ impl Gate {
         Gate {
             pass: Pass::Go,
             expected: Expected::default(),
+            target: None,
         }
     }
 
@@ -101,6 +105,7 @@ impl Gate {
         Gate {
             pass,
             expected: self.expected.and(other.expected),
+            target: self.target.or(other.target),
         }
     }
 }
@@ -156,11 +161,16 @@ impl Core {
                 Ok(Gate {
                     pass: Pass::Go,
                     expected: expected(),
+                    target: None,
                 })
             }
             Decision::Ask(items) => Ok(Gate {
                 pass: Pass::Ask(items),
                 expected: expected(),
+                target: match op {
+                    Op::Link { from, .. } => Some(policy::exact(*from)),
+                    _ => None,
+                },
             }),
             Decision::Refuse(r) => Err(self.refuse(ctx, &Subject::of(op), r, keep)),
         }
@@ -210,7 +220,14 @@ impl Core {
             Hold::Locked => Wait::Bounded(LOCK_HOLD),
         };
         let planned = self.admit(&ctx).and_then(|()| plan());
-        let (Gate { pass, expected }, act) = match planned {
+        let (
+            Gate {
+                pass,
+                expected,
+                target,
+            },
+            act,
+        ) = match planned {
             Ok(p) => p,
             Err(e) => return respond.respond(Err(e)),
         };
@@ -230,7 +247,7 @@ impl Core {
         let ask = AskRequest {
             items,
             op: ctx.op,
-            target: None,
+            target,
             pid: ctx.pid,
             uid: ctx.uid,
             unique: ctx.unique,

@@ -317,6 +317,7 @@ impl Core {
                 Gate {
                     pass: Pass::Go,
                     expected,
+                    ..
                 },
                 dir,
             )) => {
@@ -334,6 +335,7 @@ impl Core {
                 Gate {
                     pass: Pass::Ask(items),
                     expected,
+                    ..
                 },
                 dir,
             )) => {

@@ -58,6 +58,8 @@ class Request:
     op: str
     #: The path as the worker sees it.
     path: str
+    #: A rename's destination; a hard link's existing file (its new name is
+    #: ``path``).
     target: Optional[str]
     #: The calling process and its uid.
     pid: int
