@@ -18,6 +18,7 @@ use libc::{EACCES, EROFS};
 
 const NOBODY: u32 = 65534;
 const OTHER: u32 = 4242;
+const THIRD: u32 = 4343;
 
 /// FUSE, root (to act as other uids) and `setpriv`: see [`require`].
 fn ready() -> bool {
@@ -570,15 +571,59 @@ fn one_user_cannot_take_all_of_the_daemons_open_files() {
         &[],
     );
     assert!(out.success(), "{}", out.describe());
-    // As nobody: open f0, f1, ... and keep them open, until one fails;
-    // say how many were open and why the next one failed; hold them.
+    // As nobody: open f0, f1, ... and keep them open, until one fails.
+    let (mut nobody, said) = hold_open(NOBODY, &mnt, 0);
+    let others = sh_as(OTHER, &format!("cat {mnt}/ws/f1 {mnt}/ws/f2"));
+    let root = fs::read_to_string(m.path("ws/f3"));
+    // A second user holds its quota too: all of them together are then
+    // at twice it, and a third user gets EMFILE at once.
+    let (mut other, other_said) = hold_open(OTHER, &mnt, 50);
+    let third = sh_as(THIRD, &format!("cat {mnt}/ws/f4"));
+    let root_after = fs::read_to_string(m.path("ws/f5"));
+    for h in [&mut nobody, &mut other] {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    let third_after = sh_as(THIRD, &format!("cat {mnt}/ws/f4"));
+    assert!(
+        said.contains("Too many open files") && said.ends_with("opened 64\n"),
+        "nobody's opens: {said}"
+    );
+    assert!(others.success(), "another user: {}", others.describe());
+    assert_eq!(others.stdout, "x\nx\n");
+    assert_eq!(root.unwrap(), "x\n", "root");
+    assert!(
+        other_said.ends_with("opened 64\n"),
+        "the second user's opens: {other_said}"
+    );
+    assert!(
+        !third.success() && third.stderr.contains("Too many open files"),
+        "a third user past the users' joint quota: {}",
+        third.describe()
+    );
+    assert_eq!(
+        root_after.unwrap(),
+        "x\n",
+        "root, the users at their joint quota"
+    );
+    assert!(
+        third_after.success(),
+        "the third user once the others closed: {}",
+        third_after.describe()
+    );
+}
+
+/// As `uid`: open f`from`, f`from+1`, ... (wrapping at 100) and keep them
+/// open until one fails; what it said up to its count (`opened N`), and
+/// the process, which holds them until killed.
+fn hold_open(uid: u32, mnt: &str, from: u32) -> (std::process::Child, String) {
     let script = format!(
-        "exec 2>&1; n=0; for i in $(seq 0 99); do exec {{fd}}<{mnt}/ws/f$i || break; n=$((n+1)); done; echo opened $n; sleep 10"
+        "exec 2>&1; n=0; for j in $(seq 0 99); do i=$(( (j + {from}) % 100 )); exec {{fd}}<{mnt}/ws/f$i || break; n=$((n+1)); done; echo opened $n; sleep 10"
     );
     let mut holder = std::process::Command::new("setpriv")
         .args([
-            &format!("--reuid={NOBODY}"),
-            &format!("--regid={NOBODY}"),
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
             "--clear-groups",
             "bash",
             "-c",
@@ -589,26 +634,14 @@ fn one_user_cannot_take_all_of_the_daemons_open_files() {
         .spawn()
         .unwrap();
     let mut said = String::new();
-    {
-        use std::io::BufRead;
-        let r = std::io::BufReader::new(holder.stdout.take().unwrap());
-        for l in r.lines().map_while(Result::ok) {
-            said.push_str(&l);
-            said.push('\n');
-            if l.starts_with("opened ") {
-                break;
-            }
+    use std::io::BufRead;
+    let r = std::io::BufReader::new(holder.stdout.take().unwrap());
+    for l in r.lines().map_while(Result::ok) {
+        said.push_str(&l);
+        said.push('\n');
+        if l.starts_with("opened ") {
+            break;
         }
     }
-    let others = sh_as(OTHER, &format!("cat {mnt}/ws/f1 {mnt}/ws/f2"));
-    let root = fs::read_to_string(m.path("ws/f3"));
-    let _ = holder.kill();
-    let _ = holder.wait();
-    assert!(
-        said.contains("Too many open files") && said.ends_with("opened 64\n"),
-        "nobody's opens: {said}"
-    );
-    assert!(others.success(), "another user: {}", others.describe());
-    assert_eq!(others.stdout, "x\nx\n");
-    assert_eq!(root.unwrap(), "x\n", "root");
+    (holder, said)
 }

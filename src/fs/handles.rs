@@ -47,7 +47,7 @@ pub enum Handle<H> {
         node: u64,
         /// Whose open it is, when that user's open files are counted (a
         /// user other than the mount's owner and root): see
-        /// [`Handles::open_by`].
+        /// [`Handles::open_by_and_all`].
         counted: Option<u32>,
     },
     Dir {
@@ -104,11 +104,12 @@ impl<H> Handles<H> {
         fh
     }
 
-    /// How many files user `uid` has open through the mount (counted for
-    /// users other than the mount's owner and root only: the lock is not
-    /// taken for the others' opens).
-    pub fn open_by(&self, uid: u32) -> usize {
-        self.by_uid.lock().get(&uid).copied().unwrap_or(0)
+    /// How many files user `uid` has open through the mount, and all the
+    /// counted users together (counted for users other than the mount's
+    /// owner and root only: the lock is not taken for the others' opens).
+    pub fn open_by_and_all(&self, uid: u32) -> (usize, usize) {
+        let by = self.by_uid.lock();
+        (by.get(&uid).copied().unwrap_or(0), by.values().sum())
     }
 
     pub fn get(&self, fh: u64) -> FsResult<Arc<Handle<H>>> {

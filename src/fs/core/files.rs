@@ -426,18 +426,24 @@ impl Core {
     }
 
     /// EMFILE when `caller`, a user other than the mount's owner and
-    /// root, holds [`super::open_quota`] files open through the mount.
+    /// root, holds [`super::open_quota`] files open through the mount, or
+    /// all such users together hold twice that.
     pub(super) fn within_open_quota(&self, caller: &Caller) -> FsResult<()> {
         let Some(uid) = self.counted(caller) else {
             return Ok(());
         };
-        let open = self.handles.open_by(uid);
+        let (open, all) = self.handles.open_by_and_all(uid);
+        if open < 64 && all < 128 {
+            return Ok(());
+        }
         // The daemon's limit as it is now (`prlimit` may change it).
-        if open >= 64 && open >= super::open_quota(backing::nofile_limit()) {
+        let quota = super::open_quota(backing::nofile_limit());
+        if open >= quota || all >= quota.saturating_mul(2) {
             tracing::info!(
                 uid,
                 open,
-                "open refused: the user's open files are at the quota"
+                all,
+                "open refused: the open files of the user, or of all users other than the owner and root, are at their quota"
             );
             return Err(FsError::Os(libc::EMFILE));
         }

@@ -240,7 +240,9 @@ pub enum OpenError {
 /// leaves past its fd cache and a reserve, at least 64. Each such open is
 /// a backing fd of its own in the daemon; without a bound, one user let
 /// in with `--allow-other` held them all (20,000 opens of one file), and
-/// every user's lookups and opens failed with EMFILE while it did.
+/// every user's lookups and opens failed with EMFILE while it did. All
+/// such users together may hold twice this: half of what is left, however
+/// many uids a worker has.
 pub fn open_quota(limit: Option<u64>) -> usize {
     let Some(limit) = limit.and_then(|l| usize::try_from(l).ok()) else {
         return usize::MAX;
