@@ -1221,6 +1221,7 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
         )
         .file("work", "log.txt", "1\n")
         .file("work", "noeol.txt", "no newline")
+        .file("work", "cr.txt", "one\ntwo\n")
         .file("work", "run.sh", "#!/bin/sh\necho hi\n")
         .file("work", "blob.bin", [0u8, 1, 2, 3, 255, 0, 7])
         .file("work", "old name.txt", "moving with a space\n")
@@ -1243,6 +1244,7 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
          sed -i s/three/THREE/ edit.txt
          echo 2 >> log.txt
          printf \"no newline, changed\" > noeol.txt
+         printf \"one\\rX\\ntwo\\n\" > cr.txt
          chmod +x run.sh
          ln -sfn log.txt link
          printf \"\\000\\001\\002\\003\\376\\000\\007\\010\" > blob.bin
@@ -1315,6 +1317,11 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
         diffs.lines().all(|l| !l.contains("  /work/")) && diffs.contains("+THREE"),
         "{diffs}"
     );
+    // A lone CR is inside its line (shown escaped), as git counts lines.
+    assert!(
+        diffs.contains("+++ b/cr.txt\n@@ -1,2 +1,2 @@\n-one\n+one\\rX\n two\n"),
+        "{diffs}"
+    );
     assert!(
         patch.starts_with("diff --git "),
         "nothing before the patch: {patch}"
@@ -1343,11 +1350,11 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
     let patch_file = root.join("task.patch");
     fs::write(&patch_file, &patch).unwrap();
     let pf = patch_file.display().to_string();
-    // Every change in the stat: 29 sections (4 for the tree deleted, 2
+    // Every change in the stat: 30 sections (4 for the tree deleted, 2
     // for the new one, 2 for each change of type, 2 in the directory
-    // deleted and made again, one each for the rest), 31 where the
+    // deleted and made again, one each for the rest), 32 where the
     // renames are deletions and new files.
-    let sections = if renamed { 29 } else { 31 };
+    let sections = if renamed { 30 } else { 32 };
     let stat = git(&copy, &["apply", "--numstat", &pf]);
     assert!(stat.success(), "{}", stat.describe());
     let stat_lines: Vec<&str> = stat.stdout.lines().collect();
@@ -1355,6 +1362,7 @@ fn changes_patch_applied_by_git_to_a_copy_of_the_backing_dir_gives_the_view() {
         "edit.txt",
         "log.txt",
         "noeol.txt",
+        "cr.txt",
         "run.sh",
         "link",
         "blob.bin",

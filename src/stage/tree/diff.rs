@@ -108,13 +108,8 @@ pub fn diff(l: &Layers, c: &Change) -> io::Result<String> {
                 _ => String::new(),
             };
             if old != new {
-                let d = similar::TextDiff::from_lines(&old, &new);
-                out.push_str(
-                    &d.unified_diff()
-                        .context_radius(3)
-                        .header(&a, &b)
-                        .to_string(),
-                );
+                out.push_str(&format!("--- {a}\n+++ {b}\n"));
+                out.push_str(&super::patch::hunks(&old, &new));
             }
         }
     }

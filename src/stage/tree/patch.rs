@@ -261,11 +261,12 @@ fn body(out: &mut String, old: Side<'_>, new: Side<'_>) {
 /// The unified hunks (3 lines of context) from `old` to `new`, each line
 /// without a final newline followed by git's `\ No newline at end of
 /// file`.
-fn hunks(old: &str, new: &str) -> String {
+pub(super) fn hunks(old: &str, new: &str) -> String {
+    let (old, new) = (lines(old), lines(new));
     let diff = similar::TextDiff::configure()
         .algorithm(similar::Algorithm::Myers)
         .deadline(Instant::now() + DIFF_DEADLINE)
-        .diff_lines(old, new);
+        .diff_slices(&old, &new);
     let mut out = String::new();
     for group in diff.grouped_ops(3) {
         let (Some(first), Some(last)) = (group.first(), group.last()) else {
@@ -302,6 +303,14 @@ fn hunks(old: &str, new: &str) -> String {
     out
 }
 
+/// `text`'s lines as git sees them: each up to and with its `\n` (the
+/// last may have none). A lone `\r` is part of its line: `similar`'s own
+/// split ends a line there too, which made hunk headers count lines that
+/// `git apply` (and a reader) sees as one.
+pub(super) fn lines(text: &str) -> Vec<&str> {
+    text.split_inclusive('\n').collect()
+}
+
 /// How alike two blobs are, in percent, as `similarity index` shows it
 /// (git computes it its own way; `git apply` does not read it): the
 /// share of lines kept for text, of bytes kept at both ends otherwise.
@@ -314,7 +323,7 @@ fn similarity(a: &Blob, b: &Blob) -> u32 {
         return pct(f64::from(
             similar::TextDiff::configure()
                 .deadline(Instant::now() + DIFF_DEADLINE)
-                .diff_lines(x, y)
+                .diff_slices(&lines(x), &lines(y))
                 .ratio(),
         ));
     }
@@ -497,5 +506,20 @@ mod tests {
         assert_eq!(hunks("", "x\ny\n"), "@@ -0,0 +1,2 @@\n+x\n+y\n");
         assert_eq!(hunks("x\n", ""), "@@ -1 +0,0 @@\n-x\n");
         assert_eq!(hunks("same\n", "same\n"), "");
+    }
+
+    /// A lone `\r` is inside a line, as git reads a patch: a header that
+    /// counted it as a line end made `git apply` call the patch corrupt.
+    #[test]
+    fn a_lone_carriage_return_is_part_of_its_line() {
+        assert_eq!(
+            hunks("one\ntwo\n", "one\rX\ntwo\n"),
+            "@@ -1,2 +1,2 @@\n-one\n+one\rX\n two\n"
+        );
+        assert_eq!(
+            hunks("a\r\nb\r", "a\r\nc\r"),
+            "@@ -1,2 +1,2 @@\n a\r\n-b\r\n\\ No newline at end of file\n+c\r\n\\ No newline at end of file\n"
+        );
+        assert_eq!(lines("x\ry\n\nz"), ["x\ry\n", "\n", "z"]);
     }
 }
