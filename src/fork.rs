@@ -1,8 +1,9 @@
 //! A forked child, for the two capabilities that need one (the watcher in
 //! `mount::watch`, the overlay's user-namespace child in `stage::sys`):
 //! fork(2), `_exit(2)`, and the [`InChild`] proof that code runs in such a
-//! child. A leaf allowed `unsafe` (`#[allow(unsafe_code)]` on `mod fork`
-//! in `lib.rs`).
+//! child; and [`cloexec_inherited`], so that no fd the process inherited
+//! reaches a program it starts. A leaf allowed `unsafe`
+//! (`#[allow(unsafe_code)]` on `mod fork` in `lib.rs`).
 //!
 //! The rule for every caller: the child makes system calls on data
 //! prepared before the fork and leaves through [`exit`]: no allocation, no
@@ -43,4 +44,23 @@ pub fn fork(child: impl FnOnce(InChild) -> Infallible) -> io::Result<Pid> {
 pub fn exit(code: i32) -> ! {
     // SAFETY: _exit(2) ends the process at once; nothing runs after it.
     unsafe { libc::_exit(code) }
+}
+
+/// Mark every fd above stderr that this process holds now close-on-exec:
+/// what it inherited from whoever started it (an open directory, a pipe)
+/// then reaches no program it starts (bwrap and the worker of `run`, a
+/// daemon it re-executes), where it would be a way past the sandbox (an
+/// fd on `/root`, walked up to `/etc/shadow`). Fds made later for a child
+/// on purpose are made inheritable one by one (fusermount3's
+/// `_FUSE_COMMFD`, bwrap's `--bind-fd`). Called first thing in `main`,
+/// while the process has one thread.
+pub fn cloexec_inherited() -> io::Result<()> {
+    // SAFETY: close_range(2) with CLOSE_RANGE_CLOEXEC sets a flag on the
+    // open fds in the range; it closes none, so no Rust object's fd goes
+    // away under it, and it touches no memory of this process.
+    let r = unsafe { libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) };
+    match r {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
 }

@@ -41,7 +41,8 @@
 //! - `fuse::sys`: the FUSE transport (the device's ioctls, the io_uring
 //!   ring's shared buffers).
 //! - `fork`: a forked child (fork, `_exit`, the `InChild` proof), for the
-//!   watcher and the overlay's user-namespace child.
+//!   watcher and the overlay's user-namespace child; and marking the fds
+//!   the process inherited close-on-exec (`close_range`).
 //! - `mount::watch::sys`: the watcher's exec, `close_range`, signal
 //!   dispositions and pre-exec announcement.
 //! - `stage::sys::child`: the `unshare` of the child that mounts a

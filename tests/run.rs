@@ -566,6 +566,120 @@ fn isolate_ro_zone_is_erofs_and_rw_zone_writes_through() {
     t.assert_clean("isolate writes");
 }
 
+/// The sandbox's `/proc` is read-only: a root worker (uid 0 on the host,
+/// without capabilities) could otherwise write host-wide kernel settings
+/// under `/proc/sys` (`kernel.core_pattern`: a program of its own run as
+/// host root). The probe writes the value that is there already, so a
+/// write that got through changes nothing on this machine.
+#[test]
+fn isolate_proc_is_read_only_so_host_sysctls_stay_as_they_are() {
+    if !bwrap_ok() {
+        return;
+    }
+    let t = Task::new();
+    let knob = "/proc/sys/kernel/printk_ratelimit";
+    let out = t.sh(
+        &["--isolate"],
+        &format!("v=$(cat {knob}) && echo \"$v\" > {knob} && echo WROTE; echo 0 > /proc/self/oom_score_adj && echo WROTE-PROC"),
+    );
+    assert!(!out.stdout.contains("WROTE"), "{}", out.describe());
+    let refused = ["Read-only file system", "Permission denied"];
+    assert!(
+        refused.iter().any(|r| out.stderr.contains(r)),
+        "{}",
+        out.describe()
+    );
+    t.assert_clean("isolate /proc");
+}
+
+/// Only stdin, stdout and stderr reach CMD: an fd the caller of `run`
+/// left open (here on a directory outside every zone) is a way out of the
+/// sandbox (`/proc/self/fd/7/..`) or past `--user`'s rights, and stays
+/// out of the daemon too.
+#[test]
+fn no_fd_the_caller_left_open_reaches_cmd_or_the_daemon() {
+    if !fuse_ok() {
+        return;
+    }
+    let t = Task::new();
+    let secret = t.root.join("outside");
+    fs::create_dir(&secret).unwrap();
+    let mut cases: Vec<Vec<&str>> = vec![vec![]];
+    if tool_ok("bwrap") {
+        cases.push(vec!["--isolate"]);
+    }
+    if root_ok() {
+        cases.push(vec!["--user", "65534:65534"]);
+    }
+    for opts in cases {
+        let inner = t.command(
+            &opts,
+            &[
+                "sh",
+                "-c",
+                "ls /proc/self/fd/7 >/dev/null 2>&1 && echo LEAKED; echo done",
+            ],
+        );
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg("exec 7<\"$0\"; exec \"$@\"")
+            .arg(&secret)
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .current_dir(&t.root)
+            .env("TMPDIR", &t.tmpdir);
+        let out = run(&mut c, Duration::from_secs(60));
+        assert!(out.success(), "{opts:?}: {}", out.describe());
+        assert_eq!(out.stdout, "done\n", "{opts:?}: {}", out.describe());
+        t.assert_clean("inherited fd");
+    }
+    // A mount's daemon keeps none of its caller's fds either.
+    let mnt = t.root.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("exec 7<\"$0\"; exec \"$@\"")
+        .arg(&secret)
+        .arg(BIN)
+        .arg("mount")
+        .arg("--config")
+        .arg(&t.config)
+        .args(default_mount_args())
+        .arg(&mnt)
+        .current_dir(&t.root)
+        .env("TMPDIR", &t.tmpdir);
+    let out = run(&mut c, Duration::from_secs(60));
+    assert!(out.success(), "{}", out.describe());
+    let status = run(
+        Command::new(BIN).args(["status", "--json"]).arg(&mnt),
+        Duration::from_secs(30),
+    );
+    let pid = serde_json::from_str::<serde_json::Value>(&status.stdout)
+        .ok()
+        .and_then(|v| v["pid"].as_u64());
+    let held: Vec<PathBuf> = pid
+        .map(|p| {
+            fs::read_dir(format!("/proc/{p}/fd"))
+                .map(|d| {
+                    d.filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    let down = run(
+        Command::new(BIN).arg("unmount").arg(&mnt),
+        Duration::from_secs(30),
+    );
+    assert!(down.success(), "{}", down.describe());
+    assert!(pid.is_some(), "the daemon's pid: {}", status.describe());
+    assert!(!held.is_empty(), "the daemon's fds");
+    assert!(
+        !held.contains(&secret),
+        "the daemon holds its caller's fd: {held:?}"
+    );
+}
+
 #[test]
 fn isolate_hides_homes_backing_dirs_and_the_host() {
     if !bwrap_ok() {

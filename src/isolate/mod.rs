@@ -345,11 +345,17 @@ pub fn bwrap_args(iso: &Isolation, host: &HostFacts) -> Result<Vec<OsString>, Is
             &[OsStr::new("--ro-bind-try"), p.as_os_str(), p.as_os_str()],
         );
     }
-    // Private /proc, /dev, /tmp.
+    // Private /proc, /dev, /tmp. /proc read-only: a worker run as root
+    // (uid 0 on the host, capabilities dropped) may write every root-owned
+    // file there that checks the uid alone, such as the kernel settings
+    // under /proc/sys (`kernel.core_pattern` would run a program of its
+    // own as host root); bwrap covers only some of /proc.
     push(
         &mut a,
         &[
             OsStr::new("--proc"),
+            OsStr::new("/proc"),
+            OsStr::new("--remount-ro"),
             OsStr::new("/proc"),
             OsStr::new("--dev"),
             OsStr::new("/dev"),

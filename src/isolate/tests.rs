@@ -100,7 +100,7 @@ fn system_dirs_read_only_and_merged_usr_symlinks_kept() {
 fn private_tmp_proc_dev_and_namespaces() {
     let a = build(&[zone("ws", true)], false);
     for w in [
-        &["--proc", "/proc"][..],
+        &["--proc", "/proc", "--remount-ro", "/proc"][..],
         &["--dev", "/dev"],
         &["--perms", "1777", "--tmpfs", "/tmp"],
         &["--unshare-all"],
