@@ -456,6 +456,62 @@ fn long_names_commit_whole_and_overlay_attributes_stay_behind() {
     assert!(kinds(&json_of(&out)).is_empty(), "{}", out.describe());
 }
 
+/// What a commit carries besides content and mode, `changes` shows: a
+/// new owner and user xattrs are named in the list and spelt out in
+/// `--diff` (an owner change showed only in `--json`). File capabilities
+/// and other `security.*`/`trusted.*` attributes a worker set in the stage
+/// are not shown, and never reach the host: a staged copy of a program
+/// given `cap_setuid`, touched, was committed with it and ran as root for
+/// any user (found by an attack pass).
+#[test]
+fn owner_and_xattrs_show_and_capabilities_stay_in_the_stage() {
+    if !fuse_ok() || !root_ok() {
+        return;
+    }
+    let m = staged("{ write: preApproved, delete: preApproved }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    // VFS_CAP_REVISION_2 with the effective flag; cap_setuid (bit 7)
+    // permitted.
+    let out = worker(
+        &m,
+        "work",
+        "set -e; python3 -c \"import os\nos.setxattr('f', 'security.capability', bytes([1, 0, 0, 2, 0x80] + [0] * 15))\nos.setxattr('f', 'trusted.worker', b't')\nos.setxattr('f', 'user.note', b'n')\"; \
+         touch f; chown 65534:65534 d/y",
+    );
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["changes", "--diff", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    for want in [
+        "M  /work/f  (0644, 4 bytes, xattrs changed)",
+        "M  /work/d/y  (0644, 2 bytes, owner changed)",
+        "\nxattr user.note: set f\n",
+        "\nowner 0:0 -> 65534:65534 d/y\n",
+    ] {
+        assert!(out.stdout.contains(want), "{want:?} in {}", out.describe());
+    }
+    assert!(
+        !out.stdout.contains("security.") && !out.stdout.contains("trusted."),
+        "{}",
+        out.describe()
+    );
+    let out = m.zonemount(&["commit", &mnt]);
+    assert!(out.success(), "{}", out.describe());
+    let b = m.backing("work", "");
+    let mut names = vec![0u8; 4096];
+    let n = rustix::fs::listxattr(b.join("f"), &mut names).unwrap();
+    let names: Vec<&[u8]> = names[..n]
+        .split(|c| *c == 0)
+        .filter(|x| !x.is_empty() && !x.starts_with(b"security.selinux"))
+        .collect();
+    assert_eq!(
+        names,
+        [b"user.note".as_slice()],
+        "the committed file's xattrs"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(b.join("d/y")).unwrap().uid(), 65534);
+}
+
 /// A host dir replaced by a file is shown as what the commit does: the
 /// dir's whole tree goes (it read as a small edit of the file, `M  /work/d
 /// (0644, 5 bytes)`: found by an attack pass).

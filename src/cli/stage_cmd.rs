@@ -527,6 +527,13 @@ pub(crate) fn change_line(zone: &str, c: &Change) -> String {
     } else if let Some(n) = c.entries {
         facts.push(format!("{n} entries"));
     }
+    // Changed along with (or instead of) the content: `--diff` says how.
+    if c.what.contains(&What::Owner) {
+        facts.push("owner changed".to_owned());
+    }
+    if c.what.contains(&What::Xattrs) {
+        facts.push("xattrs changed".to_owned());
+    }
     if !facts.is_empty() {
         line.push_str(&format!("  ({})", facts.join(", ")));
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use rustix::fs::OFlags;
 
-use super::{Change, Kind, Layers, fsops::Root};
+use super::{Change, Kind, Layers, What, fsops::Root};
 
 /// Files larger than this are not diffed.
 pub const MAX_DIFF_BYTES: u64 = 1 << 20;
@@ -46,6 +46,44 @@ fn text_of(root: &Root, rel: &Path) -> io::Result<Text> {
     Ok(String::from_utf8(bytes).map_or(Text::Binary, Text::Utf8))
 }
 
+/// A line for a changed owner (`owner 0:0 -> 65534:65534 PATH`) and one
+/// per user xattr set, changed or removed (`xattr user.k: set PATH`): what
+/// a commit carries besides content and mode, which no diff shows.
+fn owner_and_xattrs(l: &Layers, c: &Change, p: &str, out: &mut String) {
+    let old = match (c.kind, &c.from) {
+        (Kind::Renamed, Some(from)) => from.as_path(),
+        (Kind::Modified, _) => c.path.as_path(),
+        _ => return,
+    };
+    if c.what.contains(&What::Owner) {
+        if let (Ok(Some(a)), Ok(Some(b))) = (l.lower.stat(old), l.upper.stat(&c.path)) {
+            out.push_str(&format!(
+                "owner {}:{} -> {}:{} {p}\n",
+                a.st_uid, a.st_gid, b.st_uid, b.st_gid
+            ));
+        }
+    }
+    if c.what.contains(&What::Xattrs) {
+        let a = l.lower.user_xattrs(old).unwrap_or_default();
+        let b = l.upper.user_xattrs(&c.path).unwrap_or_default();
+        let mut names: Vec<&String> = a.iter().chain(&b).map(|(n, _)| n).collect();
+        names.sort();
+        names.dedup();
+        let value = |x: &[(String, Vec<u8>)], n: &String| {
+            x.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone())
+        };
+        for n in names {
+            let how = match (value(&a, n), value(&b, n)) {
+                (None, Some(_)) => "set",
+                (Some(_), None) => "removed",
+                (x, y) if x != y => "changed",
+                _ => continue,
+            };
+            out.push_str(&format!("xattr {n}: {how} {p}\n"));
+        }
+    }
+}
+
 /// `c` for people: a unified diff of a text file, else one line saying
 /// what changed.
 pub fn diff(l: &Layers, c: &Change) -> io::Result<String> {
@@ -58,6 +96,7 @@ pub fn diff(l: &Layers, c: &Change) -> io::Result<String> {
             out.push_str(&format!("mode {a:04o} -> {b:04o} {p}\n"));
         }
     }
+    owner_and_xattrs(l, c, &p, &mut out);
     if c.file_type == Some(super::ChangeType::Symlink) {
         let t = |r: &Root| {
             r.readlink(&c.path)

@@ -197,11 +197,15 @@ pub(super) fn put(
 }
 
 /// Rename the stage's regular file `rel` over `dir/name` in the backing
-/// dir, the overlay's xattrs taken off it first (its own, and the other
-/// kind's, which `changes` never shows either: a worker's
-/// `user.overlay.whiteout` must not reach a dir a later unprivileged
-/// overlay may stack). Fails (EXDEV) when the stage is on another
-/// filesystem.
+/// dir, every xattr taken off it first but the `user.*` ones (which
+/// `changes` compares and shows) and its SELinux label: a commit carries
+/// what a copy does ([`copy_file`]). Left behind: the overlay's own (a
+/// worker's `user.overlay.whiteout` must not reach a dir a later
+/// unprivileged overlay may stack), and what a worker set that `changes`
+/// does not show: file capabilities (`security.capability`: a staged copy
+/// of a program given `cap_setuid` ran as root for any user once
+/// committed), other `security.*` and `trusted.*` names, and ACLs. Fails
+/// (EXDEV) when the stage is on another filesystem.
 fn move_into(l: &Layers, rel: &Path, dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
     let (parent, _) = split(rel);
     let from = l.upper.dir(parent)?;
@@ -213,10 +217,9 @@ fn move_into(l: &Layers, rel: &Path, dir: BorrowedFd<'_>, name: &OsStr) -> Resul
     let mut buf = vec![0u8; 64 * 1024];
     let n = rfs::listxattr(&p, &mut buf[..]).unwrap_or(0);
     for x in buf[..n].split(|b| *b == 0).filter(|s| !s.is_empty()) {
-        if x.starts_with(l.prefix.as_bytes())
-            || x.starts_with(b"trusted.overlay.")
-            || x.starts_with(b"user.overlay.")
-        {
+        let kept =
+            x.starts_with(b"user.") && !x.starts_with(b"user.overlay.") || x == b"security.selinux";
+        if !kept {
             rfs::removexattr(&p, OsStr::from_bytes(x))?;
         }
     }
