@@ -115,6 +115,16 @@ fn ready() -> bool {
     require(Need::Fuse) && require(Need::Tool("bwrap"))
 }
 
+/// Whether CMD runs as root here: a rw zone is then kept on the daemon
+/// (bound straight, CMD could make files setuid root on the host).
+fn as_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// What `run` says of the `ws` zone: bound straight, or, run by root,
+/// through the daemon and why.
+const WS_AS_ROOT: &str = "ws: through the daemon (kept on the daemon: CMD runs as root, and bound straight it could make files setuid root on the host (the daemon refuses that; --user UID runs it as another uid))";
+
 #[test]
 fn eligible_zones_are_bound_straight_from_backing_the_others_stay_on_the_daemon() {
     if !ready() {
@@ -123,14 +133,23 @@ fn eligible_zones_are_bound_straight_from_backing_the_others_stay_on_the_daemon(
     let t = Task::new();
     let (out, devs) = t.devs(&[]);
     assert!(t.direct_in(&devs, "docs"), "docs: {devs:?}");
-    assert!(t.direct_in(&devs, "ws"), "ws: {devs:?}");
+    assert_eq!(t.direct_in(&devs, "ws"), !as_root(), "ws: {devs:?}");
     assert!(!t.direct_in(&devs, "hid"), "hid: {devs:?}");
     assert!(!t.direct_in(&devs, "asky"), "asky: {devs:?}");
     // run says which way each went, and why.
+    let ws = if as_root() {
+        WS_AS_ROOT
+    } else {
+        "ws: bound straight from"
+    };
     for want in [
         "docs: bound straight from",
-        "ws: bound straight from",
-        "no change report",
+        ws,
+        if as_root() {
+            "ws: through"
+        } else {
+            "no change report"
+        },
         "hid: through the daemon (needs the daemon: hide patterns)",
         "asky: through the daemon (needs the daemon: write approval)",
     ] {
@@ -167,7 +186,7 @@ fn via_daemon_and_no_direct_keep_zones_on_the_daemon() {
     let t = Task::new();
     let (out, devs) = t.devs(&["--via-daemon", "docs"]);
     assert!(!t.direct_in(&devs, "docs"), "docs: {devs:?}");
-    assert!(t.direct_in(&devs, "ws"), "ws: {devs:?}");
+    assert_eq!(t.direct_in(&devs, "ws"), !as_root(), "ws: {devs:?}");
     assert!(
         out.stderr.contains(
             "docs: through the daemon (kept on the daemon (--no-direct or --via-daemon))"
@@ -260,7 +279,7 @@ fn status_of_an_isolated_run_says_which_zone_went_which_way() {
             .clone()
     };
     assert_eq!(route("docs"), serde_json::json!(true));
-    assert_eq!(route("ws"), serde_json::json!(true));
+    assert_eq!(route("ws"), serde_json::json!(!as_root()));
     assert_eq!(route("hid"), serde_json::json!(false));
     assert_eq!(route("asky"), serde_json::json!(false));
 }
@@ -291,7 +310,7 @@ fn derive_says_which_zones_run_isolate_binds_straight_from_backing() {
                 b("docs")
             ),
             format!(
-                "ws: bound straight from {} (no rule needs the daemon; no change report for it)",
+                "ws: bound straight from {} (no rule needs the daemon; no change report for it; through the daemon when CMD runs as root, which bound straight could make files setuid root on the host)",
                 b("ws")
             ),
             "hid: through the daemon (needs the daemon: hide patterns)".to_string(),

@@ -592,6 +592,54 @@ fn isolate_proc_is_read_only_so_host_sysctls_stay_as_they_are() {
     t.assert_clean("isolate /proc");
 }
 
+/// A worker run by root under `--isolate` is uid 0 on the host without
+/// capabilities: it may not make a file of a zone setuid root (or setgid
+/// root and group-executable), which any user of the host could then run
+/// as root (found by an attack pass: `chmod 4755` of a copy of `id`). A
+/// mode asked for at create loses those bits; a root worker with its
+/// capabilities (plain `run`) may set them as on the host.
+#[test]
+fn a_root_worker_without_capabilities_cannot_make_a_setuid_root_file() {
+    if !bwrap_ok() || !root_ok() {
+        return;
+    }
+    let t = Task::new();
+    let out = t.sh(
+        &["--isolate"],
+        "cp /bin/true /ws/t; chmod 4755 /ws/t && echo SUID; chmod 2755 /ws/t && echo SGID; \
+         chmod 755 /ws/t && echo plain; \
+         python3 -c \"import os; os.close(os.open('/ws/n', os.O_CREAT | os.O_WRONLY, 0o6755))\"",
+    );
+    assert_eq!(out.stdout, "plain\n", "{}", out.describe());
+    assert!(
+        out.stderr.contains("Operation not permitted"),
+        "{}",
+        out.describe()
+    );
+    let mode = |n: &str| fs::metadata(t.backing("ws", n)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("t"), 0o755);
+    assert_eq!(
+        mode("n"),
+        0o755,
+        "created 06755 by a worker without capabilities"
+    );
+    assert!(
+        out.stderr
+            .contains("ws: through the daemon (kept on the daemon: CMD runs as root"),
+        "{}",
+        out.describe()
+    );
+    let out = t.sh(&[], "chmod 4755 t && echo SUID");
+    assert_eq!(
+        out.stdout,
+        "SUID\n",
+        "root with its capabilities: {}",
+        out.describe()
+    );
+    assert_eq!(mode("t"), 0o4755);
+    t.assert_clean("setuid root");
+}
+
 /// Only stdin, stdout and stderr reach CMD: an fd the caller of `run`
 /// left open (here on a directory outside every zone) is a way out of the
 /// sandbox (`/proc/self/fd/7/..`) or past `--user`'s rights, and stays

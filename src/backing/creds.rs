@@ -86,13 +86,17 @@ pub(super) fn groups_for(c: &Caller) -> Arc<[rustix::fs::Gid]> {
 /// daemon's pid namespace), in another user namespace or unreadable counts
 /// as without it.
 pub fn caller_has_sys_admin(c: &Caller) -> bool {
+    caller_has(c, rustix::thread::CapabilitySet::SYS_ADMIN)
+}
+
+/// Whether the calling thread holds every capability of `caps` in the
+/// daemon's user namespace (as [`caller_has_sys_admin`]).
+pub fn caller_has(c: &Caller, caps: rustix::thread::CapabilitySet) -> bool {
     let Some(pid) = rustix::process::Pid::from_raw(c.pid as i32) else {
         return false;
     };
-    let effective = rustix::thread::capabilities(Some(pid)).is_ok_and(|caps| {
-        caps.effective
-            .contains(rustix::thread::CapabilitySet::SYS_ADMIN)
-    });
+    let effective =
+        rustix::thread::capabilities(Some(pid)).is_ok_and(|held| held.effective.contains(caps));
     let user_ns = |p: &str| {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))

@@ -29,7 +29,7 @@ mod handle;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use creds::{AsCaller, Caller, caller_has_sys_admin};
+pub use creds::{AsCaller, Caller, caller_has, caller_has_sys_admin};
 pub use handle::{InodeHandle, handle_of, open_by_handle, open_handle_for_reading};
 
 use std::ffi::{OsStr, OsString};

@@ -73,7 +73,10 @@ pub(crate) fn isolate_routes(table: &ZoneTable) -> String {
     let mut out = String::from("under run --isolate:\n");
     for z in &table.zones {
         let eligible = route(&z.policy) == Route::Direct;
-        let r = crate::control::protocol::IsolateRoute::of(&z.policy, eligible);
+        let mut r = crate::control::protocol::IsolateRoute::of(&z.policy, eligible);
+        if eligible && z.policy.access == crate::config::Access::Rw {
+            r.why.push_str("; through the daemon when CMD runs as root, which bound straight could make files setuid root on the host");
+        }
         out.push_str(&format!("  {}\n", r.line(&z.name, &z.backing)));
     }
     out

@@ -11,7 +11,7 @@ use rustix::fs::{Mode, OFlags};
 use rustix::io::FdFlags;
 
 use super::super::Failure;
-use crate::config::ZoneTable;
+use crate::config::{Access, ZoneTable};
 use crate::control::protocol::IsolateRoute;
 use crate::policy::direct::{self, Route};
 
@@ -28,6 +28,11 @@ pub(super) struct Keep {
     /// The installed bwrap has no `--bind-fd` (before 0.10, unless
     /// backported): a bind by path could be swapped under it.
     pub(super) no_bind_fd: bool,
+    /// CMD runs as root (uid 0 on the host, without capabilities): in a
+    /// rw zone bound straight it could make a file setuid root, which
+    /// any user of the host could then run as root; the daemon refuses
+    /// that. Read-only zones are bound all the same.
+    pub(super) root_worker: bool,
 }
 
 /// For each zone of `table`, in order, whether it is bound straight from
@@ -55,11 +60,12 @@ pub(super) fn chosen(table: &ZoneTable, keep: &Keep) -> Result<Vec<bool>, Failur
         .zones
         .iter()
         .map(|z| {
-            !keep.all
-                && !keep.other_user
-                && !keep.no_bind_fd
-                && !keep.zones.contains(&z.name)
-                && direct::route(&z.policy) == Route::Direct
+            let kept = keep.all
+                || keep.other_user
+                || keep.no_bind_fd
+                || keep.zones.contains(&z.name)
+                || keep.root_worker && z.policy.access == Access::Rw;
+            !kept && direct::route(&z.policy) == Route::Direct
         })
         .collect())
 }
@@ -77,6 +83,8 @@ pub(super) fn lines(table: &ZoneTable, chosen: &[bool], keep: &Keep) -> Vec<Stri
                     r.why = "kept on the daemon: --user runs CMD as a uid that may not reach the backing dir".into();
                 } else if keep.no_bind_fd {
                     r.why = "kept on the daemon: this bwrap has no --bind-fd (bubblewrap 0.10 or later has)".into();
+                } else if keep.root_worker && z.policy.access == Access::Rw {
+                    r.why = "kept on the daemon: CMD runs as root, and bound straight it could make files setuid root on the host (the daemon refuses that; --user UID runs it as another uid)".into();
                 }
             }
             r.line(&z.name, &z.backing)

@@ -216,6 +216,7 @@ impl Plan {
             no_bind_fd: isolate
                 .as_ref()
                 .is_some_and(|(bwrap, _)| !isolate::bwrap_binds_fds(bwrap)),
+            root_worker: user.is_none() && rustix::process::geteuid().is_root(),
         };
         let chosen = direct::chosen(&table, &keep)?;
         let plan = Plan {

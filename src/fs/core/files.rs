@@ -75,6 +75,37 @@ fn without_privileges(mode: u32) -> u32 {
     m
 }
 
+/// Whether `mode` on a regular file owned by `uid`:`gid` makes it run as
+/// root: setuid with root the owner, or setgid and group-executable with
+/// root the group.
+fn runs_as_root(mode: u32, uid: u32, gid: u32) -> bool {
+    mode & libc::S_ISUID != 0 && uid == 0
+        || mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 && gid == 0
+}
+
+/// Whether `caller` may give a file a mode that runs it as root: only one
+/// that could make itself root (CAP_SETUID and CAP_SETGID). A file made in
+/// a zone is a file of the host, whose mounts are not `nosuid`: a worker
+/// that is uid 0 without capabilities (`run --isolate` as root) made a
+/// setuid-root program that any user of the host then ran as root.
+pub(super) fn may_make_root_runnable(caller: &Caller) -> bool {
+    backing::caller_has(
+        caller,
+        rustix::thread::CapabilitySet::SETUID | rustix::thread::CapabilitySet::SETGID,
+    )
+}
+
+/// `mode` for a regular file `caller` creates, less the bits that would
+/// run it as root when the caller may not give them (the file will be the
+/// caller's uid and gid, or a setgid dir's group: checked as the caller's).
+pub(super) fn creatable_mode(caller: &Caller, mode: u32) -> u32 {
+    if runs_as_root(mode, caller.uid, caller.gid) && !may_make_root_runnable(caller) {
+        mode & !(libc::S_ISUID | libc::S_ISGID)
+    } else {
+        mode
+    }
+}
+
 impl Core {
     pub(super) fn attr_of(&self, node: &Node) -> FsResult<FileAttr> {
         self.attr_with(node, None)
@@ -285,6 +316,16 @@ impl Core {
                     let w = self.reach.reopen(fd, libc::O_WRONLY)?;
                     backing::truncate(w.as_fd(), size)?
                 }
+            }
+        }
+        if let Some(mode) = a.mode.filter(|m| m & (libc::S_ISUID | libc::S_ISGID) != 0) {
+            let st = backing::stat(fd)?;
+            let (uid, gid) = (a.uid.unwrap_or(st.st_uid), a.gid.unwrap_or(st.st_gid));
+            if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                && runs_as_root(mode, uid, gid)
+                && !may_make_root_runnable(caller)
+            {
+                return Err(FsError::Os(libc::EPERM));
             }
         }
         if a.uid.is_some() || a.gid.is_some() {

@@ -278,6 +278,10 @@ impl Core {
             FileType::CharacterDevice | FileType::BlockDevice
         );
         let kind = if device { New::Device } else { New::Other };
+        let mode = match FileType::from_raw_mode(mode) {
+            FileType::RegularFile => super::files::creatable_mode(&ctx.caller(), mode),
+            _ => mode,
+        };
         let make = move |d: BorrowedFd<'_>, n: &OsStr| backing::mknod(d, n, mode);
         self.new_entry(ctx, parent, name, kind, make, respond);
     }
@@ -368,6 +372,7 @@ impl Core {
         let _as = AsCaller::enter(caller)?;
         let zone = Self::zone_dir(dir)?;
         let dir_fd = self.reach.fd_of(dir)?;
+        let mode = super::files::creatable_mode(caller, mode);
         let created = self.open_backing(zone, flags, |f| {
             self.reach.create(dir_fd.as_fd(), name, f, mode)
         });
