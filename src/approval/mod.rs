@@ -370,7 +370,17 @@ pub struct Settings {
     pub timeout: Duration,
     /// `--no-approvals`: every `ask` is denied at once.
     pub no_approvals: bool,
+    /// The mount's owner: its requests and root's are not held to a
+    /// share of [`MAX_PENDING`] ([`OTHERS_PENDING`]).
+    pub owner_uid: u32,
 }
+
+/// How many requests a user other than the mount's owner and root may
+/// have pending at once, and all such users together: a quarter and half
+/// of [`MAX_PENDING`], so that users let in with `--allow-other` can't
+/// fill the table and have the owner's asks refused (found by an attack
+/// pass: ten processes of one uid held all 1,024).
+pub const OTHERS_PENDING: (usize, usize) = (MAX_PENDING / 4, MAX_PENDING / 2);
 
 /// What happened to a request, for watchers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -318,6 +318,7 @@ mod tests {
                 mountpoint: "/m".into(),
                 timeout: Duration::from_secs(5),
                 no_approvals: false,
+                owner_uid: 0,
             },
             None,
         );

@@ -201,17 +201,18 @@ pub fn build(
         Some(p) => Some(Arc::new(Audit::open(p, mountpoint)?)),
         None => None,
     };
+    let owner = Owner::current();
     let broker = Approvals::new(
         approval::Settings {
             mountpoint: mountpoint.to_path_buf(),
             timeout: approval_timeout(settings.approval_timeout),
             no_approvals: settings.no_approvals,
+            owner_uid: owner.uid,
         },
         audit.clone(),
     );
     // Before the filesystem: its fd cache is sized from this limit.
     crate::backing::raise_nofile_limit();
-    let owner = Owner::current();
     let stages = Stages::open(table, mountpoint, settings.stage_dir.as_deref())
         .map_err(|e| MountError::Stage(e.to_string()))?
         .map(|mut s| {

@@ -7,8 +7,8 @@ use std::time::Instant;
 use super::super::caller::Caller;
 use super::super::records::{ask_record, describe, request_record};
 use super::super::{
-    AskRequest, Continuation, Event, ItemInfo, MAX_PENDING, RequestInfo, Verdict, Wait, class_name,
-    virtual_path,
+    AskRequest, Continuation, Event, ItemInfo, MAX_PENDING, OTHERS_PENDING, RequestInfo, Verdict,
+    Wait, class_name, virtual_path,
 };
 use super::table::{Fp, Key, Outbox, Pending, RetryKey, Waiter, answer, fingerprint, waiter};
 use super::{Approvals, bump};
@@ -104,6 +104,25 @@ impl Approvals {
                 "not asking: {MAX_PENDING} requests are pending already; decide some first"
             );
             return self.refuse_now(&req, &caller, reason, me.then);
+        }
+        let counted = |uid: u32| uid != 0 && uid != self.inner.settings.owner_uid;
+        if counted(req.uid) {
+            let (mine, others) =
+                st.pending
+                    .values()
+                    .fold((0, 0), |(m, o), p| match counted(p.info.uid) {
+                        true => (m + usize::from(p.info.uid == req.uid), o + 1),
+                        false => (m, o),
+                    });
+            let (one, all) = OTHERS_PENDING;
+            if mine >= one || others >= all {
+                drop(st);
+                let reason = format!(
+                    "not asking: users other than the mount's owner and root may have {one} requests pending each and {all} together, and uid {} has {mine} ({others} together); decide some first",
+                    req.uid
+                );
+                return self.refuse_now(&req, &caller, reason, me.then);
+            }
         }
         let id = st.next_id;
         st.next_id += 1;

@@ -26,6 +26,7 @@ fn asking() -> (tempfile::TempDir, std::path::PathBuf, Approvals, Arc<Core>) {
             mountpoint: "/m".into(),
             timeout: Duration::from_secs(60),
             no_approvals: false,
+            owner_uid: 0,
         },
         None,
     );
