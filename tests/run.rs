@@ -503,6 +503,16 @@ fn failures_before_cmd_leave_nothing() {
     t.assert_clean("bad --user");
     let out = t.run(&["--timeout", "0"], &["true"]);
     assert_eq!(out.code(), Some(2), "{}", out.describe());
+    // Never in effect under run (its refusal log needs the daemon): said,
+    // not silently ignored.
+    let out = t.run(&["--kernel-opens"], &["true"]);
+    assert_eq!(out.code(), Some(2), "{}", out.describe());
+    assert!(
+        out.stderr.contains("--kernel-opens never takes effect under run"),
+        "{}",
+        out.describe()
+    );
+    t.assert_clean("--kernel-opens");
     let out = run(
         t.command(&["--isolate"], &["true"])
             .env("PATH", "/nonexistent"),

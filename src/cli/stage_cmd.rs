@@ -598,10 +598,25 @@ fn render_commit(report: &CommitReport) -> String {
         }
     }
     out.push_str(&format!("{applied} committed"));
-    if refused > 0 {
-        out.push_str(&format!(
+    // A zone with files open for writing (a conflict of the whole zone) is
+    // left as it is even with --force: only the host's changes give way.
+    let busy = report
+        .zones
+        .iter()
+        .flat_map(|z| &z.conflicts)
+        .filter(|c| c.path.as_os_str().is_empty())
+        .count();
+    match (refused - busy, busy) {
+        (0, 0) => {}
+        (_, 0) => out.push_str(&format!(
             ", {refused} not (left in the stage; --force applies them anyway)"
-        ));
+        )),
+        (0, _) => out.push_str(&format!(
+            ", {refused} not (left in the stage until its files are closed; --force does not change that)"
+        )),
+        (host, _) => out.push_str(&format!(
+            ", {refused} not (left in the stage; --force applies the {host} the host changed, not a zone whose files are open for writing)"
+        )),
     }
     out.push('\n');
     out
@@ -702,4 +717,42 @@ pub(crate) fn finish_line(cmd: &str, dir: &Path) -> String {
         .map(|q| q.into_owned())
         .unwrap_or_else(|_| dir.display().to_string());
     format!("zonemount {cmd} {quoted}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stage::report::{Conflict, ZoneCommit};
+
+    fn host_conflict(p: &str) -> Conflict {
+        Conflict {
+            path: PathBuf::from(p),
+            why: "the host changed it after the worker did".into(),
+            at: None,
+        }
+    }
+
+    /// `--force` gives way to the host's changes only: the summary says
+    /// so when a zone was left alone for its files open for writing.
+    #[test]
+    fn the_summary_says_what_force_would_apply() {
+        let report = |zones| render_commit(&CommitReport { zones });
+        let host = ZoneCommit {
+            zone: "w".into(),
+            applied: Vec::new(),
+            conflicts: vec![host_conflict("a")],
+            discarded: None,
+        };
+        assert!(
+            report(vec![host.clone()])
+                .ends_with("0 committed, 1 not (left in the stage; --force applies them anyway)\n")
+        );
+        let busy = ZoneCommit::left_alone("v", 2);
+        assert!(report(vec![busy.clone()]).ends_with(
+            "0 committed, 1 not (left in the stage until its files are closed; --force does not change that)\n"
+        ));
+        assert!(report(vec![host, busy]).ends_with(
+            "0 committed, 2 not (left in the stage; --force applies the 1 the host changed, not a zone whose files are open for writing)\n"
+        ));
+    }
 }

@@ -170,6 +170,12 @@ impl Plan {
                 "run: --refusal-log: run makes the task's refusal log itself and names it to CMD in $ZONEMOUNT_REFUSALS",
             ));
         }
+        if m.kernel_opens {
+            return Err(Failure::new(
+                2,
+                "run: --kernel-opens never takes effect under run, which keeps a refusal log (the kernel would refuse changes before the daemon could tell CMD why); under run --isolate a zone no rule keeps on the daemon is bound straight from its backing dir instead",
+            ));
+        }
         if m.foreground || m.notify_ready {
             return Err(Failure::new(
                 2,
