@@ -1258,6 +1258,60 @@ fn a_commit_cut_short_by_a_sigkill_completes_when_run_again() {
     assert_eq!(view(&m), now);
 }
 
+/// `commit --upto` cut short by a SIGKILL (checkpoint one's new dir and
+/// file already in the backing dir, its journal left), run again after a
+/// remount, then a plain commit: the later change to that file is applied,
+/// not refused as a host change (the cut-short commit's own writes read as
+/// the host's, and only `--force` got past them: found by an attack pass).
+#[test]
+fn a_commit_upto_cut_short_leaves_no_conflict_for_the_next_commit() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let mp = mnt(&m);
+    sh(
+        &m,
+        "mkdir new && echo a > new/n && echo a > new/o && sync new/n new/o",
+    );
+    let one = checkpoint(&m, "one");
+    sh(&m, "echo b >> new/n && echo b >> new/o && sync new/n new/o");
+    checkpoint(&m, "two");
+    let now = view(&m);
+    let pids = daemon_pids_for(m.mountpoint());
+    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
+    let _ = run(
+        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(
+        wait_unmounted(m.mountpoint()),
+        "the killed daemon's mount stayed"
+    );
+    // As `commit --upto one` left it: its journal, new/ made and new/n
+    // renamed into place (new/o not yet).
+    let zone = m.root().join("stage/work");
+    fs::write(zone.join("commit.journal"), b"new\0new/n\0new/o\0").unwrap();
+    fs::create_dir(m.backing("work", "new")).unwrap();
+    fs::write(m.backing("work", "new/n"), "a\n").unwrap();
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    assert_eq!(view(&m), now, "the view as before the crash");
+    let out = m.zonemount(&["commit", "--upto", &one.to_string(), &mp]);
+    assert!(out.success(), "commit --upto again: {}", out.describe());
+    let b = |p: &str| fs::read_to_string(m.backing("work", p)).ok();
+    assert_eq!(b("new/o").as_deref(), Some("a\n"));
+    assert!(!zone.join("commit.journal").exists(), "the journal is gone");
+    let out = m.zonemount(&["commit", "--json", &mp]);
+    assert!(out.success(), "the next commit: {}", out.describe());
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["zones"][0]["conflicts"], serde_json::json!([]), "{v:#}");
+    assert_eq!(b("new/n").as_deref(), Some("a\nb\n"));
+    assert_eq!(b("new/o").as_deref(), Some("a\nb\n"));
+    assert!(changed(&m, &[&mp]).is_empty());
+    assert_eq!(view(&m), now);
+}
+
 /// The flat the manifest names for zone work (None: none).
 fn flat_of(m: &TestMount) -> Option<u64> {
     let p = m.root().join("stage/stage.json");

@@ -966,10 +966,13 @@ fn killed_daemon_and_watcher_together_leave_no_mount() {
     let m = simple(Mode::Sandboxed).mount();
     let (pid, sock) = record_and_socket(m.mountpoint());
     fs::metadata(m.mountpoint()).expect("stat the mount's root");
-    // The guard is the watcher's fork, made as it starts: let it be there
-    // (what counts is the outcome below).
+    // The guard is the watcher's fork, made as it starts, and named as
+    // its first step: let it be there and named (what counts is the
+    // outcome below; under load a guard not yet renamed looked like a
+    // second watcher).
     let _ = wait_until(Duration::from_secs(5), || {
-        watcher_pids_for(m.mountpoint()).len() == 2
+        let pids = watcher_pids_for(m.mountpoint());
+        pids.len() == 2 && pids.iter().any(|&p| comm(p) == GUARD_COMM)
     });
     let watcher: Vec<u32> = watcher_pids_for(m.mountpoint())
         .into_iter()

@@ -508,7 +508,8 @@ fn failures_before_cmd_leave_nothing() {
     let out = t.run(&["--kernel-opens"], &["true"]);
     assert_eq!(out.code(), Some(2), "{}", out.describe());
     assert!(
-        out.stderr.contains("--kernel-opens never takes effect under run"),
+        out.stderr
+            .contains("--kernel-opens never takes effect under run"),
         "{}",
         out.describe()
     );

@@ -219,7 +219,10 @@ impl StageService {
             }
         }
         self.own_side("commit", by)?;
-        let zones = self.change_stages(&work, &wanted, upto, |w, fp, f| w.commit(fp, f, force))?;
+        let zones = self.change_stages(&work, &wanted, upto, |w, fp, f| match upto {
+            Some(id) => w.commit_upto(fp, f, force, id),
+            None => w.commit(fp, f, force),
+        })?;
         let report = CommitReport { zones };
         let applied = report
             .zones
@@ -319,24 +322,13 @@ impl StageService {
                     keep_marks(&stage.actors, w, &kept);
                     *stage.checkpoints.lock() = kept;
                 }
-                let answer = match upto {
-                    Some(id) => apply(
-                        &w.with_upper(layers::layer_dir(&w.dir, id)),
-                        &stage.fingerprints,
-                        filter,
-                    ),
-                    None => apply(w, &stage.fingerprints, filter),
-                };
-                let mut answer = match answer {
+                let mut answer = match apply(w, &stage.fingerprints, filter) {
                     Ok(a) => a,
                     Err(e) => {
                         let _ = self.live.restage(*i);
                         return Err(e);
                     }
                 };
-                if let Some(id) = upto {
-                    w.renote_later(&stage.fingerprints, &answer.done(), id)?;
-                }
                 // Who made each change goes in the answer (and the
                 // ledger); the record of what is gone from the stage goes.
                 stage.actors.fill_at(answer.changes_mut(), upto);
@@ -1285,14 +1277,9 @@ impl OfflineStage {
             }
             let fp = w.fingerprints()?;
             let mut answer = match upto {
-                Some(id) => w
-                    .with_upper(layers::layer_dir(&w.dir, id))
-                    .commit(&fp, &f, force)?,
+                Some(id) => w.commit_upto(&fp, &f, force, id)?,
                 None => w.commit(&fp, &f, force)?,
             };
-            if let Some(id) = upto {
-                w.renote_later(&fp, &answer.done(), id)?;
-            }
             w.settle_actors(&mut answer, &f, upto)?;
             zones.push(answer);
         }

@@ -51,7 +51,7 @@ impl ZoneWork {
     /// later layers change again (or under one applied) is noted as the
     /// backing dir has it now, the state the worker's later change was
     /// made over (its note went with the commit).
-    pub(super) fn renote_later(
+    fn renote_later(
         &self,
         fp: &tree::Fingerprints,
         done: &[PathBuf],
@@ -188,6 +188,41 @@ impl ZoneWork {
                 self.name
             )
         })?;
+        Ok(ZoneCommit {
+            zone: self.name.clone(),
+            applied: report.applied,
+            conflicts: report.conflicts,
+            discarded: None,
+        })
+    }
+
+    /// [`Self::commit`] of the zone's state at checkpoint `upto` (its
+    /// layer as the upper dir); then every path a later layer changes at
+    /// or under what it applied is noted as the backing dir has it now
+    /// ([`Self::renote_later`]), those a commit cut short had applied too
+    /// (its journal names them, and stays until they are noted): else the
+    /// next commit took the commit's own writes for the host's and refused
+    /// them as conflicts.
+    pub(super) fn commit_upto(
+        &self,
+        fp: &tree::Fingerprints,
+        filter: &[PathBuf],
+        force: bool,
+        upto: u64,
+    ) -> Result<ZoneCommit, String> {
+        let at = self.with_upper(layers::layer_dir(&self.dir, upto));
+        let l = at.layers()?;
+        let report =
+            tree::commit_keeping_journal(&l, fp, &self.dir, filter, force).map_err(|e| {
+                format!(
+                    "zone '{}': commit: {e} (run it again: it completes)",
+                    self.name
+                )
+            })?;
+        let mut done: Vec<PathBuf> = report.applied.iter().map(|c| c.path.clone()).collect();
+        done.extend(tree::journal_of(&self.dir));
+        self.renote_later(fp, &done, upto)?;
+        tree::end_journal(&self.dir);
         Ok(ZoneCommit {
             zone: self.name.clone(),
             applied: report.applied,

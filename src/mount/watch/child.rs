@@ -72,8 +72,8 @@ fn spawn_guard(p: &Prepared) -> Option<Pid> {
 }
 
 fn guard(p: &Prepared, watcher: Pid, c: InChild) -> ! {
-    let _ = rustix::process::setsid();
     let _ = rustix::thread::set_name(c"zm-guard");
+    let _ = rustix::process::setsid();
     // Without pidfds there is no waiting for the watcher: no guard.
     let Ok(w) = rustix::process::pidfd_open(watcher, PidfdFlags::empty()) else {
         exit(0)

@@ -85,6 +85,20 @@ pub fn commit(
     commit_with(l, fp, journal_dir, filter, force, &mut || {})
 }
 
+/// [`commit`] that leaves its journal for the caller to end
+/// ([`end_journal`]) once it has done what must follow it: a commit up to
+/// a checkpoint notes the later layers' paths it applied under
+/// (`stage::work`), and a cut-short one's paths must still be named then.
+pub fn commit_keeping_journal(
+    l: &Layers,
+    fp: &Fingerprints,
+    journal_dir: &Path,
+    filter: &[PathBuf],
+    force: bool,
+) -> io::Result<CommitReport> {
+    commit_in(l, fp, journal_dir, filter, force, &mut || {}, true)
+}
+
 /// [`commit`], calling `between` after the checks, before anything is
 /// applied (tests: a host change made while a commit runs).
 pub(super) fn commit_with(
@@ -94,6 +108,19 @@ pub(super) fn commit_with(
     filter: &[PathBuf],
     force: bool,
     between: &mut dyn FnMut(),
+) -> io::Result<CommitReport> {
+    commit_in(l, fp, journal_dir, filter, force, between, false)
+}
+
+/// [`commit_with`], its journal left in place when `keep_journal`.
+fn commit_in(
+    l: &Layers,
+    fp: &Fingerprints,
+    journal_dir: &Path,
+    filter: &[PathBuf],
+    force: bool,
+    between: &mut dyn FnMut(),
+    keep_journal: bool,
 ) -> io::Result<CommitReport> {
     let resuming = journal_paths(journal_dir);
     let all = changes(l, filter)?;
@@ -227,9 +254,24 @@ pub(super) fn commit_with(
         }
     }
     fp.settle(&exact, &trees, &set)?;
-    let _ = std::fs::remove_file(journal_dir.join(JOURNAL));
+    if !keep_journal {
+        end_journal(journal_dir);
+    }
     report.applied = todo;
     Ok(report)
+}
+
+/// The paths the journal in `dir` names: what a commit there is applying,
+/// or one cut short was (empty when none is).
+pub fn journal_of(dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = journal_paths(dir).into_iter().collect();
+    paths.sort();
+    paths
+}
+
+/// The commit in `dir` is over: its journal goes.
+pub fn end_journal(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join(JOURNAL));
 }
 
 /// The parents of what `todo` applies that have a note the host has not
