@@ -140,10 +140,12 @@ pub fn flat_plan(ids: &[u64], flat: Option<u64>) -> Option<(u64, Vec<u64>)> {
 
 /// A new flat, made in a scratch dir (`<zone>/tmp/flat-*`, whose path is
 /// returned): the flat `base` (none: an empty dir) with the layers `ids`
-/// (oldest first) laid onto it, all as copies ([`How::Copy`]). Only reads
-/// the layers and the base; on an error the scratch dir is removed.
+/// (oldest first) laid onto it, all as copies ([`How::Copy`]), less the
+/// whiteouts that hide nothing of `backing`. Only reads the layers and
+/// the base; on an error the scratch dir is removed.
 pub fn build_flat(
     zdir: &Path,
+    backing: &Path,
     base: Option<u64>,
     ids: &[u64],
     prefix: &str,
@@ -166,7 +168,15 @@ pub fn build_flat(
     mkdir(&path)?;
     let built = (|| {
         let td = open_dir(&path)?;
-        lay_copies(&dirs, td.as_fd(), prefix)
+        lay_copies(&dirs, td.as_fd(), prefix)?;
+        // Only the backing dir is below a flat.
+        prune_whiteouts(
+            td.as_fd(),
+            Path::new(""),
+            &[backing.to_path_buf()],
+            prefix,
+            false,
+        )
     })();
     match built {
         Ok(()) => Ok(path),
@@ -1144,14 +1154,23 @@ fn merge_layers(
                 .map_err(|e| ctx(e, "merge", &s))?;
             remove_path(&s)?;
         }
+        let upper = zdir.join("upper");
+        if upto.is_none() && exists(&upper) {
+            apply(open_dir(&upper)?.as_fd(), td.as_fd(), How::Move, prefix)
+                .map_err(|e| ctx(e, "merge", &upper))?;
+            remove_path(&upper)?;
+        }
+        let mut lowers: Vec<PathBuf> = entry
+            .checkpoints
+            .iter()
+            .rev()
+            .filter(|c| c.id < into)
+            .map(|c| layer_dir(zdir, c.id))
+            .collect();
+        lowers.push(entry.backing.clone());
+        prune_whiteouts(td.as_fd(), Path::new(""), &lowers, prefix, false)?;
         match upto {
             None => {
-                let upper = zdir.join("upper");
-                if exists(&upper) {
-                    apply(open_dir(&upper)?.as_fd(), td.as_fd(), How::Move, prefix)
-                        .map_err(|e| ctx(e, "merge", &upper))?;
-                    remove_path(&upper)?;
-                }
                 rename(&t, &upper)?;
             }
             Some(u) if u != into => rename(&t, &layer_dir(zdir, u))?,
@@ -1163,6 +1182,74 @@ fn merge_layers(
         Some(u) => entry.checkpoints.retain(|c| c.id >= u),
     }
     Ok(())
+}
+
+/// Whether `st` is an overlay whiteout (a 0/0 character device).
+fn is_whiteout(st: &Stat) -> bool {
+    FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice && st.st_rdev == 0
+}
+
+/// The whiteouts of layer `t` (at `rel` and beneath) that hide nothing:
+/// `hidden` (an opaque directory of `t` at or above `rel`), or no layer
+/// below `t` (`lowers`, newest first, the backing dir last) shows
+/// anything there. A merge leaves them where the worker removed what a
+/// layer merged into `t` made; overlayfs lists such a whiteout in a
+/// directory only `t` has (a name `ls` shows as `c?????????` and `stat`
+/// can't find), so they go.
+fn prune_whiteouts(
+    t: BorrowedFd<'_>,
+    rel: &Path,
+    lowers: &[PathBuf],
+    prefix: &str,
+    hidden: bool,
+) -> io::Result<()> {
+    for name in names(t).map_err(|e| ctx(e, "list", rel))? {
+        let Some(st) = stat_at(t, &name).map_err(|e| ctx(e, "look at", rel))? else {
+            continue;
+        };
+        let at = rel.join(&name);
+        if is_dir(&st) {
+            let d = open_dir_at(t, &name).map_err(|e| ctx(e, "open", &at))?;
+            let hidden = hidden || is_opaque(d.as_fd(), prefix);
+            prune_whiteouts(d.as_fd(), &at, lowers, prefix, hidden)?;
+        } else if is_whiteout(&st) && (hidden || !shown_below(lowers, &at, prefix)?) {
+            rfs::unlinkat(t, &name, AtFlags::empty()).map_err(|e| ctx(e, "remove", &at))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the layers `lowers` (newest first, the backing dir last),
+/// stacked, show something at `rel`.
+fn shown_below(lowers: &[PathBuf], rel: &Path, prefix: &str) -> io::Result<bool> {
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Ok(false);
+    };
+    'layers: for layer in lowers {
+        let mut d = match open_dir(layer) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let mut opaque = false;
+        for c in parent.components() {
+            let c = c.as_os_str();
+            match stat_at(d.as_fd(), c).map_err(|e| ctx(e, "look at", rel))? {
+                None => continue 'layers,
+                // A file or whiteout there hides everything below.
+                Some(st) if !is_dir(&st) => return Ok(false),
+                Some(_) => {}
+            }
+            d = open_dir_at(d.as_fd(), c).map_err(|e| ctx(e, "look at", rel))?;
+            opaque = opaque || is_opaque(d.as_fd(), prefix);
+        }
+        match stat_at(d.as_fd(), name).map_err(|e| ctx(e, "look at", rel))? {
+            Some(st) => return Ok(!is_whiteout(&st)),
+            None if opaque => return Ok(false),
+            None => {}
+        }
+    }
+    Ok(false)
 }
 
 /// Journal `p` in `entry`, save (`save`), do it, save again.
@@ -1589,7 +1676,7 @@ mod flat_tests {
             std::fs::create_dir_all(layer_dir(z, id).join("d")).unwrap();
         }
         std::fs::write(layer_dir(z, 1).join("small"), "s\n").unwrap();
-        let built = build_flat(z, None, &[1], "user.overlay.").unwrap();
+        let built = build_flat(z, Path::new("/nonexistent"), None, &[1], "user.overlay.").unwrap();
         assert!(built.join("small").exists());
         remove_path(&built).unwrap();
         // Sparse: the size counts, no disk is used.
@@ -1597,9 +1684,10 @@ mod flat_tests {
         big.set_len(FLAT_MAX_BYTES / 2 + 1).unwrap();
         let big1 = std::fs::File::create(layer_dir(z, 1).join("big")).unwrap();
         big1.set_len(FLAT_MAX_BYTES / 2 + 1).unwrap();
-        let e = build_flat(z, None, &[1, 2], "user.overlay.").unwrap_err();
+        let e =
+            build_flat(z, Path::new("/nonexistent"), None, &[1, 2], "user.overlay.").unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::FileTooLarge, "{e}");
         assert_eq!(std::fs::read_dir(z.join("tmp")).unwrap().count(), 0);
-        assert!(build_flat(z, None, &[2], "user.overlay.").is_ok());
+        assert!(build_flat(z, Path::new("/nonexistent"), None, &[2], "user.overlay.").is_ok());
     }
 }

@@ -494,12 +494,13 @@ impl StageService {
         let epoch = stage.epoch.load(std::sync::atomic::Ordering::SeqCst);
         let (base, zdir, prefix, zone) =
             (entry.flat, w.dir.clone(), w.xattrs.prefix(), w.name.clone());
+        let backing = w.backing.clone();
         // Weak: a build does not keep an unmounted stage (and its lock).
         let weak = Arc::downgrade(stages);
         let spawned = std::thread::Builder::new()
             .name("zm-flatten".into())
             .spawn(move || {
-                let built = layers::build_flat(&zdir, base, &todo, prefix);
+                let built = layers::build_flat(&zdir, &backing, base, &todo, prefix);
                 let Some(stage_of) = weak.upgrade() else {
                     if let Ok(p) = built {
                         let _ = layers::remove_all_of(&[p]);
