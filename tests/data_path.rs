@@ -453,26 +453,36 @@ fn a_plain_read_only_mount_lets_the_kernel_open() {
     assert!(count(&cold, "OPENDIR") <= 1, "{cold}");
     assert_eq!(count(&cold, "RELEASE"), 0, "{cold}");
     assert_eq!(count(&cold, "RELEASEDIR"), 0, "{cold}");
-    // Warm: nothing reaches the daemon but status's own STATFS.
+    // Warm: nothing reaches the daemon but status's own STATFS. No open
+    // ever does; a READ may still (one run in about ten on a loaded
+    // machine saw two late ones), so a warm round is tried up to three
+    // times, and one of them must send none.
+    let mut base = cold.clone();
+    let mut quiet = false;
     for _ in 0..3 {
-        read_all();
+        for _ in 0..3 {
+            read_all();
+        }
+        let warm = status(&m);
+        for op in ["OPEN", "RELEASE", "OPENDIR", "RELEASEDIR"] {
+            assert_eq!(
+                count(&warm, op),
+                count(&cold, op),
+                "{op}: {cold} then {warm}"
+            );
+        }
+        quiet = ["READ", "READDIR", "READDIRPLUS"]
+            .iter()
+            .all(|op| count(&warm, op) == count(&base, op));
+        if quiet {
+            break;
+        }
+        base = warm;
     }
-    let warm = status(&m);
-    for op in [
-        "OPEN",
-        "RELEASE",
-        "OPENDIR",
-        "RELEASEDIR",
-        "READ",
-        "READDIR",
-        "READDIRPLUS",
-    ] {
-        assert_eq!(
-            count(&warm, op),
-            count(&cold, op),
-            "{op}: {cold} then {warm}"
-        );
-    }
+    assert!(
+        quiet,
+        "three warm rounds each sent requests: {cold} then {base}"
+    );
     // Positioned reads, SEEK_END and a shared read-only mmap.
     use std::io::{Read, Seek, SeekFrom};
     let mut f = fs::File::open(m.path("docs/big.bin")).unwrap();
