@@ -955,6 +955,59 @@ fn killed_daemon_leaves_no_mount() {
     );
 }
 
+/// A mount made again at once on the mountpoint of a SIGKILLed daemon
+/// (its dead mount detached by hand) keeps its record when the dead
+/// daemon's watcher cleans up after it: the watcher removed the record at
+/// that path whoever had written it, and the CLI then called the live
+/// mount "not a live zonemount mount" (found by an attack pass).
+#[test]
+fn a_mount_made_again_at_once_keeps_its_record() {
+    if !fuse_ok() || !root_ok() {
+        return;
+    }
+    let m = simple(Mode::Sandboxed).mount();
+    let (pid, _) = record_and_socket(m.mountpoint());
+    let _ = wait_until(Duration::from_secs(5), || {
+        watcher_pids_for(m.mountpoint()).len() == 2
+    });
+    // The old watcher and its guard held still until the new mount is up,
+    // so that they clean up after it: what a loaded machine does by chance.
+    let old: Vec<String> = watcher_pids_for(m.mountpoint())
+        .iter()
+        .map(u32::to_string)
+        .collect();
+    assert_eq!(old.len(), 2, "a watcher and its guard: {old:?}");
+    let signal = |sig: &str, pids: &[String]| {
+        let out = run(
+            Command::new("kill").arg(sig).args(pids),
+            Duration::from_secs(5),
+        );
+        assert!(out.success(), "kill {sig}: {}", out.describe());
+    };
+    signal("-STOP", &old);
+    signal("-KILL", &[pid.to_string()]);
+    let _ = run(
+        Command::new("umount").arg("-l").arg(m.mountpoint()),
+        Duration::from_secs(5),
+    );
+    let out = m.mount_again_staged();
+    signal("-CONT", &old);
+    assert!(out.success(), "remount: {}", out.describe());
+    let gone = |p: &String| !Path::new(&format!("/proc/{p}")).exists();
+    assert!(
+        wait_until(MOUNT_TIMEOUT, || old.iter().all(gone)),
+        "the dead daemon's watcher stayed: {old:?}"
+    );
+    let rec = zonemount::mount::find_record(m.mountpoint());
+    assert!(
+        rec.as_ref().is_some_and(|r| r.pid != pid),
+        "the new mount's record: {:?}",
+        rec.map(|r| r.pid)
+    );
+    let st = m.zonemount(&["status", &m.mountpoint().display().to_string()]);
+    assert!(st.success(), "{}", st.describe());
+}
+
 /// The daemon and its watcher SIGKILLed by one `kill`: the watcher's
 /// guard takes its place, unmounts the dead mount and removes the socket
 /// and the record; then nothing of the mount is left running.

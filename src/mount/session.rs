@@ -316,7 +316,7 @@ fn watch(mountpoint: &Path, settings: &Settings, fusermount: Option<PathBuf>) ->
     let plan = WatchPlan {
         mountpoint: Some(mountpoint.to_path_buf()),
         fusermount,
-        files: settings.record.iter().cloned().collect(),
+        record: settings.record.clone(),
         sockets: settings.control.iter().cloned().collect(),
         ..WatchPlan::default()
     };

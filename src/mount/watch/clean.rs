@@ -33,6 +33,11 @@ pub(super) fn clean_up(c: &InChild, p: &Prepared, msgs: &Messages) {
     for f in &p.files {
         let _ = rustix::fs::unlink(f.as_c_str());
     }
+    if let Some((path, pid)) = &p.record {
+        if names(path, pid) {
+            let _ = rustix::fs::unlink(path.as_c_str());
+        }
+    }
     for (path, addr) in &p.sockets {
         if !listening(addr) {
             let _ = rustix::fs::unlink(path.as_c_str());
@@ -57,6 +62,34 @@ pub(super) fn clean_up(c: &InChild, p: &Prepared, msgs: &Messages) {
     for d in &p.dirs {
         rmdir_patiently(d);
     }
+}
+
+/// Whether the file at `path` holds `needle` not followed by a digit
+/// (`"pid": 12` is not `"pid": 123`), read into a buffer on the stack (the
+/// child may not allocate). A record is a few hundred bytes; one that
+/// can't be read, or is past the buffer, is left alone.
+fn names(path: &CString, needle: &[u8]) -> bool {
+    let Ok(fd) = rustix::fs::open(
+        path.as_c_str(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
+        return false;
+    };
+    let mut buf = [0u8; 16 * 1024];
+    let mut len = 0;
+    while len < buf.len() {
+        match rustix::io::read(&fd, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(Errno::INTR) => {}
+            Err(_) => return false,
+        }
+    }
+    let text = &buf[..len];
+    (0..text.len().saturating_sub(needle.len() - 1)).any(|i| {
+        text[i..].starts_with(needle) && !text.get(i + needle.len()).is_some_and(u8::is_ascii_digit)
+    })
 }
 
 /// Whether a dead FUSE connection is on top of `mp`. Any other error

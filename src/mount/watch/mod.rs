@@ -97,6 +97,11 @@ pub struct Plan {
     pub fusermount: Option<PathBuf>,
     /// Files to remove.
     pub files: Vec<PathBuf>,
+    /// The mount's record, removed only while it still names the watched
+    /// process (`"pid": N`): a mount made at the same mountpoint after the
+    /// watched daemon died writes a record of its own at that path, which
+    /// is not this watcher's to remove.
+    pub record: Option<PathBuf>,
     /// Unix sockets to remove when nothing accepts connections on them.
     pub sockets: Vec<PathBuf>,
     /// Empty directories to remove, last.

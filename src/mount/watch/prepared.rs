@@ -25,6 +25,9 @@ pub(super) struct Prepared {
     /// null-terminated pointer array into them).
     pub(super) fusermount: Option<(Vec<CString>, Vec<*const c_char>)>,
     pub(super) files: Vec<CString>,
+    /// The record's path, and the bytes that name the watched process in
+    /// it (`"pid": N`).
+    pub(super) record: Option<(CString, Vec<u8>)>,
     pub(super) sockets: Vec<(CString, SocketAddrUnix)>,
     pub(super) dirs: Vec<CString>,
 }
@@ -58,6 +61,14 @@ impl Prepared {
             .iter()
             .map(|p| cstring(p))
             .collect::<io::Result<_>>()?;
+        let record = plan
+            .record
+            .as_deref()
+            .map(|p| -> io::Result<(CString, Vec<u8>)> {
+                let pid = format!("\"pid\": {}", me.as_raw_nonzero());
+                Ok((cstring(p)?, pid.into_bytes()))
+            })
+            .transpose()?;
         let sockets = plan
             .sockets
             .iter()
@@ -76,6 +87,7 @@ impl Prepared {
             mountpoint,
             fusermount,
             files,
+            record,
             sockets,
             dirs,
         })
