@@ -308,16 +308,7 @@ fn the_record_outlives_a_killed_daemon_and_a_commit_drops_only_its_paths() {
     let Some((m, mnt)) = mounted_after("work", script) else {
         return;
     };
-    let pids = daemon_pids_for(m.mountpoint());
-    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
-    let _ = run(
-        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
-        Duration::from_secs(5),
-    );
-    assert!(
-        wait_unmounted(m.mountpoint()),
-        "the killed daemon's mount stayed"
-    );
+    m.kill_daemon();
     let out = m.mount_again_staged();
     assert!(out.success(), "remount after SIGKILL: {}", out.describe());
     let v = json_of(&m.zonemount(&["changes", "--json", &mnt]));

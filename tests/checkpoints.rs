@@ -282,16 +282,7 @@ fn checkpoints_survive_a_killed_daemon_and_a_remount() {
     let at_two = view(&m);
     sh(&m, "echo three > f && sync f");
     let now = view(&m);
-    let pids = daemon_pids_for(m.mountpoint());
-    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
-    let _ = run(
-        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
-        Duration::from_secs(5),
-    );
-    assert!(
-        wait_unmounted(m.mountpoint()),
-        "the killed daemon's mount stayed"
-    );
+    m.kill_daemon();
     // Offline: the stage dir lists them, and what changed since.
     let stage = m.root().join("stage").to_string_lossy().into_owned();
     assert_eq!(
@@ -978,16 +969,7 @@ fn a_rewind_rewinds_who_changed_what_through_a_killed_daemon() {
     assert_eq!(view(&m), view_two);
     assert_eq!(who_changed(&m, &[&mp]), at_two);
     // A killed daemon and a remount: the same.
-    let pids = daemon_pids_for(m.mountpoint());
-    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
-    let _ = run(
-        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
-        Duration::from_secs(5),
-    );
-    assert!(
-        wait_unmounted(m.mountpoint()),
-        "the killed daemon's mount stayed"
-    );
+    m.kill_daemon();
     let stage = m.root().join("stage").to_string_lossy().into_owned();
     assert_eq!(who_changed(&m, &[&stage]), at_two, "offline");
     let out = m.mount_again_staged();
@@ -1220,16 +1202,7 @@ fn a_commit_cut_short_by_a_sigkill_completes_when_run_again() {
     checkpoint(&m, "one");
     sh(&m, "echo m > m && rm gone && sync m");
     let now = view(&m);
-    let pids = daemon_pids_for(m.mountpoint());
-    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
-    let _ = run(
-        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
-        Duration::from_secs(5),
-    );
-    assert!(
-        wait_unmounted(m.mountpoint()),
-        "the killed daemon's mount stayed"
-    );
+    m.kill_daemon();
     // As the commit left it: its journal, and f already renamed into place.
     let zone = m.root().join("stage/work");
     fs::write(zone.join("commit.journal"), b"f\0n\0m\0gone\0").unwrap();
@@ -1278,16 +1251,7 @@ fn a_commit_upto_cut_short_leaves_no_conflict_for_the_next_commit() {
     sh(&m, "echo b >> new/n && echo b >> new/o && sync new/n new/o");
     checkpoint(&m, "two");
     let now = view(&m);
-    let pids = daemon_pids_for(m.mountpoint());
-    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
-    let _ = run(
-        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
-        Duration::from_secs(5),
-    );
-    assert!(
-        wait_unmounted(m.mountpoint()),
-        "the killed daemon's mount stayed"
-    );
+    m.kill_daemon();
     // As `commit --upto one` left it: its journal, new/ made and new/n
     // renamed into place (new/o not yet).
     let zone = m.root().join("stage/work");
@@ -1491,16 +1455,7 @@ fn a_flat_cut_short_by_sigkill_is_thrown_away() {
         "no flat was being built after the 5th checkpoint"
     );
     let live = view(&m);
-    let pids = daemon_pids_for(m.mountpoint());
-    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
-    let _ = run(
-        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
-        Duration::from_secs(5),
-    );
-    assert!(
-        wait_unmounted(m.mountpoint()),
-        "the killed daemon's mount stayed"
-    );
+    m.kill_daemon();
     assert_eq!(
         flat_of(&m),
         None,

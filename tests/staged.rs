@@ -223,16 +223,7 @@ fn the_stage_outlives_an_unmount_and_a_killed_daemon() {
     fs::write(m.backing("work", "gone"), "changed by the host\n").unwrap();
     let out = m.sh_in("work", "echo late > late && sync late && rm gone", &[]);
     assert!(out.success(), "{}", out.describe());
-    let pids = daemon_pids_for(m.mountpoint());
-    assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
-    let _ = run(
-        Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
-        Duration::from_secs(5),
-    );
-    assert!(
-        wait_unmounted(m.mountpoint()),
-        "the killed daemon's mount stayed"
-    );
+    m.kill_daemon();
     let out = mount_again(&m, m.mountpoint());
     assert!(out.success(), "remount after SIGKILL: {}", out.describe());
     assert_eq!(fs::read_to_string(m.path("work/late")).unwrap(), "late\n");

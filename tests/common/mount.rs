@@ -218,6 +218,22 @@ impl TestMount {
         out
     }
 
+    /// SIGKILL the mount's one daemon and wait until its mount is gone
+    /// (its watcher detaches it).
+    #[track_caller]
+    pub fn kill_daemon(&self) {
+        let pids = daemon_pids_for(self.mountpoint());
+        assert_eq!(pids.len(), 1, "one daemon: {pids:?}");
+        let _ = run(
+            Command::new("kill").arg("-KILL").arg(pids[0].to_string()),
+            Duration::from_secs(5),
+        );
+        assert!(
+            wait_unmounted(self.mountpoint()),
+            "the killed daemon's mount stayed"
+        );
+    }
+
     /// Mount a project config (see [`Setup::new`]); panics on failure.
     #[track_caller]
     pub fn new(yaml: &str) -> Self {
