@@ -66,8 +66,9 @@ pub(super) fn clean_up(c: &InChild, p: &Prepared, msgs: &Messages) {
 
 /// Whether the file at `path` holds `needle` not followed by a digit
 /// (`"pid": 12` is not `"pid": 123`), read into a buffer on the stack (the
-/// child may not allocate). A record is a few hundred bytes; one that
-/// can't be read, or is past the buffer, is left alone.
+/// child may not allocate). A record is a few hundred bytes with its pid
+/// near the start; of a longer file only the first 16 KiB are looked at,
+/// and one that can't be read is left alone.
 fn names(path: &CString, needle: &[u8]) -> bool {
     let Ok(fd) = rustix::fs::open(
         path.as_c_str(),
