@@ -251,12 +251,6 @@ pub fn stat(fd: BorrowedFd<'_>) -> Sys<Stat> {
     rfs::fstat(fd)
 }
 
-/// Whether `fd` is open for reading (not `O_PATH`, not write-only).
-pub fn reads(fd: BorrowedFd<'_>) -> bool {
-    rfs::fcntl_getfl(fd)
-        .is_ok_and(|f| !f.contains(OFlags::PATH) && (f & OFlags::RWMODE) != OFlags::WRONLY)
-}
-
 /// The attributes of `name` in `dir`, itself (a symlink is not followed).
 pub fn stat_at(dir: BorrowedFd<'_>, name: &OsStr) -> Sys<Stat> {
     check_name(name)?;

@@ -79,6 +79,14 @@ pub enum FileHandles {
     Off,
 }
 
+/// A node's cached fd, and whether it was opened for reading (an `O_PATH`
+/// fd was not): an OPEN of a cached reader then needs no `fcntl` to tell.
+#[derive(Debug, Clone)]
+struct Kept {
+    fd: Arc<OwnedFd>,
+    reads: bool,
+}
+
 #[derive(Debug)]
 pub struct Reach {
     handles: FileHandles,
@@ -87,7 +95,7 @@ pub struct Reach {
     named_seen: AtomicBool,
     /// fds of nodes that are reopened on demand, most recently used last;
     /// sharded by node id.
-    fd_cache: Vec<Mutex<LruCache<u64, Arc<OwnedFd>>>>,
+    fd_cache: Vec<Mutex<LruCache<u64, Kept>>>,
     /// fds of named nodes whose name was removed through the mount while
     /// the kernel still holds them (by node id); at most `pin_max`.
     pinned: Mutex<HashMap<u64, Arc<OwnedFd>>>,
@@ -227,15 +235,16 @@ impl Reach {
         self.named_seen.load(Ordering::Relaxed)
     }
 
-    fn shard(&self, ino: u64) -> &Mutex<LruCache<u64, Arc<OwnedFd>>> {
+    fn shard(&self, ino: u64) -> &Mutex<LruCache<u64, Kept>> {
         &self.fd_cache[ino as usize % SHARDS]
     }
 
-    /// Cache `fd` for node `ino`; what that pushes out (the shard's least
-    /// recently used fd, or the node's previous one) is closed after the
-    /// shard's lock, which other requests may be waiting for.
-    fn keep(&self, ino: u64, fd: Arc<OwnedFd>) {
-        let out = self.shard(ino).lock().push(ino, fd);
+    /// Cache `fd` (open for reading: `reads`) for node `ino`; what that
+    /// pushes out (the shard's least recently used fd, or the node's
+    /// previous one) is closed after the shard's lock, which other requests
+    /// may be waiting for.
+    fn keep(&self, ino: u64, fd: Arc<OwnedFd>, reads: bool) {
+        let out = self.shard(ino).lock().push(ino, Kept { fd, reads });
         drop(out);
     }
 
@@ -247,8 +256,8 @@ impl Reach {
             Anchor::None => Err(FsError::Refused(Refusal::RootLevel)),
             Anchor::Held(fd) => Ok(fd.get()),
             Anchor::Handle(h) => {
-                if let Some(fd) = self.shard(node.ino).lock().get(&node.ino) {
-                    return Ok(fd.clone());
+                if let Some(k) = self.shard(node.ino).lock().get(&node.ino) {
+                    return Ok(k.fd.clone());
                 }
                 let fs_fd = self
                     .fs_fds
@@ -258,7 +267,7 @@ impl Reach {
                     .flatten()
                     .ok_or(FsError::Os(libc::ESTALE))?;
                 let fd = Arc::new(self.with_fds(|| backing::open_by_handle(fs_fd.as_fd(), h))?);
-                self.keep(node.ino, fd.clone());
+                self.keep(node.ino, fd.clone(), false);
                 Ok(fd)
             }
             Anchor::Named => match self.at_hand(node.ino) {
@@ -279,8 +288,8 @@ impl Reach {
             return Ok(None);
         }
         let cached = self.shard(node.ino).lock().get(&node.ino).cloned();
-        if let Some(fd) = cached.filter(|fd| backing::reads(fd.as_fd())) {
-            return Ok(Some(fd));
+        if let Some(k) = cached.filter(|k| k.reads) {
+            return Ok(Some(k.fd));
         }
         let Anchor::Handle(h) = &node.anchor else {
             return Ok(None);
@@ -289,7 +298,7 @@ impl Reach {
             return Ok(None);
         };
         let fd = Arc::new(self.with_fds(|| backing::open_handle_for_reading(fs_fd.as_fd(), h))?);
-        self.keep(node.ino, fd.clone());
+        self.keep(node.ino, fd.clone(), true);
         Ok(Some(fd))
     }
 
@@ -298,16 +307,16 @@ impl Reach {
     /// was removed, so only the pin reaches it once the cache drops it.
     pub fn keep_reader(&self, node: &Node, fd: Arc<OwnedFd>) {
         match node.anchor {
-            Anchor::Handle(_) => self.keep(node.ino, fd),
-            Anchor::Named if !self.is_pinned(node.ino) => self.keep(node.ino, fd),
+            Anchor::Handle(_) => self.keep(node.ino, fd, true),
+            Anchor::Named if !self.is_pinned(node.ino) => self.keep(node.ino, fd, true),
             Anchor::Named | Anchor::None | Anchor::Held(_) => {}
         }
     }
 
     /// The fd a named node has at hand: cached, or pinned.
     fn at_hand(&self, ino: u64) -> Option<Arc<OwnedFd>> {
-        if let Some(fd) = self.shard(ino).lock().get(&ino) {
-            return Some(fd.clone());
+        if let Some(k) = self.shard(ino).lock().get(&ino) {
+            return Some(k.fd.clone());
         }
         self.pinned.lock().get(&ino).cloned()
     }
@@ -315,8 +324,8 @@ impl Reach {
     /// The fd node `ino` has at hand, without counting it as a use (to
     /// tell a reused inode number, see [`Anchor::same_object`]).
     pub fn cached(&self, ino: u64) -> Option<Arc<OwnedFd>> {
-        if let Some(fd) = self.shard(ino).lock().peek(&ino) {
-            return Some(fd.clone());
+        if let Some(k) = self.shard(ino).lock().peek(&ino) {
+            return Some(k.fd.clone());
         }
         self.pinned.lock().get(&ino).cloned()
     }
@@ -396,19 +405,20 @@ impl Reach {
                 }
             }
             let child = Arc::new(child);
-            self.keep(s.node.ino, child.clone());
+            self.keep(s.node.ino, child.clone(), false);
             fd = child;
         }
         Ok(fd)
     }
 
-    /// Keep `fd` as the cached fd of a node reopened on demand (just
-    /// looked up: it is at hand again, so any pin goes).
-    pub fn cache(&self, node: &Node, fd: Arc<OwnedFd>) {
+    /// Keep `fd` (open for reading: `reads`; else `O_PATH`) as the cached
+    /// fd of a node reopened on demand (just looked up: it is at hand
+    /// again, so any pin goes).
+    pub fn cache(&self, node: &Node, fd: Arc<OwnedFd>, reads: bool) {
         match node.anchor {
-            Anchor::Handle(_) => self.keep(node.ino, fd),
+            Anchor::Handle(_) => self.keep(node.ino, fd, reads),
             Anchor::Named => {
-                self.keep(node.ino, fd);
+                self.keep(node.ino, fd, reads);
                 let unpinned = self.pinned.lock().remove(&node.ino);
                 drop(unpinned);
             }
@@ -489,8 +499,8 @@ impl Reach {
         let mut out = Vec::new();
         for s in &self.fd_cache {
             let mut s = s.lock();
-            while let Some((_, fd)) = s.pop_lru() {
-                out.push(fd);
+            while let Some((_, k)) = s.pop_lru() {
+                out.push(k.fd);
             }
         }
         out

@@ -164,7 +164,16 @@ pub(crate) fn held_back(cpus: usize, quota: Option<f64>) -> Option<HeldBack> {
 /// Why this process's `/dev/fuse` threads don't poll now, for `zonemount
 /// status`; None where they may.
 pub fn held_back_now() -> Option<String> {
-    held_back(cpus_here(), super::cpu_quota::of_this_process()).map(|why| why.to_string())
+    held_back_by(cpus_here(), super::cpu_quota::of_this_process).map(|why| why.to_string())
+}
+
+/// [`held_back`] for a thread that may run on `cpus` CPUs, reading the
+/// quota (a few files) only where it can matter: not on one CPU.
+pub(crate) fn held_back_by(cpus: usize, quota_of: fn() -> Option<f64>) -> Option<HeldBack> {
+    match cpus {
+        0 | 1 => Some(HeldBack::OneCpu),
+        _ => held_back(cpus, quota_of()),
+    }
 }
 
 /// Whether the calling thread would poll now, as a serving thread looks.
@@ -399,11 +408,12 @@ impl PollerState {
     /// looked at again every [`AFFINITY_EVERY`] calls.
     fn held_back(&mut self) -> Option<HeldBack> {
         if self.since_check == 0 {
-            if self.quota_read.is_none_or(|t| t.elapsed() >= QUOTA_EVERY) {
+            let cpus = (self.cpus_of)();
+            if cpus > 1 && self.quota_read.is_none_or(|t| t.elapsed() >= QUOTA_EVERY) {
                 self.quota = (self.quota_of)();
                 self.quota_read = Some(Instant::now());
             }
-            self.held = held_back((self.cpus_of)(), self.quota);
+            self.held = held_back(cpus, self.quota);
         }
         self.since_check = (self.since_check + 1) % AFFINITY_EVERY;
         self.held

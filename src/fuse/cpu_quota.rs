@@ -9,6 +9,9 @@
 //! only where the quota, if any, covers every CPU the thread may run on.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 /// The quota of the calling process's cgroup, in CPUs (see the module's
 /// doc).
@@ -16,6 +19,22 @@ pub(crate) fn of_this_process() -> Option<f64> {
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     least_quota(Path::new("/"), &cgroups, &mountinfo)
+}
+
+/// [`of_this_process`] as read at most a second ago: the idle keeper
+/// looks each time requests start coming close together, and reading
+/// takes a few files.
+pub(crate) fn of_this_process_lately() -> Option<f64> {
+    static LAST: Mutex<Option<(Instant, Option<f64>)>> = Mutex::new(None);
+    let mut last = LAST.lock();
+    match *last {
+        Some((at, q)) if at.elapsed() < Duration::from_secs(1) => q,
+        _ => {
+            let q = of_this_process();
+            *last = Some((Instant::now(), q));
+            q
+        }
+    }
 }
 
 /// The smallest quota along every CPU cgroup that `cgroups` (the text of

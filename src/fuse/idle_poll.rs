@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::busy_poll::{HeldBack, cpus_here, held_back};
+use super::busy_poll::{HeldBack, cpus_here, held_back_by};
 
 /// The device through which the kernel takes CPU latency requests.
 pub const DEVICE: &str = "/dev/cpu_dma_latency";
@@ -104,7 +104,7 @@ impl std::fmt::Debug for IdlePoll {
 /// What holds busy polling back for this process now (read as a serving
 /// thread would: its CPUs and its cgroup's quota).
 fn held_back_here() -> Option<HeldBack> {
-    held_back(cpus_here(), super::cpu_quota::of_this_process())
+    held_back_by(cpus_here(), super::cpu_quota::of_this_process_lately)
 }
 
 impl IdlePoll {

@@ -287,7 +287,7 @@ impl Core {
                 // and read xattrs on the fd itself. It holds no write
                 // access, so exec is not refused while it is kept.
                 if self.reach.cached(node.ino).is_none() {
-                    self.reach.cache(node, Arc::new(ro));
+                    self.reach.cache(node, Arc::new(ro), true);
                 }
                 let id = Arc::new(id);
                 *slot = Passthrough::Id(id.clone());

@@ -356,7 +356,7 @@ impl Core {
         }
         node.seen_also(dir, newname);
         node.set_place(dir.clone(), newname);
-        self.reach.cache(node, Arc::new(fd));
+        self.reach.cache(node, Arc::new(fd), false);
         Some(self.entry(node, to_attr(node.shown_ino(), &st)))
     }
 

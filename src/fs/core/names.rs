@@ -142,7 +142,7 @@ impl Core {
                 self.reach.cached(i)
             });
         node.seen_links(o.stat.st_nlink);
-        self.reach.cache(&node, o.fd);
+        self.reach.cache(&node, o.fd, false);
         if matches!(node.anchor, Anchor::Named) {
             self.reach.looked_up(parent.ino, name, node.ino);
         }
