@@ -606,9 +606,10 @@ fn isolate_proc_is_read_only_so_host_sysctls_stay_as_they_are() {
 /// A worker run by root under `--isolate` is uid 0 on the host without
 /// capabilities: it may not make a file of a zone setuid root (or setgid
 /// root and group-executable), which any user of the host could then run
-/// as root (found by an attack pass: `chmod 4755` of a copy of `id`). A
-/// mode asked for at create loses those bits; a root worker with its
-/// capabilities (plain `run`) may set them as on the host.
+/// as root (found by an attack pass: `chmod 4755` of a copy of `id`; and
+/// by the next one: `chmod 2745`, then an access ACL giving the group
+/// execute). A mode asked for at create loses those bits; a root worker
+/// with its capabilities (plain `run`) may set them as on the host.
 #[test]
 fn a_root_worker_without_capabilities_cannot_make_a_setuid_root_file() {
     if !bwrap_ok() || !root_ok() {
@@ -619,9 +620,18 @@ fn a_root_worker_without_capabilities_cannot_make_a_setuid_root_file() {
         &["--isolate"],
         "cp /bin/true /ws/t; chmod 4755 /ws/t && echo SUID; chmod 2755 /ws/t && echo SGID; \
          chmod 755 /ws/t && echo plain; \
-         python3 -c \"import os; os.close(os.open('/ws/n', os.O_CREAT | os.O_WRONLY, 0o6755))\"",
+         python3 -c \"import os; os.close(os.open('/ws/n', os.O_CREAT | os.O_WRONLY, 0o6755))\"; \
+         cp /bin/true /ws/g && chmod 2745 /ws/g && echo setgid-not-executable; \
+         python3 -c \"import os, struct; e = lambda t, p: struct.pack('<HHI', t, p, 2**32 - 1); \
+         os.setxattr('/ws/g', 'system.posix_acl_access', struct.pack('<I', 2) + e(1, 7) + e(4, 5) + e(32, 5)); \
+         print('ACL')\"",
     );
-    assert_eq!(out.stdout, "plain\n", "{}", out.describe());
+    assert_eq!(
+        out.stdout,
+        "plain\nsetgid-not-executable\n",
+        "{}",
+        out.describe()
+    );
     assert!(
         out.stderr.contains("Operation not permitted"),
         "{}",
@@ -634,6 +644,9 @@ fn a_root_worker_without_capabilities_cannot_make_a_setuid_root_file() {
         0o755,
         "created 06755 by a worker without capabilities"
     );
+    // An access ACL sets the group bits: one giving group execute to a
+    // setgid-root file is refused as the chmod would be.
+    assert_eq!(mode("g"), 0o2745, "{}", out.describe());
     assert!(
         out.stderr
             .contains("ws: through the daemon (kept on the daemon: CMD runs as root"),

@@ -83,6 +83,42 @@ fn runs_as_root(mode: u32, uid: u32, gid: u32) -> bool {
         || mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 && gid == 0
 }
 
+/// The name of a file's access ACL, which sets its group-class bits.
+pub(super) const ACL_ACCESS: &str = "system.posix_acl_access";
+
+/// The group-class bits (`rwx` as 0..=7) an access ACL gives a file: its
+/// mask entry's, else its owning group's entry's. `value` is the xattr as
+/// `setxattr(2)` takes it (a version 2 header, then 8-byte entries of
+/// tag, permissions and id, little-endian); None when it is not one.
+fn acl_group_bits(value: &[u8]) -> Option<u32> {
+    const VERSION: u32 = 2;
+    const GROUP_OBJ: u16 = 0x04;
+    const MASK: u16 = 0x10;
+    let (head, entries) = value.split_first_chunk::<4>()?;
+    if u32::from_le_bytes(*head) != VERSION || entries.len() % 8 != 0 {
+        return None;
+    }
+    let (mut group, mut mask) = (None, None);
+    for e in entries.chunks_exact(8) {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let perm = u32::from(u16::from_le_bytes([e[2], e[3]])) & 0o7;
+        match tag {
+            GROUP_OBJ => group = Some(perm),
+            MASK => mask = Some(perm),
+            _ => {}
+        }
+    }
+    mask.or(group)
+}
+
+/// Whether setting the access ACL `value` on a regular file of `mode`,
+/// owned by `uid`:`gid`, would make it run as root: an ACL sets the group
+/// bits, so a setgid-root file chmod'ed without group execute becomes
+/// executable through one.
+pub(super) fn acl_runs_as_root(value: &[u8], mode: u32, uid: u32, gid: u32) -> bool {
+    acl_group_bits(value).is_some_and(|g| runs_as_root((mode & !0o070) | (g << 3), uid, gid))
+}
+
 /// Whether `caller` may give a file a mode that runs it as root: only one
 /// that could make itself root (CAP_SETUID and CAP_SETGID). A file made in
 /// a zone is a file of the host, whose mounts are not `nosuid`: a worker
@@ -662,4 +698,46 @@ fn shares_reader(flags: i32) -> bool {
         | libc::O_NOCTTY
         | libc::O_NOFOLLOW;
     flags & libc::O_ACCMODE == libc::O_RDONLY && flags & !harmless == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{acl_group_bits, acl_runs_as_root};
+
+    /// An ACL as `setxattr(2)` takes it, from (tag, perm) entries.
+    fn acl(entries: &[(u16, u16)]) -> Vec<u8> {
+        let mut v = 2u32.to_le_bytes().to_vec();
+        for (tag, perm) in entries {
+            v.extend(tag.to_le_bytes());
+            v.extend(perm.to_le_bytes());
+            v.extend(u32::MAX.to_le_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn an_acl_gives_the_group_bits_of_its_mask_else_of_its_group_entry() {
+        let plain = acl(&[(0x01, 7), (0x04, 5), (0x20, 5)]);
+        assert_eq!(acl_group_bits(&plain), Some(5));
+        let masked = acl(&[(0x01, 7), (0x02, 7), (0x04, 4), (0x10, 1), (0x20, 0)]);
+        assert_eq!(acl_group_bits(&masked), Some(1));
+        assert_eq!(acl_group_bits(b"\x02\0\0"), None);
+        assert_eq!(acl_group_bits(&plain[..9]), None);
+        let mut v1 = plain.clone();
+        v1[0] = 1;
+        assert_eq!(acl_group_bits(&v1), None);
+    }
+
+    #[test]
+    fn an_acl_that_makes_a_setgid_root_file_group_executable_runs_it_as_root() {
+        let gx = acl(&[(0x01, 7), (0x04, 5), (0x20, 5)]);
+        let g_no_x = acl(&[(0x01, 7), (0x04, 4), (0x20, 5)]);
+        assert!(acl_runs_as_root(&gx, 0o102745, 0, 0));
+        assert!(acl_runs_as_root(&gx, 0o102745, 1000, 0));
+        assert!(!acl_runs_as_root(&g_no_x, 0o102755, 0, 0));
+        assert!(!acl_runs_as_root(&gx, 0o102745, 0, 1000));
+        assert!(!acl_runs_as_root(&gx, 0o100745, 0, 0));
+        // Setuid root stays what it was: an ACL never sets that bit.
+        assert!(acl_runs_as_root(&g_no_x, 0o104755, 0, 1000));
+    }
 }

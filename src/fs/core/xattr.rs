@@ -5,9 +5,12 @@ use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
+use rustix::fs::FileType;
+
+use super::files::{ACL_ACCESS, acl_runs_as_root, may_make_root_runnable};
 use super::gate::{Gate, Keep};
 use super::{Core, Ctx, Respond, XattrReply};
-use crate::backing::AsCaller;
+use crate::backing::{self, AsCaller};
 use crate::error::{FsError, FsResult, Refusal};
 use crate::fs::inodes::Node;
 use crate::policy::Op;
@@ -135,6 +138,14 @@ impl Core {
                         return Err(FsError::Os(libc::EPERM));
                     }
                     let fd = core.reach.fd_of(&node)?;
+                    if name == ACL_ACCESS && !may_make_root_runnable(&ctx.caller()) {
+                        let st = backing::stat(fd.as_fd())?;
+                        if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                            && acl_runs_as_root(&value, st.st_mode, st.st_uid, st.st_gid)
+                        {
+                            return Err(FsError::Os(libc::EPERM));
+                        }
+                    }
                     Ok(core
                         .reach
                         .procfds
