@@ -162,6 +162,31 @@ fn allow_uid_narrows_allow_other() {
     assert_eq!(fs::read_to_string(m.path("ws/other.txt")).unwrap(), "hi\n");
 }
 
+/// The kernel answers a `stat` from its attribute cache without asking
+/// the daemon: with the default TTL a uid kept out may `stat` a path a
+/// listed uid just reached (found by an attack pass; docs/security.md
+/// says so); `--cache-ttl 0` makes every `stat` a request, refused.
+#[test]
+fn a_uid_kept_out_stats_nothing_with_cache_ttl_0() {
+    if !ready() {
+        return;
+    }
+    let m = setup(Mode::Sandboxed)
+        .arg("--allow-other")
+        .arg("--allow-uid")
+        .arg(&OTHER.to_string())
+        .arg("--cache-ttl")
+        .arg("0")
+        .mount();
+    let mnt = m.mountpoint().display().to_string();
+    let out = sh_as(OTHER, &format!("stat {mnt}/data/d.txt >/dev/null"));
+    assert!(out.success(), "listed uid: {}", out.describe());
+    for path in ["", "/data", "/data/d.txt"] {
+        let out = sh_as(NOBODY, &format!("stat {mnt}{path}"));
+        assert_sh_errno(&out, EACCES, &format!("stat {mnt}{path}, uid not listed"));
+    }
+}
+
 /// Two workers under different uids share a rw zone: neither can read the
 /// other's 0600 file, chown its own file to root, or write a file it has no
 /// mode bits for; the daemon (root) is no confused deputy.
