@@ -402,3 +402,93 @@ fn a_bwrap_without_bind_fd_keeps_every_zone_on_the_daemon() {
         out.describe()
     );
 }
+
+/// Unmounts, by exact path, what the test mounted (also on panic).
+struct Unmount(Vec<PathBuf>);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for p in self.0.iter().rev() {
+            let _ = Command::new("umount").arg("-l").arg(p).status();
+        }
+    }
+}
+
+fn wait_for(path: &std::path::Path, what: &str) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A mount the host makes under a zone's backing dir while CMD runs does
+/// not reach CMD when the zone is bound straight: run by root, `run` binds
+/// a private clone of the backing dir (before: bubblewrap's bind took the
+/// host's later mounts, so a tmpfs mounted under a ro zone showed up in it
+/// read-write). The backing dirs' mount is made shared here, so a
+/// namespace that takes later mounts (checked beside CMD) sees it.
+#[test]
+fn a_mount_the_host_makes_under_a_straight_zone_during_a_run_stays_out() {
+    if !ready() || !require(Need::Root) || !require(Need::Tool("unshare")) {
+        return;
+    }
+    let t = Task::new();
+    let sub = t.backing("docs").join("sub");
+    fs::create_dir(&sub).unwrap();
+    let mut mounted = Unmount(Vec::new());
+    let sh = |c: &str| {
+        let st = Command::new("sh").arg("-c").arg(c).status().unwrap();
+        assert!(st.success(), "{c}");
+    };
+    let root = t.root.display().to_string();
+    sh(&format!(
+        "mount --bind {root} {root} && mount --make-shared {root}"
+    ));
+    mounted.0.push(t.root.clone());
+    let go = t.backing("ws").join("go");
+    // Beside CMD: a namespace that takes the host's later mounts.
+    let control = Command::new("unshare")
+        .args(["--mount", "--propagation", "slave", "sh", "-c"])
+        .arg(format!(
+            "i=0; while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; ls {sub}",
+            go = go.display(),
+            sub = sub.display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // --cache-ttl 0: CMD sees the host's `go` at once (through the daemon).
+    let cmd = t
+        .command(
+            &["--cache-ttl", "0"],
+            ": > /ws/ready; i=0; while [ ! -e /ws/go ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
+             echo \"seen: $(ls /docs/sub)\"; touch /docs/sub/x && echo WROTE; echo end",
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&t.backing("ws").join("ready"), "CMD did not start");
+    sh(&format!(
+        "mount -t tmpfs -o size=1m zm-test {}",
+        sub.display()
+    ));
+    mounted.0.push(sub.clone());
+    fs::write(sub.join("marker"), "host\n").unwrap();
+    fs::write(&go, "").unwrap();
+    let out = cmd.wait_with_output().unwrap();
+    let control = control.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        String::from_utf8_lossy(&control.stdout),
+        "marker\n",
+        "the host's mount propagates here, or this test proves nothing"
+    );
+    assert_eq!(stdout, "seen: \nend\n", "{stderr}");
+    assert!(stderr.contains("Read-only file system"), "{stderr}");
+    assert!(!sub.join("x").exists());
+    drop(mounted);
+    assert!(names(&t.tmpdir).unwrap().is_empty(), "temp dirs left");
+}

@@ -369,6 +369,12 @@ pub fn run() -> ExitCode {
     if let Some(code) = run::dispatch_worker(&std::env::args_os().collect::<Vec<_>>()) {
         return ExitCode::from(code);
     }
+    // `run --isolate`'s start of bwrap as root: before any thread starts.
+    if let Some(code) =
+        crate::isolate::private_binds::dispatch(&std::env::args_os().collect::<Vec<_>>())
+    {
+        return ExitCode::from(code);
+    }
     let argv = match helper_form::rewrite(std::env::args_os().collect()) {
         Ok(a) => a,
         Err(e) => {

@@ -34,6 +34,7 @@
 
 #[allow(unsafe_code)]
 pub mod pidns;
+pub mod private_binds;
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;

@@ -1,6 +1,7 @@
 //! PID namespaces: making one for `run`'s worker (`unshare(2)`, with a
 //! user namespace that maps only our own uid and gid when we are not
-//! root), and telling which namespace a process is in and which ones
+//! root; and a mount namespace for `--isolate`'s straight binds), and
+//! telling which namespace a process is in and which ones
 //! enclose it (`/proc/PID/ns/pid`, the `NS_GET_PARENT` ioctl).
 //!
 //! Leaves only: which namespaces count as the worker's is decided in
@@ -91,6 +92,18 @@ pub fn unshare_pid(map: Option<(u32, u32)>) -> io::Result<()> {
         std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
         std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
     }
+    Ok(())
+}
+
+/// Give this process a mount namespace of its own (a copy of its
+/// current one: `unshare(CLONE_NEWNS)`). Root only; call from a
+/// single-threaded process.
+pub fn unshare_mounts() -> io::Result<()> {
+    // SAFETY: CLONE_NEWNS implies CLONE_FS, which gives this thread its own
+    // cwd and root: the callers are single-threaded (`run`'s hidden
+    // commands, before any thread starts), so no other thread's view
+    // changes under it. Neither CLONE_FILES nor anything else is asked for.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNS) }?;
     Ok(())
 }
 

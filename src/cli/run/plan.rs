@@ -332,8 +332,24 @@ impl Plan {
                 .map(|(_, v)| v.as_os_str());
             exec::check_command(prog, &home, path, &exec::in_sandbox(mp, zones, host))?;
         }
-        let mut c = Command::new(bwrap);
-        c.args(args).env_clear().current_dir("/").process_group(0);
+        let straight: Vec<(i32, PathBuf)> = zones
+            .iter()
+            .filter_map(|z| z.direct.map(|fd| (fd, z.backing.clone())))
+            .collect();
+        let mut c = if !straight.is_empty() && rustix::process::geteuid().is_root() {
+            // Through our hidden command: the straight binds become
+            // private clones, which take no mount the host makes later.
+            let mut c = Command::new("/proc/self/exe");
+            c.args(isolate::private_binds::command_args(
+                bwrap, &straight, &args,
+            ));
+            c
+        } else {
+            let mut c = Command::new(bwrap);
+            c.args(args);
+            c
+        };
+        c.env_clear().current_dir("/").process_group(0);
         Ok(c)
     }
 
