@@ -1155,6 +1155,47 @@ fn a_worker_cannot_allow_its_own_request_by_the_cli() {
     );
 }
 
+/// Most asks outlive their callers: a `mkdir` told EAGAIN has exited by
+/// the time anyone decides. The session it asked from still may not
+/// decide (found by an attack pass: `mkdir`, then `zonemount approvals
+/// allow` from the same shell, was let through, `--scope zone` too).
+#[test]
+fn a_worker_cannot_allow_a_request_whose_asker_has_exited() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let said = m.root().join("allow.said");
+    let w = Worker::start(
+        &m,
+        &format!(
+            "mkdir final/build 2>/dev/null;              MNT='{mnt}'; i=0; ID=; while [ -z \"$ID\" ] && [ $i -lt 200 ]; do \
+               ID=$('{BIN}' approvals list --json \"$MNT\" | sed -n 's/.*\"id\": *\\([0-9]*\\).*/\\1/p' | head -1); \
+               i=$((i+1)); sleep 0.05; done; \
+             '{BIN}' approvals allow --scope zone \"$MNT\" \"$ID\" > '{said}' 2>&1; echo \"rc=$?\" >> '{said}'",
+            mnt = m.mountpoint().display(),
+            said = said.display(),
+        ),
+    );
+    let id = wait_pending(&m, 1)[0]["id"].as_u64().unwrap();
+    let (st, err) = w.finish();
+    assert!(st.success(), "{err}");
+    let text = fs::read_to_string(&said).unwrap();
+    assert!(
+        text.contains(&format!(
+            "request {id} can't be decided from here (it still waits, "
+        )) && text
+            .contains("runs in the terminal session of the process that made the request (pid ")
+            && text.contains("exited since")
+            && text.contains(FIX_SESSION)
+            && text.contains("rc=1"),
+        "{text}"
+    );
+    assert_eq!(pending(&m).len(), 1, "{text}");
+    assert!(!m.backing("final", "build").exists());
+    assert!(decide(&m, &["deny"], id).success());
+}
+
 #[test]
 fn a_decision_from_the_shell_that_wrote_is_refused_at_once_names_the_fix_and_the_write_waits_on() {
     // The new user's case: a background write, then `approvals allow`

@@ -19,6 +19,9 @@ pub struct Caller {
     /// `/proc/PID/cmdline`, arguments joined by spaces (empty if
     /// unknown), exact: its bytes need not be UTF-8.
     pub cmdline: Vec<u8>,
+    /// Its session id when it asked (None: gone already): kept with a
+    /// request, so the asker's session is still known once it has exited.
+    pub session: Option<u32>,
 }
 
 impl Caller {
@@ -32,6 +35,7 @@ impl Caller {
             pid,
             tid,
             cmdline: read_cmdline(pid),
+            session: session_of(pid),
         }
     }
 }
@@ -74,6 +78,11 @@ pub fn parent_and_session(stat: &str) -> Option<(u32, u32)> {
     let ppid = f.nth(1)?.parse().ok()?;
     let session = f.nth(1)?.parse().ok()?;
     Some((ppid, session))
+}
+
+/// Process `pid`'s session id; None when it is gone.
+pub fn session_of(pid: u32) -> Option<u32> {
+    stat_of(pid).map(|(_, session)| session)
 }
 
 fn stat_of(pid: u32) -> Option<(u32, u32)> {

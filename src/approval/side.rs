@@ -187,21 +187,22 @@ impl WorkerSide {
     /// Why the process `decider` (of uid `decider_uid`; None: a peer in
     /// a namespace we can't see, so not below ours) may not decide for
     /// the worker, in plain words and with the fix: `askers` are
-    /// processes of the worker alive now (`who` says what they did),
-    /// `recorded` namespaces a worker was seen in (a stage's writers).
+    /// processes of the worker (`who` says what they did), with the
+    /// session each was in when it acted (it may be gone now), `recorded`
+    /// namespaces a worker was seen in (an asker's, a stage's writers').
     /// None when it may.
     pub fn refusal(
         &self,
         decider: Option<u32>,
         decider_uid: u32,
-        askers: &[u32],
+        askers: &[AskedFrom],
         recorded: &[NsId],
         who: Worker,
     ) -> Option<String> {
         let decider = decider?;
         let mut worker: Vec<NsId> = recorded.to_vec();
         worker.extend(self.registered.lock().as_ref().and_then(|(_, ns)| *ns));
-        worker.extend(askers.iter().filter_map(|a| pid_ns(*a)));
+        worker.extend(askers.iter().filter_map(|a| pid_ns(a.pid)));
         worker.retain(|ns| Some(*ns) != self.own);
         if !worker.is_empty() {
             match enclosing(decider) {
@@ -224,17 +225,43 @@ impl WorkerSide {
                 Err(_) => {}
             }
         }
+        let decider_session = caller::session_of(decider);
         askers.iter().find_map(|a| {
-            let how = match caller::kin(*a, decider)? {
-                caller::Kin::Session => "runs in the same terminal session as",
-                caller::Kin::Descendant => "was started by",
+            let (how, whose) = match caller::kin(a.pid, decider) {
+                Some(caller::Kin::Session) => ("runs in the same terminal session as", caller::comm(a.pid)),
+                Some(caller::Kin::Descendant) => ("was started by", caller::comm(a.pid)),
+                // Gone (or moved to a session of its own since): the
+                // session it acted from still counts.
+                None if a.session.is_some() && a.session == decider_session => (
+                    "runs in the terminal session of",
+                    "exited since".to_string(),
+                ),
+                None => return None,
             };
             Some(format!(
-                "this command (pid {decider}) {how} {} (pid {a}, {}), and a worker may not decide for itself; {FIX_SESSION}",
+                "this command (pid {decider}) {how} {} (pid {}, {whose}), and a worker may not decide for itself; {FIX_SESSION}",
                 who.words(),
-                caller::comm(*a)
+                a.pid,
             ))
         })
+    }
+}
+
+/// A process of the worker's, and the session it was in when it acted
+/// (None: not known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AskedFrom {
+    pub pid: u32,
+    pub session: Option<u32>,
+}
+
+impl AskedFrom {
+    /// Process `pid`, alive now: its session read now.
+    pub fn now(pid: u32) -> AskedFrom {
+        AskedFrom {
+            pid,
+            session: caller::session_of(pid),
+        }
     }
 }
 
@@ -260,12 +287,62 @@ mod tests {
         assert_eq!(inside(&[own], &[own], Some(own)), None);
     }
 
+    /// Most asks outlive their callers (a mkdir told EAGAIN, a create
+    /// answered at once): the session the asker was in still counts once
+    /// it has exited (found by an attack pass: `mkdir` then `zonemount
+    /// approvals allow` from the same shell was let through).
+    #[test]
+    fn an_asker_that_exited_still_keeps_its_session_from_deciding() {
+        let side = WorkerSide::new();
+        let me = std::process::id();
+        let mine = caller::session_of(me);
+        assert!(mine.is_some());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let asked = AskedFrom {
+            pid: gone,
+            session: mine,
+        };
+        let why = side
+            .refusal(Some(me), side.own_uid, &[asked], &[], Worker::Asked)
+            .unwrap();
+        assert!(
+            why.contains(&format!(
+                "runs in the terminal session of the process that made the request (pid {gone}, exited since)"
+            )),
+            "{why}"
+        );
+        let elsewhere = AskedFrom {
+            pid: gone,
+            session: mine.map(|s| s.wrapping_add(1)),
+        };
+        assert_eq!(
+            side.refusal(Some(me), side.own_uid, &[elsewhere], &[], Worker::Asked),
+            None
+        );
+        let unknown = AskedFrom {
+            pid: gone,
+            session: None,
+        };
+        assert_eq!(
+            side.refusal(Some(me), side.own_uid, &[unknown], &[], Worker::Asked),
+            None
+        );
+    }
+
     #[test]
     fn without_a_namespace_the_session_rule_still_refuses_and_names_the_fix() {
         let side = WorkerSide::new();
         let me = std::process::id();
         let why = side
-            .refusal(Some(me), side.own_uid, &[me], &[], Worker::Asked)
+            .refusal(
+                Some(me),
+                side.own_uid,
+                &[AskedFrom::now(me)],
+                &[],
+                Worker::Asked,
+            )
             .unwrap();
         assert!(
             why.contains("runs in the same terminal session as the process that made the request"),
@@ -276,7 +353,13 @@ mod tests {
             "{why}"
         );
         let why = side
-            .refusal(Some(me), side.own_uid, &[me], &[], Worker::Staged)
+            .refusal(
+                Some(me),
+                side.own_uid,
+                &[AskedFrom::now(me)],
+                &[],
+                Worker::Staged,
+            )
             .unwrap();
         assert!(
             why.contains("as a process that wrote to the stage"),
@@ -287,7 +370,10 @@ mod tests {
             side.refusal(Some(me), side.own_uid, &[], &[], Worker::Asked),
             None
         );
-        assert_eq!(side.refusal(None, 0, &[me], &[], Worker::Asked), None);
+        assert_eq!(
+            side.refusal(None, 0, &[AskedFrom::now(me)], &[], Worker::Asked),
+            None
+        );
     }
 
     #[test]

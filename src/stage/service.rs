@@ -31,7 +31,7 @@ use super::report::{
 pub use super::work::{Detail, Span};
 use super::work::{Outcome, ZoneWork, by_zone};
 use super::{FlatBuild, StageError, Stages, dir, layers, tree};
-use crate::approval::side::{NsId, Worker, WorkerSide};
+use crate::approval::side::{AskedFrom, NsId, Worker, WorkerSide};
 use crate::audit::{self, Audit};
 
 /// What the stage service needs of a live mount (the filesystem core
@@ -57,7 +57,7 @@ pub trait LiveMount: Send + Sync {
     fn forget_cached(&self, zone: usize, paths: &[&Path]);
     /// The processes that changed the stages (most recent last) and the
     /// PID namespaces they were in.
-    fn stage_writers(&self) -> (Vec<u32>, Vec<NsId>);
+    fn stage_writers(&self) -> (Vec<AskedFrom>, Vec<NsId>);
     /// The rw zones in the mount's order, each with whether it is staged.
     fn rw_zones(&self) -> Vec<(String, bool)>;
     /// What the workers changed in plain rw zone `zone` under `filter`

@@ -194,6 +194,8 @@ impl Approvals {
                 retry,
                 deadline: Instant::now() + timeout,
                 waiters: vec![me],
+                asker_session: caller.session,
+                asker_ns: crate::approval::side::pid_ns(caller.pid),
             },
         );
         drop(st);

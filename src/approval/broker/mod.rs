@@ -41,7 +41,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::caller::Caller;
 use super::records::end_record;
-use super::side::{Worker, WorkerSide};
+use super::side::{AskedFrom, Worker, WorkerSide};
 use super::{
     AskRequest, Broker, Continuation, Counters, DecideError, Decision, Event, GRANT_KEPT, Listener,
     Note, RequestInfo, Resolution, Scope, Settings, Verdict,
@@ -153,16 +153,22 @@ impl Approvals {
     ) -> Result<(), DecideError> {
         let asker = {
             let st = self.inner.state.lock();
-            st.pending.get(&id).map(|p| (p.info.pid, p.deadline))
+            st.pending
+                .get(&id)
+                .map(|p| (p.info.pid, p.asker_session, p.asker_ns, p.deadline))
         };
-        let Some((asker, deadline)) = asker else {
+        let Some((asker, session, ns, deadline)) = asker else {
             return Err(DecideError::NotPending(id));
+        };
+        let asked_from = AskedFrom {
+            pid: asker,
+            session,
         };
         if let Some(why) = self.inner.side.refusal(
             Some(approver_pid),
             approver_uid,
-            &[asker],
-            &[],
+            &[asked_from],
+            ns.as_slice(),
             Worker::Asked,
         ) {
             // The request goes on waiting for a decider who may.

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::super::{Continuation, Event, RequestInfo, Verdict, class_name};
+use crate::isolate::pidns::NsId;
 
 /// A fingerprint: (class, zone, path inside the zone).
 pub(super) type Fp = (&'static str, String, PathBuf);
@@ -35,6 +36,12 @@ pub(super) struct Pending {
     pub(super) retry: Option<RetryKey>,
     pub(super) deadline: Instant,
     pub(super) waiters: Vec<Waiter>,
+    /// The session and PID namespace the asker was in when it asked: a
+    /// decider there is on the worker's side even once the asker has
+    /// exited (most asks outlive their callers: EAGAIN, a create answered
+    /// at once).
+    pub(super) asker_session: Option<u32>,
+    pub(super) asker_ns: Option<NsId>,
 }
 
 #[derive(Default)]

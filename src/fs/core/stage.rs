@@ -25,7 +25,7 @@ use crate::stage::service::LiveMount;
 /// ids already looked at.
 #[derive(Debug, Default)]
 pub(super) struct Writers {
-    processes: Vec<u32>,
+    processes: Vec<crate::approval::side::AskedFrom>,
     threads: std::collections::HashSet<u32>,
     /// The PID namespaces they were in (a namespace outlives no process,
     /// but a commit may come after the writers are gone).
@@ -91,11 +91,16 @@ impl Core {
         }
         w.threads.insert(ctx.pid);
         if let Some(pid) = crate::approval::caller::process_of(ctx.pid) {
-            w.processes.retain(|p| *p != pid);
+            w.processes.retain(|p| p.pid != pid);
             if w.processes.len() == WRITERS {
                 w.processes.remove(0);
             }
-            w.processes.push(pid);
+            // Only while it lives does a writer's session keep a commit
+            // from it (`approval::side`): a person who edited through the
+            // mount from a terminal commits from there once the editing
+            // is done.
+            w.processes
+                .push(crate::approval::side::AskedFrom { pid, session: None });
             if let Some(ns) = crate::approval::side::pid_ns(pid) {
                 if !w.spaces.contains(&ns) {
                     if w.spaces.len() == WRITERS {
@@ -138,7 +143,12 @@ impl LiveMount for Core {
     /// The processes that changed this mount's stages (most recent last)
     /// and the PID namespaces they were in: a commit or discard from their
     /// side is refused (`approval::side`).
-    fn stage_writers(&self) -> (Vec<u32>, Vec<crate::approval::side::NsId>) {
+    fn stage_writers(
+        &self,
+    ) -> (
+        Vec<crate::approval::side::AskedFrom>,
+        Vec<crate::approval::side::NsId>,
+    ) {
         let w = self.writers.lock();
         (w.processes.clone(), w.spaces.clone())
     }

@@ -48,8 +48,14 @@ impl LiveMount for Fake {
             .lock()
             .push((zone, paths.iter().map(|p| p.to_path_buf()).collect(), held));
     }
-    fn stage_writers(&self) -> (Vec<u32>, Vec<NsId>) {
-        (self.writers.lock().clone(), Vec::new())
+    fn stage_writers(&self) -> (Vec<AskedFrom>, Vec<NsId>) {
+        let writers = self
+            .writers
+            .lock()
+            .iter()
+            .map(|p| AskedFrom::now(*p))
+            .collect();
+        (writers, Vec::new())
     }
     fn rw_zones(&self) -> Vec<(String, bool)> {
         vec![("work".into(), true), ("out".into(), false)]
