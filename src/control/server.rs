@@ -116,8 +116,31 @@ impl Server {
     }
 }
 
+/// The longest request line read: a request is a few paths at most. A
+/// peer that sends more without a newline is answered so and cut off,
+/// rather than the daemon holding what it sends.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Connections served at once. Past this a new one is told so and closed
+/// at once: the daemon's fds are the mount's too (its cache of open
+/// backing files), and a peer holding thousands of idle connections had
+/// the supervisor's commands wait 30 s and fail.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may take over its first request, and over the
+/// rest of a line once it has begun: a peer that connects and sends
+/// nothing, or half a line, gives its slot back. Between requests a
+/// client may wait as long as it likes (a supervisor's client keeps its
+/// connection), and a watch only listens.
+pub const IDLE: Duration = Duration::from_secs(60);
+
 /// Serve connections until the runtime is shut down.
 pub async fn serve(listener: std::os::unix::net::UnixListener, srv: Arc<Server>) {
+    serve_idle(listener, srv, IDLE).await;
+}
+
+/// [`serve`], closing a connection that sends no request for `idle`.
+async fn serve_idle(listener: std::os::unix::net::UnixListener, srv: Arc<Server>, idle: Duration) {
     let listener = match UnixListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -125,14 +148,31 @@ pub async fn serve(listener: std::os::unix::net::UnixListener, srv: Arc<Server>)
             return;
         }
     };
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let srv = srv.clone();
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(
+                        "control socket: {MAX_CONNECTIONS} connections open; refused one"
+                    );
+                    tokio::spawn(async move {
+                        let (_, mut w) = stream.into_split();
+                        let msg = format!(
+                            "busy: {MAX_CONNECTIONS} connections to this mount's control socket are open (a process of the mount's user holds them); try again once some close"
+                        );
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(1), send(&mut w, &fail(msg)))
+                                .await;
+                    });
+                    continue;
+                };
                 tokio::spawn(async move {
-                    if let Err(e) = connection(stream, srv).await {
+                    if let Err(e) = connection(stream, srv, idle).await {
                         tracing::debug!("control connection ended: {e}");
                     }
+                    drop(slot);
                 });
             }
             Err(e) => {
@@ -149,7 +189,7 @@ async fn send(w: &mut tokio::net::unix::OwnedWriteHalf, v: &Value) -> io::Result
     w.write_all(&line).await
 }
 
-async fn connection(stream: UnixStream, srv: Arc<Server>) -> io::Result<()> {
+async fn connection(stream: UnixStream, srv: Arc<Server>, idle: Duration) -> io::Result<()> {
     let cred = stream.peer_cred()?;
     let uid = cred.uid();
     let peer = Peer {
@@ -165,8 +205,31 @@ async fn connection(stream: UnixStream, srv: Arc<Server>) -> io::Result<()> {
         );
         return send(&mut w, &fail(msg)).await;
     }
-    let mut lines = AsyncBufReader::new(r).lines();
-    while let Some(line) = lines.next_line().await? {
+    let mut lines = AsyncBufReader::new(r);
+    let mut served = false;
+    loop {
+        if served {
+            // The next request may come whenever; once it begins, it must
+            // end within `idle`.
+            if tokio::io::AsyncBufReadExt::fill_buf(&mut lines)
+                .await?
+                .is_empty()
+            {
+                break;
+            }
+        }
+        served = true;
+        let line = match next_line(&mut lines, Some(idle)).await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                // Said once, then the connection ends: what follows can't
+                // be told apart from the rest of the line.
+                let _ = send(&mut w, &fail(e.to_string())).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         if line.trim().is_empty() {
             continue;
         }
@@ -266,9 +329,49 @@ fn answer(srv: &Server, req: Request, peer: Peer) -> Value {
     }
 }
 
+/// The next request line from `r` (without its newline), of at most
+/// [`MAX_LINE`] bytes, within `idle` if given; None when the peer closed.
+/// A longer line, or one that is not UTF-8, is an `InvalidData` error;
+/// no line within `idle`, `TimedOut`.
+async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    idle: Option<Duration>,
+) -> io::Result<Option<String>> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut limited = (&mut *r).take(MAX_LINE as u64 + 1);
+    let read = limited.read_until(b'\n', &mut buf);
+    let n = match idle {
+        Some(d) => tokio::time::timeout(d, read).await.map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no request in {} s", d.as_secs()),
+            )
+        })??,
+        None => read.await?,
+    };
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+    } else if buf.len() > MAX_LINE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a request line of more than {MAX_LINE} bytes"),
+        ));
+    }
+    String::from_utf8(buf).map(Some).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "a request line that is not UTF-8",
+        )
+    })
+}
+
 async fn watch(
     srv: &Server,
-    lines: &mut tokio::io::Lines<AsyncBufReader<tokio::net::unix::OwnedReadHalf>>,
+    lines: &mut AsyncBufReader<tokio::net::unix::OwnedReadHalf>,
     w: &mut tokio::net::unix::OwnedWriteHalf,
 ) -> io::Result<()> {
     // Subscribe before the snapshot, so nothing in between is missed; a
@@ -290,7 +393,7 @@ async fn watch(
                 }
                 Err(broadcast::error::RecvError::Closed) => return Ok(()),
             },
-            line = lines.next_line() => {
+            line = next_line(lines, None) => {
                 // The client closed: watching ends. Anything it says is ignored.
                 if line?.is_none() {
                     return Ok(());
@@ -392,6 +495,169 @@ mod tests {
         assert_eq!(st["status"]["mountpoint"], "/m");
         assert_eq!(st["status"]["pending"], json!([]));
         assert_eq!(st["status"]["counters"]["requests"], 0);
+    }
+
+    /// A connection that sends nothing, or half a line, for the idle time
+    /// is closed (its slot given back); one waiting between requests, or
+    /// a watch, which only listens, is not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_silent_at_first_or_mid_line_is_closed_a_waiting_client_or_watch_is_not() {
+        let s = server_of(rustix::process::geteuid().as_raw());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        tokio::spawn(serve_idle(listener, s.clone(), Duration::from_millis(200)));
+        let closed = async |half: &[u8]| {
+            let mut c = UnixStream::connect(&path).await.expect("connect");
+            c.write_all(half).await.expect("write");
+            let (r, _w) = c.into_split();
+            let mut lines = AsyncBufReader::new(r).lines();
+            // Answers to whole requests first, then the close.
+            tokio::time::timeout(Duration::from_secs(5), async {
+                while let Ok(Some(_)) = lines.next_line().await {}
+            })
+            .await
+            .is_ok()
+        };
+        assert!(closed(b"").await, "a silent connection stayed open");
+        assert!(closed(b"{\"v\":1,").await, "half a line kept it open");
+        assert!(
+            closed(b"{\"v\":1,\"op\":\"list\"}\n{\"v\":1,").await,
+            "half a second line kept it open"
+        );
+        // Between two requests a client may wait past the idle time.
+        let mut c = UnixStream::connect(&path).await.expect("connect");
+        c.write_all(b"{\"v\":1,\"op\":\"list\"}\n")
+            .await
+            .expect("write");
+        let (r, mut w) = c.into_split();
+        let mut lines = AsyncBufReader::new(r).lines();
+        let first = lines.next_line().await.expect("read").expect("line");
+        assert!(first.contains("\"ok\":true"), "{first}");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        w.write_all(b"{\"v\":1,\"op\":\"list\"}\n")
+            .await
+            .expect("write");
+        let second = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+            .await
+            .expect("an answer")
+            .expect("read")
+            .expect("a line: the connection stayed");
+        assert!(second.contains("\"ok\":true"), "{second}");
+        let mut c = UnixStream::connect(&path).await.expect("connect");
+        c.write_all(b"{\"v\":1,\"op\":\"watch\"}\n")
+            .await
+            .expect("write");
+        let (r, _w) = c.into_split();
+        let mut lines = AsyncBufReader::new(r).lines();
+        let first = lines.next_line().await.expect("read").expect("line");
+        assert!(first.contains("\"ok\":true"), "{first}");
+        let still = tokio::time::timeout(Duration::from_millis(800), lines.next_line()).await;
+        assert!(still.is_err(), "the watch was closed: {still:?}");
+    }
+
+    /// A served socket of `s` in a fresh dir (kept alive by the result).
+    fn served(s: &Arc<Server>) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        tokio::spawn(serve(listener, s.clone()));
+        (dir, path)
+    }
+
+    async fn reply_of(stream: UnixStream) -> Option<Value> {
+        let (r, _w) = stream.into_split();
+        let mut lines = AsyncBufReader::new(r).lines();
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("an answer within 10 s")
+            .ok()??;
+        serde_json::from_str(&line).ok()
+    }
+
+    /// A peer that sends a line without end is answered and cut off once
+    /// it passes MAX_LINE (found by an attack pass: 1 GiB sent without a
+    /// newline stayed in the daemon's memory while the connection lived).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_line_past_the_limit_is_refused_and_the_connection_closed() {
+        let s = server_of(rustix::process::geteuid().as_raw());
+        let (_dir, path) = served(&s);
+        let stream = UnixStream::connect(&path).await.expect("connect");
+        let (r, mut w) = stream.into_split();
+        let chunk = vec![b'A'; 64 * 1024];
+        let mut sent = 0;
+        // The server stops reading past the limit: writes then fail or
+        // block; bounded either way.
+        while sent <= MAX_LINE + chunk.len() {
+            match tokio::time::timeout(Duration::from_secs(5), w.write_all(&chunk)).await {
+                Ok(Ok(())) => sent += chunk.len(),
+                _ => break,
+            }
+        }
+        let mut lines = AsyncBufReader::new(r).lines();
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("an answer")
+            .expect("read")
+            .expect("a line");
+        let v: Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!(v["ok"], false, "{v}");
+        assert!(
+            v["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(&format!("more than {MAX_LINE} bytes"))),
+            "{v}"
+        );
+        let end = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("closed within 10 s");
+        assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
+    }
+
+    /// Past MAX_CONNECTIONS open at once a new connection is told so and
+    /// closed; one closing makes room (found by an attack pass: 19,995
+    /// idle connections took the daemon's fds, and `approvals list` failed
+    /// after 30 s).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_past_the_limit_are_told_busy_and_one_closing_makes_room() {
+        let s = server_of(rustix::process::geteuid().as_raw());
+        let (_dir, path) = served(&s);
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let mut c = UnixStream::connect(&path).await.expect("connect");
+            // Answered: the connection has its slot.
+            c.write_all(b"{\"v\":1,\"op\":\"list\"}\n")
+                .await
+                .expect("write");
+            let (r, w) = c.into_split();
+            let mut lines = AsyncBufReader::new(r).lines();
+            let line = lines.next_line().await.expect("read").expect("line");
+            assert!(line.contains("\"ok\":true"), "{line}");
+            held.push((lines, w));
+        }
+        let extra = UnixStream::connect(&path).await.expect("connect");
+        let v = reply_of(extra).await.expect("an answer");
+        assert_eq!(v["ok"], false, "{v}");
+        assert!(
+            v["error"].as_str().is_some_and(|e| e.starts_with("busy: ")),
+            "{v}"
+        );
+        held.pop();
+        // The slot comes back once the server sees the close.
+        let mut answered = false;
+        for _ in 0..100 {
+            let mut c = UnixStream::connect(&path).await.expect("connect");
+            // Still full: told busy and closed, maybe before the write.
+            let wrote = c.write_all(b"{\"v\":1,\"op\":\"list\"}\n").await.is_ok();
+            if wrote && reply_of(c).await.is_some_and(|v| v["ok"] == true) {
+                answered = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(answered, "no slot came back");
     }
 
     /// A request that is both pending when a watch starts and in the
