@@ -604,6 +604,39 @@ fn a_killed_waiting_process_is_withdrawn_with_eintr() {
     assert!(!m.backing("final", "a.md").exists());
 }
 
+/// Only a `zonemount run` task's mount takes the `worker` op (from its
+/// init): on a plain mount anyone of the mount's user could otherwise
+/// have `status` claim a boundary that does not hold (found by an attack
+/// pass: `"boundary":"isolate"` made status say the worker can't reach
+/// the socket).
+#[test]
+fn a_plain_mount_takes_no_workers_boundary() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().mount();
+    let status = zm(&["status", "--json"], m.mountpoint());
+    assert!(status.success(), "{}", status.describe());
+    let s: Value = serde_json::from_str(&status.stdout).unwrap();
+    let sock = PathBuf::from(s["control"].as_str().unwrap());
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    use std::io::{BufRead, Write};
+    c.write_all(b"{\"v\":1,\"op\":\"worker\",\"boundary\":\"isolate\"}\n")
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(&c).read_line(&mut line).unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not made by `zonemount run`")),
+        "{v}"
+    );
+    let out = zm(&["status"], m.mountpoint());
+    assert!(!out.stdout.contains("who decides"), "{}", out.describe());
+}
+
 #[test]
 fn the_control_socket_refuses_other_users() {
     if !fuse_ok() || !root_ok() || !tool_ok("setpriv") {

@@ -104,7 +104,8 @@ impl Boundary {
                 "not from inside the worker's PID namespace (pid:[{ns}]), whatever it forks"
             ),
             Boundary::Session { why } => format!(
-                "not from the worker's session or its descendants, which `setsid` or a double fork leaves ({why}); --user or --isolate hold"
+                "not from the worker's session or its descendants, which `setsid` or a double fork leaves ({}); --user or --isolate hold",
+                crate::text::escape(why.as_bytes())
             ),
             Boundary::Isolate => {
                 "the worker can't reach the control socket (--isolate)".to_string()
@@ -133,6 +134,11 @@ pub struct WorkerSide {
     /// The daemon's uid: a decider of another uid (root) is not the worker.
     own_uid: u32,
     registered: Mutex<Option<(Boundary, Option<NsId>)>>,
+    /// The mount is a `zonemount run` task's: its init may register the
+    /// worker's boundary. On any other mount there is no worker `run`
+    /// started, and a claim (from anyone of the mount's user) would only
+    /// make `status` say what does not hold.
+    claims: std::sync::atomic::AtomicBool,
 }
 
 impl Default for WorkerSide {
@@ -147,7 +153,15 @@ impl WorkerSide {
             own: PidNs::of(None).and_then(|ns| ns.id()).ok(),
             own_uid: rustix::process::geteuid().as_raw(),
             registered: Mutex::new(None),
+            claims: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Take the one claim of a `zonemount run` task's init (the mount was
+    /// made by `run`).
+    pub fn accept_claims(&self) {
+        self.claims
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What `run` registered, if anything.
@@ -160,6 +174,12 @@ impl WorkerSide {
     /// before CMD starts, so no process of the worker's can have claimed
     /// first), or no namespace. A second claim is refused.
     pub fn register(&self, peer: Option<u32>, claim: Claim) -> Result<Boundary, String> {
+        if !self.claims.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(
+                "this mount was not made by `zonemount run`: there is no worker's boundary to register"
+                    .into(),
+            );
+        }
         let mut reg = self.registered.lock();
         if reg.is_some() {
             return Err("the worker's boundary is already registered".into());
@@ -409,6 +429,11 @@ mod tests {
     fn registration_is_once_and_not_of_our_own_namespace() {
         let side = WorkerSide::new();
         let me = std::process::id();
+        // Not a `run` task's mount: nobody registers anything.
+        let refused = side.register(None, Claim::Isolate).unwrap_err();
+        assert!(refused.contains("not made by `zonemount run`"), "{refused}");
+        assert_eq!(side.boundary(), None);
+        side.accept_claims();
         assert!(side.register(Some(me), Claim::OwnPidNamespace).is_err());
         assert!(side.register(None, Claim::OwnPidNamespace).is_err());
         assert_eq!(side.boundary(), None);
@@ -418,5 +443,17 @@ mod tests {
             Ok(Boundary::Session { why })
         );
         assert!(side.register(None, Claim::Isolate).is_err(), "once");
+    }
+
+    /// A claim's words are the claimant's: shown escaped (found by an
+    /// attack pass: ESC sequences and a forged second line in `status`).
+    #[test]
+    fn a_session_claims_words_are_shown_escaped() {
+        let b = Boundary::Session {
+            why: "fine\u{1b}[2J\nwho decides: only root".into(),
+        };
+        let line = b.line();
+        assert!(!line.contains('\u{1b}') && !line.contains('\n'), "{line:?}");
+        assert!(line.contains("fine\\x1b[2J\\nwho decides"), "{line:?}");
     }
 }

@@ -320,6 +320,11 @@ pub(crate) struct MountArgs {
     /// Internal: report readiness on stdout (used by the detaching parent).
     #[arg(long, hide = true)]
     pub(crate) notify_ready: bool,
+    /// Internal: the mount of a `zonemount run` task, whose init registers
+    /// the worker's boundary once (the control op `worker`); other mounts
+    /// refuse that op.
+    #[arg(long, hide = true)]
+    pub(crate) run_task: bool,
     /// An existing, empty directory to mount on (see --nonempty).
     pub(crate) mountpoint: PathBuf,
 }

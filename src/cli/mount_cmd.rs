@@ -303,6 +303,7 @@ fn settings(a: &MountArgs) -> Result<Settings, Failure> {
         max_checkpoints: a.max_checkpoints.map(usize::from),
         refusal_log: a.refusal_log.as_deref().map(abs),
         refusal_log_root: a.refusal_log_root.clone(),
+        run_task: a.run_task,
     })
 }
 

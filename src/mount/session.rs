@@ -110,6 +110,9 @@ pub struct Settings {
     /// mountpoint).
     pub refusal_log: Option<PathBuf>,
     pub refusal_log_root: Option<PathBuf>,
+    /// A `zonemount run` task's mount: its init may register the worker's
+    /// boundary (`approval::side`).
+    pub run_task: bool,
 }
 
 impl Default for Settings {
@@ -133,6 +136,7 @@ impl Default for Settings {
             max_checkpoints: None,
             refusal_log: None,
             refusal_log_root: None,
+            run_task: false,
         }
     }
 }
@@ -211,6 +215,9 @@ pub fn build(
         },
         audit.clone(),
     );
+    if settings.run_task {
+        broker.side().accept_claims();
+    }
     // Before the filesystem: its fd cache is sized from this limit.
     crate::backing::raise_nofile_limit();
     let stages = Stages::open(table, mountpoint, settings.stage_dir.as_deref())

@@ -141,6 +141,8 @@ pub(super) fn daemon_args(
     user: Option<User>,
 ) -> Result<Vec<OsString>, Failure> {
     let mut args = mount_options.to_vec();
+    // The task's init registers the worker's boundary; no other mount takes it.
+    args.push("--run-task".into());
     let Some(u) = user else {
         return Ok(args);
     };
