@@ -212,6 +212,74 @@ fn forty_held_asks_from_one_cpu_leave_its_queue_serving() {
     assert_eq!(pending(&m), ASKS, "the asks still wait");
 }
 
+/// A queue grows to 1,024 entries at most; were all held by calls that
+/// wait for decisions, the kernel would hold back every next request of
+/// that CPU, whoever made it (found by an attack pass: 1,024 held opens of
+/// one worker stopped CPU 0's requests until one was decided). Past 960
+/// waiting, a call that would wait is refused at once (EACCES), and the
+/// CPU keeps serving.
+#[test]
+fn a_queue_all_but_full_of_waiting_calls_refuses_more_and_keeps_serving() {
+    if !fuse_ok() || !root_ok() || !tool_ok("taskset") {
+        return;
+    }
+    let s = Setup::zones(
+        Mode::Sandboxed,
+        &[
+            ("workspace", "mode: rw"),
+            ("final", "mode: rw, approval: { write: ask }"),
+        ],
+    )
+    .asking()
+    .arg("--approval-timeout")
+    .arg("120")
+    .file("workspace", "r.txt", "read me\n")
+    .file("final", "f", "x\n");
+    let Some(m) = mount_over_uring(s) else {
+        return;
+    };
+    const CALLS: usize = 1100;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let start = Arc::new(Barrier::new(CALLS));
+    for _ in 0..CALLS {
+        let (start, tx, path) = (start.clone(), tx.clone(), m.path("final/f"));
+        std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                on_cpu0_now();
+                start.wait();
+                let r = fs::OpenOptions::new().append(true).open(path);
+                let _ = tx.send(r.err().and_then(|e| e.raw_os_error()));
+            })
+            .expect("a thread");
+    }
+    // Those refused come back at once; the others wait (until the unmount).
+    let mut refused = 0;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(30) && refused < CALLS - 960 {
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            Ok(Some(e)) if e == libc::EACCES => refused += 1,
+            Ok(other) => panic!("an open that waits came back: {other:?}"),
+            Err(_) => {}
+        }
+    }
+    assert!(
+        refused >= CALLS - 960,
+        "{refused} of {CALLS} opens refused at once; the rest wait"
+    );
+    let t = Instant::now();
+    let stat = try_run(
+        Command::new("taskset")
+            .args(["-c", "0", "stat", "-c", "%s", "workspace/r.txt"])
+            .current_dir(m.mountpoint()),
+        Duration::from_secs(10),
+    )
+    .unwrap_or_else(|e| panic!("a stat from CPU 0 did not answer: {e}"));
+    assert!(stat.success(), "{}", stat.describe());
+    assert_eq!(stat.stdout, "8\n");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+}
+
 /// Requests the kernel held back while a queue had no free entry go only
 /// to the next entry committed: after the queue grows, its thread makes
 /// the kernel send it a request (`NOTIFY_RETRIEVE` of a regular file the

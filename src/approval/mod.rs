@@ -70,6 +70,11 @@ pub enum Wait {
     /// withdrawn by [`Broker::interrupt`] of this request's `unique`; a
     /// process that goes away does not withdraw it.
     Detached,
+    /// The call may not wait: its transport could not serve other
+    /// requests meanwhile (an io_uring queue all but full of calls
+    /// waiting for decisions). Allowed if an earlier decision covers it,
+    /// else refused at once and logged why.
+    Unheld,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

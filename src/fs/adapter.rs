@@ -48,6 +48,7 @@ fn ctx(req: &Request<'_>, op: &'static str) -> Ctx {
         gid: req.gid,
         pid: req.pid,
         unique: req.unique,
+        may_wait: req.may_wait,
     }
 }
 

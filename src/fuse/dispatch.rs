@@ -127,7 +127,8 @@ pub trait Filesystem: Send + Sync + 'static {
 }
 
 /// Decode one request and hand it to `fs` with its reply, the data it
-/// asks for held to `max_data` ([`Agreed::max_data`]).
+/// asks for held to `max_data` ([`Agreed::max_data`]); `may_wait`: see
+/// [`Request::may_wait`].
 pub(crate) fn handle(
     fs: &dyn Filesystem,
     h: &InHeader,
@@ -135,11 +136,13 @@ pub(crate) fn handle(
     slot: u32,
     sink: &Arc<dyn Sink>,
     max_data: u32,
+    may_wait: bool,
 ) {
     let reply = Reply::new(h.unique, slot, sink.clone(), has_reply(h.opcode));
     match Request::parse(h, args) {
         Ok(mut req) => {
             req.cap_data(max_data);
+            req.may_wait = may_wait;
             fs.dispatch(req, reply)
         }
         Err(Malformed) => {

@@ -194,6 +194,10 @@ pub struct Request<'a> {
     pub gid: u32,
     pub pid: u32,
     pub op: Op<'a>,
+    /// Whether the answer may wait (for a decision): false when the
+    /// transport could not serve this CPU's other requests meanwhile (an
+    /// io_uring queue grown to its largest with few entries free).
+    pub may_wait: bool,
 }
 
 impl<'a> Request<'a> {
@@ -367,6 +371,7 @@ impl<'a> Request<'a> {
             gid: h.gid,
             pid: h.pid,
             op,
+            may_wait: true,
         })
     }
 }

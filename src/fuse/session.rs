@@ -316,7 +316,16 @@ pub(crate) fn serve<C: Channel>(
         ) {
             idle.request();
         }
-        handle(fs.as_ref(), &h, Args::joined(body), 0, &sink, max_data);
+        // A thread waiting on an answer holds nothing the others need.
+        handle(
+            fs.as_ref(),
+            &h,
+            Args::joined(body),
+            0,
+            &sink,
+            max_data,
+            true,
+        );
         if batch_forgets && matches!(opcode, abi::op::FORGET | abi::op::BATCH_FORGET) {
             std::thread::sleep(FORGET_LINGER);
         }

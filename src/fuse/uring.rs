@@ -50,10 +50,16 @@ use crate::fuse::sys::{Device, io_uring_allowed, possible_cpus};
 pub const QUEUE_START: usize = 8;
 /// A queue grows when fewer of its entries than this are free.
 pub const QUEUE_SPARE: usize = 4;
-/// The most entries a queue grows to. With this many requests of one CPU
-/// waiting at once (asks), that CPU's next requests wait in the kernel
-/// for one of them to be answered.
+/// The most entries a queue grows to.
 pub const QUEUE_MAX: usize = 1024;
+/// Entries a queue grown to [`QUEUE_MAX`] keeps for answers that don't
+/// wait: past `QUEUE_MAX - QUEUE_KEPT` waiting at once, a request whose
+/// answer would wait for a decision is refused at once instead
+/// ([`Request::may_wait`](super::request::Request::may_wait)). Were every
+/// entry held, the kernel would hold back every next request of that CPU,
+/// from any process and zone, until one was answered (found by an attack
+/// pass: 1,024 held opens of one worker stopped a CPU's requests).
+pub const QUEUE_KEPT: usize = 64;
 
 /// One ring per possible CPU, set up before INIT's reply so that agreeing
 /// to io_uring never leaves the kernel waiting for queues that can't come.
@@ -371,6 +377,8 @@ pub(crate) fn serve_queue<Q: Queue>(
                         ops.resize(n + 1, 0);
                     }
                     ops[n] = h.opcode;
+                    let may_wait =
+                        ring.entries() < QUEUE_MAX || ring.held() < QUEUE_MAX - QUEUE_KEPT;
                     handle(
                         fs.as_ref(),
                         &h,
@@ -378,6 +386,7 @@ pub(crate) fn serve_queue<Q: Queue>(
                         n as u32,
                         &sink,
                         max_data,
+                        may_wait,
                     );
                 }
                 RingEvent::Wake => {}

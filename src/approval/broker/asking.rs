@@ -33,12 +33,12 @@ impl Approvals {
     pub(super) fn ask_inner(&self, req: AskRequest, then: Continuation) {
         let caller = Caller::read(req.pid);
         let tid = match req.wait {
-            Wait::Detached => 0,
+            Wait::Detached | Wait::Unheld => 0,
             Wait::Decision | Wait::Bounded(_) => req.pid,
         };
         let until = match req.wait {
             Wait::Bounded(d) => Some(Instant::now() + d),
-            Wait::Decision | Wait::Detached => None,
+            Wait::Decision | Wait::Detached | Wait::Unheld => None,
         };
         let me = Waiter {
             tid,
@@ -82,6 +82,11 @@ impl Approvals {
                 self.log_mutation(&req, &caller, &why);
                 return answer(vec![me], Verdict::Allow);
             }
+        }
+        if req.wait == Wait::Unheld {
+            drop(st);
+            let reason = "not asking: this CPU's io_uring queue is all but full of calls waiting for decisions, and one more would hold back every request made on that CPU; decide some first".to_string();
+            return self.refuse_now(&req, &caller, reason, me.then);
         }
         let key: Key = (sorted, caller.pid);
         let joined = st

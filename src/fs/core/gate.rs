@@ -216,6 +216,7 @@ impl Core {
         R: Respond<T>,
     {
         let wait = match hold {
+            _ if !ctx.may_wait => Wait::Unheld,
             Hold::Decision => Wait::Decision,
             Hold::Locked => Wait::Bounded(LOCK_HOLD),
         };

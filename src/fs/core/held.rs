@@ -459,6 +459,15 @@ impl Core {
             })
         });
         match &mut *st {
+            // This call may not wait (see `Ctx::may_wait`): refused now.
+            HeldState::Waiting { .. } if !ctx.may_wait => {
+                drop(st);
+                tracing::warn!(
+                    op = ctx.op,
+                    "refused: a call on a file whose create waits for a decision, and its io_uring queue is all but full of waiting calls"
+                );
+                then(Verdict::Deny)
+            }
             HeldState::Waiting { queue, .. } => {
                 tracing::debug!(
                     op = ctx.op,

@@ -72,6 +72,9 @@ pub struct Ctx {
     pub pid: u32,
     /// The FUSE request's id (0: none), which a `FUSE_INTERRUPT` names.
     pub unique: u64,
+    /// Whether the answer may wait for a decision (see
+    /// `fuse::Request::may_wait`): if not, an ask is refused at once.
+    pub may_wait: bool,
 }
 
 impl Ctx {

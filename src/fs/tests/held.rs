@@ -235,3 +235,38 @@ fn a_mkdir_is_told_to_retry_and_its_retry_gets_the_allow() {
     assert!(dir.join("d").is_dir());
     assert!(b.pending().is_empty());
 }
+
+/// A call whose transport can't let it wait (an io_uring queue all but
+/// full of waiting calls: `fuse::uring::QUEUE_KEPT`) is refused at once
+/// where it would wait for a decision, and let through where an earlier
+/// decision covers it; nothing of it stays pending.
+#[test]
+fn a_call_that_may_not_wait_is_refused_at_once_unless_a_decision_covers_it() {
+    let (_tmp, dir, b, c) = asking();
+    let unheld = |unique| Ctx {
+        may_wait: false,
+        ..call(unique)
+    };
+    // An ask that would wait (told to retry after a moment, here).
+    let e = answer(|r| c.mkdir(unheld(3), WORK, OsStr::new("d"), 0o755, r)).unwrap_err();
+    assert_eq!(e, FsError::Refused(Refusal::Denied));
+    assert!(b.pending().is_empty(), "{:?}", b.pending());
+    assert!(!dir.join("d").exists());
+    // A write held on a create that waits for its decision.
+    let fh = create_at_once(&c, "f");
+    let (tx, rx) = mpsc::channel();
+    let held = c.held(fh).expect("held");
+    c.after_held(
+        held,
+        &unheld(4),
+        move |r| tx.send(r).unwrap(),
+        move |c| c.write(fh, 0, b"x", false),
+    );
+    assert_eq!(got(&rx), Err(FsError::Refused(Refusal::Denied)));
+    assert_eq!(b.pending().len(), 1, "the create's own request waits on");
+    // Covered by an earlier decision: let through.
+    let id = b.pending()[0].id;
+    b.decide(id, Decision::Allow(Scope::Zone), 0).unwrap();
+    answer(|r| c.mkdir(unheld(5), WORK, OsStr::new("d"), 0o755, r)).unwrap();
+    assert!(dir.join("d").is_dir());
+}

@@ -191,6 +191,7 @@ const CTX: Ctx = Ctx {
     gid: 0,
     pid: 0,
     unique: 0,
+    may_wait: true,
 };
 const DATA: u64 = 3;
 
