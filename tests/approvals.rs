@@ -1229,6 +1229,40 @@ fn a_worker_cannot_allow_a_request_whose_asker_has_exited() {
     assert!(decide(&m, &["deny"], id).success());
 }
 
+/// `kill -STOP` (or ^Z) of a process whose write waits for a decision
+/// interrupts the call in the kernel; the call waits on, and the decision
+/// still applies once the process is continued (found by an attack pass:
+/// the request was withdrawn, the ledger said the caller was killed, and
+/// the write failed with EINTR after SIGCONT).
+#[test]
+fn a_stopped_caller_still_waits_for_its_decision() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().file("final", "a.md", "a\n").mount();
+    let w = Worker::start(&m, "echo more >> final/a.md && echo wrote");
+    let id = wait_pending(&m, 1)[0]["id"].as_u64().unwrap();
+    let signal = |sig: &str| {
+        let st = Command::new("kill")
+            .args([sig, &w.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill {sig}");
+    };
+    signal("-STOP");
+    std::thread::sleep(Duration::from_millis(500));
+    let still = pending(&m);
+    signal("-CONT");
+    assert_eq!(still.len(), 1, "withdrawn by a stop: {still:?}");
+    assert!(decide(&m, &["allow"], id).success());
+    let (st, err) = w.finish();
+    assert!(st.success(), "{err}");
+    assert_eq!(
+        fs::read_to_string(m.backing("final", "a.md")).unwrap_or_default(),
+        "a\nmore\n"
+    );
+}
+
 #[test]
 fn a_decision_from_the_shell_that_wrote_is_refused_at_once_names_the_fix_and_the_write_waits_on() {
     // The new user's case: a background write, then `approvals allow`

@@ -158,6 +158,42 @@ pub fn kill_pending(status: &str) -> bool {
     })
 }
 
+/// Whether every signal a `/proc/.../status` text shows pending on the
+/// thread or its process (`SigPnd`, `ShdPnd`) would only stop, continue
+/// or be ignored: SIGSTOP, or one neither caught (`SigCgt`) nor fatal by
+/// default (SIGTSTP, SIGTTIN, SIGTTOU, SIGCONT, SIGCHLD, SIGURG,
+/// SIGWINCH, or one in `SigIgn`). False when none is pending. The kernel
+/// interrupts a waiting FUSE call on any signal, a `kill -STOP` too; only
+/// a fatal or caught one should end it (EINTR).
+pub fn only_stopping(status: &str) -> bool {
+    let mask = |name: &str| {
+        field(status, name)
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+            .unwrap_or(0)
+    };
+    let pending = mask("SigPnd:") | mask("ShdPnd:");
+    let (caught, ignored) = (mask("SigCgt:"), mask("SigIgn:"));
+    let bit = |sig: i32| 1u64 << (sig - 1);
+    let harmless = [
+        libc::SIGTSTP,
+        libc::SIGTTIN,
+        libc::SIGTTOU,
+        libc::SIGCONT,
+        libc::SIGCHLD,
+        libc::SIGURG,
+        libc::SIGWINCH,
+    ]
+    .iter()
+    .fold(0, |m, s| m | bit(*s));
+    let stopping = bit(libc::SIGSTOP) | ((harmless | ignored) & !caught);
+    pending != 0 && pending & !stopping == 0
+}
+
+/// [`only_stopping`] for thread `tid` (false when it is gone).
+pub fn only_stopping_tid(tid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{tid}/status")).is_ok_and(|s| only_stopping(&s))
+}
+
 /// Whether the thread `tid` can no longer take an answer: it is gone, a
 /// zombie, or a fatal signal is pending on it.
 pub fn is_dying(tid: u32) -> bool {
@@ -243,6 +279,39 @@ mod tests {
         // SIGTERM (bit 14) alone is not fatal-for-sure: not withdrawn.
         let term = STATUS.replace("ShdPnd:\t0000000000000000", "ShdPnd:\t0000000000004000");
         assert!(!kill_pending(&term));
+    }
+
+    /// `kill -STOP` of a caller waiting for a decision interrupts its call
+    /// in the kernel; only a fatal or caught signal should end it (found
+    /// by an attack pass: a stopped open failed with EINTR on SIGCONT).
+    #[test]
+    fn a_stop_alone_is_not_an_interrupt_a_caught_or_fatal_signal_is() {
+        let with = |pnd: &str, cgt: &str, ign: &str| {
+            format!("{STATUS}SigIgn:\t{ign}\nSigCgt:\t{cgt}\n")
+                .replace("ShdPnd:\t0000000000000000", &format!("ShdPnd:\t{pnd}"))
+        };
+        let none = "0000000000000000";
+        // SIGSTOP (19).
+        assert!(only_stopping(&with("0000000000040000", none, none)));
+        // SIGTSTP (20) not caught: stops; caught: an interrupt.
+        assert!(only_stopping(&with("0000000000080000", none, none)));
+        assert!(!only_stopping(&with(
+            "0000000000080000",
+            "0000000000080000",
+            none
+        )));
+        // SIGSTOP with SIGINT (2) by default: fatal, an interrupt.
+        assert!(!only_stopping(&with("0000000000040002", none, none)));
+        // SIGINT ignored: nothing happens to the call.
+        assert!(only_stopping(&with(
+            "0000000000000002",
+            none,
+            "0000000000000002"
+        )));
+        // SIGCHLD (17) not caught: ignored by default.
+        assert!(only_stopping(&with("0000000000010000", none, none)));
+        // Nothing pending: a real interrupt (the signal was taken already).
+        assert!(!only_stopping(&with(none, none, none)));
     }
 
     #[test]

@@ -303,13 +303,13 @@ fn is_zero(n: &u32) -> bool {
 impl RequestInfo {
     /// The path for people: escaped ([`text::escape`]).
     pub fn shown_path(&self) -> String {
-        text::shown(&self.path, self.path_b64.as_deref())
+        text::shown_path(&self.path, self.path_b64.as_deref())
     }
 
     /// The target for people, escaped.
     pub fn shown_target(&self) -> Option<String> {
         let t = self.target.as_deref()?;
-        Some(text::shown(t, self.target_b64.as_deref()))
+        Some(text::shown_path(t, self.target_b64.as_deref()))
     }
 
     /// The command line for people, escaped.

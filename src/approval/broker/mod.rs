@@ -375,6 +375,18 @@ impl Broker for Approvals {
             let Some(p) = st.pending.get_mut(&id) else {
                 return false;
             };
+            // `kill -STOP` (or ^Z) interrupts the call in the kernel too:
+            // the call waits on, as it would for a signal it ignores.
+            let tid = p.waiters[i].tid;
+            if tid != 0 && super::caller::only_stopping_tid(tid) {
+                tracing::info!(
+                    id,
+                    unique,
+                    tid,
+                    "interrupted by a stop signal only: the call waits on"
+                );
+                return true;
+            }
             let w = p.waiters.remove(i);
             tracing::info!(id, unique, "a waiting call was interrupted");
             // A request ends with its last waiter, unless a retry may come;
