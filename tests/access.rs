@@ -137,16 +137,20 @@ fn allow_other_runs_as_the_caller() {
     }
 }
 
+/// A sandboxed mount others may enter, narrowed to `OTHER`.
+fn only_other() -> Setup {
+    setup(Mode::Sandboxed)
+        .arg("--allow-other")
+        .arg("--allow-uid")
+        .arg(&OTHER.to_string())
+}
+
 #[test]
 fn allow_uid_narrows_allow_other() {
     if !ready() {
         return;
     }
-    let m = setup(Mode::Sandboxed)
-        .arg("--allow-other")
-        .arg("--allow-uid")
-        .arg(&OTHER.to_string())
-        .mount();
+    let m = only_other().mount();
     let mnt = m.mountpoint().display().to_string();
     let out = sh_as(OTHER, &format!("ls {mnt} && echo hi > {mnt}/ws/other.txt"));
     assert!(out.success(), "listed uid: {}", out.describe());
@@ -171,13 +175,7 @@ fn a_uid_kept_out_stats_nothing_with_cache_ttl_0() {
     if !ready() {
         return;
     }
-    let m = setup(Mode::Sandboxed)
-        .arg("--allow-other")
-        .arg("--allow-uid")
-        .arg(&OTHER.to_string())
-        .arg("--cache-ttl")
-        .arg("0")
-        .mount();
+    let m = only_other().arg("--cache-ttl").arg("0").mount();
     let mnt = m.mountpoint().display().to_string();
     let out = sh_as(OTHER, &format!("stat {mnt}/data/d.txt >/dev/null"));
     assert!(out.success(), "listed uid: {}", out.describe());

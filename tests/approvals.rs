@@ -100,6 +100,14 @@ fn decide_detached(m: &TestMount, decision: &str, id: u64) {
     );
 }
 
+/// The mount's control socket, as `status --json` names it.
+fn control_socket(m: &TestMount) -> PathBuf {
+    let status = zm(&["status", "--json"], m.mountpoint());
+    assert!(status.success(), "{}", status.describe());
+    let s: Value = serde_json::from_str(&status.stdout).unwrap();
+    PathBuf::from(s["control"].as_str().unwrap())
+}
+
 fn pending(m: &TestMount) -> Vec<Value> {
     let out = zm(&["approvals", "list", "--json"], m.mountpoint());
     assert!(out.success(), "{}", out.describe());
@@ -615,11 +623,7 @@ fn a_plain_mount_takes_no_workers_boundary() {
         return;
     }
     let m = setup().mount();
-    let status = zm(&["status", "--json"], m.mountpoint());
-    assert!(status.success(), "{}", status.describe());
-    let s: Value = serde_json::from_str(&status.stdout).unwrap();
-    let sock = PathBuf::from(s["control"].as_str().unwrap());
-    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let mut c = std::os::unix::net::UnixStream::connect(control_socket(&m)).unwrap();
     use std::io::{BufRead, Write};
     c.write_all(b"{\"v\":1,\"op\":\"worker\",\"boundary\":\"isolate\"}\n")
         .unwrap();
@@ -643,10 +647,7 @@ fn the_control_socket_refuses_other_users() {
         return;
     }
     let m = setup().mount();
-    let status = zm(&["status", "--json"], m.mountpoint());
-    assert!(status.success(), "{}", status.describe());
-    let s: Value = serde_json::from_str(&status.stdout).unwrap();
-    let sock = PathBuf::from(s["control"].as_str().unwrap());
+    let sock = control_socket(&m);
     let meta = fs::metadata(&sock).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     let w = Worker::start(&m, "/bin/echo a > final/a.md");
@@ -1327,9 +1328,7 @@ fn a_worker_cannot_allow_its_own_request_by_the_socket() {
         return;
     }
     let m = setup().mount();
-    let status = zm(&["status", "--json"], m.mountpoint());
-    let s: Value = serde_json::from_str(&status.stdout).unwrap();
-    let sock = s["control"].as_str().unwrap().to_string();
+    let sock = control_socket(&m).display().to_string();
     let said = self_approval_attempt(
         &m,
         &format!(

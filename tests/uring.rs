@@ -111,6 +111,34 @@ fn on_cpu0_now() {
     rustix::thread::sched_setaffinity(None, &set).expect("keep a thread on CPU 0");
 }
 
+/// `workspace` (holding `r.txt`) and `final`, whose writes ask (for up
+/// to 120 s).
+fn ask_zones() -> Setup {
+    Setup::zones(
+        Mode::Sandboxed,
+        &[
+            ("workspace", "mode: rw"),
+            ("final", "mode: rw, approval: { write: ask }"),
+        ],
+    )
+    .asking()
+    .arg("--approval-timeout")
+    .arg("120")
+    .file("workspace", "r.txt", "read me\n")
+}
+
+/// A `stat` of `workspace/r.txt` from CPU 0 (bounded), and how long it took.
+fn stat_from_cpu0(m: &TestMount) -> (Result<Out, String>, Duration) {
+    let t = Instant::now();
+    let stat = try_run(
+        Command::new("taskset")
+            .args(["-c", "0", "stat", "-c", "%s", "workspace/r.txt"])
+            .current_dir(m.mountpoint()),
+        Duration::from_secs(10),
+    );
+    (stat, t.elapsed())
+}
+
 const ASKS: usize = 40;
 
 /// Run `ASKS` calls (`call(i)` makes the i-th) on threads of this process
@@ -149,17 +177,7 @@ fn forty_held_asks_from_one_cpu_leave_its_queue_serving() {
     if !fuse_ok() || !root_ok() || !tool_ok("taskset") {
         return;
     }
-    let mut s = Setup::zones(
-        Mode::Sandboxed,
-        &[
-            ("workspace", "mode: rw"),
-            ("final", "mode: rw, approval: { write: ask }"),
-        ],
-    )
-    .asking()
-    .arg("--approval-timeout")
-    .arg("120")
-    .file("workspace", "r.txt", "read me\n");
+    let mut s = ask_zones();
     for i in 0..ASKS {
         s = s.file("final", &format!("f{i}"), "x\n");
     }
@@ -176,14 +194,7 @@ fn forty_held_asks_from_one_cpu_leave_its_queue_serving() {
     });
     // Then, from the same CPU, a `stat` in another zone (a name not looked
     // up yet: it takes requests) and a write and read of 3 MB there.
-    let t = Instant::now();
-    let stat = try_run(
-        Command::new("taskset")
-            .args(["-c", "0", "stat", "-c", "%s", "workspace/r.txt"])
-            .current_dir(m.mountpoint()),
-        Duration::from_secs(10),
-    );
-    let took = t.elapsed();
+    let (stat, took) = stat_from_cpu0(&m);
     eprintln!("stat from CPU 0 with {waiting} asks waiting: {took:?} ({stat:?})");
     let stat = stat.unwrap_or_else(|e| {
         panic!("a stat from CPU 0 did not answer while {waiting} asks waited there: {e}")
@@ -223,18 +234,7 @@ fn a_queue_all_but_full_of_waiting_calls_refuses_more_and_keeps_serving() {
     if !fuse_ok() || !root_ok() || !tool_ok("taskset") {
         return;
     }
-    let s = Setup::zones(
-        Mode::Sandboxed,
-        &[
-            ("workspace", "mode: rw"),
-            ("final", "mode: rw, approval: { write: ask }"),
-        ],
-    )
-    .asking()
-    .arg("--approval-timeout")
-    .arg("120")
-    .file("workspace", "r.txt", "read me\n")
-    .file("final", "f", "x\n");
+    let s = ask_zones().file("final", "f", "x\n");
     let Some(m) = mount_over_uring(s) else {
         return;
     };
@@ -267,17 +267,11 @@ fn a_queue_all_but_full_of_waiting_calls_refuses_more_and_keeps_serving() {
         refused >= CALLS - 960,
         "{refused} of {CALLS} opens refused at once; the rest wait"
     );
-    let t = Instant::now();
-    let stat = try_run(
-        Command::new("taskset")
-            .args(["-c", "0", "stat", "-c", "%s", "workspace/r.txt"])
-            .current_dir(m.mountpoint()),
-        Duration::from_secs(10),
-    )
-    .unwrap_or_else(|e| panic!("a stat from CPU 0 did not answer: {e}"));
+    let (stat, took) = stat_from_cpu0(&m);
+    let stat = stat.unwrap_or_else(|e| panic!("a stat from CPU 0 did not answer: {e}"));
     assert!(stat.success(), "{}", stat.describe());
     assert_eq!(stat.stdout, "8\n");
-    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(took < Duration::from_secs(2), "{took:?}");
 }
 
 /// Requests the kernel held back while a queue had no free entry go only

@@ -195,6 +195,10 @@ mod tests {
         v.iter().map(OsString::from).collect()
     }
 
+    fn words(s: &str) -> Vec<OsString> {
+        s.split(' ').map(OsString::from).collect()
+    }
+
     #[test]
     fn the_hidden_command_reads_back_what_run_gives_it() {
         let fds = vec![(7, PathBuf::from("/b/in")), (8, PathBuf::from("/b/ws"))];
@@ -217,36 +221,10 @@ mod tests {
 
     #[test]
     fn only_the_fds_of_binds_are_swapped() {
-        let args = os(&[
-            "--ro-bind-fd",
-            "7",
-            "/in",
-            "--bind-fd",
-            "8",
-            "/ws",
-            "--setenv",
-            "X",
-            "7",
-            "--",
-            "echo",
-            "7",
-        ]);
+        let args = words("--ro-bind-fd 7 /in --bind-fd 8 /ws --setenv X 7 -- echo 7");
         assert_eq!(
             swapped(&args, &[(7, 20), (8, 21)]),
-            os(&[
-                "--ro-bind-fd",
-                "20",
-                "/in",
-                "--bind-fd",
-                "21",
-                "/ws",
-                "--setenv",
-                "X",
-                "7",
-                "--",
-                "echo",
-                "7",
-            ])
+            words("--ro-bind-fd 20 /in --bind-fd 21 /ws --setenv X 7 -- echo 7")
         );
     }
 }
