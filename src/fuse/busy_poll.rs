@@ -56,10 +56,6 @@ pub const MAX_WINDOW: Duration = Duration::from_millis(1);
 /// it may run on (a `taskset` may change them while it serves).
 const AFFINITY_EVERY: u32 = 16;
 
-/// How long a thread goes on with the CPU quota it last read (a quota
-/// may change while it serves; reading it takes a few files).
-const QUOTA_EVERY: Duration = Duration::from_secs(1);
-
 /// How long the other threads stand by while the reader answers one
 /// request: past this they read the device beside it. Also how often a
 /// thread standing by looks again while the reader is busy.
@@ -111,9 +107,6 @@ pub(crate) struct PollerState {
     owns: bool,
     /// What holds this thread back from polling (as last looked at).
     held: Option<HeldBack>,
-    /// The CPU quota last read, and when.
-    quota: Option<f64>,
-    quota_read: Option<Instant>,
     /// How to look (tests put in their own answers).
     cpus_of: fn() -> usize,
     quota_of: fn() -> Option<f64>,
@@ -121,7 +114,7 @@ pub(crate) struct PollerState {
 
 impl Default for PollerState {
     fn default() -> Self {
-        PollerState::looking_with(cpus_here, super::cpu_quota::of_this_process)
+        PollerState::looking_with(cpus_here, super::cpu_quota::of_this_process_lately)
     }
 }
 
@@ -397,8 +390,6 @@ impl PollerState {
             since_check: 0,
             owns: false,
             held: None,
-            quota: None,
-            quota_read: None,
             cpus_of,
             quota_of,
         }
@@ -408,12 +399,7 @@ impl PollerState {
     /// looked at again every [`AFFINITY_EVERY`] calls.
     fn held_back(&mut self) -> Option<HeldBack> {
         if self.since_check == 0 {
-            let cpus = (self.cpus_of)();
-            if cpus > 1 && self.quota_read.is_none_or(|t| t.elapsed() >= QUOTA_EVERY) {
-                self.quota = (self.quota_of)();
-                self.quota_read = Some(Instant::now());
-            }
-            self.held = held_back(cpus, self.quota);
+            self.held = held_back_by((self.cpus_of)(), self.quota_of);
         }
         self.since_check = (self.since_check + 1) % AFFINITY_EVERY;
         self.held

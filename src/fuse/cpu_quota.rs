@@ -21,9 +21,9 @@ pub(crate) fn of_this_process() -> Option<f64> {
     least_quota(Path::new("/"), &cgroups, &mountinfo)
 }
 
-/// [`of_this_process`] as read at most a second ago: the idle keeper
-/// looks each time requests start coming close together, and reading
-/// takes a few files.
+/// [`of_this_process`] as read at most a second ago (a quota may change
+/// while the daemon serves; reading it takes a few files): what the
+/// serving threads and the idle keeper look at.
 pub(crate) fn of_this_process_lately() -> Option<f64> {
     static LAST: Mutex<Option<(Instant, Option<f64>)>> = Mutex::new(None);
     let mut last = LAST.lock();
