@@ -75,10 +75,17 @@ fn decide(m: &TestMount, how: &[&str], id: u64) -> Out {
 #[track_caller]
 fn decide_detached(m: &TestMount, decision: &str, id: u64) {
     let rc = m.root().join(format!("decide-{id}.rc"));
+    // `setsid -f` forks: until its first process has exited, this one is
+    // still a descendant of the test (a decision then refused: seen under
+    // load). Wait (bounded) until no ancestor is the test process.
     let script = format!(
-        "'{BIN}' approvals {decision} '{}' {id} >/dev/null 2>&1; echo $? > '{}'",
+        "below() {{ p=$1; while [ \"$p\" -gt 1 ]; do [ \"$p\" = {me} ] && return 0; \
+           p=$(awk '{{print $4}}' /proc/$p/stat 2>/dev/null || echo 1); done; return 1; }}; \
+         i=0; while below $$ && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; \
+         '{BIN}' approvals {decision} '{}' {id} >/dev/null 2>&1; echo $? > '{}'",
         m.mountpoint().display(),
-        rc.display()
+        rc.display(),
+        me = std::process::id(),
     );
     let out = run(
         Command::new("setsid").args(["-f", "sh", "-c", &script]),
@@ -1978,9 +1985,15 @@ fn under_run_a_worker_that_leaves_its_session_still_cannot_allow_its_own_request
         "{status}"
     );
     let final_md = t.ws.join("../final/self.md");
-    assert!(wait_until(Duration::from_secs(10), || {
+    let landed = wait_until(Duration::from_secs(10), || {
         fs::read_to_string(&final_md).is_ok_and(|t| t == "mine\n")
-    }));
+    });
+    assert!(
+        landed,
+        "the allowed write did not land: {:?}; CMD's stderr: {}",
+        fs::read_to_string(&final_md),
+        t.stderr()
+    );
     let (st, err) = t.finish();
     assert!(st.success(), "{err}");
 }
