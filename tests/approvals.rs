@@ -1271,6 +1271,43 @@ fn a_stopped_caller_still_waits_for_its_decision() {
     );
 }
 
+/// A stop uses up the kernel's one interrupt of the waiting call; a
+/// fatal signal after it (SIGTERM, not caught) still ends the call (found
+/// by an attack pass on the change above: the caller stayed in D until
+/// the request was decided).
+#[test]
+fn a_stopped_caller_still_ends_on_a_fatal_signal() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup().file("final", "a.md", "a\n").mount();
+    let mut w = Worker::start(&m, "echo more >> final/a.md && echo wrote");
+    wait_pending(&m, 1);
+    let signal = |sig: &str, pid: u32| {
+        let st = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success(), "kill {sig}");
+    };
+    signal("-STOP", w.pid());
+    std::thread::sleep(Duration::from_millis(300));
+    signal("-CONT", w.pid());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(pending(&m).len(), 1, "withdrawn by the stop");
+    signal("-TERM", w.pid());
+    let gone = wait_until(Duration::from_secs(5), || !w.still_running());
+    assert!(
+        gone,
+        "SIGTERM did not end the call that a stop had interrupted"
+    );
+    assert!(wait_until(Duration::from_secs(5), || pending(&m).is_empty()));
+    assert_eq!(
+        fs::read_to_string(m.backing("final", "a.md")).unwrap(),
+        "a\n"
+    );
+}
+
 #[test]
 fn a_decision_from_the_shell_that_wrote_is_refused_at_once_names_the_fix_and_the_write_waits_on() {
     // The new user's case: a background write, then `approvals allow`

@@ -194,6 +194,22 @@ pub fn only_stopping_tid(tid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{tid}/status")).is_ok_and(|s| only_stopping(&s))
 }
 
+/// Whether a `/proc/.../status` text shows a signal pending that should
+/// end a waiting call: a fatal or caught one (any pending signal, unless
+/// [`only_stopping`]).
+pub fn interrupting(status: &str) -> bool {
+    let pending = ["SigPnd:", "ShdPnd:"]
+        .iter()
+        .any(|n| field(status, n).is_some_and(|v| v.bytes().any(|b| b != b'0')));
+    pending && !only_stopping(status)
+}
+
+/// [`interrupting`] for thread `tid`: after a stop used up its call's one
+/// interrupt, the daemon's watcher looks for such a signal itself.
+pub fn interrupting_tid(tid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{tid}/status")).is_ok_and(|s| interrupting(&s))
+}
+
 /// Whether the thread `tid` can no longer take an answer: it is gone, a
 /// zombie, or a fatal signal is pending on it.
 pub fn is_dying(tid: u32) -> bool {
@@ -312,6 +328,25 @@ mod tests {
         assert!(only_stopping(&with("0000000000010000", none, none)));
         // Nothing pending: a real interrupt (the signal was taken already).
         assert!(!only_stopping(&with(none, none, none)));
+        // What the watcher looks for once a stop was seen: a fatal or
+        // caught signal, nothing else.
+        assert!(
+            interrupting(&with("0000000000004000", none, none)),
+            "SIGTERM"
+        );
+        assert!(
+            interrupting(&with("0000000000000002", "0000000000000002", none)),
+            "caught SIGINT"
+        );
+        assert!(!interrupting(&with(none, none, none)));
+        assert!(
+            !interrupting(&with("0000000000040000", none, none)),
+            "SIGSTOP"
+        );
+        assert!(
+            !interrupting(&with("0000000000010000", none, none)),
+            "SIGCHLD"
+        );
     }
 
     #[test]

@@ -74,7 +74,10 @@ pub(super) fn end_record(info: &RequestInfo, r: &Resolution) -> (Kind, audit::Re
         }
         Resolution::Withdrawn => {
             rec.errno = Some("EINTR".into());
-            rec.reason = Some("the caller was killed or exited while waiting".into());
+            rec.reason = Some(
+                "the caller was interrupted (a signal it catches, or a fatal one), killed or exited while waiting"
+                    .into(),
+            );
             Kind::Withdrawn
         }
     };

@@ -45,6 +45,7 @@ impl Approvals {
             unique: req.unique,
             until,
             then,
+            stopped: false,
         };
         let fps: Vec<Fp> = req.items.iter().map(fingerprint).collect();
         let mut st = self.inner.state.lock();

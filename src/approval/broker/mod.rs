@@ -385,6 +385,7 @@ impl Broker for Approvals {
                     tid,
                     "interrupted by a stop signal only: the call waits on"
                 );
+                p.waiters[i].stopped = true;
                 return true;
             }
             let w = p.waiters.remove(i);

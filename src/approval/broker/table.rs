@@ -26,6 +26,10 @@ pub(super) struct Waiter {
     /// [`Verdict::Later`].
     pub(super) until: Option<Instant>,
     pub(super) then: Continuation,
+    /// Its call was interrupted by a stop only and waits on: the kernel
+    /// sends one interrupt per call, so a signal that should end it later
+    /// (a fatal or caught one) is seen by the watcher instead.
+    pub(super) stopped: bool,
 }
 
 pub(super) struct Pending {
@@ -128,6 +132,7 @@ pub(super) fn waiter(tid: u32, unique: u64, then: Continuation) -> Waiter {
         unique,
         until: None,
         then,
+        stopped: false,
     }
 }
 

@@ -94,9 +94,11 @@ impl Approvals {
     fn withdraw_dying(&self, st: &mut State, out: &mut Outbox) {
         let mut emptied = Vec::new();
         for (id, p) in st.pending.iter_mut() {
-            let (dying, alive): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut p.waiters)
-                .into_iter()
-                .partition(|w| w.tid != 0 && caller::is_dying(w.tid));
+            let (dying, alive): (Vec<Waiter>, Vec<Waiter>) =
+                std::mem::take(&mut p.waiters).into_iter().partition(|w| {
+                    w.tid != 0
+                        && (caller::is_dying(w.tid) || w.stopped && caller::interrupting_tid(w.tid))
+                });
             p.waiters = alive;
             if p.waiters.is_empty() && p.retry.is_none() && !dying.is_empty() {
                 emptied.push((*id, dying));
