@@ -8,7 +8,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream as StdStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
@@ -121,11 +121,71 @@ impl Server {
 /// rather than the daemon holding what it sends.
 pub const MAX_LINE: usize = 1 << 20;
 
-/// Connections served at once. Past this a new one is told so and closed
-/// at once: the daemon's fds are the mount's too (its cache of open
-/// backing files), and a peer holding thousands of idle connections had
-/// the supervisor's commands wait 30 s and fail.
+/// Connections served at once. A new one past this closes the one that
+/// has gone longest without a request (a watch counts from its start): the
+/// daemon's fds are the mount's too (its cache of open backing files), a
+/// peer holding thousands of idle connections had the supervisor's
+/// commands wait 30 s and fail, and one holding all of a fixed number
+/// would keep the supervisor out for good.
 pub const MAX_CONNECTIONS: usize = 256;
+
+/// The connections served now, each with when it last sent a request
+/// and how to close it.
+#[derive(Default)]
+struct Slots {
+    next: std::sync::atomic::AtomicU64,
+    open: parking_lot::Mutex<std::collections::HashMap<u64, (Instant, Arc<tokio::sync::Notify>)>>,
+}
+
+/// One connection's place in [`Slots`]; given back when dropped.
+struct Slot {
+    id: u64,
+    slots: Arc<Slots>,
+    close: Arc<tokio::sync::Notify>,
+}
+
+impl Slots {
+    /// A place for a new connection; when all are taken, the longest idle
+    /// connection is told to close first.
+    fn take(self: &Arc<Self>) -> Slot {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let close = Arc::new(tokio::sync::Notify::new());
+        let mut open = self.open.lock();
+        if open.len() >= MAX_CONNECTIONS {
+            let oldest = open
+                .iter()
+                .min_by_key(|(_, (last, _))| *last)
+                .map(|(id, _)| *id);
+            if let Some((_, c)) = oldest.and_then(|o| open.remove(&o)) {
+                tracing::warn!(
+                    "control socket: {MAX_CONNECTIONS} connections open; closed the one idle longest"
+                );
+                c.notify_one();
+            }
+        }
+        open.insert(id, (Instant::now(), close.clone()));
+        Slot {
+            id,
+            slots: self.clone(),
+            close,
+        }
+    }
+}
+
+impl Slot {
+    /// A request came on this connection.
+    fn touch(&self) {
+        if let Some(s) = self.slots.open.lock().get_mut(&self.id) {
+            s.0 = Instant::now();
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.slots.open.lock().remove(&self.id);
+    }
+}
 
 /// How long a connection may take over its first request, and over the
 /// rest of a line once it has begun: a peer that connects and sends
@@ -148,29 +208,20 @@ async fn serve_idle(listener: std::os::unix::net::UnixListener, srv: Arc<Server>
             return;
         }
     };
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Slots::default());
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let srv = srv.clone();
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    tracing::warn!(
-                        "control socket: {MAX_CONNECTIONS} connections open; refused one"
-                    );
-                    tokio::spawn(async move {
-                        let (_, mut w) = stream.into_split();
-                        let msg = format!(
-                            "busy: {MAX_CONNECTIONS} connections to this mount's control socket are open (a process of the mount's user holds them); try again once some close"
-                        );
-                        let _ =
-                            tokio::time::timeout(Duration::from_secs(1), send(&mut w, &fail(msg)))
-                                .await;
-                    });
-                    continue;
-                };
+                let slot = slots.take();
                 tokio::spawn(async move {
-                    if let Err(e) = connection(stream, srv, idle).await {
-                        tracing::debug!("control connection ended: {e}");
+                    tokio::select! {
+                        r = connection(stream, srv, idle, &slot) => {
+                            if let Err(e) = r {
+                                tracing::debug!("control connection ended: {e}");
+                            }
+                        }
+                        () = slot.close.notified() => {}
                     }
                     drop(slot);
                 });
@@ -189,7 +240,12 @@ async fn send(w: &mut tokio::net::unix::OwnedWriteHalf, v: &Value) -> io::Result
     w.write_all(&line).await
 }
 
-async fn connection(stream: UnixStream, srv: Arc<Server>, idle: Duration) -> io::Result<()> {
+async fn connection(
+    stream: UnixStream,
+    srv: Arc<Server>,
+    idle: Duration,
+    slot: &Slot,
+) -> io::Result<()> {
     let cred = stream.peer_cred()?;
     let uid = cred.uid();
     let peer = Peer {
@@ -219,6 +275,7 @@ async fn connection(stream: UnixStream, srv: Arc<Server>, idle: Duration) -> io:
             }
         }
         served = true;
+        slot.touch();
         let line = match next_line(&mut lines, Some(idle)).await {
             Ok(Some(line)) => line,
             Ok(None) => break,
@@ -616,12 +673,13 @@ mod tests {
         assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
     }
 
-    /// Past MAX_CONNECTIONS open at once a new connection is told so and
-    /// closed; one closing makes room (found by an attack pass: 19,995
-    /// idle connections took the daemon's fds, and `approvals list` failed
-    /// after 30 s).
+    /// Past MAX_CONNECTIONS open at once, a new connection is served and
+    /// the one idle longest is closed (found by attack passes: 19,995
+    /// idle connections took the daemon's fds and `approvals list` failed
+    /// after 30 s; with a fixed limit instead, 256 connections that each
+    /// sent one request kept every later one out).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn connections_past_the_limit_are_told_busy_and_one_closing_makes_room() {
+    async fn past_the_limit_the_connection_idle_longest_makes_room() {
         let s = server_of(rustix::process::geteuid().as_raw());
         let (_dir, path) = served(&s);
         let mut held = Vec::new();
@@ -636,28 +694,33 @@ mod tests {
             let line = lines.next_line().await.expect("read").expect("line");
             assert!(line.contains("\"ok\":true"), "{line}");
             held.push((lines, w));
+            // Each a little later than the one before.
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let extra = UnixStream::connect(&path).await.expect("connect");
-        let v = reply_of(extra).await.expect("an answer");
-        assert_eq!(v["ok"], false, "{v}");
-        assert!(
-            v["error"].as_str().is_some_and(|e| e.starts_with("busy: ")),
-            "{v}"
-        );
-        held.pop();
-        // The slot comes back once the server sees the close.
-        let mut answered = false;
-        for _ in 0..100 {
+        // The second one asks again: the first is now idle longest.
+        let (lines, w) = &mut held[1];
+        w.write_all(b"{\"v\":1,\"op\":\"list\"}\n")
+            .await
+            .expect("write");
+        assert!(lines.next_line().await.expect("read").is_some());
+        for _ in 0..3 {
             let mut c = UnixStream::connect(&path).await.expect("connect");
-            // Still full: told busy and closed, maybe before the write.
-            let wrote = c.write_all(b"{\"v\":1,\"op\":\"list\"}\n").await.is_ok();
-            if wrote && reply_of(c).await.is_some_and(|v| v["ok"] == true) {
-                answered = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            c.write_all(b"{\"v\":1,\"op\":\"list\"}\n")
+                .await
+                .expect("write");
+            let v = reply_of(c).await.expect("an answer");
+            assert_eq!(v["ok"], true, "{v}");
         }
-        assert!(answered, "no slot came back");
+        let first = tokio::time::timeout(Duration::from_secs(5), held[0].0.next_line()).await;
+        assert!(
+            first.as_ref().is_ok_and(|l| matches!(l, Ok(None) | Err(_))),
+            "the connection idle longest stayed open: {first:?}"
+        );
+        let still = tokio::time::timeout(Duration::from_millis(300), held[1].0.next_line()).await;
+        assert!(
+            still.is_err(),
+            "the one that asked again was closed: {still:?}"
+        );
     }
 
     /// A request that is both pending when a watch starts and in the
