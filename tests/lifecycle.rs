@@ -516,13 +516,25 @@ fn a_live_daemon_under_another_name_is_not_stale() {
     }
     let _guard = Guard(mnt.clone());
     let zone = format!("ws={}:rw", ws.display());
-    let out = run(
-        Command::new(root.join("zm"))
-            .args(["mount", "-q", "--zone", &zone])
-            .arg(&mnt)
-            .current_dir(&root),
-        MOUNT_TIMEOUT,
-    );
+    // A copy just written may be refused for a moment (ETXTBSY): another
+    // thread of this test process forking then holds its write fd until
+    // that child's exec.
+    let mut tries = 0;
+    let out = loop {
+        match try_run(
+            Command::new(root.join("zm"))
+                .args(["mount", "-q", "--zone", &zone])
+                .arg(&mnt)
+                .current_dir(&root),
+            MOUNT_TIMEOUT,
+        ) {
+            Err(e) if e.contains("Text file busy") && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => break r.unwrap_or_else(|e| panic!("{e}")),
+        }
+    };
     assert!(out.success(), "zm mount: {}", out.describe());
     assert!(wait_mounted(&mnt));
     let listed = zonemount(&root, &["list", "--json"]);
