@@ -107,6 +107,12 @@ pub(crate) struct PollerState {
     owns: bool,
     /// What holds this thread back from polling (as last looked at).
     held: Option<HeldBack>,
+    /// This thread's device is non-blocking: a poll that caught a request
+    /// leaves it so, and the poll after the next reply starts without a
+    /// `fcntl` (two per switch); it is made blocking when a window ends
+    /// with nothing, or by a sleeping read that finds it non-blocking
+    /// ([`PollerState::make_blocking`]).
+    nonblocking: bool,
     /// How to look (tests put in their own answers).
     cpus_of: fn() -> usize,
     quota_of: fn() -> Option<f64>,
@@ -308,7 +314,7 @@ impl BusyPoll {
         if !polls || !self.worth_it.load(Ordering::Relaxed) {
             return None;
         }
-        match self.poll(dev, buf) {
+        match self.poll(dev, buf, me) {
             Polled::Got(n) => {
                 self.busy_since
                     .store(self.now_ns().max(1), Ordering::Release);
@@ -340,16 +346,23 @@ impl BusyPoll {
         self.standby_cv.notify_all();
     }
 
-    fn poll<C: Channel>(&self, dev: &C, buf: &mut [u8]) -> Polled {
-        match dev.set_nonblocking(true) {
-            Ok(true) => {}
-            // A channel that can't: no polling on it.
-            Ok(false) | Err(_) => return Polled::Cannot,
+    /// Read the device without sleeping until a request comes or the
+    /// window ends. A request caught leaves the device non-blocking (the
+    /// reader polls again after its reply, with no `fcntl` between); a
+    /// window that ends with nothing, or an error, makes it blocking for
+    /// the sleeping read that follows.
+    fn poll<C: Channel>(&self, dev: &C, buf: &mut [u8], me: &mut PollerState) -> Polled {
+        if !me.nonblocking {
+            match dev.set_nonblocking(true) {
+                Ok(true) => me.nonblocking = true,
+                // A channel that can't: no polling on it.
+                Ok(false) | Err(_) => return Polled::Cannot,
+            }
         }
         let until = Instant::now() + self.window;
         let got = loop {
             match dev.read(buf) {
-                Ok(n) => break Polled::Got(n),
+                Ok(n) => return Polled::Got(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if Instant::now() >= until {
                         self.worth_it.store(false, Ordering::Relaxed);
@@ -360,7 +373,7 @@ impl BusyPoll {
                 Err(e) => break Polled::Failed(e),
             }
         };
-        if let Err(e) = dev.set_nonblocking(false) {
+        if let Err(e) = me.make_blocking(dev) {
             // The next sleeping read (`session::read_sleeping`) gets
             // EAGAIN and tries once more to make the device blocking.
             tracing::warn!("cannot make the FUSE device blocking again: {e}");
@@ -390,9 +403,19 @@ impl PollerState {
             since_check: 0,
             owns: false,
             held: None,
+            nonblocking: false,
             cpus_of,
             quota_of,
         }
+    }
+
+    /// Make this thread's device blocking, for a sleeping read. Until it
+    /// succeeds the device counts as non-blocking (the next sleeping read
+    /// finds out and tries again).
+    pub(crate) fn make_blocking<C: Channel>(&mut self, dev: &C) -> io::Result<()> {
+        dev.set_nonblocking(false)?;
+        self.nonblocking = false;
+        Ok(())
     }
 
     /// What holds this thread back from polling (None: it may poll),

@@ -281,7 +281,7 @@ pub(crate) fn serve<C: Channel>(
             Some(got) => got,
             None => {
                 poll.before_read(&me.1);
-                let got = read_sleeping(dev.as_ref(), &mut buf);
+                let got = read_sleeping(dev.as_ref(), &mut buf, &mut me.1);
                 if got.is_ok() {
                     poll.woke(&me.1);
                 }
@@ -342,12 +342,18 @@ impl Drop for Reader<'_> {
     }
 }
 
-/// Read one request, sleeping until there is one. A device left
-/// non-blocking by a poll whose end failed is made blocking again.
-fn read_sleeping<C: Channel>(dev: &C, buf: &mut [u8]) -> io::Result<usize> {
+/// Read one request, sleeping until there is one. A device a poll left
+/// non-blocking (it caught a request, or making the device blocking at
+/// its end failed) gives a request waiting already; else it is made
+/// blocking and read again.
+pub(crate) fn read_sleeping<C: Channel>(
+    dev: &C,
+    buf: &mut [u8],
+    me: &mut PollerState,
+) -> io::Result<usize> {
     match dev.read(buf) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            dev.set_nonblocking(false)?;
+            me.make_blocking(dev)?;
             dev.read(buf)
         }
         got => got,

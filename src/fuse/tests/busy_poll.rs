@@ -1,6 +1,7 @@
 //! Busy polling over a scripted device that can be made non-blocking:
-//! every request is still answered once and in order, the device is left
-//! blocking after each poll, a window with no request turns polling off
+//! every request is still answered once and in order, the device is made
+//! non-blocking once for polls in a row and blocking before a sleeping
+//! read, a window with no request turns polling off
 //! until requests come close together again, and a thread that may run on
 //! one CPU only, or under a CPU quota below its CPUs, never polls.
 
@@ -15,7 +16,7 @@ use crate::fuse::abi::{GetattrIn, op};
 use crate::fuse::busy_poll::{BusyPoll, HeldBack, PollerState, cpus_here, held_back, polls_here};
 use crate::fuse::dispatch::{Agreed, Filesystem};
 use crate::fuse::handshake::handshake;
-use crate::fuse::session::serve;
+use crate::fuse::session::{read_sleeping, serve};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -90,8 +91,10 @@ fn a_polled_device_answers_every_request_once_in_order_and_is_left_blocking() {
         // 3 EAGAINs before each, and the last poll's until its window
         // ended (the script then said EAGAIN on every read).
         assert!(eagains > 49 * 3, "{eagains} EAGAINs");
-        assert_eq!(toggles.len(), 2 * 50, "{toggles:?}");
-        assert!(toggles.chunks(2).all(|p| p == [true, false]), "{toggles:?}");
+        // Made non-blocking once, for the first poll; polls that caught
+        // a request left it so, and the last one, whose window ended,
+        // made it blocking for the sleeping read after it.
+        assert_eq!(toggles, [true, false]);
     } else {
         // This thread may run on one CPU only: it never polled.
         assert_eq!((caught, eagains), (0, 0));
@@ -201,7 +204,34 @@ fn a_poll_hands_over_the_request_it_read() {
     let n = got.expect("a request read while polling").unwrap();
     assert_eq!(&buf[..n], &getattr(10)[..]);
     assert_eq!(chan.polled(), (1, 2));
+    // Left non-blocking for the poll after the next reply.
+    assert_eq!(chan.toggles(), [true]);
+}
+
+#[test]
+fn polls_in_a_row_switch_the_device_once_and_a_sleeping_read_makes_it_blocking() {
+    let requests: Vec<Vec<u8>> = (0..3).map(|i| getattr(10 + i)).collect();
+    let chan = Script::pollable(requests, 0);
+    let mut buf = vec![0u8; 4096];
+    let mut me = PollerState::looking_with(many, no_quota);
+    let poll = BusyPoll::new(Duration::from_millis(200));
+    for _ in 0..2 {
+        let got = poll.after_reply(&chan, &mut buf, &mut me);
+        assert!(got.expect("a request read while polling").is_ok());
+    }
+    assert_eq!(chan.toggles(), [true], "no switch between two polls");
+    // A sleeping read on the device left non-blocking takes the request
+    // waiting; with none, it makes the device blocking and reads again.
+    assert_eq!(chan.polled(), (2, 0));
+    let n = read_sleeping(&chan, &mut buf, &mut me).unwrap();
+    assert_eq!(&buf[..n], &getattr(12)[..]);
+    assert_eq!(chan.toggles(), [true], "it found a request at once");
+    let end = read_sleeping(&chan, &mut buf, &mut me).unwrap_err();
+    assert_eq!(end.raw_os_error(), Some(libc::ENODEV));
     assert_eq!(chan.toggles(), [true, false]);
+    // The next poll makes it non-blocking again.
+    assert!(poll.after_reply(&chan, &mut buf, &mut me).is_none());
+    assert_eq!(chan.toggles(), [true, false, true, false]);
 }
 
 #[test]
@@ -219,7 +249,7 @@ fn a_cpu_quota_below_the_cpus_a_thread_may_use_stops_polling() {
     let mut me = PollerState::looking_with(many, two_cpu_quota);
     let got = poll.after_reply(&chan, &mut buf, &mut me);
     assert!(got.expect("a request read while polling").is_ok());
-    assert_eq!(chan.toggles(), [true, false]);
+    assert_eq!(chan.toggles(), [true]);
 
     assert_eq!(held_back(2, None), None);
     assert_eq!(held_back(2, Some(2.0)), None);
