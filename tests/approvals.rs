@@ -2120,9 +2120,19 @@ fn under_run_a_worker_cannot_allow_its_own_request_by_id_alone() {
         out.describe()
     );
     let final_md = t.ws.join("../final/self.md");
-    assert!(wait_until(Duration::from_secs(10), || {
+    // Seen once under load in CI: the write had not landed after 10 s.
+    // What the worker's shell said and what the mount still lists tell
+    // whether the held write failed (EAGAIN) or still waited.
+    let landed = wait_until(Duration::from_secs(10), || {
         fs::read_to_string(&final_md).is_ok_and(|t| t == "mine\n")
-    }));
+    });
+    assert!(
+        landed,
+        "the allowed write did not land: file {:?}; still listed {}; CMD said: {}",
+        fs::read_to_string(&final_md),
+        t.call(r#"{"v":1,"op":"list"}"#),
+        t.stderr()
+    );
     let (st, err) = t.finish();
     assert!(st.success(), "{err}");
 }
