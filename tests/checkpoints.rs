@@ -144,6 +144,74 @@ fn changed(m: &TestMount, args: &[&str]) -> Vec<String> {
 /// through. A write through one name after another was renamed over (the
 /// kernel last looked the file up by that other name) lands under the
 /// name written, and the names it did not go through keep what they had.
+/// `file` (open through the mount) opened again for writing by its
+/// `/proc/self/fd` link, as a worker holding a read-only fd can, and
+/// `text` written through it. Refused with EBUSY or written: either way,
+/// nothing may reach the host or a checkpoint.
+fn write_through_reopen(file: &fs::File, text: &str) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let link = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let r = fs::OpenOptions::new()
+        .write(true)
+        .open(link)
+        .and_then(|mut w| w.write_all(text.as_bytes()));
+    if let Err(e) = &r {
+        assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
+    }
+    r
+}
+
+/// A file kept open for reading across a commit or a checkpoint, then
+/// opened again for writing through `/proc/self/fd` (found by an attack
+/// pass): with passthrough, that open got the backing file the old
+/// overlay had, which the commit had moved into the backing dir (the
+/// write changed the host's committed file) and the checkpoint had frozen
+/// (the write changed the checkpoint). Now it is EBUSY while the file
+/// kept open is, and once that is closed, writes land in the stage.
+#[test]
+fn a_file_kept_open_across_a_commit_or_checkpoint_writes_neither_host_nor_checkpoint() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    sh(&m, "echo reviewed > run.sh");
+    let kept = fs::File::open(m.path("work/run.sh")).unwrap();
+    let out = m.zonemount(&["commit", &mnt(&m)]);
+    assert!(out.success(), "{}", out.describe());
+    let host = || fs::read_to_string(m.backing("work", "run.sh")).unwrap();
+    assert_eq!(host(), "reviewed\n");
+    let _ = write_through_reopen(&kept, "PWNED\n");
+    assert_eq!(
+        host(),
+        "reviewed\n",
+        "a write reached the committed host file"
+    );
+    drop(kept);
+    sh(&m, "echo edited >> run.sh");
+    assert_eq!(host(), "reviewed\n");
+    let now = fs::read_to_string(m.path("work/run.sh")).unwrap();
+    assert!(now.ends_with("edited\n"), "{now:?}");
+
+    sh(&m, "echo before > ck");
+    let kept = fs::File::open(m.path("work/ck")).unwrap();
+    let id = checkpoint(&m, "kept open");
+    let _ = write_through_reopen(&kept, "AFTER!\n");
+    drop(kept);
+    sh(&m, "echo later >> ck");
+    rewind(&m, id, &[]);
+    assert_eq!(
+        fs::read_to_string(m.path("work/ck")).unwrap(),
+        "before\n",
+        "the checkpoint changed after it was taken"
+    );
+    sh(&m, "echo again >> ck");
+    assert_eq!(
+        fs::read_to_string(m.path("work/ck")).unwrap(),
+        "before\nagain\n"
+    );
+    assert!(!m.backing("work", "ck").exists());
+}
+
 #[test]
 fn a_write_through_a_checkpointed_hard_link_lands_under_that_name() {
     if !fuse_ok() {

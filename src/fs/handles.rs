@@ -160,13 +160,22 @@ impl<H> Handles<H> {
 
     /// The open handles `which` picks.
     pub fn picked(&self, which: impl Fn(&Handle<H>) -> bool) -> Vec<Arc<Handle<H>>> {
+        self.picked_by_fh(which)
+            .into_iter()
+            .map(|(_, h)| h)
+            .collect()
+    }
+
+    /// The open handles `which` picks, each with its number (numbers are
+    /// never given twice).
+    pub fn picked_by_fh(&self, which: impl Fn(&Handle<H>) -> bool) -> Vec<(u64, Arc<Handle<H>>)> {
         self.shards
             .iter()
             .flat_map(|s| {
                 s.lock()
-                    .values()
-                    .filter(|h| which(h))
-                    .cloned()
+                    .iter()
+                    .filter(|(_, h)| which(h))
+                    .map(|(fh, h)| (*fh, h.clone()))
                     .collect::<Vec<_>>()
             })
             .collect()

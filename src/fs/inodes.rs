@@ -141,6 +141,20 @@ pub enum Passthrough {
     /// First opened for reading while small: its data goes through the
     /// daemon and stays in the kernel's page cache, for its whole life.
     Cached,
+    /// Registered (`id`) on a staged zone's old overlay, and open only for
+    /// reading (handles `fhs`) when the zone was mounted afresh (a commit, checkpoint,
+    /// rewind or discard): the kernel sends those files' data to the old
+    /// overlay's file, which may now be the host's file or a checkpoint's
+    /// frozen copy. While any of them is open the kernel takes no other
+    /// backing file for the inode (nor an open without passthrough), so
+    /// an open for reading gets `id` too (it reads what the open files
+    /// read) and an open for writing is EBUSY; once all are closed, `id`
+    /// is unregistered and the next open registers the file the fresh
+    /// overlay shows.
+    Stale {
+        id: Arc<crate::fuse::BackingId>,
+        fhs: Vec<u64>,
+    },
 }
 
 #[derive(Debug)]

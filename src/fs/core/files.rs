@@ -441,9 +441,25 @@ impl Core {
                 }
             }
             // With the daemon's own credentials again (see passthrough_id).
+            // A file kept open across its staged zone's commit,
+            // checkpoint, rewind or discard: the kernel takes only the old
+            // overlay's backing file for it, which a commit may have made
+            // the host's file and a checkpoint frozen. Reading it reads
+            // what the open file reads; writing it is refused until every
+            // such file is closed.
+            let stale = r
+                .as_ref()
+                .ok()
+                .and_then(|(node, ..)| core.passthrough_stale(node));
+            if let (Some(_), Ok((_, fh, _))) = (&stale, &r) {
+                if !reads {
+                    core.release(*fh);
+                    return reply.respond(Err(FsError::Os(libc::EBUSY)));
+                }
+            }
             let r = r.map(|(node, fh, direct)| FileOpen {
                 fh,
-                backing: core.passthrough_id(&node, fh, |fd| reply.register(fd)),
+                backing: stale.or_else(|| core.passthrough_id(&node, fh, |fd| reply.register(fd))),
                 direct,
                 held: false,
             });

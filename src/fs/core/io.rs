@@ -240,6 +240,24 @@ impl Core {
     /// CAP_SYS_ADMIN to register, and opens the backing file for each
     /// later open with the credentials seen here (the caller's rights were
     /// checked by the daemon's own open just before).
+    /// The old overlay's backing id of `node`, while a file opened
+    /// through it before its staged zone was mounted afresh is still open
+    /// ([`Passthrough::Stale`]): an open for reading gets it, one for
+    /// writing is refused. Once those files are all closed the id is
+    /// unregistered and the node starts afresh ([`Passthrough::Unset`]).
+    pub(super) fn passthrough_stale(&self, node: &Node) -> Option<Arc<crate::fuse::BackingId>> {
+        let mut slot = node.passthrough.lock();
+        let Passthrough::Stale { id, fhs } = &mut *slot else {
+            return None;
+        };
+        fhs.retain(|fh| self.handles.get(*fh).is_ok());
+        if fhs.is_empty() {
+            *slot = Passthrough::Unset;
+            return None;
+        }
+        Some(id.clone())
+    }
+
     pub(super) fn passthrough_id(
         &self,
         node: &Node,
@@ -256,7 +274,9 @@ impl Core {
         let mut slot = node.passthrough.lock();
         match &*slot {
             Passthrough::Id(id) => return Some(id.clone()),
-            Passthrough::Refused | Passthrough::Cached => return None,
+            // A create's open is for writing: a stale id is not for it
+            // (`passthrough_stale`).
+            Passthrough::Refused | Passthrough::Cached | Passthrough::Stale { .. } => return None,
             Passthrough::Unset => {}
         }
         let Ok(handle) = self.handles.get(fh) else {

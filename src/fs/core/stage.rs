@@ -16,7 +16,7 @@ use crate::backing;
 use crate::error::{FsError, FsResult};
 use crate::fs::handles::Handle;
 use crate::fs::inodes::Anchor;
-use crate::fs::inodes::Node;
+use crate::fs::inodes::{Node, Passthrough};
 use crate::policy::Op;
 use crate::stage::report::Change;
 use crate::stage::service::LiveMount;
@@ -293,31 +293,43 @@ impl LiveMount for Core {
 impl Core {
     /// After zone `zone`'s overlay was mounted afresh: the passthrough
     /// backing files registered for its nodes are the old overlay's (the
-    /// kernel sends a file's reads and writes straight to them). A node no
-    /// handle has open gets a new one at its next open (the old overlay's
-    /// file may be a checkpoint's frozen copy now, which must not change);
-    /// one still open keeps its own (the kernel refuses two backing files
-    /// on one inode at once; a file open for writing went on in the fresh
-    /// upper dir, the same file). Returns the ids taken: each is closed
-    /// (unregistered) when dropped.
-    fn forget_passthrough(&self, zone: usize) -> Vec<crate::fs::inodes::Passthrough> {
-        let open: std::collections::HashSet<u64> = self
+    /// kernel sends a file's reads and writes straight to them), and the
+    /// old overlay's file may now be the host's (a commit moved it there)
+    /// or a checkpoint's frozen copy, neither of which a worker may write.
+    /// A node no handle has open gets a fresh one at its next open; one
+    /// open only for reading is [`Passthrough::Stale`] until those handles
+    /// close; one open for writing keeps its own.
+    /// Returns the ids taken: each is closed (unregistered) when dropped.
+    fn forget_passthrough(&self, zone: usize) -> Vec<Passthrough> {
+        // Per node: its open handles, and whether one is open for writing.
+        let mut open: std::collections::HashMap<u64, (Vec<u64>, bool)> = Default::default();
+        for (fh, h) in self
             .handles
-            .picked(|h| matches!(h, Handle::File { zone: z, .. } if *z == zone))
-            .iter()
-            .filter_map(|h| match &**h {
-                Handle::File { node, .. } => Some(*node),
-                Handle::Dir { .. } => None,
-            })
-            .collect();
+            .picked_by_fh(|h| matches!(h, Handle::File { zone: z, .. } if *z == zone))
+        {
+            if let Handle::File { node, writable, .. } = &*h {
+                let e = open.entry(*node).or_default();
+                e.0.push(fh);
+                e.1 |= *writable;
+            }
+        }
         let mut ids = Vec::new();
         for node in self.inodes.zone_node_list(zone) {
-            if open.contains(&node.ino) {
-                continue;
-            }
             let mut slot = node.passthrough.lock();
-            if matches!(*slot, crate::fs::inodes::Passthrough::Id(_)) {
-                ids.push(std::mem::take(&mut *slot));
+            let Passthrough::Id(id) = &*slot else {
+                continue;
+            };
+            match open.remove(&node.ino) {
+                // Open for writing (only a checkpoint goes on with one; a
+                // commit, rewind or discard waits): the file went on in
+                // the fresh upper dir, the same file the old overlay's
+                // reaches, and the checkpoint keeps a copy.
+                Some((_, true)) => {}
+                Some((fhs, false)) => {
+                    let id = id.clone();
+                    *slot = Passthrough::Stale { id, fhs };
+                }
+                None => ids.push(std::mem::take(&mut *slot)),
             }
         }
         ids
