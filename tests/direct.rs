@@ -188,19 +188,24 @@ fn via_daemon_and_no_direct_keep_zones_on_the_daemon() {
     assert!(!t.direct_in(&devs, "docs"), "docs: {devs:?}");
     assert_eq!(t.direct_in(&devs, "ws"), !as_root(), "ws: {devs:?}");
     assert!(
-        out.stderr.contains(
-            "docs: through the daemon (kept on the daemon (--no-direct or --via-daemon))"
-        ),
+        out.stderr
+            .contains("docs: through the daemon (kept on the daemon: --via-daemon docs)"),
         "{}",
         out.describe()
     );
     // Through the daemon the ro zone still refuses writes.
     let out = t.sh(&["--via-daemon", "docs"], "echo x > /docs/y");
     assert_sh_errno(&out, libc::EROFS, "write into a ro zone on the daemon");
-    let (_, devs) = t.devs(&["--no-direct"]);
+    let (out, devs) = t.devs(&["--no-direct"]);
     for z in ["docs", "ws", "hid", "asky"] {
         assert!(!t.direct_in(&devs, z), "{z}: {devs:?}");
     }
+    assert!(
+        out.stderr
+            .contains("docs: through the daemon (kept on the daemon: --no-direct)"),
+        "{}",
+        out.describe()
+    );
     // A zone that isn't there is refused before anything is mounted.
     let out = t.sh(&["--via-daemon", "nope"], "true");
     assert_eq!(out.code(), Some(2), "{}", out.describe());

@@ -79,7 +79,11 @@ pub(super) fn lines(table: &ZoneTable, chosen: &[bool], keep: &Keep) -> Vec<Stri
         .map(|(z, bound)| {
             let mut r = IsolateRoute::of(&z.policy, *bound);
             if !bound && direct::route(&z.policy) == Route::Direct {
-                if keep.other_user {
+                if keep.all {
+                    r.why = "kept on the daemon: --no-direct".into();
+                } else if keep.zones.contains(&z.name) {
+                    r.why = format!("kept on the daemon: --via-daemon {}", z.name);
+                } else if keep.other_user {
                     r.why = "kept on the daemon: --user runs CMD as a uid that may not reach the backing dir".into();
                 } else if keep.no_bind_fd {
                     r.why = "kept on the daemon: this bwrap has no --bind-fd (bubblewrap 0.10 or later has)".into();

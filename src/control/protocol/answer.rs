@@ -177,9 +177,12 @@ impl IsolateRoute {
             direct::direct_note(p.access).to_owned()
         } else {
             match direct::route(p) {
-                direct::Route::Direct => {
-                    "kept on the daemon (--no-direct or --via-daemon)".to_owned()
-                }
+                // Which of `run`'s reasons kept it is `run`'s to say (it
+                // prints it at the start); the daemon knows only that.
+                direct::Route::Direct => "kept on the daemon by `run` (--no-direct, --via-daemon, \
+                     --user, a rw zone while CMD runs as root, or a bwrap without --bind-fd; \
+                     `run` said which as it started)"
+                    .to_owned(),
                 direct::Route::Daemon(why) => format!("needs the daemon: {}", why.join(", ")),
             }
         };
