@@ -96,14 +96,19 @@ pub fn escape(bytes: &[u8]) -> String {
 
 /// [`escape`] of a path, with a `->` in it written `-\x3e`: views show a
 /// rename or link as `FROM -> TO`, and a name holding ` -> ` (`mv a
-/// "b -> c"`) would read as another pair. Reversible with [`unescape`].
+/// "b -> c"`) would read as another pair. Two spaces in a row are written
+/// ` \x20`: views part a path from what follows by two spaces (`A
+/// /w/x  (0644, 4 bytes)  by git`), which a name could imitate. Reversible
+/// with [`unescape`].
 pub fn path(p: &Path) -> String {
     path_bytes(p.as_os_str().as_bytes())
 }
 
 /// [`path`] of a path's bytes.
 pub fn path_bytes(bytes: &[u8]) -> String {
-    escape(bytes).replace("->", "-\\x3e")
+    escape(bytes)
+        .replace("->", "-\\x3e")
+        .replace("  ", " \\x20")
 }
 
 /// [`escape`] of text already in a `str`.
@@ -356,6 +361,20 @@ mod tests {
         assert_eq!(unescape(&shown).unwrap(), b"/w/evil -> e1");
         assert_eq!(shown_path("/w/l -> x", None), "/w/l -\\x3e x");
         assert_eq!(path(Path::new("/w/a->b>c-")), "/w/a-\\x3eb>c-");
+    }
+
+    #[test]
+    fn two_spaces_in_a_path_are_escaped_and_come_back() {
+        let name = "/w/x  (0644, 4 bytes)  by git";
+        let shown = path(Path::new(name));
+        assert_eq!(shown, "/w/x \\x20(0644, 4 bytes) \\x20by git");
+        assert!(!shown.contains("  "));
+        assert_eq!(unescape(&shown).unwrap(), name.as_bytes());
+        for n in ["a   b", "a    b", " ", "  ", "a b c"] {
+            let shown = path(Path::new(n));
+            assert!(!shown.contains("  "), "{shown:?}");
+            assert_eq!(unescape(&shown).unwrap(), n.as_bytes(), "{shown:?}");
+        }
     }
 
     #[test]
