@@ -752,6 +752,167 @@ fn no_fd_the_caller_left_open_reaches_cmd_or_the_daemon() {
     );
 }
 
+/// `run OPTS -- CMD` from a shell that first opens `target` as
+/// `redirect` says (`<` for stdin, `1<` for a directory as stdout, ...).
+fn run_redirected(t: &Task, redirect: &str, target: &Path, opts: &[&str], cmd: &[&str]) -> Out {
+    let inner = t.command(opts, cmd);
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!("exec \"$@\" {redirect}\"$0\""))
+        .arg(target)
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .current_dir(&t.root)
+        .env("TMPDIR", &t.tmpdir);
+    run(&mut c, Duration::from_secs(60))
+}
+
+/// Reads stdin, then reopens it read-write through `/proc/self/fd/0`
+/// and writes there; prints what stdin is, what it held, and whether the
+/// reopen was let through.
+const REOPEN_STDIN: &str = "import os, stat, sys
+m = os.fstat(0).st_mode
+kind = 'fifo' if stat.S_ISFIFO(m) else 'file' if stat.S_ISREG(m) else 'other'
+data = sys.stdin.read()
+try:
+    fd = os.open('/proc/self/fd/0', os.O_RDWR)
+    os.write(fd, b'OVERWRITTEN BY CMD')
+    os.close(fd)
+    w = 'reopened'
+except OSError:
+    w = 'refused'
+print(kind, repr(data), w)";
+
+/// A regular file as `run`'s stdin reaches CMD under `--isolate` (and
+/// `--user`) as a pipe `run` feeds from it: CMD reads the file's content,
+/// but can't reopen the host file read-write through `/proc/self/fd/0`
+/// and rewrite it (found by an attack pass). CMD that doesn't read its
+/// stdin, or stops early, still ends `run` promptly with its status.
+/// Without a boundary (plain `run`), stdin is left as it is.
+#[test]
+fn a_file_as_stdin_reaches_an_isolated_cmd_as_a_pipe() {
+    if !bwrap_ok() || !tool_ok("python3") {
+        return;
+    }
+    let t = Task::new();
+    let mut cases: Vec<Vec<&str>> = vec![vec!["--isolate"]];
+    if root_ok() {
+        cases.push(vec!["--user", "65534:65534"]);
+    }
+    let input = t.root.join("input.txt");
+    for opts in &cases {
+        fs::write(&input, "host content\n").unwrap();
+        fs::set_permissions(&input, fs::Permissions::from_mode(0o644)).unwrap();
+        let out = run_redirected(&t, "<", &input, opts, &["python3", "-c", REOPEN_STDIN]);
+        assert!(out.success(), "{opts:?}: {}", out.describe());
+        assert_eq!(
+            fs::read_to_string(&input).unwrap(),
+            "host content\n",
+            "{opts:?}: CMD rewrote the host file it had as stdin: {}",
+            out.describe()
+        );
+        assert!(
+            out.stdout.starts_with("fifo 'host content\\n' "),
+            "{opts:?}: {}",
+            out.describe()
+        );
+        t.assert_clean("a file as stdin");
+    }
+    // Plain run: CMD is not sandboxed, and its stdin is the file itself.
+    let out = run_redirected(&t, "<", &input, &[], &["python3", "-c", REOPEN_STDIN]);
+    assert!(
+        out.stdout.starts_with("file 'host content\\n' "),
+        "{}",
+        out.describe()
+    );
+    // A stdin far larger than a pipe holds, which CMD doesn't read, or
+    // reads 5 bytes of: CMD's status comes back at once, and the write
+    // that fails (EPIPE) doesn't end `run`.
+    let big = t.root.join("big");
+    fs::write(&big, vec![b'x'; 8 << 20]).unwrap();
+    for (cmd, code) in [("exit 7", 7), ("head -c 5 >/dev/null", 0)] {
+        let start = Instant::now();
+        let out = run_redirected(&t, "<", &big, &["--isolate"], &["sh", "-c", cmd]);
+        assert_eq!(out.code(), Some(code), "{cmd}: {}", out.describe());
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{cmd}: took {:?}",
+            start.elapsed()
+        );
+        t.assert_clean("a big stdin");
+    }
+}
+
+/// A directory as `run`'s stdin gives an isolated CMD an empty stdin
+/// (EOF at once; reading a directory is EISDIR anyway), never the
+/// directory: through `/proc/self/fd/0/..` it walked the host outside the
+/// sandbox, read what it liked and made files there (found by an attack
+/// pass). A directory as stdout or stderr is refused before anything is
+/// mounted (exit 2).
+#[test]
+fn a_directory_as_stdin_or_stdout_is_no_way_out_of_the_sandbox() {
+    if !bwrap_ok() {
+        return;
+    }
+    let t = Task::new();
+    let outside = t.root.join("outside");
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("secret"), "s\n").unwrap();
+    // Each command of the script has CMD's stdin as its fd 0.
+    let script = "cat; echo read $?
+        ls /proc/self/fd/0/ >/dev/null 2>&1 && echo listed the directory
+        ls /proc/self/fd/0/.. >/dev/null 2>&1 && echo listed its parent
+        cat /proc/self/fd/0/secret >/dev/null 2>&1 && echo read the secret
+        touch /proc/self/fd/0/made 2>/dev/null && echo created
+        touch /proc/self/fd/0/../made 2>/dev/null && echo created in its parent
+        echo done";
+    let before = (names(&t.root).unwrap(), names(&outside).unwrap());
+    let mut cases: Vec<Vec<&str>> = vec![vec!["--isolate"]];
+    if root_ok() {
+        cases.push(vec!["--user", "65534:65534"]);
+    }
+    for opts in &cases {
+        let out = run_redirected(&t, "<", &outside, opts, &["sh", "-c", script]);
+        assert!(out.success(), "{opts:?}: {}", out.describe());
+        assert_eq!(out.stdout, "read 0\ndone\n", "{opts:?}: {}", out.describe());
+        assert_eq!(
+            (names(&t.root).unwrap(), names(&outside).unwrap()),
+            before,
+            "{opts:?}: CMD made files on the host: {}",
+            out.describe()
+        );
+        t.assert_clean("a directory as stdin");
+    }
+    for redirect in ["1<", "2<"] {
+        let out = run_redirected(
+            &t,
+            redirect,
+            &outside,
+            &["--isolate"],
+            &[
+                "sh",
+                "-c",
+                "ls /proc/self/fd/1/.. /proc/self/fd/2/..; touch /proc/self/fd/1/made /proc/self/fd/2/made",
+            ],
+        );
+        assert_eq!(out.code(), Some(2), "{redirect}: {}", out.describe());
+        if redirect == "1<" {
+            assert!(
+                out.stderr.contains("stdout is a directory"),
+                "{}",
+                out.describe()
+            );
+        }
+        assert_eq!(
+            (names(&t.root).unwrap(), names(&outside).unwrap()),
+            before,
+            "{redirect}: CMD made files on the host: {}",
+            out.describe()
+        );
+        t.assert_clean("a directory as stdout");
+    }
+}
+
 #[test]
 fn isolate_hides_homes_backing_dirs_and_the_host() {
     if !bwrap_ok() {

@@ -31,6 +31,7 @@ mod direct;
 mod exec;
 mod plan;
 mod review;
+mod stdio;
 mod task;
 #[cfg(test)]
 mod tests;
@@ -128,6 +129,12 @@ pub(crate) struct RunArgs {
 
 pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
     let plan = Plan::new(a)?;
+    // Across a boundary, CMD's stdio must not be a way to the host's
+    // files (see `stdio`).
+    let boundary = plan.isolate.is_some() || plan.user.is_some();
+    if boundary {
+        stdio::check_outputs()?;
+    }
     let (tx, rx) = mpsc::channel();
     catch_signals(tx.clone())?;
     let mut task = TaskMount::create_dir()?;
@@ -165,9 +172,24 @@ pub(crate) fn run(a: RunArgs) -> Result<u8, Failure> {
         .collect();
     let mut cmd = plan.command_at(&task.dir, Some(&task.refusals), &raw)?;
     task.watch_group_of(&mut cmd);
+    let piped = if boundary {
+        stdio::stdin_for_cmd(std::os::fd::AsFd::as_fd(&std::io::stdin()))?
+    } else {
+        None
+    };
+    let feed = piped.map(|p| {
+        cmd.stdin(p.read);
+        p.feed
+    });
     let child = cmd
         .spawn()
         .map_err(|e| spawn_failure(cmd.get_program(), &e))?;
+    // Our copy of the pipe's read end closes with `cmd`: once CMD is
+    // gone, the feed's write fails instead of waiting for a reader.
+    drop(cmd);
+    if let Some(f) = feed.flatten() {
+        f.start();
+    }
     drop(fds);
     if !plan.quiet() {
         asks::announce(&task.dir);
