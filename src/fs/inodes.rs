@@ -209,7 +209,7 @@ impl Node {
             ino,
             zone: Some(zone),
             anchor: f.anchor,
-            key: Mutex::new((f.dev, f.ino, 0)),
+            key: Mutex::new((f.dev, f.ino, f.generation)),
             is_dir: f.is_dir,
             is_symlink: f.is_symlink,
             place: Mutex::new(Place {
@@ -402,6 +402,10 @@ pub struct Found {
     pub ino: u64,
     pub is_dir: bool,
     pub is_symlink: bool,
+    /// How many times its zone's dir had been mounted afresh when it was
+    /// found (a staged zone's commit, discard, checkpoint or rewind; 0
+    /// for other zones): see [`Node::key_generation`].
+    pub generation: u64,
 }
 
 impl Inodes {
@@ -546,21 +550,32 @@ impl Inodes {
                 .and_then(|i| maps.by_ino.get(i))
                 .cloned()
         };
-        // Whether the node known for this key is the object found may take
-        // a system call (an fstat): decided before the write lock, and
-        // again under it only if the table changed meanwhile.
+        // A node reached by name and last seen before its staged zone was
+        // mounted afresh says nothing by its inode number: a commit,
+        // checkpoint merge or rewind frees numbers that new files then get
+        // (found by an attack pass: `b`'s node, looked up as the new `z`,
+        // made `b` read `z`). It is the object found only if found at its
+        // own name. Otherwise, whether the node known for this key is the
+        // object found may take a system call (an fstat).
+        let same_object = |n: &Node| match n.anchor {
+            Anchor::Named if n.key_generation() < f.generation => n.is_at(parent, name),
+            _ => n.anchor.same_object(&f.anchor, || cached(n.ino)),
+        };
+        // Decided before the write lock, and again under it only if the
+        // table changed meanwhile.
         let before = known(&self.maps.read());
-        let same_before = before
-            .as_ref()
-            .map(|n| n.anchor.same_object(&f.anchor, || cached(n.ino)));
+        let same_before = before.as_ref().map(|n| same_object(n));
         let mut maps = self.maps.write();
         let now = known(&maps);
         let same = match (&now, &before, same_before) {
             (Some(n), Some(b), Some(same)) if Arc::ptr_eq(n, b) => same,
-            (Some(n), ..) => n.anchor.same_object(&f.anchor, || cached(n.ino)),
+            (Some(n), ..) => same_object(n),
             (None, ..) => false,
         };
         if let Some(node) = now.filter(|_| same) {
+            if node.key_generation() < f.generation {
+                node.rekey(f.dev, f.ino, f.generation);
+            }
             if !self.is_permanent(node.ino) {
                 if !node.is_dir {
                     node.seen_also(parent, name);

@@ -219,7 +219,7 @@ impl Reach {
     }
 
     /// How many times zone `zone`'s dir was mounted afresh.
-    fn restages(&self, zone: usize) -> u64 {
+    pub fn restages(&self, zone: usize) -> u64 {
         self.restaged
             .get(zone)
             .map_or(0, |g| g.load(Ordering::Acquire))
@@ -572,6 +572,8 @@ impl Reach {
                 ino: stat.st_ino,
                 is_dir: kind == FileType::Directory,
                 is_symlink: kind == FileType::Symlink,
+                // Set by the caller, which knows the zone.
+                generation: 0,
             },
             stat,
             fd,

@@ -384,6 +384,7 @@ impl Core {
                     ino: st.st_ino,
                     is_dir: true,
                     is_symlink: false,
+                    generation: 0,
                 },
             ));
             zones.push(ZoneRules::compile(z).map_err(|e| OpenError::Protect {

@@ -134,7 +134,8 @@ impl Core {
     }
 
     /// Enter an opened entry in the table (one kernel lookup), caching its fd.
-    fn enter(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, o: Opened) -> Arc<Node> {
+    fn enter(&self, zone: usize, parent: &Arc<Node>, name: &OsStr, mut o: Opened) -> Arc<Node> {
+        o.found.generation = self.reach.restages(zone);
         let one_name = self.linked_below(zone, parent, name, &o);
         let node = self
             .inodes
@@ -392,6 +393,7 @@ impl Core {
                     ino: st.st_ino,
                     is_dir: false,
                     is_symlink: false,
+                    generation: self.reach.restages(zone),
                 },
                 // Just made: one name, in the upper layer if staged.
                 false,

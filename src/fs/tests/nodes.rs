@@ -100,6 +100,7 @@ pub(super) fn one_name_nodes_are_kept_per_name_and_show_the_shared_number() {
         ino,
         is_dir: false,
         is_symlink: false,
+        generation: 0,
     };
     let root = Found {
         anchor: Anchor::Named,
@@ -107,6 +108,7 @@ pub(super) fn one_name_nodes_are_kept_per_name_and_show_the_shared_number() {
         ino: 2,
         is_dir: true,
         is_symlink: false,
+        generation: 0,
     };
     let t = Inodes::new(vec![(OsString::from("w"), root)]);
     let dir = t.zone_root(0).unwrap();
@@ -155,4 +157,58 @@ pub(super) fn a_file_seen_by_several_names_lists_them_all() {
     names.sort();
     let name = |n: &str| (WORK, n.to_string());
     assert_eq!(names, [name("alone"), name("x"), name("x2")]);
+}
+
+/// A node reached by name keeps its number only within one mounting of
+/// its staged zone's overlay: after a commit, checkpoint merge or rewind
+/// (a new generation), a file found at another name with the number the
+/// node had is another file (the number was freed and reused), and gets a
+/// node of its own; found at the node's own name it is the node's file.
+#[test]
+pub(super) fn an_inode_number_reused_after_a_restage_is_another_file() {
+    use crate::fs::inodes::{Anchor, Found, Inodes};
+    use std::ffi::OsString;
+    let found = |ino: u64, generation: u64| Found {
+        anchor: Anchor::Named,
+        dev: 7,
+        ino,
+        is_dir: false,
+        is_symlink: false,
+        generation,
+    };
+    let root = Found {
+        anchor: Anchor::Named,
+        dev: 7,
+        ino: 2,
+        is_dir: true,
+        is_symlink: false,
+        generation: 0,
+    };
+    let t = Inodes::new(vec![(OsString::from("w"), root)]);
+    let dir = t.zone_root(0).unwrap();
+    let none = |_| None;
+    let b = t.remember(0, &dir, OsStr::new("b"), found(40, 0), false, none);
+    // The same generation: a named node with no fd at hand is what its
+    // number now reaches (a rename by the host), as before.
+    let moved = t.remember(0, &dir, OsStr::new("b2"), found(40, 0), false, none);
+    assert_eq!(moved.ino, b.ino);
+    assert!(b.is_at(&dir, OsStr::new("b2")));
+    // After a restage, number 40 at another name is another file.
+    let z = t.remember(0, &dir, OsStr::new("z"), found(40, 1), false, none);
+    assert_ne!(z.ino, b.ino, "a reused number took over b's node");
+    assert!(b.is_at(&dir, OsStr::new("b2")), "b's node moved to z");
+    // Found at its own name with its number, in a later generation: the
+    // node's file, seen now in that generation.
+    let t = Inodes::new(vec![(
+        OsString::from("w"),
+        Found {
+            is_dir: true,
+            ..found(2, 0)
+        },
+    )]);
+    let dir = t.zone_root(0).unwrap();
+    let b = t.remember(0, &dir, OsStr::new("b"), found(40, 0), false, none);
+    let again = t.remember(0, &dir, OsStr::new("b"), found(40, 2), false, none);
+    assert_eq!(again.ino, b.ino);
+    assert_eq!((b.key(), b.key_generation()), ((7, 40), 2));
 }
