@@ -186,18 +186,21 @@ fn a_file_kept_open_across_a_commit_or_checkpoint_writes_neither_host_nor_checkp
         "reviewed\n",
         "a write reached the committed host file"
     );
-    drop(kept);
+    // By its path the file is opened afresh, also while the other is open.
     sh(&m, "echo edited >> run.sh");
     assert_eq!(host(), "reviewed\n");
     let now = fs::read_to_string(m.path("work/run.sh")).unwrap();
     assert!(now.ends_with("edited\n"), "{now:?}");
+    drop(kept);
+    sh(&m, "echo again >> run.sh");
+    assert_eq!(host(), "reviewed\n");
 
     sh(&m, "echo before > ck");
     let kept = fs::File::open(m.path("work/ck")).unwrap();
     let id = checkpoint(&m, "kept open");
     let _ = write_through_reopen(&kept, "AFTER!\n");
-    drop(kept);
     sh(&m, "echo later >> ck");
+    drop(kept);
     rewind(&m, id, &[]);
     assert_eq!(
         fs::read_to_string(m.path("work/ck")).unwrap(),
@@ -210,6 +213,23 @@ fn a_file_kept_open_across_a_commit_or_checkpoint_writes_neither_host_nor_checkp
         "before\nagain\n"
     );
     assert!(!m.backing("work", "ck").exists());
+
+    // Kept open across a rewind: its path shows the rewound file at once
+    // (and takes writes); the file kept open reads what it had.
+    sh(&m, "echo small > r");
+    let id = checkpoint(&m, "small");
+    sh(&m, "echo large-large-large > r");
+    let kept = fs::File::open(m.path("work/r")).unwrap();
+    rewind(&m, id, &[]);
+    assert_eq!(fs::read_to_string(m.path("work/r")).unwrap(), "small\n");
+    sh(&m, "echo more >> r");
+    assert_eq!(
+        fs::read_to_string(m.path("work/r")).unwrap(),
+        "small\nmore\n"
+    );
+    let mut had = String::new();
+    std::io::Read::read_to_string(&mut &kept, &mut had).unwrap();
+    assert_eq!(had, "large-large-large\n");
 }
 
 #[test]

@@ -366,6 +366,11 @@ impl Node {
         }
     }
 
+    /// Whether its passthrough is [`Passthrough::Stale`].
+    pub fn passthrough_stale(&self) -> bool {
+        matches!(*self.passthrough.lock(), Passthrough::Stale { .. })
+    }
+
     /// Whether the node was last seen as `name` in `parent`.
     pub fn is_at(&self, parent: &Node, name: &OsStr) -> bool {
         let place = self.place.lock();
@@ -557,9 +562,16 @@ impl Inodes {
         // made `b` read `z`). It is the object found only if found at its
         // own name. Otherwise, whether the node known for this key is the
         // object found may take a system call (an fstat).
-        let same_object = |n: &Node| match n.anchor {
-            Anchor::Named if n.key_generation() < f.generation => n.is_at(parent, name),
-            _ => n.anchor.same_object(&f.anchor, || cached(n.ino)),
+        // A node whose passthrough is stale ([`Passthrough::Stale`]) is
+        // left to the files still open on it: the name gets a node of its
+        // own, which the kernel opens afresh (the old node's opens share
+        // the old overlay's file and can't write).
+        let same_object = |n: &Node| {
+            !n.passthrough_stale()
+                && match n.anchor {
+                    Anchor::Named if n.key_generation() < f.generation => n.is_at(parent, name),
+                    _ => n.anchor.same_object(&f.anchor, || cached(n.ino)),
+                }
         };
         // Decided before the write lock, and again under it only if the
         // table changed meanwhile.
@@ -610,7 +622,9 @@ impl Inodes {
             .get(&key)
             .and_then(|i| maps.by_ino.get(i))
             .cloned();
-        if let Some(node) = known.filter(|n| n.anchor.same_object(&f.anchor, || cached(n.ino))) {
+        if let Some(node) = known
+            .filter(|n| !n.passthrough_stale() && n.anchor.same_object(&f.anchor, || cached(n.ino)))
+        {
             node.set_place(parent.clone(), name);
             node.lookups.fetch_add(1, Ordering::Relaxed);
             return node;

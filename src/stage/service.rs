@@ -55,6 +55,11 @@ pub trait LiveMount: Send + Sync {
     /// names `paths` (relative to the zone dir). Not while mutations are
     /// held still.
     fn forget_cached(&self, zone: usize, paths: &[&Path]);
+    /// Tell the kernel to forget the names of zone `zone`'s files that were
+    /// kept open for reading across its overlay's last mounting (their next
+    /// lookup gives them a node of their own, opened afresh). Not while
+    /// mutations are held still.
+    fn forget_kept_open(&self, _zone: usize) {}
     /// The processes that changed the stages (most recent last) and the
     /// PID namespaces they were in.
     fn stage_writers(&self) -> (Vec<AskedFrom>, Vec<NsId>);
@@ -385,7 +390,7 @@ impl StageService {
         held.manifest.next_checkpoint = id + 1;
         let (time, nanos) = layers::now();
         let mut zones = Vec::new();
-        let _still = self.live.hold_still();
+        let still = self.live.hold_still();
         for (i, w) in work.iter().filter(|(_, w)| wanted.contains(&w.name)) {
             let Some(stage) = stages.zone(*i) else {
                 continue;
@@ -463,6 +468,10 @@ impl StageService {
             });
             self.log_layers(audit::Kind::Checkpoint, &w.name, id, &[], label.clone(), by);
             self.flatten_later(stages, *i, w, &entry);
+        }
+        drop(still);
+        for (i, _) in work.iter().filter(|(_, w)| wanted.contains(&w.name)) {
+            self.live.forget_kept_open(*i);
         }
         // A flat replaced above is removed after the answer.
         let mut doomed = Vec::new();

@@ -265,6 +265,20 @@ impl LiveMount for Core {
         }
     }
 
+    fn forget_kept_open(&self, zone: usize) {
+        let Some(n) = self.notifier.get() else {
+            return;
+        };
+        for node in self.inodes.zone_node_list(zone) {
+            if !node.passthrough_stale() {
+                continue;
+            }
+            if let Some(parent) = node.parent() {
+                let _ = n.inval_entry(crate::fuse::INodeNo(parent.ino), &node.name());
+            }
+        }
+    }
+
     fn rw_zones(&self) -> Vec<(String, bool)> {
         self.zones
             .iter()
