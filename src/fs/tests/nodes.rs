@@ -92,25 +92,8 @@ pub(super) fn a_panicking_callback_does_not_unwind_into_the_fuse_thread() {
 /// has, and forgetting one leaves nothing behind.
 #[test]
 pub(super) fn one_name_nodes_are_kept_per_name_and_show_the_shared_number() {
-    use crate::fs::inodes::{Anchor, Found, Inodes};
-    use std::ffi::OsString;
-    let found = |ino: u64| Found {
-        anchor: Anchor::Named,
-        dev: 7,
-        ino,
-        is_dir: false,
-        is_symlink: false,
-        generation: 0,
-    };
-    let root = Found {
-        anchor: Anchor::Named,
-        dev: 7,
-        ino: 2,
-        is_dir: true,
-        is_symlink: false,
-        generation: 0,
-    };
-    let t = Inodes::new(vec![(OsString::from("w"), root)]);
+    let found = |ino: u64| named(ino, false, 0);
+    let t = one_zone();
     let dir = t.zone_root(0).unwrap();
     let none = |_| None;
     let shared = t.remember(0, &dir, OsStr::new("a"), found(40), false, none);
@@ -166,25 +149,8 @@ pub(super) fn a_file_seen_by_several_names_lists_them_all() {
 /// node of its own; found at the node's own name it is the node's file.
 #[test]
 pub(super) fn an_inode_number_reused_after_a_restage_is_another_file() {
-    use crate::fs::inodes::{Anchor, Found, Inodes};
-    use std::ffi::OsString;
-    let found = |ino: u64, generation: u64| Found {
-        anchor: Anchor::Named,
-        dev: 7,
-        ino,
-        is_dir: false,
-        is_symlink: false,
-        generation,
-    };
-    let root = Found {
-        anchor: Anchor::Named,
-        dev: 7,
-        ino: 2,
-        is_dir: true,
-        is_symlink: false,
-        generation: 0,
-    };
-    let t = Inodes::new(vec![(OsString::from("w"), root)]);
+    let found = |ino: u64, generation: u64| named(ino, false, generation);
+    let t = one_zone();
     let dir = t.zone_root(0).unwrap();
     let none = |_| None;
     let b = t.remember(0, &dir, OsStr::new("b"), found(40, 0), false, none);
@@ -199,16 +165,28 @@ pub(super) fn an_inode_number_reused_after_a_restage_is_another_file() {
     assert!(b.is_at(&dir, OsStr::new("b2")), "b's node moved to z");
     // Found at its own name with its number, in a later generation: the
     // node's file, seen now in that generation.
-    let t = Inodes::new(vec![(
-        OsString::from("w"),
-        Found {
-            is_dir: true,
-            ..found(2, 0)
-        },
-    )]);
+    let t = one_zone();
     let dir = t.zone_root(0).unwrap();
     let b = t.remember(0, &dir, OsStr::new("b"), found(40, 0), false, none);
     let again = t.remember(0, &dir, OsStr::new("b"), found(40, 2), false, none);
     assert_eq!(again.ino, b.ino);
     assert_eq!((b.key(), b.key_generation()), ((7, 40), 2));
+}
+
+/// What a lookup by name found (no kernel file handle): object `ino` on
+/// device 7, in restage generation `generation`.
+fn named(ino: u64, is_dir: bool, generation: u64) -> crate::fs::inodes::Found {
+    crate::fs::inodes::Found {
+        anchor: crate::fs::inodes::Anchor::Named,
+        dev: 7,
+        ino,
+        is_dir,
+        is_symlink: false,
+        generation,
+    }
+}
+
+/// A table of one zone `w` whose dir is object 2, found by name.
+fn one_zone() -> crate::fs::inodes::Inodes {
+    crate::fs::inodes::Inodes::new(vec![(std::ffi::OsString::from("w"), named(2, true, 0))])
 }
