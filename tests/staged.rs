@@ -1561,3 +1561,175 @@ fn changes_patch_is_exact_into_a_pipe_and_escaped_on_a_terminal() {
         out.stdout
     );
 }
+
+/// How deep the worker's tree goes: past `PATH_MAX` (two bytes a level:
+/// about 6,000 bytes of path) and past where a recursion per level
+/// overflowed the daemon's control thread (2,000 levels killed it).
+const DEEP: usize = 3000;
+
+/// A step that works on a tree of [`DEEP`] levels (a debug build under
+/// load takes its time): given two minutes rather than 30 s.
+const DEEP_STEP: Duration = Duration::from_secs(120);
+
+/// A python script for a worker: `chdir` down `deep` and `DEEP - 1`
+/// levels of `d` (made where missing: `mkdir`, then `chdir`, as the
+/// attack did), then `tail` (python lines) at the bottom. Bounded: a
+/// fixed number of levels.
+fn deep_worker(tail: &str) -> String {
+    format!(
+        "python3 -c \"import os\nfor i, n in enumerate(['deep'] + ['d'] * {}):\n    os.path.isdir(n) or os.mkdir(n)\n    os.chdir(n)\n{tail}\"",
+        DEEP - 1
+    )
+}
+
+/// `changes --json TARGET`: (kind, path) of each change, after checking
+/// the answer is whole.
+#[track_caller]
+fn deep_changes(m: &TestMount, target: &str) -> Vec<(String, String)> {
+    let out = m.zonemount_within(&["changes", "--json", target], DEEP_STEP);
+    assert!(
+        out.success(),
+        "changes: {}",
+        &out.describe()[..out.describe().len().min(4000)]
+    );
+    kinds(&json_of(&out))
+}
+
+/// How many levels of directories `names` (the first, then the second
+/// again and again) the tree under `dir` has, walked by fd (no path gets
+/// long), and what the file `leaf` at the bottom holds.
+fn deep_in(dir: &Path, names: (&str, &str)) -> (usize, Option<String>) {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW;
+    let mut d = rustix::fs::open(dir, flags, Mode::empty()).unwrap();
+    let mut depth = 0;
+    let mut name = names.0;
+    // Bounded: twice the depth made at most.
+    while depth < 2 * DEEP {
+        match rustix::fs::openat(&d, name, flags, Mode::empty()) {
+            Ok(next) => d = next,
+            Err(_) => break,
+        }
+        depth += 1;
+        name = names.1;
+    }
+    let leaf = rustix::fs::openat(&d, "leaf", OFlags::RDONLY, Mode::empty())
+        .ok()
+        .map(|f| {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut fs::File::from(f), &mut s).unwrap();
+            s
+        });
+    (depth, leaf)
+}
+
+/// A worker's tree 3,000 levels deep (paths past `PATH_MAX`), made
+/// through the mount: listed, checkpointed and rewound, then committed
+/// whole; the daemon serves on. `changes` on it overflowed the control
+/// thread's stack (the mount died). Found by an attack pass.
+#[test]
+fn a_tree_deeper_than_path_max_is_listed_rewound_and_committed() {
+    if !fuse_ok() || !tool_ok("python3") {
+        return;
+    }
+    let m = staged("{ write: ask, delete: ask }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(
+        &m,
+        "work",
+        &deep_worker("open('leaf', 'w').write('bottom\\\\n')"),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let list = deep_changes(&m, &mnt);
+    assert_eq!(list.len(), DEEP + 1, "every dir and the leaf");
+    let longest = list.iter().map(|(_, p)| p.len()).max().unwrap_or(0);
+    assert!(longest > 4096, "{longest}");
+    assert!(list.iter().all(|(k, _)| k == "added"));
+    assert!(m.is_mounted(), "the daemon serves on");
+
+    let out = m.zonemount_within(&["checkpoint", &mnt], DEEP_STEP);
+    assert!(out.success(), "checkpoint: {}", out.describe());
+    let id = out
+        .stdout
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no id: {}", out.describe()));
+    let out = worker(
+        &m,
+        "work",
+        &deep_worker("open('leaf', 'a').write('more\\\\n'); os.mkdir('after')"),
+    );
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(deep_changes(&m, &mnt).len(), DEEP + 2);
+    let out = m.zonemount_within(&["rewind", &mnt, &id.to_string()], DEEP_STEP);
+    assert!(out.success(), "rewind: {}", out.describe());
+    assert_eq!(deep_changes(&m, &mnt).len(), DEEP + 1);
+    let out = worker(
+        &m,
+        "work",
+        &deep_worker("print(open('leaf').read(), os.path.exists('after'))"),
+    );
+    assert_eq!(out.stdout, "bottom\n False\n", "{}", out.describe());
+
+    let out = m.zonemount_within(&["commit", &mnt], DEEP_STEP);
+    assert!(out.success(), "commit: {}", out.describe());
+    assert!(
+        out.stdout.contains(&format!("{} committed", DEEP + 1)),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        deep_in(&m.backing("work", ""), ("deep", "d")),
+        (DEEP, Some("bottom\n".to_string())),
+        "the backing dir has the whole tree"
+    );
+    assert!(deep_changes(&m, &mnt).is_empty());
+    let out = worker(&m, "work", &deep_worker("print(open('leaf').read())"));
+    assert_eq!(out.stdout, "bottom\n\n", "{}", out.describe());
+    assert!(m.is_mounted(), "the daemon serves on");
+}
+
+/// The same tree in a stage dir no mount holds (with a checkpoint):
+/// `changes` and `stages` read it, `discard` drops it all. Both failed
+/// with ENAMETOOLONG, so such a stage could be neither reviewed nor
+/// discarded. Found by an attack pass.
+#[test]
+fn a_stage_dir_with_a_tree_deeper_than_path_max_is_reviewed_and_discarded() {
+    if !fuse_ok() || !tool_ok("python3") {
+        return;
+    }
+    let mut m = staged("{ write: ask, delete: ask }").mount();
+    let mnt = m.mountpoint().to_string_lossy().into_owned();
+    let out = worker(&m, "work", &deep_worker("open('leaf', 'w').write('b')"));
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount_within(&["checkpoint", &mnt], DEEP_STEP);
+    assert!(out.success(), "checkpoint: {}", out.describe());
+    let out = worker(&m, "work", &deep_worker("os.mkdir('after')"));
+    assert!(out.success(), "{}", out.describe());
+    assert!(m.unmount().success());
+    let stage = stage_of(&m).to_string_lossy().into_owned();
+    assert_eq!(deep_changes(&m, &stage).len(), DEEP + 2);
+    let root = m.root().to_string_lossy().into_owned();
+    let out = m.zonemount_within(&["stages", "--json", &root], DEEP_STEP);
+    assert!(out.success(), "stages: {}", out.describe());
+    let rows: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let row = rows
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["path"] == stage.as_str()))
+        .unwrap_or_else(|| panic!("{}", out.describe()));
+    assert_eq!(row["changes"].as_u64(), Some(DEEP as u64 + 2), "{row}");
+    assert!(
+        row["bytes"].as_u64().unwrap_or(0) > DEEP as u64 * 512,
+        "every level counted: {row}"
+    );
+    let out = m.zonemount_within(&["discard", &stage], DEEP_STEP);
+    assert!(out.success(), "discard: {}", out.describe());
+    assert!(deep_changes(&m, &stage).is_empty());
+    assert_eq!(deep_in(&m.backing("work", ""), ("deep", "d")).0, 0);
+    let upper = stage_of(&m).join("work/upper");
+    assert!(
+        fs::read_dir(&upper).map_or(true, |mut d| d.next().is_none()),
+        "the stage holds nothing"
+    );
+}

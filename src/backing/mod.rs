@@ -210,12 +210,15 @@ pub fn reach_again(dir: BorrowedFd<'_>, name: &OsStr) -> Sys<(OwnedFd, Stat)> {
 /// own rights; None if nothing is there (or it can't be reached).
 pub fn stat_beneath(root: &Path, rel: &Path) -> Option<Stat> {
     creds::as_daemon(|| {
+        if rel.as_os_str().is_empty() {
+            return None;
+        }
         let dir = open_zone_root(root).ok()?;
-        let fd = rfs::openat2(
-            &dir,
+        // Any length (a path past PATH_MAX a part at a time).
+        let fd = crate::stage::walk::open_deep(
+            dir.as_fd(),
             rel,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
+            OFlags::PATH | OFlags::NOFOLLOW,
             RESOLVE,
         )
         .ok()?;

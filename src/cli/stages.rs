@@ -23,6 +23,7 @@ use crate::control::protocol::Request;
 use crate::stage::dir::{self, StageError};
 use crate::stage::report::ChangesReport;
 use crate::stage::service::{OfflineStage, Reports};
+use crate::stage::walk;
 use crate::text;
 
 #[derive(Debug, Args)]
@@ -251,23 +252,40 @@ fn live_changes(mountpoint: &Path, stage: &Path) -> Option<usize> {
 /// time of anything in it but its lock file (which taking the lock
 /// writes). Nothing is followed; what can't be read is left out.
 fn usage(root: &Path) -> (u64, Option<u64>) {
+    use rustix::fs::{Mode, OFlags};
+    use std::os::fd::AsFd;
+    let Ok(top) = rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        let md = std::fs::symlink_metadata(root);
+        return (
+            md.as_ref().map_or(0, |m| m.blocks().saturating_mul(512)),
+            md.ok().and_then(|m| u64::try_from(m.mtime()).ok()),
+        );
+    };
     let mut bytes = 0u64;
     let mut newest: Option<i64> = None;
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(p) = todo.pop() {
-        let Ok(md) = std::fs::symlink_metadata(&p) else {
-            continue;
-        };
-        bytes = bytes.saturating_add(md.blocks().saturating_mul(512));
-        if p != root.join("lock") {
-            newest = newest.max(Some(md.mtime()));
-        }
-        if md.is_dir() {
-            if let Ok(entries) = std::fs::read_dir(&p) {
-                todo.extend(entries.flatten().map(|e| e.path()));
-            }
-        }
+    if let Ok(st) = rustix::fs::fstat(&top) {
+        bytes = u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512);
+        newest = Some(st.st_mtime);
     }
+    // Any depth: a loop, each directory reached from its parent by name.
+    let _ = walk::walk::<rustix::io::Errno>(
+        top.as_fd(),
+        &mut |e| {
+            if let Ok(Some(st)) = e.stat() {
+                bytes = bytes
+                    .saturating_add(u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512));
+                if e.rel != Path::new("lock") {
+                    newest = newest.max(Some(st.st_mtime));
+                }
+            }
+            Ok(walk::Visit::Enter)
+        },
+        &mut |_, _, _| Ok(()),
+    );
     (bytes, newest.and_then(|t| u64::try_from(t).ok()))
 }
 

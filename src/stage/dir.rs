@@ -363,23 +363,22 @@ impl Held {
 /// dir's inner dirs without permissions (mode 0): they are given owner
 /// rights first, so an ordinary user can remove a stage it made.
 pub fn remove(dir: &Path) -> io::Result<()> {
-    fn open_up(p: &Path) {
-        use std::os::unix::fs::PermissionsExt;
-        let Ok(md) = fs::symlink_metadata(p) else {
-            return;
-        };
-        if !md.is_dir() {
-            return;
-        }
-        let _ = fs::set_permissions(p, fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = fs::read_dir(p) {
-            for e in entries.flatten() {
-                open_up(&e.path());
-            }
-        }
-    }
-    open_up(dir);
-    fs::remove_dir_all(dir)
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(io::Error::other(format!("{}: no stage dir", dir.display())));
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let p = File::open(parent)?;
+    // Any depth (a loop, each directory reached from its parent by name).
+    crate::stage::walk::remove_all(std::os::fd::AsFd::as_fd(&p), name, true).map_err(|e| {
+        io::Error::new(
+            io::Error::from(e).kind(),
+            format!("remove {}: {e}", dir.display()),
+        )
+    })
 }
 
 /// A zone's dir inside a stage dir.

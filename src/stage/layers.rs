@@ -42,6 +42,7 @@ use rustix::io::Errno;
 use super::dir::{Pending, ZoneEntry};
 use super::sys::overlay;
 use super::tree::{Root, remove_all};
+use super::walk::{self, DirStack, Visit, is_dir, names, open_dir_at, stat_at};
 
 /// `<zone>/layers/<id>`: checkpoint `id`'s frozen layer.
 pub fn layer_dir(zdir: &Path, id: u64) -> PathBuf {
@@ -81,27 +82,29 @@ pub const FLAT_AFTER: usize = 4;
 pub const FLAT_MAX_BYTES: u64 = 512 << 20;
 
 /// How many bytes the regular files under `dirs` hold (symlinks not
-/// followed); stops counting past `limit`.
+/// followed); stops counting past `limit`. Any depth: a loop.
 fn data_bytes(dirs: &[PathBuf], limit: u64) -> u64 {
-    fn walk(p: &Path, total: &mut u64, limit: u64) {
-        let Ok(rd) = std::fs::read_dir(p) else { return };
-        for e in rd.flatten() {
-            if *total > limit {
-                return;
-            }
-            let Ok(m) = e.path().symlink_metadata() else {
-                continue;
-            };
-            if m.is_dir() {
-                walk(&e.path(), total, limit);
-            } else if m.is_file() {
-                *total = total.saturating_add(m.len());
-            }
-        }
-    }
-    let mut total = 0;
+    let mut total = 0u64;
     for d in dirs {
-        walk(d, &mut total, limit);
+        let Ok(top) = open_dir(d) else { continue };
+        let _ = walk::walk::<Errno>(
+            top.as_fd(),
+            &mut |e| {
+                if total > limit {
+                    return Ok(Visit::Stop);
+                }
+                if e.is_dir()? {
+                    return Ok(Visit::Enter);
+                }
+                if let Some(st) = e.stat()? {
+                    if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile {
+                        total = total.saturating_add(u64::try_from(st.st_size).unwrap_or(0));
+                    }
+                }
+                Ok(Visit::Next)
+            },
+            &mut |_, _, _| Ok(()),
+        );
     }
     total
 }
@@ -264,15 +267,6 @@ fn nofollow() -> OFlags {
     OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
-fn open_dir_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, Errno> {
-    rfs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | nofollow(),
-        Mode::empty(),
-    )
-}
-
 fn open_dir(p: &Path) -> io::Result<OwnedFd> {
     rfs::open(
         p,
@@ -280,34 +274,6 @@ fn open_dir(p: &Path) -> io::Result<OwnedFd> {
         Mode::empty(),
     )
     .map_err(|e| ctx(e, "open", p))
-}
-
-fn names(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
-    let mut out = Vec::new();
-    for e in rfs::Dir::read_from(dir)? {
-        let e = e?;
-        let n = e.file_name().to_bytes();
-        if n != b"." && n != b".." {
-            out.push(OsStr::from_bytes(n).to_os_string());
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// `names`, each with the type readdir gives (`Unknown` where the
-/// filesystem gives none).
-fn typed_names(dir: BorrowedFd<'_>) -> Result<Vec<(OsString, FileType)>, Errno> {
-    let mut out = Vec::new();
-    for e in rfs::Dir::read_from(dir)? {
-        let e = e?;
-        let n = e.file_name().to_bytes();
-        if n != b"." && n != b".." {
-            out.push((OsStr::from_bytes(n).to_os_string(), e.file_type()));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
 }
 
 /// `paths` (relative, any order) less each one under another of them,
@@ -324,18 +290,6 @@ pub fn topmost(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
         out.push(p);
     }
     out
-}
-
-fn is_dir(st: &Stat) -> bool {
-    FileType::from_raw_mode(st.st_mode) == FileType::Directory
-}
-
-fn stat_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Option<Stat>, Errno> {
-    match rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => Ok(Some(st)),
-        Err(Errno::NOENT) => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 fn opaque_name(prefix: &str) -> String {
@@ -593,6 +547,22 @@ pub fn lay_copies(dirs: &[PathBuf], t: BorrowedFd<'_>, prefix: &str) -> io::Resu
     Ok(())
 }
 
+/// A directory [`lay`] is in.
+struct LayFrame {
+    /// Its entries still to lay (the next one last).
+    names: Vec<OsString>,
+    /// Its own stat in the newer layer (None: the top).
+    st: Option<Stat>,
+}
+
+/// The names in `dir`, the first last (to pop).
+fn todo_of(dir: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
+    let mut n = names(dir)?;
+    n.reverse();
+    Ok(n)
+}
+
+/// [`apply`] from `rel` (any depth: a loop over both trees at once).
 fn lay(
     s: BorrowedFd<'_>,
     t: BorrowedFd<'_>,
@@ -601,7 +571,30 @@ fn lay(
     prefix: &str,
     copies: &mut Copies,
 ) -> Result<(), Errno> {
-    for name in names(s)? {
+    let mut sk = DirStack::new(s)?;
+    let mut tk = DirStack::new(t)?;
+    let mut rel = rel.to_path_buf();
+    let mut frames = vec![LayFrame {
+        names: todo_of(sk.fd())?,
+        st: None,
+    }];
+    while let Some(frame) = frames.last_mut() {
+        let Some(name) = frame.names.pop() else {
+            // A directory laid into `t`'s: its own attributes, then (when
+            // moving) the emptied source goes.
+            let Some(ss) = frames.pop().and_then(|f| f.st) else {
+                break;
+            };
+            copy_attrs(sk.fd(), tk.fd(), &ss, prefix, false)?;
+            let left = sk.pop()?.unwrap_or_default();
+            tk.pop()?;
+            if how == How::Move {
+                let _ = rfs::unlinkat(sk.fd(), &left, AtFlags::REMOVEDIR);
+            }
+            rel.pop();
+            continue;
+        };
+        let (s, t) = (sk.fd(), tk.fd());
         let Some(ss) = stat_at(s, &name)? else {
             continue;
         };
@@ -613,11 +606,13 @@ fn lay(
             if let (Some(tst), false) = (ts.as_ref(), s_opaque) {
                 if is_dir(tst) {
                     let td = open_dir_at(t, &name)?;
-                    lay(sd.as_fd(), td.as_fd(), &at, how, prefix, copies)?;
-                    copy_attrs(sd.as_fd(), td.as_fd(), &ss, prefix, false)?;
-                    if how == How::Move {
-                        let _ = rfs::unlinkat(s, &name, AtFlags::REMOVEDIR);
-                    }
+                    sk.push_open(&name, sd)?;
+                    tk.push_open(&name, td)?;
+                    rel = at;
+                    frames.push(LayFrame {
+                        names: todo_of(sk.fd())?,
+                        st: Some(ss),
+                    });
                     continue;
                 }
             }
@@ -633,7 +628,7 @@ fn lay(
             match how {
                 How::Move => rfs::renameat(s, &name, t, &name)?,
                 How::Link | How::Copy => {
-                    link_tree(sd.as_fd(), &ss, t, &name, &at, how, prefix, copies)?;
+                    link_tree(s, &name, &ss, t, &at, how, prefix, copies)?;
                     if make_opaque {
                         set_opaque(open_dir_at(t, &name)?.as_fd(), prefix)?;
                     }
@@ -653,45 +648,92 @@ fn lay(
     Ok(())
 }
 
-/// Directory `sd` (`st`) made again as `name` in `t` (at `rel`), its
-/// entries hard links (or copies), its attributes and the overlay's
-/// markers copied.
+/// Directory `name` of `s` (`st`) made again as `name` in `t` (at
+/// `rel`), its entries hard links (or copies), its attributes and the
+/// overlay's markers copied.
 #[allow(clippy::too_many_arguments)]
 fn link_tree(
-    sd: BorrowedFd<'_>,
+    s: BorrowedFd<'_>,
+    name: &OsStr,
     st: &Stat,
     t: BorrowedFd<'_>,
-    name: &OsStr,
     rel: &Path,
     how: How,
     prefix: &str,
     copies: &mut Copies,
 ) -> Result<(), Errno> {
+    make_tree(
+        s,
+        name,
+        st,
+        t,
+        rel,
+        &mut |_| {},
+        &mut |sd, n, cs, td, at| {
+            if how == How::Copy {
+                copies.put(sd, n, cs, td, at, prefix)
+            } else {
+                rfs::linkat(sd, n, td, n, AtFlags::empty())
+            }
+        },
+        &mut |sd, td, st| copy_attrs(sd, td, st, prefix, true),
+    )
+}
+
+/// A leaf of a tree [`make_tree`] makes: `name` in `s` (its stat) put
+/// as `name` in `t` (at a path).
+type Leaf<'a> =
+    dyn FnMut(BorrowedFd<'_>, &OsStr, &Stat, BorrowedFd<'_>, &Path) -> Result<(), Errno> + 'a;
+
+/// Directory `name` of `s` (`st`) made again as `name` in `t` (at
+/// `rel`), at any depth (a loop): each directory made, each entry that
+/// is not one given to `leaf`, `seen` told each path below `rel`, and
+/// each directory given its attributes (`attrs`) once its entries are in.
+#[allow(clippy::too_many_arguments)]
+fn make_tree(
+    s: BorrowedFd<'_>,
+    name: &OsStr,
+    st: &Stat,
+    t: BorrowedFd<'_>,
+    rel: &Path,
+    seen: &mut dyn FnMut(&Path),
+    leaf: &mut Leaf<'_>,
+    attrs: &mut dyn FnMut(BorrowedFd<'_>, BorrowedFd<'_>, &Stat) -> Result<(), Errno>,
+) -> Result<(), Errno> {
+    let mut sk = DirStack::new(s)?;
+    sk.push(name)?;
     rfs::mkdirat(t, name, Mode::from_raw_mode(0o700))?;
-    let td = open_dir_at(t, name)?;
-    for n in names(sd)? {
-        let Some(cs) = stat_at(sd, &n)? else {
+    let mut tk = DirStack::new(t)?;
+    tk.push(name)?;
+    let mut rel = rel.to_path_buf();
+    // Each directory's entries still to make, and its stat.
+    let mut frames: Vec<(Vec<OsString>, Stat)> = vec![(todo_of(sk.fd())?, *st)];
+    while let Some((todo, _)) = frames.last_mut() {
+        let Some(n) = todo.pop() else {
+            if let Some((_, dst)) = frames.pop() {
+                attrs(sk.fd(), tk.fd(), &dst)?;
+            }
+            sk.pop()?;
+            tk.pop()?;
+            rel.pop();
+            continue;
+        };
+        let Some(cs) = stat_at(sk.fd(), &n)? else {
             continue;
         };
         let at = rel.join(&n);
+        seen(&at);
         if is_dir(&cs) {
-            link_tree(
-                open_dir_at(sd, &n)?.as_fd(),
-                &cs,
-                td.as_fd(),
-                &n,
-                &at,
-                how,
-                prefix,
-                copies,
-            )?;
-        } else if how == How::Copy {
-            copies.put(sd, &n, &cs, td.as_fd(), &at, prefix)?;
+            rfs::mkdirat(tk.fd(), &n, Mode::from_raw_mode(0o700))?;
+            sk.push(&n)?;
+            tk.push(&n)?;
+            rel = at;
+            frames.push((todo_of(sk.fd())?, cs));
         } else {
-            rfs::linkat(sd, &n, td.as_fd(), &n, AtFlags::empty())?;
+            leaf(sk.fd(), &n, &cs, tk.fd(), &at)?;
         }
     }
-    copy_attrs(sd, td.as_fd(), st, prefix, true)
+    Ok(())
 }
 
 /// Remove `p` and all under it, if it is there.
@@ -926,25 +968,26 @@ fn other_names(
     Ok(())
 }
 
-/// Every regular file under `dir` (at `rel`) that is inode `id`.
+/// Every regular file under `dir` (at `rel`) that is inode `id` (any
+/// depth: a loop).
 fn find_links(dir: BorrowedFd<'_>, rel: &Path, id: (u64, u64), out: &mut Vec<PathBuf>) {
-    let Ok(list) = names(dir) else {
-        return;
-    };
-    for n in list {
-        let Ok(Some(st)) = stat_at(dir, &n) else {
-            continue;
-        };
-        if is_dir(&st) {
-            if let Ok(sub) = open_dir_at(dir, &n) {
-                find_links(sub.as_fd(), &rel.join(&n), id, out);
+    let _ = walk::walk::<Errno>(
+        dir,
+        &mut |e| {
+            if e.is_dir()? {
+                return Ok(Visit::Enter);
             }
-        } else if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
-            && (st.st_dev, st.st_ino) == id
-        {
-            out.push(rel.join(&n));
-        }
-    }
+            if let Some(st) = e.stat()? {
+                if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                    && (st.st_dev, st.st_ino) == id
+                {
+                    out.push(rel.join(e.rel));
+                }
+            }
+            Ok(Visit::Next)
+        },
+        &mut |_, _, _| Ok(()),
+    );
 }
 
 /// Directory `parent` in the layer and the same in the fresh upper dir,
@@ -1036,24 +1079,25 @@ fn same_file(l: &Stat, o: &Stat) -> bool {
         )
 }
 
-/// The path under `dir` (at `rel` in the layer) of the file `o` shows.
+/// The path under `dir` (at `rel` in the layer) of the file `o` shows
+/// (any depth: a loop).
 fn find_file(dir: BorrowedFd<'_>, rel: &Path, o: &Stat) -> Option<PathBuf> {
-    for n in names(dir).ok()? {
-        let Ok(Some(st)) = stat_at(dir, &n) else {
-            continue;
-        };
-        if same_file(&st, o) {
-            return Some(rel.join(&n));
-        }
-        if is_dir(&st) {
-            if let Ok(sub) = open_dir_at(dir, &n) {
-                if let Some(p) = find_file(sub.as_fd(), &rel.join(&n), o) {
-                    return Some(p);
-                }
+    let mut found = None;
+    let _ = walk::walk::<Errno>(
+        dir,
+        &mut |e| {
+            let Some(st) = e.stat()? else {
+                return Ok(Visit::Next);
+            };
+            if same_file(&st, o) {
+                found = Some(rel.join(e.rel));
+                return Ok(Visit::Stop);
             }
-        }
-    }
-    None
+            Ok(Visit::Enter)
+        },
+        &mut |_, _, _| Ok(()),
+    );
+    found
 }
 
 /// Finish the change `entry.pending` journals (a checkpoint is undone:
@@ -1203,20 +1247,30 @@ fn prune_whiteouts(
     prefix: &str,
     hidden: bool,
 ) -> io::Result<()> {
-    for name in names(t).map_err(|e| ctx(e, "list", rel))? {
-        let Some(st) = stat_at(t, &name).map_err(|e| ctx(e, "look at", rel))? else {
-            continue;
-        };
-        let at = rel.join(&name);
-        if is_dir(&st) {
-            let d = open_dir_at(t, &name).map_err(|e| ctx(e, "open", &at))?;
-            let hidden = hidden || is_opaque(d.as_fd(), prefix);
-            prune_whiteouts(d.as_fd(), &at, lowers, prefix, hidden)?;
-        } else if is_whiteout(&st) && (hidden || !shown_below(lowers, &at, prefix)?) {
-            rfs::unlinkat(t, &name, AtFlags::empty()).map_err(|e| ctx(e, "remove", &at))?;
-        }
-    }
-    Ok(())
+    // Whether each directory the walk is in is hidden (by depth).
+    let mut hid = vec![hidden];
+    walk::walk::<io::Error>(
+        t,
+        &mut |e| {
+            let at = rel.join(e.rel);
+            hid.truncate(e.depth);
+            let above = hid.last().copied().unwrap_or(hidden);
+            let Some(st) = e.stat().map_err(|x| ctx(x, "look at", &at))? else {
+                return Ok(Visit::Next);
+            };
+            if is_dir(&st) {
+                let d = open_dir_at(e.dir, e.name).map_err(|x| ctx(x, "open", &at))?;
+                hid.push(above || is_opaque(d.as_fd(), prefix));
+                return Ok(Visit::Enter);
+            }
+            if is_whiteout(&st) && (above || !shown_below(lowers, &at, prefix)?) {
+                rfs::unlinkat(e.dir, e.name, AtFlags::empty())
+                    .map_err(|x| ctx(x, "remove", &at))?;
+            }
+            Ok(Visit::Next)
+        },
+        &mut |_, _, _| Ok(()),
+    )
 }
 
 /// Whether the layers `lowers` (newest first, the backing dir last),
@@ -1330,23 +1384,18 @@ pub fn now() -> (u64, u32) {
 /// Every path a layer holds (relative to it), directories before what
 /// they hold.
 pub fn paths_in(layer: &Path) -> Vec<PathBuf> {
-    fn walk(dir: BorrowedFd<'_>, rel: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(list) = typed_names(dir) else { return };
-        for (n, kind) in list {
-            let p = rel.join(&n);
-            out.push(p.clone());
-            // Only a directory (or a name whose type readdir did not
-            // give) is opened.
-            if matches!(kind, FileType::Directory | FileType::Unknown) {
-                if let Ok(sub) = open_dir_at(dir, &n) {
-                    walk(sub.as_fd(), &p, out);
-                }
-            }
-        }
-    }
     let mut out = Vec::new();
     if let Ok(d) = open_dir(layer) {
-        walk(d.as_fd(), Path::new(""), &mut out);
+        let _ = walk::walk::<Errno>(
+            d.as_fd(),
+            &mut |e| {
+                out.push(e.rel.to_path_buf());
+                // Only a directory (or a name whose type readdir did not
+                // give) is opened.
+                Ok(Visit::Enter)
+            },
+            &mut |_, _, _| Ok(()),
+        );
     }
     out
 }
@@ -1465,7 +1514,8 @@ pub fn restore(
 }
 
 /// `name` in `from` (`st`) copied whole as `name` in `to`: data, mode,
-/// owner, times, user xattrs; a symlink as a symlink.
+/// owner, times, user xattrs; a symlink as a symlink (a directory at any
+/// depth: a loop).
 fn copy_tree(
     from: BorrowedFd<'_>,
     name: &OsStr,
@@ -1475,20 +1525,30 @@ fn copy_tree(
     prefix: &str,
     touched: &mut Vec<PathBuf>,
 ) -> Result<(), Errno> {
+    if !is_dir(st) {
+        return copy_one(from, name, st, to, prefix);
+    }
+    make_tree(
+        from,
+        name,
+        st,
+        to,
+        rel,
+        &mut |p| touched.push(p.to_path_buf()),
+        &mut |sd, n, cs, td, _| copy_one(sd, n, cs, td, prefix),
+        &mut |sd, td, st| copy_attrs(sd, td, st, prefix, false),
+    )
+}
+
+/// `name` in `from` (`st`, no directory) copied as `name` in `to`.
+fn copy_one(
+    from: BorrowedFd<'_>,
+    name: &OsStr,
+    st: &Stat,
+    to: BorrowedFd<'_>,
+    prefix: &str,
+) -> Result<(), Errno> {
     match FileType::from_raw_mode(st.st_mode) {
-        FileType::Directory => {
-            rfs::mkdirat(to, name, Mode::from_raw_mode(0o700))?;
-            let (sd, td) = (open_dir_at(from, name)?, open_dir_at(to, name)?);
-            for n in names(sd.as_fd())? {
-                let Some(cs) = stat_at(sd.as_fd(), &n)? else {
-                    continue;
-                };
-                let p = rel.join(&n);
-                touched.push(p.clone());
-                copy_tree(sd.as_fd(), &n, &cs, td.as_fd(), &p, prefix, touched)?;
-            }
-            copy_attrs(sd.as_fd(), td.as_fd(), st, prefix, false)
-        }
         FileType::RegularFile => {
             let src = rfs::openat(from, name, OFlags::RDONLY | nofollow(), Mode::empty())?;
             let dst = rfs::openat(
@@ -1664,6 +1724,131 @@ mod flat_tests {
         assert_eq!(md(&t.join("d/x")).mode() & 0o7777, 0o640);
         assert_eq!(std::fs::read_link(t.join("sym")).unwrap(), Path::new("one"));
         assert_eq!(md(&t.join("one")).mtime(), md(&a.join("one")).mtime());
+    }
+
+    /// How deep the layers of [`layers_deeper_than_path_max_are_laid_listed_restored_and_removed`]
+    /// go: past `PATH_MAX` (two bytes a level) and past what a recursion
+    /// per level survived on a thread's 2 MiB stack.
+    const DEEP: usize = 3000;
+
+    /// `n` levels of `a` under `top` (made from each level's fd: no path
+    /// grows), with file `file` at the bottom; its path.
+    fn deep_chain(top: &Path, n: usize, file: &str) -> PathBuf {
+        std::fs::create_dir_all(top).unwrap();
+        let mut d = open_dir(top).unwrap();
+        for _ in 0..n {
+            match rfs::mkdirat(&d, "a", Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => panic!("{e}"),
+            }
+            d = open_dir_at(d.as_fd(), OsStr::new("a")).unwrap();
+        }
+        let f = rfs::openat(
+            &d,
+            file,
+            OFlags::WRONLY | OFlags::CREATE,
+            Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+        rustix::io::write(&f, file.as_bytes()).unwrap();
+        std::iter::repeat_n("a", n).collect()
+    }
+
+    /// How many levels of `a` `top` has, and the names at the bottom.
+    fn deep_of(top: &Path) -> (usize, Vec<String>) {
+        let mut d = open_dir(top).unwrap();
+        let mut n = 0;
+        // Bounded: past the depth made.
+        while n <= 2 * DEEP {
+            match open_dir_at(d.as_fd(), OsStr::new("a")) {
+                Ok(next) => d = next,
+                Err(_) => break,
+            }
+            n += 1;
+        }
+        let mut names: Vec<String> = Vec::new();
+        for e in rfs::Dir::read_from(&d).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+        }
+        names.sort();
+        (n, names)
+    }
+
+    /// Layers thousands of levels deep (paths past `PATH_MAX`, as a
+    /// worker's `mkdir d; cd d` loop makes them): listed, flattened (by
+    /// copies and by links), restored from, merged (moved) and removed,
+    /// without a recursion per level or a path past 4096 bytes. Found by
+    /// an attack pass.
+    #[test]
+    fn layers_deeper_than_path_max_are_laid_listed_restored_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let z = dir.path();
+        let prefix = "user.overlay.";
+        let (l1, l2) = (layer_dir(z, 1), layer_dir(z, 2));
+        let rel = deep_chain(&l1, DEEP, "one");
+        assert!(rel.as_os_str().len() > 4096);
+        deep_chain(&l2, DEEP, "two");
+        assert_eq!(paths_in(&l2).len(), DEEP + 1);
+        assert!(paths_in(&l2).contains(&rel.join("two")));
+        // A flat of copies (its data counted first), and one of links.
+        let built = build_flat(z, Path::new("/nonexistent"), None, &[1, 2], prefix).unwrap();
+        assert_eq!(deep_of(&built), (DEEP, vec!["one".into(), "two".into()]));
+        let flat = flatten(z, &[l1.clone(), l2.clone()], prefix).unwrap();
+        assert_eq!(
+            deep_of(&flat.path),
+            (DEEP, vec!["one".into(), "two".into()])
+        );
+        let scratch = flat.path.clone();
+        drop(flat);
+        assert!(!exists(&scratch), "a scratch flat goes when dropped");
+        // A path restored from a view (the layer, here) into a live dir.
+        let live = z.join("live");
+        mkdir(&live).unwrap();
+        let touched = restore(
+            open_dir(&l2).unwrap().as_fd(),
+            open_dir(&live).unwrap().as_fd(),
+            Path::new("a"),
+            prefix,
+        )
+        .unwrap();
+        assert_eq!(touched.len(), DEEP + 1);
+        assert_eq!(deep_of(&live), (DEEP, vec!["two".into()]));
+        // What changed deep down in a layer is seen there.
+        assert!(changed_in(std::slice::from_ref(&l2), &rel.join("two"), prefix).unwrap());
+        assert!(!changed_in(std::slice::from_ref(&l2), &rel.join("three"), prefix).unwrap());
+        // A file open for writing at a checkpoint, found in the layer by
+        // what it is (its path unknown), and its links.
+        let bottom = dir_beneath(open_dir(&l2).unwrap().as_fd(), &rel).unwrap();
+        let two = stat_at(bottom.as_fd(), OsStr::new("two")).unwrap().unwrap();
+        let top = open_dir(&l2).unwrap();
+        assert_eq!(
+            find_file(top.as_fd(), Path::new(""), &two),
+            Some(rel.join("two"))
+        );
+        let mut links = Vec::new();
+        find_links(
+            top.as_fd(),
+            Path::new(""),
+            (two.st_dev, two.st_ino),
+            &mut links,
+        );
+        assert_eq!(links, [rel.join("two")]);
+        // Merged: the newer layer moved onto the older one.
+        apply(
+            open_dir(&l2).unwrap().as_fd(),
+            open_dir(&l1).unwrap().as_fd(),
+            How::Move,
+            prefix,
+        )
+        .unwrap();
+        assert_eq!(deep_of(&l1), (DEEP, vec!["one".into(), "two".into()]));
+        assert_eq!(deep_of(&l2).0, 0, "moved out whole");
+        remove_all_of(&[l1.clone(), built.clone(), live.clone()]).unwrap();
+        assert!(!exists(&l1) && !exists(&built) && !exists(&live));
     }
 
     /// Past [`FLAT_MAX_BYTES`] of file data in its base and layers, no

@@ -15,6 +15,9 @@
 //!   report, diffs), and applying it to the backing dir or dropping it.
 //! - `layers`: checkpoints, each a frozen upper dir under the live one;
 //!   rewinding to one, merging them, a checkpoint's view.
+//! - `walk`: trees of any depth walked without recursion, and paths of
+//!   any length opened a part at a time (a worker makes trees as deep
+//!   as it likes).
 //!
 //! [`Stages`] is what a mount holds: its locked stage dir and, for each
 //! staged zone, the overlay whose root the filesystem uses as the zone's
@@ -27,6 +30,7 @@ pub mod report;
 pub mod service;
 pub mod sys;
 pub mod tree;
+pub(crate) mod walk;
 mod work;
 
 use std::os::fd::OwnedFd;
@@ -94,7 +98,7 @@ impl ZoneStage {
             let st = if rel.as_os_str().is_empty() {
                 rustix::fs::fstat(&self.lower)
             } else {
-                rustix::fs::statat(&self.lower, rel, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                walk::stat_deep(std::os::fd::AsFd::as_fd(&self.lower), rel)
             };
             st.ok().as_ref().map(tree::Fingerprint::of)
         })

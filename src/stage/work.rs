@@ -66,6 +66,10 @@ impl ZoneWork {
         later.sort();
         later.dedup();
         let backing = tree::Root::open(&self.backing).map_err(err)?;
+        // Only the topmost of what was applied: a tree of thousands of
+        // levels applied whole is one path to compare with, not one per
+        // level.
+        let done = layers::topmost(done.to_vec());
         let mut set = Vec::new();
         for q in later {
             if done.iter().any(|p| q.starts_with(p)) {

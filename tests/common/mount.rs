@@ -279,12 +279,18 @@ impl TestMount {
 
     /// `zonemount ARGS...` from the mount's cwd, with the mount's env.
     pub fn zonemount(&self, args: &[&str]) -> Out {
+        self.zonemount_within(args, Duration::from_secs(30))
+    }
+
+    /// [`Self::zonemount`], given up to `timeout` (a step that works on
+    /// a big tree).
+    pub fn zonemount_within(&self, args: &[&str], timeout: Duration) -> Out {
         run(
             Command::new(BIN)
                 .args(args)
                 .current_dir(&self.cwd)
                 .envs(self.env.iter().map(|(k, v)| (k, v))),
-            Duration::from_secs(30),
+            timeout,
         )
     }
 

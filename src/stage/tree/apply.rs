@@ -286,7 +286,12 @@ fn renote(l: &Layers, fp: &Fingerprints, todo: &[Change]) -> io::Result<Vec<Path
         .flat_map(|c| iter::once(&c.path).chain(c.from.as_ref()))
     {
         for a in p.ancestors().skip(1) {
-            if a.as_os_str().is_empty() || applied.contains(a) || !seen.insert(a) {
+            // One seen had its own ancestors looked at then: each path is
+            // looked at once, whatever the depth.
+            if a.as_os_str().is_empty() || !seen.insert(a) {
+                break;
+            }
+            if applied.contains(a) {
                 continue;
             }
             if fp.get(a).is_some() && host_changed(l, fp, a)?.is_none() {

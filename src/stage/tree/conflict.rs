@@ -22,10 +22,15 @@
 //! never fewer.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
 use std::{io, iter};
 
 use rustix::fs::{FileType, Stat};
+use rustix::io::Errno;
+
+use crate::stage::walk::{self, Visit};
 
 use super::fingerprints::{Fingerprint, Fingerprints};
 use super::fsops;
@@ -43,17 +48,121 @@ enum Parent {
     Changed(String, PathBuf),
 }
 
+/// Values by path, kept as a tree of names: the ancestors of a path are
+/// looked up on the way down to it, one name each (a path of depth `k`
+/// hashed whole for each of its `k` ancestors made a commit of a tree
+/// thousands of levels deep take the cube of its depth).
+struct PathMap<V> {
+    nodes: Vec<PathNode<V>>,
+}
+
+struct PathNode<V> {
+    /// Most directories on a commit's paths have one child there: a
+    /// list, searched in order, until it grows.
+    children: Children,
+    value: Option<V>,
+}
+
+enum Children {
+    Few(Vec<(OsString, usize)>),
+    Many(HashMap<OsString, usize>),
+}
+
+impl Children {
+    fn get(&self, name: &OsStr) -> Option<usize> {
+        match self {
+            Children::Few(v) => v.iter().find(|(n, _)| n == name).map(|(_, i)| *i),
+            Children::Many(m) => m.get(name).copied(),
+        }
+    }
+
+    fn insert(&mut self, name: &OsStr, i: usize) {
+        match self {
+            Children::Few(v) if v.len() < 8 => v.push((name.to_os_string(), i)),
+            Children::Few(v) => {
+                let mut m: HashMap<OsString, usize> = v.drain(..).collect();
+                m.insert(name.to_os_string(), i);
+                *self = Children::Many(m);
+            }
+            Children::Many(m) => {
+                m.insert(name.to_os_string(), i);
+            }
+        }
+    }
+}
+
+/// The names of a relative path, as `Path` compares them (`.` left
+/// out, `..` kept as a name).
+fn names_of(rel: &Path) -> impl Iterator<Item = &OsStr> {
+    rel.components().filter_map(|c| match c {
+        Component::Normal(n) => Some(n),
+        Component::ParentDir => Some(OsStr::new("..")),
+        _ => None,
+    })
+}
+
+impl<V> PathMap<V> {
+    fn new() -> PathMap<V> {
+        PathMap {
+            nodes: vec![PathNode {
+                children: Children::Few(Vec::new()),
+                value: None,
+            }],
+        }
+    }
+
+    /// The node of `name` under `node`, if any.
+    fn child(&self, node: usize, name: &OsStr) -> Option<usize> {
+        self.nodes.get(node)?.children.get(name)
+    }
+
+    fn value(&self, node: usize) -> Option<&V> {
+        self.nodes.get(node)?.value.as_ref()
+    }
+
+    fn find(&self, rel: &Path) -> Option<usize> {
+        names_of(rel).try_fold(0, |n, name| self.child(n, name))
+    }
+
+    fn get(&self, rel: &Path) -> Option<&V> {
+        self.value(self.find(rel)?)
+    }
+
+    fn insert(&mut self, rel: &Path, v: V) {
+        let mut node = 0;
+        for name in names_of(rel) {
+            node = match self.child(node, name) {
+                Some(c) => c,
+                None => {
+                    let c = self.nodes.len();
+                    self.nodes.push(PathNode {
+                        children: Children::Few(Vec::new()),
+                        value: None,
+                    });
+                    if let Some(n) = self.nodes.get_mut(node) {
+                        n.children.insert(name, c);
+                    }
+                    c
+                }
+            };
+        }
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.value = Some(v);
+        }
+    }
+}
+
 /// Conflict checks of one commit (parents' verdicts kept: many changes
 /// share them).
 pub(super) struct Check<'a> {
     l: &'a Layers,
     fp: &'a Fingerprints,
-    parents: HashMap<PathBuf, Parent>,
+    parents: PathMap<Parent>,
     /// Whether the backing dir is another than the stage was made over
     /// (why), once asked.
     root: Option<Option<String>>,
     /// Each backing path looked at, as it was.
-    seen: HashMap<PathBuf, Option<Fingerprint>>,
+    seen: PathMap<Option<Fingerprint>>,
 }
 
 impl<'a> Check<'a> {
@@ -61,9 +170,9 @@ impl<'a> Check<'a> {
         Check {
             l,
             fp,
-            parents: HashMap::new(),
+            parents: PathMap::new(),
             root: None,
-            seen: HashMap::new(),
+            seen: PathMap::new(),
         }
     }
 
@@ -75,8 +184,7 @@ impl<'a> Check<'a> {
     /// `rel` in the backing dir, kept as seen.
     fn look(&mut self, rel: &Path) -> io::Result<Option<Stat>> {
         let st = stat(self.l, rel)?;
-        self.seen
-            .insert(rel.to_path_buf(), st.as_ref().map(Fingerprint::of));
+        self.seen.insert(rel, st.as_ref().map(Fingerprint::of));
         Ok(st)
     }
 
@@ -168,18 +276,21 @@ impl<'a> Check<'a> {
     /// What `rel`'s parents say, top down: the first host change, or
     /// whether the path is the stage's own.
     fn parents_of(&mut self, rel: &Path) -> io::Result<Parent> {
-        let mut chain: Vec<&Path> = rel
-            .ancestors()
-            .skip(1)
-            .filter(|a| !a.as_os_str().is_empty())
-            .collect();
-        chain.reverse();
-        for a in chain {
-            let verdict = match self.parents.get(a) {
+        let Some(parent) = rel.parent() else {
+            return Ok(Parent::Dir);
+        };
+        // Top down, each parent's verdict found from the one above it.
+        let mut a = PathBuf::new();
+        let mut node = Some(0);
+        for name in names_of(parent) {
+            a.push(name);
+            node = node.and_then(|n| self.parents.child(n, name));
+            let verdict = match node.and_then(|n| self.parents.value(n)) {
                 Some(v) => v.clone(),
                 None => {
-                    let v = self.parent(a)?;
-                    self.parents.insert(a.to_path_buf(), v.clone());
+                    let v = self.parent(&a)?;
+                    self.parents.insert(&a, v.clone());
+                    node = self.parents.find(&a);
                     v
                 }
             };
@@ -241,27 +352,34 @@ impl<'a> Check<'a> {
     }
 
     /// The first host change under backing directory `rel` (nothing when
-    /// it is no directory): why, and where.
+    /// it is no directory): why, and where. Any depth: a loop.
     fn inside(&mut self, rel: &Path) -> io::Result<Option<(String, PathBuf)>> {
         match self.look(rel)? {
             Some(st) if is_dir(&st) => {}
             _ => return Ok(None),
         }
-        let names = self
+        let top = self
             .l
             .lower
-            .names(rel)
+            .dir(rel)
             .map_err(|e| fsops::err(e, "list", &self.l.lower.path.join(rel)))?;
-        for n in names {
-            let p = rel.join(n);
-            if let Some(why) = self.host_changed(&p)? {
-                return Ok(Some((why, p)));
-            }
-            if let Some(found) = self.inside(&p)? {
-                return Ok(Some(found));
-            }
-        }
-        Ok(None)
+        let mut found = None;
+        walk::walk::<io::Error>(
+            top.as_fd(),
+            &mut |e| {
+                let p = rel.join(e.rel);
+                let now = e.stat()?;
+                self.seen.insert(&p, now.as_ref().map(Fingerprint::of));
+                if let Some(why) = judge(self.fp, &p, now.as_ref()) {
+                    found = Some((why, p));
+                    return Ok(Visit::Stop);
+                }
+                Ok(Visit::Enter)
+            },
+            &mut |_, _, _| Ok(()),
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", rel.display())))?;
+        Ok(found)
     }
 }
 
@@ -319,7 +437,7 @@ fn judge(fp: &Fingerprints, rel: &Path, now: Option<&Stat>) -> Option<String> {
 /// while the commit runs, is a conflict too (the window is one step, not
 /// the whole commit).
 pub(super) struct Guard {
-    seen: HashMap<PathBuf, Option<Fingerprint>>,
+    seen: PathMap<Option<Fingerprint>>,
 }
 
 impl Guard {
@@ -344,21 +462,18 @@ impl Guard {
                 continue;
             }
             // A parent the commit would replace with a dir, or make again.
-            for a in p.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
-                if a.as_os_str().is_empty() {
-                    continue;
-                }
-                match stat(l, a)? {
-                    None if self.existed(a) => return Ok(found(a)),
-                    None => break,
-                    Some(st) if is_dir(&st) && !self.same_dir(a, &st) => return Ok(found(a)),
-                    Some(st) if !is_dir(&st) && !self.was(a, &st) => return Ok(found(a)),
-                    Some(_) => {}
-                }
-            }
+            let dir = match self.late_parent(l, p)? {
+                Err(a) => return Ok(found(&a)),
+                Ok(dir) => dir,
+            };
             let removes =
                 c.kind == Kind::Deleted || c.file_type != Some(ChangeType::Dir) || p != &c.path;
-            match stat(l, p)? {
+            let now = match (dir, p.file_name()) {
+                (Some(d), Some(name)) => walk::stat_at(d.as_fd(), name)
+                    .map_err(|e| fsops::err(e, "stat", &l.lower.path.join(p)))?,
+                _ => None,
+            };
+            match now {
                 // Gone: made again only where the checks saw nothing.
                 None if p != &c.path || c.kind == Kind::Deleted => {}
                 None if self.existed(p) => return Ok(found(p)),
@@ -379,6 +494,48 @@ impl Guard {
             }
         }
         Ok(None)
+    }
+
+    /// The first parent of `p`, top down, that a host change made since
+    /// the checks (Err); else `p`'s directory, open, when there is one.
+    /// Each name looked up from the parent above: a path of any depth,
+    /// each step as long as its depth.
+    #[allow(clippy::type_complexity)]
+    fn late_parent(&self, l: &Layers, p: &Path) -> io::Result<Result<Option<OwnedFd>, PathBuf>> {
+        let parent = p.parent().unwrap_or(Path::new(""));
+        let mut a = PathBuf::new();
+        // The directory the next name is in (None: nothing there).
+        let mut dir: Option<OwnedFd> = Some(
+            walk::open_dir_at(l.lower.fd(), OsStr::new("."))
+                .map_err(|e| fsops::err(e, "open", &l.lower.path))?,
+        );
+        let mut node = Some(0);
+        for name in names_of(parent) {
+            a.push(name);
+            node = node.and_then(|n| self.seen.child(n, name));
+            let seen = node.and_then(|n| self.seen.value(n));
+            let now = match &dir {
+                Some(d) => walk::stat_at(d.as_fd(), name)
+                    .map_err(|e| fsops::err(e, "stat", &l.lower.path.join(&a)))?,
+                None => None,
+            };
+            match now {
+                None if matches!(seen, Some(Some(_))) => return Ok(Err(a)),
+                None => return Ok(Ok(None)),
+                Some(st) if is_dir(&st) && !same_dir(seen, &st) => return Ok(Err(a)),
+                Some(st) if !is_dir(&st) && !was(seen, &st) => return Ok(Err(a)),
+                Some(st) if is_dir(&st) => {
+                    dir = match dir.as_ref().map(|d| walk::open_dir_at(d.as_fd(), name)) {
+                        Some(Ok(d)) => Some(d),
+                        Some(Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP)) | None => None,
+                        Some(Err(e)) => return Err(fsops::err(e, "open", &l.lower.path.join(&a))),
+                    };
+                }
+                // A file or symlink the worker replaced: nothing below it.
+                Some(_) => dir = None,
+            }
+        }
+        Ok(Ok(dir))
     }
 
     /// The conflict a host change to directory `c`'s mode since the
@@ -408,13 +565,17 @@ impl Guard {
     /// what it now expects there. Called right after that step, whose
     /// [`Guard::late`] found everything above `rel` as the checks saw it.
     pub(super) fn made(&mut self, l: &Layers, rel: &Path) -> io::Result<()> {
-        for a in rel.ancestors().filter(|a| !a.as_os_str().is_empty()) {
-            if matches!(self.seen.get(a), Some(Some(f)) if was_dir(f)) {
+        let mut a = PathBuf::new();
+        let mut node = Some(0);
+        for name in names_of(rel) {
+            a.push(name);
+            node = node.and_then(|n| self.seen.child(n, name));
+            if matches!(node.and_then(|n| self.seen.value(n)), Some(Some(f)) if was_dir(f)) {
                 continue;
             }
-            if let Some(st) = stat(l, a)?.filter(is_dir) {
-                self.seen
-                    .insert(a.to_path_buf(), Some(Fingerprint::of(&st)));
+            if let Some(st) = stat(l, &a)?.filter(is_dir) {
+                self.seen.insert(&a, Some(Fingerprint::of(&st)));
+                node = self.seen.find(&a);
             }
         }
         Ok(())
@@ -423,11 +584,7 @@ impl Guard {
     /// Whether dir `st` at `rel` is the one the checks saw there or the
     /// commit made (a path never looked at counts as seen).
     fn same_dir(&self, rel: &Path, st: &Stat) -> bool {
-        match self.seen.get(rel) {
-            None => true,
-            Some(Some(f)) => was_dir(f) && (f.dev, f.ino) == (st.st_dev, st.st_ino),
-            Some(None) => false,
-        }
+        same_dir(self.seen.get(rel), st)
     }
 
     /// Whether the checks saw something at `rel`.
@@ -439,35 +596,57 @@ impl Guard {
     /// same mode, its times left out: the commit's own steps move them;
     /// a file's ctime left out: so do the commit's renames of its links).
     fn was(&self, rel: &Path, st: &Stat) -> bool {
-        let Some(Some(f)) = self.seen.get(rel) else {
-            return false;
-        };
-        let now = Fingerprint::of(st);
-        if is_dir(st) {
-            return was_dir(f) && (f.dev, f.ino, f.mode) == (now.dev, now.ino, now.mode);
-        }
-        (f.dev, f.ino, f.size, f.mtime, f.mode) == (now.dev, now.ino, now.size, now.mtime, now.mode)
+        was(self.seen.get(rel), st)
     }
 
     /// The first entry under backing dir `rel` that the checks did not see
-    /// as it is now.
+    /// as it is now (any depth: a loop).
     fn inside_changed(&self, l: &Layers, rel: &Path) -> io::Result<Option<PathBuf>> {
-        let names = l
+        let top = l
             .lower
-            .names(rel)
+            .dir(rel)
             .map_err(|e| fsops::err(e, "list", &l.lower.path.join(rel)))?;
-        for n in names {
-            let p = rel.join(n);
-            let Some(st) = stat(l, &p)? else { continue };
-            if !self.was(&p, &st) {
-                return Ok(Some(p));
-            }
-            if is_dir(&st) {
-                if let Some(at) = self.inside_changed(l, &p)? {
-                    return Ok(Some(at));
+        let mut found = None;
+        walk::walk::<io::Error>(
+            top.as_fd(),
+            &mut |e| {
+                let p = rel.join(e.rel);
+                let Some(st) = e.stat()? else {
+                    return Ok(Visit::Next);
+                };
+                if !self.was(&p, &st) {
+                    found = Some(p);
+                    return Ok(Visit::Stop);
                 }
-            }
-        }
-        Ok(None)
+                Ok(Visit::Enter)
+            },
+            &mut |_, _, _| Ok(()),
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", rel.display())))?;
+        Ok(found)
     }
+}
+
+/// Whether dir `st` is the one the checks saw (`seen`) or the commit
+/// made (a path never looked at counts as seen).
+fn same_dir(seen: Option<&Option<Fingerprint>>, st: &Stat) -> bool {
+    match seen {
+        None => true,
+        Some(Some(f)) => was_dir(f) && (f.dev, f.ino) == (st.st_dev, st.st_ino),
+        Some(None) => false,
+    }
+}
+
+/// Whether `st` is what the checks saw (`seen`; a dir: the same one,
+/// same mode, its times left out: the commit's own steps move them; a
+/// file's ctime left out: so do the commit's renames of its links).
+fn was(seen: Option<&Option<Fingerprint>>, st: &Stat) -> bool {
+    let Some(Some(f)) = seen else {
+        return false;
+    };
+    let now = Fingerprint::of(st);
+    if is_dir(st) {
+        return was_dir(f) && (f.dev, f.ino, f.mode) == (now.dev, now.ino, now.mode);
+    }
+    (f.dev, f.ino, f.size, f.mtime, f.mode) == (now.dev, now.ino, now.size, now.mtime, now.mode)
 }

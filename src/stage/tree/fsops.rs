@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
 
+use crate::stage::walk;
+
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_MAGICLINKS)
     .union(ResolveFlags::NO_SYMLINKS);
@@ -56,18 +58,13 @@ impl Root {
     }
 
     /// `rel` opened with `flags` beneath the root, no symlink followed
-    /// (the last name included: `O_NOFOLLOW`).
+    /// (the last name included: `O_NOFOLLOW`). Any length: a path past
+    /// `PATH_MAX` is resolved a part at a time (`walk::open_deep`).
     pub fn open_at(&self, rel: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
         if rel.as_os_str().is_empty() {
             return rfs::openat(self.fd(), ".", flags | OFlags::CLOEXEC, Mode::empty());
         }
-        rfs::openat2(
-            self.fd(),
-            rel,
-            flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            RESOLVE,
-        )
+        walk::open_deep(self.fd(), rel, flags | OFlags::NOFOLLOW, RESOLVE)
     }
 
     /// The directory `rel` (must be one, reached without symlinks).
@@ -108,52 +105,85 @@ impl Root {
     /// The target of symlink `rel`.
     pub fn readlink(&self, rel: &Path) -> Result<OsString, Errno> {
         let (parent, name) = split(rel);
-        let dir = self.dir(parent)?;
-        let t = rfs::readlinkat(&dir, name, Vec::new())?;
-        Ok(OsStr::from_bytes(t.as_bytes()).to_os_string())
+        readlink_at(self.dir(parent)?.as_fd(), name)
     }
 
     /// Extended attribute `name` of `rel` (not following a symlink);
     /// None when it has none by that name.
     pub fn xattr(&self, rel: &Path, name: &str) -> Result<Option<Vec<u8>>, Errno> {
-        let fd = self.open_at(rel, OFlags::PATH)?;
-        let p = proc_path(&fd);
-        let mut buf = vec![0u8; 4096];
-        match rfs::getxattr(&p, name, &mut buf[..]) {
-            Ok(n) => {
-                buf.truncate(n);
-                Ok(Some(buf))
-            }
-            Err(Errno::NODATA) => Ok(None),
-            Err(e) => Err(e),
-        }
+        xattr_of(&self.open_at(rel, OFlags::PATH)?, name)
     }
 
     /// `user.*` xattrs of `rel` (sorted), or none where it keeps none.
     pub fn user_xattrs(&self, rel: &Path) -> Result<Vec<(String, Vec<u8>)>, Errno> {
-        let fd = self.open_at(rel, OFlags::PATH)?;
-        let p = proc_path(&fd);
-        let mut buf = vec![0u8; 64 * 1024];
-        let n = match rfs::listxattr(&p, &mut buf[..]) {
-            Ok(n) => n,
-            Err(Errno::NOTSUP | Errno::PERM) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        let mut out = Vec::new();
-        for name in buf[..n].split(|b| *b == 0).filter(|s| !s.is_empty()) {
-            let name = String::from_utf8_lossy(name).into_owned();
-            if !name.starts_with("user.") || name.starts_with("user.overlay.") {
-                continue;
-            }
-            let mut v = vec![0u8; 64 * 1024];
-            if let Ok(len) = rfs::getxattr(&p, name.as_str(), &mut v[..]) {
-                v.truncate(len);
-                out.push((name, v));
-            }
-        }
-        out.sort();
-        Ok(out)
+        user_xattrs_of(&self.open_at(rel, OFlags::PATH)?)
     }
+}
+
+/// `name` in `dir` opened with `flags`, not followed if a symlink.
+pub fn open_in(dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags) -> Result<OwnedFd, Errno> {
+    rfs::openat(
+        dir,
+        name,
+        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// The target of symlink `name` in `dir`.
+pub fn readlink_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OsString, Errno> {
+    let t = rfs::readlinkat(dir, name, Vec::new())?;
+    Ok(OsStr::from_bytes(t.as_bytes()).to_os_string())
+}
+
+/// Extended attribute `key` of `name` in `dir` (not following a
+/// symlink); None when it has none by that name.
+pub fn xattr_at(dir: BorrowedFd<'_>, name: &OsStr, key: &str) -> Result<Option<Vec<u8>>, Errno> {
+    xattr_of(&open_in(dir, name, OFlags::PATH)?, key)
+}
+
+/// `user.*` xattrs of `name` in `dir` (sorted).
+pub fn user_xattrs_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Vec<(String, Vec<u8>)>, Errno> {
+    user_xattrs_of(&open_in(dir, name, OFlags::PATH)?)
+}
+
+/// Extended attribute `name` of what `fd` (`O_PATH` or not) holds.
+fn xattr_of(fd: &OwnedFd, name: &str) -> Result<Option<Vec<u8>>, Errno> {
+    let p = proc_path(fd);
+    let mut buf = vec![0u8; 4096];
+    match rfs::getxattr(&p, name, &mut buf[..]) {
+        Ok(n) => {
+            buf.truncate(n);
+            Ok(Some(buf))
+        }
+        Err(Errno::NODATA) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// `user.*` xattrs of what `fd` (`O_PATH` or not) holds (sorted).
+pub fn user_xattrs_of(fd: &OwnedFd) -> Result<Vec<(String, Vec<u8>)>, Errno> {
+    let p = proc_path(fd);
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = match rfs::listxattr(&p, &mut buf[..]) {
+        Ok(n) => n,
+        Err(Errno::NOTSUP | Errno::PERM) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for name in buf[..n].split(|b| *b == 0).filter(|s| !s.is_empty()) {
+        let name = String::from_utf8_lossy(name).into_owned();
+        if !name.starts_with("user.") || name.starts_with("user.overlay.") {
+            continue;
+        }
+        let mut v = vec![0u8; 64 * 1024];
+        if let Ok(len) = rfs::getxattr(&p, name.as_str(), &mut v[..]) {
+            v.truncate(len);
+            out.push((name, v));
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// `/proc/self/fd/N` of an `O_PATH` fd: the xattr calls follow that
@@ -174,55 +204,22 @@ pub fn split(rel: &Path) -> (&Path, &OsStr) {
 }
 
 /// Remove `name` in `dir`, whatever it is: a directory with everything
-/// under it (never following a symlink).
+/// under it, at any depth (never following a symlink).
 pub fn remove_all(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
-    match rfs::unlinkat(dir, name, AtFlags::empty()) {
-        Ok(()) | Err(Errno::NOENT) => return Ok(()),
-        Err(Errno::ISDIR | Errno::PERM) => {}
-        Err(e) => return Err(e),
-    }
-    let sub = match rfs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(d) => d,
-        Err(Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    let mut names = Vec::new();
-    for e in rfs::Dir::read_from(&sub)? {
-        let e = e?;
-        let n = e.file_name().to_bytes();
-        if n != b"." && n != b".." {
-            names.push(OsStr::from_bytes(n).to_os_string());
-        }
-    }
-    for n in names {
-        remove_all(sub.as_fd(), &n)?;
-    }
-    match rfs::unlinkat(dir, name, AtFlags::REMOVEDIR) {
-        Ok(()) | Err(Errno::NOENT) => Ok(()),
-        Err(e) => Err(e),
-    }
+    walk::remove_all(dir, name, false)
 }
 
-/// How many entries a tree holds (the tree itself not counted).
-pub fn count_entries(root: &Root, rel: &Path) -> u64 {
-    let Ok(names) = root.names(rel) else {
-        return 0;
-    };
-    let mut n = 0;
-    for name in names {
-        n += 1;
-        let p = rel.join(&name);
-        if let Ok(Some(st)) = root.stat(&p) {
-            if rfs::FileType::from_raw_mode(st.st_mode) == rfs::FileType::Directory {
-                n += count_entries(root, &p);
-            }
-        }
-    }
+/// How many entries the tree under directory `dir` holds, at any depth.
+pub fn count_in(dir: BorrowedFd<'_>) -> u64 {
+    let mut n = 0u64;
+    let _ = walk::walk::<Errno>(
+        dir,
+        &mut |_| {
+            n += 1;
+            Ok(walk::Visit::Enter)
+        },
+        &mut |_, _, _| Ok(()),
+    );
     n
 }
 

@@ -38,14 +38,18 @@ pub use fingerprints::{Fingerprint, Fingerprints};
 pub use patch::patch;
 pub use unstage::discard;
 
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::io::Read;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 pub use crate::stage::report::{Change, Conflict, FileType as ChangeType, Kind, What};
 pub(crate) use fsops::{Root, remove_all};
 use rustix::fs::{FileType, OFlags, Stat};
+use rustix::io::Errno;
+
+use crate::stage::walk::{self, DirStack};
 
 /// What a commit applied, and what it left out (conflicts).
 #[derive(Debug, Clone, Default)]
@@ -100,26 +104,31 @@ fn is_dir(st: &Stat) -> bool {
     FileType::from_raw_mode(st.st_mode) == FileType::Directory
 }
 
-/// Whether `rel` in upper is a whiteout.
-fn whiteout(l: &Layers, rel: &Path, st: &Stat) -> bool {
+/// Whether `name` in upper dir `dir` is a whiteout.
+fn whiteout(l: &Layers, dir: BorrowedFd<'_>, name: &OsStr, st: &Stat) -> bool {
     match FileType::from_raw_mode(st.st_mode) {
         FileType::CharacterDevice => st.st_rdev == 0,
-        FileType::RegularFile if st.st_size == 0 => l
-            .upper
-            .xattr(rel, &format!("{}whiteout", l.prefix))
-            .ok()
-            .flatten()
-            .is_some(),
+        FileType::RegularFile if st.st_size == 0 => {
+            fsops::xattr_at(dir, name, &format!("{}whiteout", l.prefix))
+                .ok()
+                .flatten()
+                .is_some()
+        }
         _ => false,
     }
 }
 
-fn opaque(l: &Layers, rel: &Path) -> bool {
-    l.upper
-        .xattr(rel, &format!("{}opaque", l.prefix))
+/// Whether upper dir `name` in `dir` is opaque.
+fn opaque(l: &Layers, dir: BorrowedFd<'_>, name: &OsStr) -> bool {
+    fsops::xattr_at(dir, name, &format!("{}opaque", l.prefix))
         .ok()
         .flatten()
         .is_some_and(|v| v.first() == Some(&b'y'))
+}
+
+/// How many entries the backing tree at `name` in `dir` holds.
+fn count_at(dir: BorrowedFd<'_>, name: &OsStr) -> u64 {
+    walk::open_dir_at(dir, name).map_or(0, |d| fsops::count_in(d.as_fd()))
 }
 
 fn in_filter(path: &Path, filter: &[PathBuf]) -> bool {
@@ -157,138 +166,182 @@ fn change(path: PathBuf, kind: Kind, new: Option<&Stat>, old: Option<&Stat>) -> 
 /// path order.
 pub fn changes(l: &Layers, filter: &[PathBuf]) -> io::Result<Vec<Change>> {
     let mut out = Vec::new();
-    walk(l, Path::new(""), true, filter, &mut out)?;
+    walk(l, filter, &mut out)?;
     detect_renames(l, &mut out);
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 
-/// Walk upper dir `rel`; `lower_visible`: whether the backing dir's
-/// entries show through it (not under an opaque or added dir).
-fn walk(
-    l: &Layers,
-    rel: &Path,
+/// A directory of the upper tree the walk is in.
+struct Frame {
+    /// Its entries still to look at (the next one last).
+    names: Vec<OsString>,
+    /// Whether the backing dir's entries show through it (not under an
+    /// opaque or added dir).
     lower_visible: bool,
-    filter: &[PathBuf],
-    out: &mut Vec<Change>,
-) -> io::Result<()> {
-    let names = l
-        .upper
-        .names(rel)
-        .map_err(|e| fsops::err(e, "list", &l.upper.path.join(rel)))?;
-    if !lower_visible && !rel.as_os_str().is_empty() {
-        // Under an opaque dir the backing dir's other entries are gone.
-        if let Ok(lower_names) = l.lower.names(rel) {
-            for n in lower_names {
-                let p = rel.join(&n);
-                if names.contains(&n) || !in_filter(&p, filter) {
-                    continue;
-                }
-                if let Ok(Some(st)) = l.lower.stat(&p) {
-                    let mut c = change(p.clone(), Kind::Deleted, None, Some(&st));
-                    if is_dir(&st) {
-                        c.entries = Some(fsops::count_entries(&l.lower, &p));
-                    }
-                    out.push(c);
-                }
+}
+
+/// Walk the upper tree (any depth: a loop, each directory reached from
+/// its parent by name), the backing dir's same directory beside it
+/// while it has one.
+fn walk(l: &Layers, filter: &[PathBuf], out: &mut Vec<Change>) -> io::Result<()> {
+    let up_err = |e: Errno, what: &str, rel: &Path| fsops::err(e, what, &l.upper.path.join(rel));
+    let low_err = |e: Errno, what: &str, rel: &Path| fsops::err(e, what, &l.lower.path.join(rel));
+    let mut up = DirStack::new(l.upper.fd()).map_err(|e| up_err(e, "open", Path::new("")))?;
+    // At the upper stack's depth when the backing dir has the directory
+    // the walk is in; above it when not.
+    let mut low = DirStack::new(l.lower.fd()).map_err(|e| low_err(e, "open", Path::new("")))?;
+    let mut rel = PathBuf::new();
+    let mut first = walk::names(up.fd()).map_err(|e| up_err(e, "list", &rel))?;
+    first.reverse();
+    let mut frames = vec![Frame {
+        names: first,
+        lower_visible: true,
+    }];
+    while let Some(frame) = frames.last_mut() {
+        let Some(n) = frame.names.pop() else {
+            frames.pop();
+            if frames.is_empty() {
+                break;
             }
-        }
-    }
-    for n in names {
+            if low.depth() == up.depth() {
+                low.pop().map_err(|e| low_err(e, "open", &rel))?;
+            }
+            up.pop().map_err(|e| up_err(e, "open", &rel))?;
+            rel.pop();
+            continue;
+        };
+        let lower_visible = frame.lower_visible;
         let p = rel.join(&n);
         if !filter_reaches(&p, filter) {
             continue;
         }
-        let Some(up) = l
-            .upper
-            .stat(&p)
-            .map_err(|e| fsops::err(e, "stat", &l.upper.path.join(&p)))?
-        else {
+        let ud = up.fd();
+        let ld = (low.depth() == up.depth()).then(|| low.fd());
+        let Some(ust) = walk::stat_at(ud, &n).map_err(|e| up_err(e, "stat", &p))? else {
             continue;
         };
-        let low = l
-            .lower
-            .stat(&p)
-            .map_err(|e| fsops::err(e, "stat", &l.lower.path.join(&p)))?;
+        let lst = match ld {
+            Some(ld) => walk::stat_at(ld, &n).map_err(|e| low_err(e, "stat", &p))?,
+            None => None,
+        };
         let wanted = in_filter(&p, filter);
-        if whiteout(l, &p, &up) {
-            if let (Some(low), true) = (low, wanted) {
-                let mut c = change(p.clone(), Kind::Deleted, None, Some(&low));
+        if whiteout(l, ud, &n, &ust) {
+            if let (Some(low), Some(ld), true) = (lst, ld, wanted) {
+                let mut c = change(p, Kind::Deleted, None, Some(&low));
                 if is_dir(&low) {
-                    c.entries = Some(fsops::count_entries(&l.lower, &p));
+                    c.entries = Some(count_at(ld, &n));
                 }
                 out.push(c);
             }
             continue;
         }
-        if is_dir(&up) {
-            let is_opaque = opaque(l, &p);
-            match low.filter(is_dir) {
-                Some(low) if !is_opaque && lower_visible => {
-                    let what = differs(l, &p, &up, &low, false)?;
-                    if wanted && !what.is_empty() {
-                        let mut c = change(p.clone(), Kind::Modified, Some(&up), Some(&low));
+        if !is_dir(&ust) {
+            if !wanted {
+                continue;
+            }
+            // Under an opaque dir a backing file of the same name is
+            // hidden, but the commit replaces it all the same: compare
+            // with it.
+            match (lst, ld) {
+                (Some(low), Some(ld)) => {
+                    let what = differs(ud, ld, &n, &ust, &low, true)
+                        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+                    if !what.is_empty() {
+                        let mut c = change(p, Kind::Modified, Some(&ust), Some(&low));
                         c.what = what;
-                        out.push(c);
-                    }
-                    walk(l, &p, true, filter, out)?;
-                }
-                Some(low) => {
-                    // A dir deleted and made again: its old entries are
-                    // deleted (listed by the walk), the dir itself is
-                    // modified only if its attributes differ.
-                    let what = differs(l, &p, &up, &low, false)?;
-                    if wanted && !what.is_empty() {
-                        let mut c = change(p.clone(), Kind::Modified, Some(&up), Some(&low));
-                        c.what = what;
-                        out.push(c);
-                    }
-                    walk(l, &p, false, filter, out)?;
-                }
-                None => {
-                    if wanted {
-                        let mut c = change(p.clone(), Kind::Added, Some(&up), None);
-                        if let Some(low) = low {
-                            // A file replaced by a dir.
-                            c.kind = Kind::Modified;
-                            c.old_size = Some(low.st_size as u64);
-                            c.old_mode = Some(low.st_mode & 0o7777);
-                            c.what = vec![What::Type];
+                        if is_dir(&low) {
+                            // A dir replaced by a file or symlink: the
+                            // commit removes its whole tree, which the
+                            // report says.
+                            c.entries = Some(count_at(ld, &n));
                         }
                         out.push(c);
                     }
-                    walk(l, &p, false, filter, out)?;
                 }
+                _ => out.push(change(p, Kind::Added, Some(&ust), None)),
             }
             continue;
         }
-        if !wanted {
-            continue;
-        }
-        // Under an opaque dir a backing file of the same name is hidden,
-        // but the commit replaces it all the same: compare with it.
-        match low {
-            None => out.push(change(p.clone(), Kind::Added, Some(&up), None)),
-            Some(low) => {
-                let what = differs(l, &p, &up, &low, true)?;
-                if !what.is_empty() {
-                    let mut c = change(p.clone(), Kind::Modified, Some(&up), Some(&low));
+        let is_opaque = opaque(l, ud, &n);
+        let inner_visible = match (lst.filter(is_dir), ld) {
+            (Some(low), Some(ld)) => {
+                // A dir deleted and made again (opaque, or under one):
+                // its old entries are deleted (listed below), the dir
+                // itself is modified only if its attributes differ.
+                let what = differs(ud, ld, &n, &ust, &low, false)
+                    .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+                if wanted && !what.is_empty() {
+                    let mut c = change(p.clone(), Kind::Modified, Some(&ust), Some(&low));
                     c.what = what;
-                    if is_dir(&low) {
-                        // A dir replaced by a file or symlink: the commit
-                        // removes its whole tree, which the report says.
-                        c.entries = Some(fsops::count_entries(&l.lower, &p));
+                    out.push(c);
+                }
+                !is_opaque && lower_visible
+            }
+            _ => {
+                if wanted {
+                    let mut c = change(p.clone(), Kind::Added, Some(&ust), None);
+                    if let Some(low) = lst {
+                        // A file replaced by a dir.
+                        c.kind = Kind::Modified;
+                        c.old_size = Some(low.st_size as u64);
+                        c.old_mode = Some(low.st_mode & 0o7777);
+                        c.what = vec![What::Type];
                     }
                     out.push(c);
                 }
+                false
+            }
+        };
+        // Into it: the backing dir's beside it when it has one there.
+        let lower_dir = ld.is_some() && lst.is_some_and(|s| is_dir(&s));
+        up.push(&n).map_err(|e| up_err(e, "open", &p))?;
+        if lower_dir {
+            match low.push(&n) {
+                Ok(()) | Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => {}
+                Err(e) => return Err(low_err(e, "open", &p)),
             }
         }
+        rel = p;
+        let names = walk::names(up.fd()).map_err(|e| up_err(e, "list", &rel))?;
+        if !inner_visible && low.depth() == up.depth() {
+            // Under an opaque dir the backing dir's other entries are gone.
+            if let Ok(lower_names) = walk::names(low.fd()) {
+                for ln in lower_names {
+                    let q = rel.join(&ln);
+                    if names.binary_search(&ln).is_ok() || !in_filter(&q, filter) {
+                        continue;
+                    }
+                    if let Ok(Some(st)) = walk::stat_at(low.fd(), &ln) {
+                        let mut c = change(q, Kind::Deleted, None, Some(&st));
+                        if is_dir(&st) {
+                            c.entries = Some(count_at(low.fd(), &ln));
+                        }
+                        out.push(c);
+                    }
+                }
+            }
+        }
+        let mut names = names;
+        names.reverse();
+        frames.push(Frame {
+            names,
+            lower_visible: inner_visible,
+        });
     }
     Ok(())
 }
 
-/// What differs between upper's and lower's `rel`.
-fn differs(l: &Layers, rel: &Path, up: &Stat, low: &Stat, times: bool) -> io::Result<Vec<What>> {
+/// What differs between `name` in upper dir `ud` (`up`) and in backing
+/// dir `ld` (`low`).
+fn differs(
+    ud: BorrowedFd<'_>,
+    ld: BorrowedFd<'_>,
+    name: &OsStr,
+    up: &Stat,
+    low: &Stat,
+    times: bool,
+) -> io::Result<Vec<What>> {
     let mut what = Vec::new();
     let (tu, tl) = (
         FileType::from_raw_mode(up.st_mode),
@@ -298,10 +351,12 @@ fn differs(l: &Layers, rel: &Path, up: &Stat, low: &Stat, times: bool) -> io::Re
         return Ok(vec![What::Type]);
     }
     match tu {
-        FileType::RegularFile if up.st_size != low.st_size || !same_content(l, rel)? => {
+        FileType::RegularFile if up.st_size != low.st_size || !same_content(ud, ld, name)? => {
             what.push(What::Content);
         }
-        FileType::Symlink if l.upper.readlink(rel).ok() != l.lower.readlink(rel).ok() => {
+        FileType::Symlink
+            if fsops::readlink_at(ud, name).ok() != fsops::readlink_at(ld, name).ok() =>
+        {
             what.push(What::Target);
         }
         _ => {}
@@ -319,22 +374,23 @@ fn differs(l: &Layers, rel: &Path, up: &Stat, low: &Stat, times: bool) -> io::Re
         what.push(What::Times);
     }
     if tu != FileType::Symlink
-        && l.upper.user_xattrs(rel).unwrap_or_default()
-            != l.lower.user_xattrs(rel).unwrap_or_default()
+        && fsops::user_xattrs_at(ud, name).unwrap_or_default()
+            != fsops::user_xattrs_at(ld, name).unwrap_or_default()
     {
         what.push(What::Xattrs);
     }
     Ok(what)
 }
 
-/// Whether two regular files of the same size hold the same bytes.
-fn same_content(l: &Layers, rel: &Path) -> io::Result<bool> {
-    let open = |r: &Root| -> io::Result<std::fs::File> {
-        r.open_at(rel, OFlags::RDONLY)
+/// Whether two regular files of the same size (`name` in `ud` and in
+/// `ld`) hold the same bytes.
+fn same_content(ud: BorrowedFd<'_>, ld: BorrowedFd<'_>, name: &OsStr) -> io::Result<bool> {
+    let open = |d: BorrowedFd<'_>| -> io::Result<std::fs::File> {
+        fsops::open_in(d, name, OFlags::RDONLY)
             .map(std::fs::File::from)
-            .map_err(|e| fsops::err(e, "open", &r.path.join(rel)))
+            .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("open: {e}")))
     };
-    let (mut a, mut b) = (open(&l.upper)?, open(&l.lower)?);
+    let (mut a, mut b) = (open(ud)?, open(ld)?);
     let mut ba = vec![0u8; 64 * 1024];
     let mut bb = vec![0u8; 64 * 1024];
     loop {

@@ -14,6 +14,7 @@
 //! other than the owner's execute bit (git knows 100644 and 100755).
 
 use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -22,6 +23,7 @@ use rustix::fs::{FileType, OFlags};
 use sha1::{Digest, Sha1};
 
 use super::{Change, Kind, Layers, What, fsops::Root};
+use crate::stage::walk::{self, Visit};
 
 /// The largest file a patch carries: past it the patch is refused (the
 /// answer of one control request holds it whole).
@@ -154,19 +156,29 @@ fn change(l: &Layers, c: &Change, out: &mut String) -> io::Result<()> {
 }
 
 /// Deletions of the backing dir's `rel` and, for a directory, of every
-/// file and symlink under it, in path order.
+/// file and symlink under it, in path order (any depth: a loop).
 fn delete_tree(l: &Layers, rel: &Path, out: &mut String) -> io::Result<()> {
     if let Some(old) = blob_at(&l.lower, rel)? {
         section(out, Some((rel, &old)), None, false);
         return Ok(());
     }
-    let Ok(names) = l.lower.names(rel) else {
+    let Ok(top) = l.lower.dir(rel) else {
         return Ok(());
     };
-    for n in names {
-        delete_tree(l, &rel.join(n), out)?;
-    }
-    Ok(())
+    walk::walk::<io::Error>(
+        top.as_fd(),
+        &mut |e| {
+            if e.is_dir()? {
+                return Ok(Visit::Enter);
+            }
+            let p = rel.join(e.rel);
+            if let Some(old) = blob_at(&l.lower, &p)? {
+                section(out, Some((&p, &old)), None, false);
+            }
+            Ok(Visit::Next)
+        },
+        &mut |_, _, _| Ok(()),
+    )
 }
 
 /// One side of a section: a path and what is there (None: nothing).

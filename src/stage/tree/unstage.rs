@@ -3,8 +3,9 @@
 //! stage still holds that is no change, so it holds exactly what is left.
 
 use std::collections::HashSet;
+use std::ffi::OsStr;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{self as rfs, AtFlags, FileType};
@@ -13,6 +14,7 @@ use rustix::io::Errno;
 use super::fingerprints::Fingerprints;
 use super::fsops::{self, split};
 use super::{Change, Layers, changes};
+use crate::stage::walk::{self, Visit};
 
 fn io_err(e: Errno, what: &str, p: &Path) -> io::Error {
     fsops::err(e, what, p)
@@ -52,15 +54,16 @@ pub fn discard(l: &Layers, fp: &Fingerprints, filter: &[PathBuf]) -> io::Result<
 /// removed; a directory loses its opaque mark (its backing dir now holds
 /// exactly what the stage showed) and goes in the sweep when empty.
 pub(super) fn unstage(l: &Layers, rel: &Path) -> io::Result<()> {
-    let Some(st) = l.upper.stat(rel).ok().flatten() else {
-        return Ok(());
-    };
+    // Its directory looked up once (a path of any depth), then by name.
     let (parent, name) = split(rel);
     let Ok(dir) = l.upper.dir(parent) else {
         return Ok(());
     };
+    let Some(st) = walk::stat_at(dir.as_fd(), name).ok().flatten() else {
+        return Ok(());
+    };
     if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-        if let Ok(fd) = l.upper.dir(rel) {
+        if let Ok(fd) = walk::open_dir_at(dir.as_fd(), name) {
             let _ = rfs::fremovexattr(&fd, format!("{}opaque", l.prefix).as_str());
         }
         return Ok(());
@@ -124,44 +127,69 @@ fn sweep_at(
         return Ok(());
     };
     let wanted = super::in_filter(rel, filter);
-    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-        if wanted {
-            for n in l.upper.names(rel).unwrap_or_default() {
-                sweep_at(l, &rel.join(n), left, keep, filter)?;
-            }
-        }
-        let empty = l.upper.names(rel).map(|n| n.is_empty()).unwrap_or(false);
-        let lower_dir = l
-            .lower
-            .stat(rel)
-            .ok()
-            .flatten()
-            .is_some_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory);
-        // Outside the filter a directory may be a change of its own (a
-        // chmod) that nobody applied: it stays unless it equals the
-        // backing one.
-        let same = wanted || same_dir(l, rel);
-        if !rel.as_os_str().is_empty()
-            && empty
-            && lower_dir
-            && same
-            && !left.contains(rel)
-            && !keep.contains(rel)
-        {
+    let stays = |p: &Path| left.contains(p) || keep.contains(p);
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        if wanted && !stays(rel) {
             let (parent, name) = split(rel);
             if let Ok(dir) = l.upper.dir(parent) {
-                let _ = rfs::unlinkat(&dir, name, AtFlags::REMOVEDIR);
+                let _ = rfs::unlinkat(&dir, name, AtFlags::empty());
             }
         }
         return Ok(());
     }
-    if wanted && !left.contains(rel) && !keep.contains(rel) {
+    if wanted {
+        // Everything under it is wanted too: what is no change goes,
+        // deepest first (a loop, any depth).
+        if let Ok(top) = l.upper.dir(rel) {
+            let _ = walk::walk::<Errno>(
+                top.as_fd(),
+                &mut |e| {
+                    if e.is_dir()? {
+                        return Ok(Visit::Enter);
+                    }
+                    if !stays(&rel.join(e.rel)) {
+                        let _ = rfs::unlinkat(e.dir, e.name, AtFlags::empty());
+                    }
+                    Ok(Visit::Next)
+                },
+                &mut |parent, sub, name| {
+                    let p = rel.join(sub);
+                    if empty_dir(parent, name) && lower_dir(l, &p) && !stays(&p) {
+                        let _ = rfs::unlinkat(parent, name, AtFlags::REMOVEDIR);
+                    }
+                    Ok(())
+                },
+            );
+        }
+    }
+    let empty = l.upper.names(rel).map(|n| n.is_empty()).unwrap_or(false);
+    // Outside the filter a directory may be a change of its own (a
+    // chmod) that nobody applied: it stays unless it equals the backing
+    // one.
+    let same = wanted || same_dir(l, rel);
+    if !rel.as_os_str().is_empty() && empty && lower_dir(l, rel) && same && !stays(rel) {
         let (parent, name) = split(rel);
         if let Ok(dir) = l.upper.dir(parent) {
-            let _ = rfs::unlinkat(&dir, name, AtFlags::empty());
+            let _ = rfs::unlinkat(&dir, name, AtFlags::REMOVEDIR);
         }
     }
     Ok(())
+}
+
+/// Whether directory `name` in `dir` is empty.
+fn empty_dir(dir: BorrowedFd<'_>, name: &OsStr) -> bool {
+    walk::open_dir_at(dir, name)
+        .and_then(|d| walk::names(d.as_fd()))
+        .is_ok_and(|n| n.is_empty())
+}
+
+/// Whether the backing dir has a directory at `rel`.
+fn lower_dir(l: &Layers, rel: &Path) -> bool {
+    l.lower
+        .stat(rel)
+        .ok()
+        .flatten()
+        .is_some_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory)
 }
 
 /// Whether directory `rel` has the same mode, owner and user xattrs in

@@ -44,15 +44,18 @@ pub(super) fn parents(l: &Layers, rel: &Path) -> io::Result<()> {
 
 /// Directory `rel` exists in the backing dir (replacing a non-directory).
 pub(super) fn ensure_dir(l: &Layers, rel: &Path) -> io::Result<()> {
-    parents(l, rel)?;
     let (parent, name) = split(rel);
-    let dir = l
-        .lower
-        .dir(parent)
-        .map_err(|e| io_err(e, "open", &l.lower.path.join(parent)))?;
-    match l
-        .lower
-        .stat(rel)
+    // Its parent there already (one lookup of the path), or made.
+    let dir = match l.lower.dir(parent) {
+        Ok(d) => d,
+        Err(_) => {
+            parents(l, rel)?;
+            l.lower
+                .dir(parent)
+                .map_err(|e| io_err(e, "open", &l.lower.path.join(parent)))?
+        }
+    };
+    match crate::stage::walk::stat_at(dir.as_fd(), name)
         .map_err(|e| io_err(e, "stat", &l.lower.path.join(rel)))?
     {
         Some(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => return Ok(()),
@@ -293,14 +296,18 @@ pub(super) fn delete(l: &Layers, rel: &Path) -> io::Result<()> {
 
 /// A directory's mode (and owner, as root) and user xattrs as staged.
 pub(super) fn dir_attrs(l: &Layers, rel: &Path, root: bool) -> io::Result<()> {
-    let Some(up) = l.upper.stat(rel).ok().flatten() else {
+    // Each side looked up once (a path of any depth), then used by fd.
+    let Ok(ufd) = l.upper.open_at(rel, OFlags::PATH) else {
+        return Ok(());
+    };
+    let Ok(up) = rfs::fstat(&ufd) else {
         return Ok(());
     };
     let p = l.lower.path.join(rel);
     let fd = l.lower.dir(rel).map_err(|e| io_err(e, "open", &p))?;
     owner_and_mode(&fd, &up, root, &p)?;
-    let want = l.upper.user_xattrs(rel).unwrap_or_default();
-    for (name, _) in l.lower.user_xattrs(rel).unwrap_or_default() {
+    let want = fsops::user_xattrs_of(&ufd).unwrap_or_default();
+    for (name, _) in fsops::user_xattrs_of(&fd).unwrap_or_default() {
         if !want.iter().any(|(n, _)| *n == name) {
             let _ = rfs::fremovexattr(&fd, name.as_str());
         }

@@ -166,5 +166,6 @@ fn tick() {
 
 mod commit;
 mod conflicts;
+mod deep;
 mod fingerprints;
 mod property;
