@@ -1448,12 +1448,16 @@ fn dir_beneath(root: BorrowedFd<'_>, rel: &Path) -> Option<OwnedFd> {
 
 /// Make `rel` in the live view (`live`, the zone's overlay root) what it
 /// is in `view` (a checkpoint's view): removed when the view has nothing
-/// there, else copied from it whole (its directories made as the view
-/// has them); returns the paths touched (relative to the zone dir).
+/// there; a directory in both made so entry by entry, where `newer` (the
+/// layers after the checkpoint and the live upper dir) hold a change
+/// ([`changed_in`]); else copied from the view whole (its directories made
+/// as the view has them). Returns the paths touched (relative to the zone
+/// dir).
 pub fn restore(
     view: BorrowedFd<'_>,
     live: BorrowedFd<'_>,
     rel: &Path,
+    newer: &[PathBuf],
     prefix: &str,
 ) -> io::Result<Vec<PathBuf>> {
     let shown = |e: Errno| ctx(e, "rewind", rel);
@@ -1499,6 +1503,16 @@ pub fn restore(
         vd = open_dir_at(vd.as_fd(), c).map_err(shown)?;
         ld = open_dir_at(ld.as_fd(), c).map_err(shown)?;
     }
+    let now = stat_at(ld.as_fd(), name).map_err(shown)?;
+    if is_dir(&vst) && now.is_some_and(|st| is_dir(&st)) {
+        let (vd, ld) = (
+            open_dir_at(vparent.as_fd(), name).map_err(shown)?,
+            open_dir_at(ld.as_fd(), name).map_err(shown)?,
+        );
+        copy_attrs(vd.as_fd(), ld.as_fd(), &vst, prefix, false).map_err(shown)?;
+        restore_within(vd.as_fd(), ld.as_fd(), rel, newer, prefix, &mut touched)?;
+        return Ok(touched);
+    }
     remove_all(ld.as_fd(), name).map_err(shown)?;
     copy_tree(
         vparent.as_fd(),
@@ -1511,6 +1525,108 @@ pub fn restore(
     )
     .map_err(shown)?;
     Ok(touched)
+}
+
+/// [`restore`] of what is under directory `rel`, there in the view (`vd`)
+/// and live (`ld`): each entry with a change since the checkpoint (in
+/// `newer`) is removed, made again from the view, or (a directory in
+/// both) gone into; an entry with none is left as it is. Copying the whole
+/// directory would pin the host's files under it into the stage as they
+/// are today, hidden and protected ones too: a change the worker never
+/// made (found by an attack pass: `commit --force` then put an old key
+/// back over the host's rotated one). Two walks, any depth: the live
+/// tree (what to remove or replace), then the view's (what to add).
+fn restore_within(
+    vd: BorrowedFd<'_>,
+    ld: BorrowedFd<'_>,
+    rel: &Path,
+    newer: &[PathBuf],
+    prefix: &str,
+    touched: &mut Vec<PathBuf>,
+) -> io::Result<()> {
+    let changed = |child: &Path| -> Result<bool, Errno> {
+        changed_in(newer, child, prefix).map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))
+    };
+    // The directory holding `under` (relative to the walk's top) in `top`.
+    let dir_of = |top: BorrowedFd<'_>, under: &Path| -> Result<Option<OwnedFd>, Errno> {
+        let parent = under.parent().unwrap_or(Path::new(""));
+        match walk::open_deep(
+            top,
+            parent,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            rfs::ResolveFlags::BENEATH | rfs::ResolveFlags::NO_SYMLINKS,
+        ) {
+            Ok(d) => Ok(Some(d)),
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV) => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let shown = |e: Errno| ctx(e, "rewind", rel);
+    let mut out = Vec::new();
+    // What is live: removed where the view has nothing, replaced where it
+    // has another kind of thing or a changed file, gone into where both
+    // have a directory.
+    walk::walk::<Errno>(
+        ld,
+        &mut |e| {
+            let child = rel.join(e.rel);
+            if !changed(&child)? {
+                return Ok(Visit::Next);
+            }
+            let then = match dir_of(vd, e.rel)? {
+                Some(d) => stat_at(d.as_fd(), e.name)?.map(|st| (d, st)),
+                None => None,
+            };
+            out.push(child.clone());
+            let Some((vdir, vst)) = then else {
+                remove_all(e.dir, e.name)?;
+                return Ok(Visit::Next);
+            };
+            if is_dir(&vst) && e.is_dir()? {
+                let (from, to) = (
+                    open_dir_at(vdir.as_fd(), e.name)?,
+                    open_dir_at(e.dir, e.name)?,
+                );
+                copy_attrs(from.as_fd(), to.as_fd(), &vst, prefix, false)?;
+                return Ok(Visit::Enter);
+            }
+            remove_all(e.dir, e.name)?;
+            copy_tree(vdir.as_fd(), e.name, &vst, e.dir, &child, prefix, &mut out)?;
+            Ok(Visit::Next)
+        },
+        &mut |_, _, _| Ok(()),
+    )
+    .map_err(shown)?;
+    // What the view has and the live view has not (removed since): made
+    // again.
+    walk::walk::<Errno>(
+        vd,
+        &mut |e| {
+            let child = rel.join(e.rel);
+            if !changed(&child)? {
+                return Ok(Visit::Next);
+            }
+            let Some(ldir) = dir_of(ld, e.rel)? else {
+                return Ok(Visit::Next);
+            };
+            match stat_at(ldir.as_fd(), e.name)? {
+                None => {
+                    let Some(vst) = e.stat()? else {
+                        return Ok(Visit::Next);
+                    };
+                    out.push(child.clone());
+                    copy_tree(e.dir, e.name, &vst, ldir.as_fd(), &child, prefix, &mut out)?;
+                    Ok(Visit::Next)
+                }
+                Some(st) if is_dir(&st) => Ok(Visit::Enter),
+                Some(_) => Ok(Visit::Next),
+            }
+        },
+        &mut |_, _, _| Ok(()),
+    )
+    .map_err(shown)?;
+    touched.extend(out);
+    Ok(())
 }
 
 /// `name` in `from` (`st`) copied whole as `name` in `to`: data, mode,
@@ -1812,6 +1928,7 @@ mod flat_tests {
             open_dir(&l2).unwrap().as_fd(),
             open_dir(&live).unwrap().as_fd(),
             Path::new("a"),
+            &[],
             prefix,
         )
         .unwrap();

@@ -672,6 +672,7 @@ impl StageService {
                                 view.fd(),
                                 std::os::fd::AsFd::as_fd(&*live),
                                 p,
+                                &newer,
                                 w.xattrs.prefix(),
                             )
                             .map_err(again)?,
