@@ -789,6 +789,84 @@ print(kind, repr(data), w)";
 /// and rewrite it (found by an attack pass). CMD that doesn't read its
 /// stdin, or stops early, still ends `run` promptly with its status.
 /// Without a boundary (plain `run`), stdin is left as it is.
+/// A worker run as root under `--isolate` is uid 0 on the host: the
+/// owner of the host's device nodes bwrap binds into its `/dev`, and of a
+/// FIFO root made and gave it as stdin. It could chmod them (found by an
+/// attack pass: `chmod /dev/null` went through, `fchmod(0, 0o777)`
+/// changed the host's FIFO). They are read-only to it now (EROFS) and
+/// work as before. (The modes asked for are the ones they have: a
+/// failing run changes nothing on the host.)
+#[test]
+fn an_isolated_root_cmd_cannot_chmod_the_hosts_devices_or_its_stdio_fifo() {
+    if !bwrap_ok() || !tool_ok("python3") || !tool_ok("mkfifo") || !root_ok() {
+        return;
+    }
+    let t = Task::new();
+    let fifo = t.root.join("fifo");
+    let made = Command::new("mkfifo")
+        .args(["-m", "600"])
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let to = fifo.clone();
+    // Its writer: the open waits until CMD's side opens it.
+    let writer = std::thread::spawn(move || fs::write(&to, "hi\n"));
+    let script = "import os, sys
+print('stdin', sys.stdin.read().strip())
+for p in ['/dev/null', '/dev/zero', '/dev/urandom']:
+    try:
+        os.chmod(p, 0o666)
+        print(p, 'chmod let through')
+    except OSError as e:
+        print(p, e.errno)
+try:
+    os.fchmod(0, 0o600)
+    print('stdin chmod let through')
+except OSError as e:
+    print('stdin', e.errno)
+open('/dev/null', 'w').write('x')
+print('wrote /dev/null', len(open('/dev/urandom', 'rb').read(8)))
+";
+    let out = run_redirected(&t, "<", &fifo, &["--isolate"], &["python3", "-c", script]);
+    writer.join().unwrap().unwrap();
+    assert!(out.success(), "{}", out.describe());
+    let e = libc::EROFS;
+    assert_eq!(
+        out.stdout,
+        format!(
+            "stdin hi\n/dev/null {e}\n/dev/zero {e}\n/dev/urandom {e}\nstdin {e}\nwrote /dev/null 8\n"
+        ),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        fs::metadata(&fifo).unwrap().permissions().mode() & 0o7777,
+        0o600
+    );
+    // `/dev/null` as stdout: the same.
+    let script = "import os
+try:
+    os.fchmod(1, 0o666)
+    os.write(2, b'let through')
+except OSError as e:
+    os.write(2, str(e.errno).encode())
+";
+    let out = run_redirected(
+        &t,
+        ">",
+        Path::new("/dev/null"),
+        &["--isolate"],
+        &["python3", "-c", script],
+    );
+    assert!(
+        out.stderr.trim_end().ends_with(&format!("\n{e}")),
+        "{}",
+        out.describe()
+    );
+    t.assert_clean("devices and a FIFO");
+}
+
 #[test]
 fn a_file_as_stdin_reaches_an_isolated_cmd_as_a_pipe() {
     if !bwrap_ok() || !tool_ok("python3") {

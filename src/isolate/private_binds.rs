@@ -17,7 +17,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -119,6 +119,12 @@ pub fn dispatch(argv: &[OsString]) -> Option<u8> {
     if let Err(e) = own_namespace() {
         return fail(&format!("cannot make a mount namespace: {e}"));
     }
+    for d in DEVICES {
+        if let Err(e) = read_only_in_place(Path::new(d)) {
+            return fail(&format!("cannot bind {d} read-only: {e}"));
+        }
+    }
+    read_only_stdio();
     let mut clones = Vec::new();
     for (fd, path) in &given.fds {
         match private_clone(*fd, path) {
@@ -132,6 +138,103 @@ pub fn dispatch(argv: &[OsString]) -> Option<u8> {
         .args(swapped(&given.args, &swap))
         .exec();
     fail(&format!("cannot run {}: {e}", given.bwrap.display()))
+}
+
+/// The host's device nodes bwrap's `--dev` binds into CMD's `/dev`. A
+/// worker run as root is their owner (uid 0), so through a writable bind
+/// it could chmod the host's `/dev/null` (found by an attack pass): each
+/// is bound over itself read-only here first, and bwrap's bind of it
+/// keeps that (reads and writes of a device are not refused by a
+/// read-only mount; chmod is, EROFS).
+const DEVICES: [&str; 6] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// Bind `path` over itself read-only, in this process's own mount
+/// namespace ([`own_namespace`] first): nothing changes for the host. A
+/// path that isn't there is passed.
+fn read_only_in_place(path: &Path) -> io::Result<()> {
+    match rustix::mount::mount_bind(path, path) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    rustix::mount::mount_remount(
+        path,
+        rustix::mount::MountFlags::BIND | rustix::mount::MountFlags::RDONLY,
+        "",
+    )?;
+    Ok(())
+}
+
+/// CMD's stdin, stdout and stderr, where one is a named FIFO or a device
+/// other than a terminal (`< fifo`, `> /dev/null`): reopened through a
+/// read-only bind of itself, so CMD reads and writes it as before but
+/// can't chmod the host's node, which a worker run as root owns (found by
+/// an attack pass: `fchmod(0, 0o777)` changed the host's FIFO). Regular
+/// files and directories on stdin reach CMD as a pipe already
+/// (`cli::run::stdio`); an anonymous pipe, a socket or a terminal is left
+/// as it is. One that can't be reopened so is left too, with a warning.
+fn read_only_stdio() {
+    let (i, o, e) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let stdio: [(BorrowedFd<'_>, &str, fn(&OwnedFd) -> rustix::io::Result<()>); 3] = [
+        (i.as_fd(), "stdin", |f| rustix::stdio::dup2_stdin(f)),
+        (o.as_fd(), "stdout", |f| rustix::stdio::dup2_stdout(f)),
+        (e.as_fd(), "stderr", |f| rustix::stdio::dup2_stderr(f)),
+    ];
+    for (fd, name, onto) in stdio {
+        let done = reopened_read_only(fd).and_then(|new| match new {
+            Some(new) => onto(&new).map_err(io::Error::from),
+            None => Ok(()),
+        });
+        if let Err(e) = done {
+            eprintln!(
+                "zonemount: run: --isolate: {name} is left as it is (CMD could chmod it): {e}"
+            );
+        }
+    }
+}
+
+/// `fd` reopened through a read-only bind of its own path, with its
+/// access mode and status flags, when it is a named FIFO or a device
+/// other than a terminal; None for anything else, or when its path names
+/// something else now.
+fn reopened_read_only(fd: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
+    use std::os::unix::ffi::OsStringExt;
+    let st = rustix::fs::fstat(fd)?;
+    let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+    if !matches!(
+        kind,
+        rustix::fs::FileType::Fifo | rustix::fs::FileType::CharacterDevice
+    ) || rustix::termios::isatty(fd)
+    {
+        return Ok(None);
+    }
+    // An anonymous pipe's link is `pipe:[N]`: no host node to reach.
+    let link = rustix::fs::readlink(format!("/proc/self/fd/{}", fd.as_raw_fd()), Vec::new())?;
+    let path = PathBuf::from(OsString::from_vec(link.into_bytes()));
+    if !path.is_absolute() {
+        return Ok(None);
+    }
+    read_only_in_place(&path)?;
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    // Not waiting for the FIFO's other end: it has one, `run`'s caller.
+    let new = rustix::fs::open(
+        &path,
+        (flags & OFlags::RWMODE) | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY,
+        Mode::empty(),
+    )?;
+    let now = rustix::fs::fstat(&new)?;
+    if (now.st_dev, now.st_ino, now.st_rdev) != (st.st_dev, st.st_ino, st.st_rdev) {
+        return Ok(None);
+    }
+    rustix::fs::fcntl_setfl(&new, flags & !OFlags::RWMODE)?;
+    Ok(Some(new))
 }
 
 /// Make this process's mount namespace its own, slave to the one it was
