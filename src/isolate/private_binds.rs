@@ -182,7 +182,7 @@ fn read_only_in_place(path: &Path) -> io::Result<()> {
 /// as it is. One that can't be reopened so is left too, with a warning.
 fn read_only_stdio() {
     let (i, o, e) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    let stdio: [(BorrowedFd<'_>, &str, fn(&OwnedFd) -> rustix::io::Result<()>); 3] = [
+    let stdio: [(BorrowedFd<'_>, &str, Dup2); 3] = [
         (i.as_fd(), "stdin", |f| rustix::stdio::dup2_stdin(f)),
         (o.as_fd(), "stdout", |f| rustix::stdio::dup2_stdout(f)),
         (e.as_fd(), "stderr", |f| rustix::stdio::dup2_stderr(f)),
@@ -199,6 +199,9 @@ fn read_only_stdio() {
         }
     }
 }
+
+/// Put an fd in the place of stdin, stdout or stderr.
+type Dup2 = fn(&OwnedFd) -> rustix::io::Result<()>;
 
 /// `fd` reopened through a read-only bind of its own path, with its
 /// access mode and status flags, when it is a named FIFO or a device
