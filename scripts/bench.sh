@@ -47,11 +47,16 @@
 #            measured against what it replaces in the same interleaved run;
 #            with zm-uring too, also zm-base-uring: BIN over io_uring; with
 #            zm-hide too, also zm-base-hide: BIN with zm-hide's zone
-#   zm-isolate  `zonemount run --isolate` with the fixtures as a ro zone
-#            (a fresh run per repetition; only the read-only workloads
-#            grep_r, git_status, find_ls, real_grep, real_status, timed
-#            inside the sandbox after the same warm-up runs): the zone is
-#            bound straight from its backing dir
+#   zm-isolate  `zonemount run --isolate`, a fresh run per repetition, the
+#            workload's function run whole inside the sandbox (setup,
+#            warm-up runs and the timed run): the read-only workloads
+#            (grep_r, git_status, find_ls, real_grep, real_status) with the
+#            fixtures as a ro zone, run as root; the others (not ask_pending,
+#            fds, commit, checkpoint) with the whole backing dir as a rw
+#            zone, run by the ordinary user of zm-user (a root CMD keeps rw
+#            zones on the daemon). Either zone is bound straight from its
+#            backing dir (the bench stops if `run` says otherwise); the
+#            sandbox's drop() asks the bench through two FIFOs in the zone
 #   zm-isolate-daemon  the same with --no-direct: the zone through the
 #            daemon, as run --isolate served every zone before issue 31
 #   zm-kopen  zonemount mount --kernel-opens with the backing dir as one ro
@@ -337,14 +342,14 @@ root_of() {
 
 # The unprivileged target: its user, and how to run a command as that user.
 as_user=()
-if want zm-user || want zm-user-wb || want zm-caller; then
+if want zm-user || want zm-user-wb || want zm-caller || want zm-isolate || want zm-isolate-daemon; then
   bench_user=${ZONEMOUNT_BENCH_USER:-zmtest}
   id -u "$bench_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$bench_user"
   bench_uid=$(id -u "$bench_user"); bench_gid=$(id -g "$bench_user")
   as_user=(setpriv --reuid="$bench_uid" --regid="$bench_gid" --init-groups
            env -u XDG_RUNTIME_DIR HOME="$(getent passwd "$bench_user" | cut -d: -f6)")
 fi
-if want zm-user || want zm-user-wb; then
+if want zm-user || want zm-user-wb || want zm-isolate || want zm-isolate-daemon; then
   fuse_mode=$(stat -c %a /dev/fuse)
   chmod 0666 /dev/fuse
 fi
@@ -535,12 +540,53 @@ ops_end() { # conn placement workload target
 # (the fixtures as the ro zone /fixture), its caches dropped before; the
 # sandbox prints the timed run's seconds last.
 ISOLATE_WORKLOADS=" grep_r git_status find_ls real_grep real_status "
+ISOLATE_RW_WORKLOADS=" seq_write seq_write_4k seq_read_cold seq_read_warm rand_read open_close untar rm_rf git_commit create unlink "
 KOPEN_WORKLOADS="$ISOLATE_WORKLOADS seq_read_cold rand_read open_close "
+GIT_ENV=(--env GIT_OPTIONAL_LOCKS --env GIT_CONFIG_COUNT --env GIT_CONFIG_KEY_0 --env GIT_CONFIG_VALUE_0)
 isolated() { # workload taskset-prefix [run option]
+  local secs
   drop
-  $2 "$bin" run -q --isolate ${3:-} --zone "fixture=$data/fixture:ro" \
-    --env GIT_OPTIONAL_LOCKS --env GIT_CONFIG_COUNT --env GIT_CONFIG_KEY_0 --env GIT_CONFIG_VALUE_0 \
-    -- bash -c "$(declare -f now since timed "w_$1"); drop() { :; }; w_$1 '' s-iso ''" | tail -1
+  secs=$($2 "$bin" run --isolate ${3:-} --zone "fixture=$data/fixture:ro" "${GIT_ENV[@]}" \
+    -- bash -c "$(declare -f now since timed "w_$1"); drop() { :; }; w_$1 '' s-iso ''" 2>"$work/isolate.err" | tail -1)
+  isolate_check fixture "${3:-}" "$secs" "$1"
+  echo "$secs"
+}
+# The rw workloads: the backing dir as the rw zone /d, the workload run by
+# the bench user (data=/d inside), drop() served by a root loop outside
+# through the FIFOs .drop/req and .drop/done (a zone bound straight passes
+# FIFOs on; through the daemon, --no-direct, it does not: there drop()
+# does nothing and the runs are warmer than native's).
+isolated_rw() { # workload taskset-prefix [run option]
+  local secs srv drop_in
+  mkdir -p "$data/.drop"; rm -f "$data/.drop/req" "$data/.drop/done"
+  mkfifo -m 0666 "$data/.drop/req" "$data/.drop/done"
+  cp "$helper" "$data/.drop/helper.py"; chmod 0644 "$data/.drop/helper.py"
+  # A root dir of the zone the user may make and remove its scratch dir in.
+  chmod 1777 "$data"
+  ( while read -r lvl < "$data/.drop/req"; do [ "$lvl" = quit ] && break; drop "$lvl"; echo ok > "$data/.drop/done"; done ) &
+  srv=$!
+  drop_in='drop() { echo "${1:-2}" > /d/.drop/req; read -r _ < /d/.drop/done; }'
+  [ "${3:-}" = --no-direct ] && drop_in='drop() { :; }'
+  drop
+  secs=$($2 "${as_user[@]}" "$bin" run --isolate ${3:-} --zone "d=$data:rw" "${GIT_ENV[@]}" \
+    -- bash -c "$(declare -f now since timed git_commit "w_$1"); $drop_in; data=/d; helper=/d/.drop/helper.py; CREATE_N=$CREATE_N; SEQ_MB=$SEQ_MB; RAND_N=$RAND_N; OPEN_N=$OPEN_N; own() { :; }; w_$1 /d s-zm-isolate ''" 2>"$work/isolate.err" | tail -1)
+  timeout 10 bash -c "echo quit > '$data/.drop/req'" 2>/dev/null || kill "$srv" 2>/dev/null
+  wait "$srv" 2>/dev/null
+  chmod 755 "$data"
+  isolate_check d "${3:-}" "$secs" "$1"
+  echo "$secs"
+}
+# Stop when `run` did not put zone $1 the way the target measures (bound
+# straight, or through the daemon with --no-direct).
+isolate_check() { # zone run-option seconds workload
+  local want="bound straight"
+  if ! [[ "$3" =~ ^[0-9]+(\.[0-9]+)?$ ]] || grep -q "^bench: failed" "$work/isolate.err"; then
+    echo "bench: run --isolate: $4 failed or gave no time:" >&2; cat "$work/isolate.err" >&2; exit 1
+  fi
+  [ "$2" = --no-direct ] && want="through the daemon"
+  grep -q "run --isolate: $1: $want" "$work/isolate.err" || {
+    echo "bench: run --isolate did not put zone $1 $want:" >&2; cat "$work/isolate.err" >&2; exit 1
+  }
 }
 
 # zm-ckpt50, before each run (untimed): 50 checkpoints, each after a small
@@ -580,8 +626,13 @@ run_workload() { # placement workload
       [ "$t" = zm-kopen ] && { [[ "$KOPEN_WORKLOADS" == *" $w "* ]] || continue; }
       t0ticks=$(cpu_ticks)
       if [ "$t" = zm-isolate ] || [ "$t" = zm-isolate-daemon ]; then
-        [[ "$ISOLATE_WORKLOADS" == *" $w "* ]] || continue
-        secs=$(isolated "$w" "$prefix" "$([ "$t" = zm-isolate-daemon ] && echo --no-direct)")
+        if [[ "$ISOLATE_WORKLOADS" == *" $w "* ]]; then
+          secs=$(isolated "$w" "$prefix" "$([ "$t" = zm-isolate-daemon ] && echo --no-direct)")
+        elif [[ "$ISOLATE_RW_WORKLOADS" == *" $w "* ]]; then
+          secs=$(isolated_rw "$w" "$prefix" "$([ "$t" = zm-isolate-daemon ] && echo --no-direct)")
+        else
+          continue
+        fi
       else
         secs=$("w_$w" "$(root_of "$t")" "s-$t" "$as" | tail -1)
       fi
