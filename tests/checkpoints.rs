@@ -624,6 +624,74 @@ fn commit_upto_applies_a_checkpoint_and_keeps_the_view() {
     assert!(changed(&m, &[&mp]).is_empty());
 }
 
+/// A commit that applies nothing (every change in it a conflict with the
+/// host, or no change under its paths) keeps the checkpoints: the undo
+/// points are not merged away for nothing. One that applies a change
+/// still ends them.
+#[test]
+fn a_commit_that_applies_nothing_keeps_the_checkpoints() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = staged(&[]).mount();
+    let mp = mnt(&m);
+    sh(&m, "echo f1 > f");
+    let one = checkpoint(&m, "one");
+    sh(&m, "echo f2 > f");
+    let two = checkpoint(&m, "two");
+    // The host changes f meanwhile: the stage's f is a conflict.
+    fs::write(m.backing("work", "f"), "host\n").unwrap();
+    let ids = |m: &TestMount| listed(m, &mnt(m)).iter().map(|c| c.0).collect::<Vec<_>>();
+    let one_s = one.to_string();
+    for args in [
+        vec!["commit", &mp[..]],
+        vec!["commit", "--upto", &one_s, &mp],
+    ] {
+        let out = m.zonemount(&args);
+        assert_eq!(out.code(), Some(6), "{args:?}: {}", out.describe());
+        assert!(
+            out.stdout.contains('f'),
+            "{args:?} names the conflict: {}",
+            out.describe()
+        );
+        assert_eq!(ids(&m), [one, two], "after {args:?}");
+    }
+    let d = format!("{mp}/work/d");
+    let out = m.zonemount(&["commit", &mp, &d]);
+    assert!(
+        out.success(),
+        "commit of an unchanged dir: {}",
+        out.describe()
+    );
+    assert_eq!(ids(&m), [one, two], "after a commit of no change");
+    assert_eq!(
+        fs::read_to_string(m.backing("work", "f")).unwrap(),
+        "host\n"
+    );
+    // Each undo point is still there to go back to (a rewind drops those
+    // after it).
+    rewind(&m, one, &[]);
+    assert_eq!(fs::read_to_string(m.path("work/f")).unwrap(), "f1\n");
+    assert_eq!(ids(&m), [one]);
+    // The same through the stage dir once no mount holds it.
+    let mut m = m;
+    let out = m.unmount();
+    assert!(out.success(), "unmount: {}", out.describe());
+    let stage = m.root().join("stage").to_string_lossy().into_owned();
+    let out = m.zonemount(&["commit", &stage]);
+    assert_eq!(out.code(), Some(6), "offline: {}", out.describe());
+    let offline: Vec<u64> = listed(&m, &stage).iter().map(|c| c.0).collect();
+    assert_eq!(offline, [one], "offline, after a commit of conflicts only");
+    // A commit that applies something ends them.
+    let out = m.mount_again_staged();
+    assert!(out.success(), "remount: {}", out.describe());
+    sh(&m, "echo new > n");
+    let out = m.zonemount(&["commit", &mp]);
+    assert_eq!(out.code(), Some(6), "f still conflicts: {}", out.describe());
+    assert_eq!(fs::read_to_string(m.backing("work", "n")).unwrap(), "new\n");
+    assert!(ids(&m).is_empty(), "merged by a commit that applied n");
+}
+
 #[test]
 fn past_max_checkpoints_the_oldest_merge_and_each_view_stays() {
     if !fuse_ok() {

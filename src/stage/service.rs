@@ -224,10 +224,16 @@ impl StageService {
             }
         }
         self.own_side("commit", by)?;
-        let zones = self.change_stages(&work, &wanted, upto, |w, fp, f| match upto {
-            Some(id) => w.commit_upto(fp, f, force, id),
-            None => w.commit(fp, f, force),
-        })?;
+        let zones = self.change_stages(
+            &work,
+            &wanted,
+            upto,
+            |w, fp, f| w.commit_applies_nothing(fp, f, force, upto),
+            |w, fp, f| match upto {
+                Some(id) => w.commit_upto(fp, f, force, id),
+                None => w.commit(fp, f, force),
+            },
+        )?;
         let report = CommitReport { zones };
         let applied = report
             .zones
@@ -248,7 +254,8 @@ impl StageService {
         let names: Vec<&str> = work.iter().map(|(_, w)| w.name.as_str()).collect();
         let wanted = by_zone(paths, &names)?;
         self.own_side("discard", by)?;
-        let zones = self.change_stages(&work, &wanted, None, ZoneWork::discard)?;
+        let zones =
+            self.change_stages(&work, &wanted, None, |_, _, _| Ok(None), ZoneWork::discard)?;
         let report = DiscardReport { zones };
         let dropped = report
             .zones
@@ -284,14 +291,16 @@ impl StageService {
     /// A commit or discard (`apply`, on each zone `wanted` names), once
     /// [`Self::own_side`] let it: mutations held still while the layers
     /// change (files just closed given a moment); a zone with files still
-    /// open for writing left alone (its answer says so); each zone changed
-    /// moved onto a fresh overlay, and the kernel told to forget what it
-    /// cached there.
+    /// open for writing left alone (its answer says so), and so is one
+    /// `idle` answers for (it would change nothing: its checkpoints stay);
+    /// each zone changed moved onto a fresh overlay, and the kernel told
+    /// to forget what it cached there.
     fn change_stages<T: Outcome>(
         &self,
         work: &[(usize, ZoneWork)],
         wanted: &BTreeMap<String, Vec<PathBuf>>,
         upto: Option<u64>,
+        idle: impl Fn(&ZoneWork, &tree::Fingerprints, &[PathBuf]) -> Result<Option<T>, String>,
         apply: impl Fn(&ZoneWork, &tree::Fingerprints, &[PathBuf]) -> Result<T, String>,
     ) -> Result<Vec<T>, String> {
         let mut zones = Vec::new();
@@ -310,6 +319,10 @@ impl StageService {
                 let open = self.live.open_for_writing(*i);
                 if open > 0 {
                     zones.push(T::left_alone(&w.name, open));
+                    continue;
+                }
+                if let Some(answer) = idle(w, &stage.fingerprints, filter)? {
+                    zones.push(answer);
                     continue;
                 }
                 // Its checkpoints' layers merged first, up to `upto` (a
@@ -1283,10 +1296,14 @@ impl OfflineStage {
         let mut held = self.held.lock();
         let mut zones = Vec::new();
         for (w, f) in wanted {
+            let fp = w.fingerprints()?;
+            if let Some(answer) = w.commit_applies_nothing(&fp, &f, force, upto)? {
+                zones.push(answer);
+                continue;
+            }
             if let Some(kept) = merge_for(&mut held, w, upto)? {
                 keep_marks(&w.actors()?, w, &kept);
             }
-            let fp = w.fingerprints()?;
             let mut answer = match upto {
                 Some(id) => w.commit_upto(&fp, &f, force, id)?,
                 None => w.commit(&fp, &f, force)?,

@@ -200,6 +200,36 @@ impl ZoneWork {
         })
     }
 
+    /// What a commit of `filter` (up to checkpoint `upto`: none, now)
+    /// answers when it would apply nothing (no change there, or every one
+    /// a conflict), judged without touching the stage; None when it would
+    /// apply something, or the zone has no checkpoint (there is nothing to
+    /// keep: the commit itself answers). A commit that applies nothing
+    /// must not merge the checkpoints away first.
+    pub(super) fn commit_applies_nothing(
+        &self,
+        fp: &tree::Fingerprints,
+        filter: &[PathBuf],
+        force: bool,
+        upto: Option<u64>,
+    ) -> Result<Option<ZoneCommit>, String> {
+        if self.checkpoints.is_empty() {
+            return Ok(None);
+        }
+        let (l, _flat) = self.span(Span {
+            from: None,
+            to: upto,
+        })?;
+        let conflicts = tree::applies_nothing(&l, fp, &self.dir, filter, force)
+            .map_err(|e| format!("zone '{}': commit: {e}", self.name))?;
+        Ok(conflicts.map(|conflicts| ZoneCommit {
+            zone: self.name.clone(),
+            applied: Vec::new(),
+            conflicts,
+            discarded: None,
+        }))
+    }
+
     /// [`Self::commit`] of the zone's state at checkpoint `upto` (its
     /// layer as the upper dir); then every path a later layer changes at
     /// or under what it applied is noted as the backing dir has it now

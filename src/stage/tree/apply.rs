@@ -31,7 +31,7 @@ use super::fingerprints::{Fingerprint, Fingerprints};
 use super::fsops;
 use super::unstage::{sweep, unstage};
 use super::write::{delete, dir_attrs, ensure_dir, put};
-use super::{Change, ChangeType, CommitReport, Kind, Layers, changes};
+use super::{Change, ChangeType, CommitReport, Conflict, Kind, Layers, changes};
 
 const JOURNAL: &str = "commit.journal";
 
@@ -112,6 +112,50 @@ pub(super) fn commit_with(
     commit_in(l, fp, journal_dir, filter, force, between, false)
 }
 
+/// The changes under `filter` a commit would apply, each judged against
+/// the host (unless `force`): those it would leave out go to `conflicts`.
+fn judged<'a>(
+    l: &'a Layers,
+    fp: &'a Fingerprints,
+    filter: &[PathBuf],
+    force: bool,
+    resuming: &HashSet<PathBuf>,
+    conflicts: &mut Vec<Conflict>,
+) -> io::Result<(Vec<Change>, Check<'a>)> {
+    let mut todo = Vec::new();
+    let mut check = Check::new(l, fp);
+    for c in changes(l, filter)? {
+        let conflict = if force {
+            None
+        } else {
+            check.change(&c, |p| resuming.contains(p))?
+        };
+        match conflict {
+            Some(conflict) => conflicts.push(conflict),
+            None => todo.push(c),
+        }
+    }
+    Ok((todo, check))
+}
+
+/// What a commit of `filter` (as [`commit`]) would refuse, when it would
+/// apply nothing at all (no change, or every one a conflict); None when
+/// it would apply something. Touches nothing: a stage with checkpoints
+/// asks it first, and keeps them when the answer is Some (a commit that
+/// applies nothing has no reason to merge the undo points away).
+pub fn applies_nothing(
+    l: &Layers,
+    fp: &Fingerprints,
+    journal_dir: &Path,
+    filter: &[PathBuf],
+    force: bool,
+) -> io::Result<Option<Vec<Conflict>>> {
+    let resuming = journal_paths(journal_dir);
+    let mut conflicts = Vec::new();
+    let (todo, _) = judged(l, fp, filter, force, &resuming, &mut conflicts)?;
+    Ok(todo.is_empty().then_some(conflicts))
+}
+
 /// [`commit_with`], its journal left in place when `keep_journal`.
 fn commit_in(
     l: &Layers,
@@ -123,21 +167,8 @@ fn commit_in(
     keep_journal: bool,
 ) -> io::Result<CommitReport> {
     let resuming = journal_paths(journal_dir);
-    let all = changes(l, filter)?;
     let mut report = CommitReport::default();
-    let mut todo = Vec::new();
-    let mut check = Check::new(l, fp);
-    for c in all {
-        let conflict = if force {
-            None
-        } else {
-            check.change(&c, |p| resuming.contains(p))?
-        };
-        match conflict {
-            Some(conflict) => report.conflicts.push(conflict),
-            None => todo.push(c),
-        }
-    }
+    let (mut todo, check) = judged(l, fp, filter, force, &resuming, &mut report.conflicts)?;
     let mut guard = (!force).then(|| check.guard());
     let parents_noted = renote(l, fp, &todo)?;
     write_journal(journal_dir, &journaled(&todo, &resuming))?;

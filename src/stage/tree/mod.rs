@@ -32,7 +32,7 @@ mod tests;
 mod unstage;
 mod write;
 
-pub use apply::{commit, commit_keeping_journal, end_journal, journal_of};
+pub use apply::{applies_nothing, commit, commit_keeping_journal, end_journal, journal_of};
 pub use diff::diff;
 pub use fingerprints::{Fingerprint, Fingerprints};
 pub use patch::patch;
