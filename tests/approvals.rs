@@ -411,6 +411,63 @@ fn a_rename_asks_for_write_and_delete_and_shows_its_target() {
     assert!(m.backing("final", "b.md").exists() && !m.backing("final", "a.md").exists());
 }
 
+/// A rename onto a file whose write is allowed already asks only for the
+/// deletions, and still shows both ends (the list, the JSON, the ledger):
+/// the approver sees that `report.md` is what it replaces. A symlink shows
+/// its text.
+#[test]
+fn a_rename_onto_an_allowed_file_and_a_symlink_show_what_they_make() {
+    if !fuse_ok() {
+        return;
+    }
+    let m = setup()
+        .file("final", "a.md", "EVIL\n")
+        .file("final", "report.md", "good\n")
+        .mount();
+    let w = Worker::start(&m, "echo more >> final/report.md");
+    let id = wait_pending(&m, 1)[0]["id"].as_u64().unwrap();
+    assert!(decide(&m, &["allow", "--scope", "path"], id).success());
+    assert!(w.finish().0.success());
+    let w = Worker::start(&m, &retrying("mv final/a.md final/report.md"));
+    let r = wait_pending(&m, 1);
+    assert_eq!(r[0]["op"], "rename");
+    assert_eq!(r[0]["class"], "delete");
+    assert_eq!(r[0]["path"], "/final/a.md");
+    assert_eq!(r[0]["target"], "/final/report.md", "{r:?}");
+    let human = zm(&["approvals", "list"], m.mountpoint());
+    assert!(
+        human.stdout.contains("/final/a.md -> /final/report.md"),
+        "{}",
+        human.describe()
+    );
+    let id = r[0]["id"].as_u64().unwrap();
+    assert!(decide(&m, &["deny"], id).success());
+    assert!(!w.finish().0.success());
+    let request = ledger(&m)
+        .into_iter()
+        .find(|e| e["event"] == "request" && e["id"] == id)
+        .expect("the rename's request in the ledger");
+    assert_eq!(request["target"], "/final/report.md", "{request}");
+    assert_eq!(
+        fs::read_to_string(m.backing("final", "report.md")).unwrap(),
+        "good\nmore\n"
+    );
+
+    let w = Worker::start(&m, &retrying("ln -s /root final/L"));
+    let r = wait_pending(&m, 1);
+    assert_eq!(r[0]["op"], "symlink");
+    assert_eq!(r[0]["path"], "/final/L");
+    assert_eq!(r[0]["target"], "/root", "{r:?}");
+    let human = zm(&["approvals", "list"], m.mountpoint());
+    assert!(
+        human.stdout.contains("/final/L -> /root"),
+        "{}",
+        human.describe()
+    );
+    assert!(decide(&m, &["deny"], r[0]["id"].as_u64().unwrap()).success());
+    assert!(!w.finish().0.success());
+}
+
 /// A hard link asks for `write` on its new name; the request also names
 /// the file it links (a second name for a file is what is being decided),
 /// in the JSON and in the list people read.

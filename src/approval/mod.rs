@@ -43,8 +43,13 @@ pub struct AskRequest {
     pub items: Vec<AskItem>,
     /// The FUSE call, for information.
     pub op: &'static str,
-    /// Rename or link target, for information.
+    /// What the approver is shown beside the path, and what an allow for
+    /// a retry is kept for (with `op` and `source`): a rename's
+    /// destination, a link's existing file, a symlink's text.
     pub target: Option<PathBuf>,
+    /// A rename's source (its items may name only the destination, or
+    /// only what it removes).
+    pub source: Option<PathBuf>,
     /// FUSE's pid: the calling *thread* id.
     pub pid: u32,
     pub uid: u32,

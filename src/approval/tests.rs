@@ -36,6 +36,7 @@ fn ask_as(b: &Approvals, pid: u32, items: Vec<AskItem>) -> mpsc::Receiver<Verdic
             items,
             op: "create",
             target: None,
+            source: None,
             pid,
             uid: 1000,
             unique: 0,
@@ -56,6 +57,7 @@ fn ask_by(b: &Approvals, uid: u32, path: &str) -> mpsc::Receiver<Verdict> {
             items: vec![item(Class::Write, path)],
             op: "create",
             target: None,
+            source: None,
             pid: std::process::id(),
             uid,
             unique: 0,
@@ -276,6 +278,7 @@ fn a_panicking_continuation_costs_only_its_request() {
             items: vec![item(Class::Write, "a.md")],
             op: "create",
             target: None,
+            source: None,
             pid: std::process::id(),
             uid: 0,
             unique: 0,
@@ -321,6 +324,7 @@ fn rename_requests_show_source_and_target() {
             items: vec![item(Class::Write, "new.md"), item(Class::Delete, "old.md")],
             op: "rename",
             target: None,
+            source: None,
             pid: std::process::id(),
             uid: 0,
             unique: 0,
@@ -358,8 +362,9 @@ fn ask_waiting(b: &Approvals, path: &str, unique: u64, wait: Wait) -> mpsc::Rece
     b.ask(
         AskRequest {
             items: vec![item(Class::Write, path)],
-            op: "mkdir",
+            op: "create",
             target: None,
+            source: None,
             pid: std::process::id(),
             uid: 1000,
             unique,
@@ -399,6 +404,81 @@ fn a_bounded_wait_is_told_to_retry_and_the_request_stays() {
     b.decide(again, Decision::Deny, 0).unwrap();
     assert_eq!(got(&ask_waiting(&b, "d", 10, HOLD)), Some(Verdict::Deny));
     assert!(b.pending().is_empty());
+}
+
+/// An ask of `write` on `path` by `op` showing `target`, told to retry
+/// after [`HOLD`].
+fn ask_shown(
+    b: &Approvals,
+    path: &str,
+    op: &'static str,
+    target: Option<&str>,
+    unique: u64,
+) -> mpsc::Receiver<Verdict> {
+    let (tx, rx) = mpsc::channel();
+    b.ask(
+        AskRequest {
+            items: vec![item(Class::Write, path)],
+            op,
+            target: target.map(PathBuf::from),
+            source: None,
+            pid: std::process::id(),
+            uid: 1000,
+            unique,
+            wait: HOLD,
+        },
+        Box::new(move |v| {
+            let _ = tx.send(v);
+        }),
+    );
+    rx
+}
+
+/// An allow-once kept for a retry is for what the approver saw: a retry
+/// that makes another kind of entry at the path (a symlink where a
+/// directory was asked for), or the same kind with another target (a
+/// symlink's text, a link's existing file), asks anew; the same one goes
+/// through.
+#[test]
+fn an_allow_once_kept_for_a_retry_is_for_what_was_shown() {
+    let b = broker(Duration::from_secs(60));
+    let told = |rx: mpsc::Receiver<Verdict>| match got(&rx) {
+        Some(Verdict::Later(id)) => id,
+        v => panic!("not told to retry: {v:?}"),
+    };
+    let cases: [(&str, Option<&str>, &str, Option<&str>); 4] = [
+        ("mkdir", None, "symlink", Some("/root")),
+        (
+            "symlink",
+            Some("notes.md"),
+            "symlink",
+            Some("/root/.ssh/authorized_keys"),
+        ),
+        (
+            "link",
+            Some("/w/existing.txt"),
+            "link",
+            Some("/w/private.txt"),
+        ),
+        ("mkdir", None, "mknod", None),
+    ];
+    for (n, (op, target, other_op, other_target)) in cases.into_iter().enumerate() {
+        let (path, unique) = (format!("d{n}"), 10 * n as u64);
+        let id = told(ask_shown(&b, &path, op, target, unique + 2));
+        b.decide(id, Decision::Allow(Scope::Once), 0).unwrap();
+        let other = told(ask_shown(&b, &path, other_op, other_target, unique + 4));
+        assert_ne!(
+            other, id,
+            "{other_op} {other_target:?} took the allow of {op} {target:?}"
+        );
+        assert_eq!(
+            got(&ask_shown(&b, &path, op, target, unique + 6)),
+            Some(Verdict::Allow),
+            "{op} {target:?} retried goes through"
+        );
+        b.decide(other, Decision::Deny, 0).unwrap();
+        assert!(b.pending().is_empty(), "{:?}", b.pending());
+    }
 }
 
 #[test]
@@ -492,6 +572,7 @@ fn a_later_step_let_go_is_told_to_retry_and_its_retry_joins() {
             items: vec![item(Class::Write, "f")],
             op: "open",
             target: None,
+            source: None,
             pid: other.id(),
             uid: 1000,
             unique: 8,
@@ -563,6 +644,7 @@ fn a_detached_request_outlives_its_caller() {
             items: vec![item(Class::Write, "f")],
             op: "create",
             target: None,
+            source: None,
             pid: child.id(),
             uid: 0,
             unique: 2,

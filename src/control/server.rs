@@ -743,6 +743,7 @@ mod tests {
                 }],
                 op: "create",
                 target: None,
+                source: None,
                 pid: std::process::id(),
                 uid: 1000,
                 unique: 0,

@@ -10,7 +10,9 @@ use super::super::{
     AskRequest, Continuation, Event, ItemInfo, MAX_PENDING, OTHERS_PENDING, RequestInfo, Verdict,
     Wait, class_name, virtual_path,
 };
-use super::table::{Fp, Key, Outbox, Pending, RetryKey, Waiter, answer, fingerprint, waiter};
+use super::table::{
+    Fp, Key, Outbox, Pending, RetryKey, Waiter, answer, fingerprint, shown, waiter,
+};
 use super::{Approvals, bump};
 use crate::audit::{self, Kind};
 use crate::text;
@@ -72,7 +74,7 @@ impl Approvals {
         }
         let mut sorted = open.clone();
         sorted.sort();
-        let retry_key: RetryKey = (sorted.clone(), req.uid);
+        let retry_key: RetryKey = (sorted.clone(), req.uid, shown(&req));
         if let Some((by, until)) = st.grants.remove(&retry_key) {
             if until > Instant::now() {
                 drop(st);
@@ -89,7 +91,7 @@ impl Approvals {
             let reason = "not asking: this CPU's io_uring queue is all but full of calls waiting for decisions, and one more would hold back every request made on that CPU; decide some first".to_string();
             return self.refuse_now(&req, &caller, reason, me.then);
         }
-        let key: Key = (sorted, caller.pid);
+        let key: Key = (sorted, caller.pid, shown(&req));
         let joined = st
             .by_key
             .get(&key)

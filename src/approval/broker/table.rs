@@ -12,10 +12,33 @@ use crate::isolate::pidns::NsId;
 
 /// A fingerprint: (class, zone, path inside the zone).
 pub(super) type Fp = (&'static str, String, PathBuf);
-/// Identical requests: same fingerprints, same calling process.
-pub(super) type Key = (Vec<Fp>, u32);
-/// A retry: same fingerprints, same uid (a retry is often a new process).
-pub(super) type RetryKey = (Vec<Fp>, u32);
+/// Identical requests: same fingerprints, same calling process, the same
+/// thing shown.
+pub(super) type Key = (Vec<Fp>, u32, Shown);
+/// What an approver was shown beside the paths, besides the classes: the
+/// kind of entry the operation makes ([`kind_made`]), and its target and
+/// source (a symlink's text, a link's existing file, a rename's ends).
+pub(super) type Shown = (&'static str, Option<PathBuf>, Option<PathBuf>);
+/// A retry: same fingerprints, same uid (a retry is often a new process),
+/// the same thing shown. An allow kept for a retry is for what the
+/// approver saw, not a symlink to elsewhere at the same path.
+pub(super) type RetryKey = (Vec<Fp>, u32, Shown);
+
+/// The kind of entry `op` makes, where that is more than its class says
+/// (a directory, a symlink, a hard link, a device or FIFO, a move); ""
+/// for the rest (a file made, written or truncated, metadata, removals):
+/// a create retried as an open for writing is the same ask.
+pub(super) fn kind_made(op: &'static str) -> &'static str {
+    match op {
+        "mkdir" | "symlink" | "link" | "mknod" | "rename" => op,
+        _ => "",
+    }
+}
+
+/// What `req` shows ([`Shown`]).
+pub(super) fn shown(req: &super::super::AskRequest) -> Shown {
+    (kind_made(req.op), req.target.clone(), req.source.clone())
+}
 
 pub(super) struct Waiter {
     /// The calling thread; 0 for none (see the invariants).
@@ -92,7 +115,7 @@ impl State {
         };
         p.info.retry = true;
         if p.retry.is_none() {
-            let rk = (p.key.0.clone(), p.info.uid);
+            let rk = (p.key.0.clone(), p.info.uid, p.key.2.clone());
             if !self.by_retry.contains_key(&rk) {
                 self.by_retry.insert(rk.clone(), id);
                 p.retry = Some(rk);

@@ -68,9 +68,12 @@ pub struct RecentRefusal {
 pub struct Gate {
     pub pass: Pass,
     pub expected: Expected,
-    /// Shown with an ask, for information: a link's existing file (the
-    /// items name only the new name).
+    /// Shown with an ask, and part of what an allow for a retry is kept
+    /// for: a rename's destination, a link's existing file (the items
+    /// name only the new name), a symlink's text.
     pub target: Option<std::path::PathBuf>,
+    /// A rename's source, shown with an ask.
+    pub source: Option<std::path::PathBuf>,
 }
 
 /// Whether an operation may proceed now.
@@ -88,6 +91,7 @@ impl Gate {
             pass: Pass::Go,
             expected: Expected::default(),
             target: None,
+            source: None,
         }
     }
 
@@ -106,6 +110,7 @@ impl Gate {
             pass,
             expected: self.expected.and(other.expected),
             target: self.target.or(other.target),
+            source: self.source.or(other.source),
         }
     }
 }
@@ -162,6 +167,7 @@ impl Core {
                     pass: Pass::Go,
                     expected: expected(),
                     target: None,
+                    source: None,
                 })
             }
             Decision::Ask(items) => Ok(Gate {
@@ -169,6 +175,11 @@ impl Core {
                 expected: expected(),
                 target: match op {
                     Op::Link { from, .. } => Some(policy::exact(*from)),
+                    Op::Rename { to, .. } => Some(policy::exact(*to)),
+                    _ => None,
+                },
+                source: match op {
+                    Op::Rename { from, .. } => Some(policy::exact(*from)),
                     _ => None,
                 },
             }),
@@ -226,6 +237,7 @@ impl Core {
                 pass,
                 expected,
                 target,
+                source,
             },
             act,
         ) = match planned {
@@ -249,6 +261,7 @@ impl Core {
             items,
             op: ctx.op,
             target,
+            source,
             pid: ctx.pid,
             uid: ctx.uid,
             unique: ctx.unique,

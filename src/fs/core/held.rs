@@ -241,6 +241,7 @@ impl Core {
             items: c.items,
             op: c.ctx.op,
             target: None,
+            source: None,
             pid: c.ctx.pid,
             uid: c.ctx.uid,
             unique: c.ctx.unique,

@@ -231,23 +231,29 @@ impl Core {
     }
 
     /// Gate and make a new name; `make` runs with the directory's fd.
+    /// A new entry `name` in `parent`, made by `make` once allowed; `shown`
+    /// goes with an ask as its target (a symlink's text).
+    #[allow(clippy::too_many_arguments)]
     fn new_entry(
         self: &Arc<Self>,
         ctx: Ctx,
         parent: u64,
         name: &OsStr,
         kind: New,
+        shown: Option<std::path::PathBuf>,
         make: impl FnOnce(BorrowedFd<'_>, &OsStr) -> backing::Sys<()> + Send + 'static,
         respond: impl Respond<Entry>,
     ) {
         let name = name.to_owned();
         let plan = || {
-            self.new_name(&ctx, parent, &name, kind).map(|(gate, dir)| {
-                let act = move |core: &Core| {
-                    core.make_entry(&ctx.caller(), &dir, &name, |d| make(d, &name))
-                };
-                (gate, act)
-            })
+            self.new_name(&ctx, parent, &name, kind)
+                .map(|(mut gate, dir)| {
+                    gate.target = gate.target.or(shown);
+                    let act = move |core: &Core| {
+                        core.make_entry(&ctx.caller(), &dir, &name, |d| make(d, &name))
+                    };
+                    (gate, act)
+                })
         };
         self.request_with(ctx, Hold::Locked, plan, respond);
     }
@@ -261,7 +267,7 @@ impl Core {
         respond: impl Respond<Entry>,
     ) {
         let make = move |d: BorrowedFd<'_>, n: &OsStr| backing::mkdir(d, n, mode);
-        self.new_entry(ctx, parent, name, New::Dir, make, respond);
+        self.new_entry(ctx, parent, name, New::Dir, None, make, respond);
     }
 
     /// A regular file, FIFO or socket; a device node is refused (EPERM)
@@ -284,7 +290,7 @@ impl Core {
             _ => mode,
         };
         let make = move |d: BorrowedFd<'_>, n: &OsStr| backing::mknod(d, n, mode);
-        self.new_entry(ctx, parent, name, kind, make, respond);
+        self.new_entry(ctx, parent, name, kind, None, make, respond);
     }
 
     pub fn symlink(
@@ -295,9 +301,10 @@ impl Core {
         target: &Path,
         respond: impl Respond<Entry>,
     ) {
+        let shown = target.to_owned();
         let target = target.to_owned();
         let make = move |d: BorrowedFd<'_>, n: &OsStr| backing::symlink(d, n, &target);
-        self.new_entry(ctx, parent, name, New::Other, make, respond);
+        self.new_entry(ctx, parent, name, New::Other, Some(shown), make, respond);
     }
 
     /// Create and open a regular file. One that must be asked about is
