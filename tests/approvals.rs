@@ -74,7 +74,13 @@ fn decide(m: &TestMount, how: &[&str], id: u64) -> Out {
 /// requests this test process made itself; waits (bounded) for its exit 0.
 #[track_caller]
 fn decide_detached(m: &TestMount, decision: &str, id: u64) {
-    let rc = m.root().join(format!("decide-{id}.rc"));
+    decide_detached_at(m.root(), m.mountpoint(), decision, id)
+}
+
+/// [`decide_detached`] of mount `mnt`, its exit status kept under `root`.
+#[track_caller]
+fn decide_detached_at(root: &Path, mnt: &Path, decision: &str, id: u64) {
+    let rc = root.join(format!("decide-{id}.rc"));
     // `setsid -f` forks: until its first process has exited, this one is
     // still a descendant of the test (a decision then refused: seen under
     // load). Wait (bounded) until no ancestor is the test process.
@@ -83,7 +89,7 @@ fn decide_detached(m: &TestMount, decision: &str, id: u64) {
            p=$(awk '{{print $4}}' /proc/$p/stat 2>/dev/null || echo 1); done; return 1; }}; \
          i=0; while below $$ && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; \
          '{BIN}' approvals {decision} '{}' {id} >/dev/null 2>&1; echo $? > '{}'",
-        m.mountpoint().display(),
+        mnt.display(),
         rc.display(),
         me = std::process::id(),
     );
@@ -1158,6 +1164,124 @@ fn prompt_answers_with_a_key_on_a_terminal() {
             .unwrap_or_default()
             .contains("allowed (path)")
     }));
+    drop(term.stdin.take());
+    cleanup_mount(&mnt, true);
+    let _ = wait_child(&mut term, Duration::from_secs(10));
+}
+
+/// A worker started on the prompt's terminal pushes a key into its input
+/// (TIOCSTI, where the kernel lets a process do that to its controlling
+/// terminal): the prompt does not take it, says which process could type,
+/// and the request waits for a decision from elsewhere. Once that process
+/// is gone, the human's key answers the next request.
+#[test]
+fn a_process_on_the_prompts_terminal_cannot_answer_it() {
+    if !fuse_ok() || !tool_ok("script") || !tool_ok("python3") {
+        return;
+    }
+    let s = Setup::zones(Mode::Sandboxed, ZONES);
+    let root = s.root().to_path_buf();
+    let cfg = root.join("project.yaml");
+    fs::write(&cfg, zones_yaml(Mode::Sandboxed, ZONES)).unwrap();
+    let mnt = root.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    // The injector: once told to, it pushes `z` (allow for the zone) into
+    // the terminal's input, says how that went, and exits.
+    let inject = root.join("inject.py");
+    fs::write(
+        &inject,
+        format!(
+            "import fcntl, os, termios, time\n\
+             go, said = {go:?}, {said:?}\n\
+             for _ in range(400):\n\
+             \x20   if os.path.exists(go): break\n\
+             \x20   time.sleep(0.05)\n\
+             try:\n\
+             \x20   fd = os.open('/dev/tty', os.O_RDWR)\n\
+             \x20   fcntl.ioctl(fd, termios.TIOCSTI, b'z')\n\
+             \x20   r = 'pushed'\n\
+             except OSError as e:\n\
+             \x20   r = 'refused: %s' % e\n\
+             open(said + '.tmp', 'w').write(r)\n\
+             os.rename(said + '.tmp', said)\n",
+            go = root.join("go").display().to_string(),
+            said = root.join("said").display().to_string(),
+        ),
+    )
+    .unwrap();
+    let inner = format!(
+        "python3 {} & exec {BIN} mount --foreground --prompt --approval-timeout 60 --config {} {}",
+        inject.display(),
+        cfg.display(),
+        mnt.display()
+    );
+    let screen = root.join("screen.out");
+    let mut term = Command::new("script")
+        .args(["-qfec", &inner, "/dev/null"])
+        .current_dir(&root)
+        .stdin(Stdio::piped())
+        .stdout(fs::File::create(&screen).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Cleanup(PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            cleanup_mount(&self.0, true);
+        }
+    }
+    let _guard = Cleanup(mnt.clone());
+    assert!(wait_mounted(&mnt), "foreground mount did not come up");
+    let shown = |what: &str| {
+        wait_until(Duration::from_secs(10), || {
+            fs::read_to_string(&screen)
+                .unwrap_or_default()
+                .contains(what)
+        })
+    };
+    let target = mnt.join("final/p.md");
+    let writer = std::thread::spawn(move || fs::write(&target, "p\n"));
+    assert!(
+        shown("[o] allow once"),
+        "no prompt: {}",
+        fs::read_to_string(&screen).unwrap_or_default()
+    );
+    fs::write(root.join("go"), "").unwrap();
+    assert!(wait_until(Duration::from_secs(10), || root
+        .join("said")
+        .exists()));
+    let said = fs::read_to_string(root.join("said")).unwrap();
+    let pushable =
+        fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").map_or(true, |v| v.trim() != "0");
+    assert_eq!(said == "pushed", pushable, "the injection: {said}");
+    if pushable {
+        assert!(
+            shown("key not taken: pid"),
+            "{}",
+            fs::read_to_string(&screen).unwrap_or_default()
+        );
+    }
+    let listed = zm(&["approvals", "list", "--json"], &mnt);
+    let r: Value = serde_json::from_str(&listed.stdout).expect("approvals list --json");
+    let id = r[0]["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("not pending: {}", listed.describe()));
+    decide_detached_at(&root, &mnt, "deny", id);
+    assert_errno(writer.join().unwrap(), libc::EACCES);
+    // The injector is gone: the human's key answers the next request.
+    let target = mnt.join("final/q.md");
+    let writer = std::thread::spawn(move || fs::write(&target, "q\n"));
+    assert!(wait_until(Duration::from_secs(10), || {
+        fs::read_to_string(&screen)
+            .unwrap_or_default()
+            .contains("write /final/q.md")
+    }));
+    term.stdin.as_mut().unwrap().write_all(b"o").unwrap();
+    term.stdin.as_mut().unwrap().flush().unwrap();
+    let wrote = writer.join().unwrap();
+    let screen = fs::read_to_string(&screen).unwrap_or_default();
+    assert!(wrote.is_ok(), "the human's key: {wrote:?}: {screen}");
+    assert_eq!(fs::read_to_string(mnt.join("final/q.md")).unwrap(), "q\n");
     drop(term.stdin.take());
     cleanup_mount(&mnt, true);
     let _ = wait_child(&mut term, Duration::from_secs(10));

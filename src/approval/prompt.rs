@@ -7,6 +7,18 @@
 //! elsewhere (CLI, timeout) leaves the queue with a note. The terminal is
 //! put in non-canonical, no-echo mode (signals still work: Ctrl-C unmounts)
 //! and restored when the guard drops.
+//!
+//! Who else can type here: where the kernel lets a process push bytes
+//! into its controlling terminal's input (TIOCSTI: `dev.tty.legacy_tiocsti`
+//! 1, or a kernel before 6.2 that has no such switch), every process of
+//! the terminal's session can, a worker started from this terminal too.
+//! A key is then taken for a request only if, when the request was shown
+//! and when the key came, no process of that session ran but this one and
+//! its ancestors (the shell it was started from; `--on-ask` hooks run in
+//! sessions of their own): a process can join a session only by being
+//! forked by a member, so none that could type can appear in between
+//! unless this one starts it. Otherwise the prompt says which process and
+//! leaves the decision to `zonemount approvals`.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -129,11 +141,92 @@ fn say(text: &str) {
     let _ = out.flush();
 }
 
+/// Whether the kernel lets a process push input into its controlling
+/// terminal (`TIOCSTI` without CAP_SYS_ADMIN): `dev.tty.legacy_tiocsti`
+/// is 1, or missing (kernels before 6.2 always let it).
+fn keys_can_be_pushed() -> bool {
+    std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").map_or(true, |v| v.trim() != "0")
+}
+
+/// A process of `session` other than `me` and its ancestors: one that
+/// could push keys into the session's terminal (pid, and its command line
+/// as every human view shows it). A child counts: a worker started with
+/// `worker & exec zonemount mount --prompt` is the daemon's child.
+fn other_member(session: u32, me: u32) -> Option<(u32, String)> {
+    use super::caller::parent_and_session;
+    let text = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    let stat = |pid: u32| text(pid).and_then(|s| parent_and_session(&s));
+    // A zombie (an exited child not yet reaped) types nothing.
+    let gone = |pid: u32| {
+        text(pid).is_none_or(|s| {
+            s.rfind(')')
+                .and_then(|i| s[i + 1..].split_whitespace().next())
+                .is_none_or(|state| state == "Z" || state == "X")
+        })
+    };
+    let mut ancestors = vec![me];
+    let mut at = me;
+    // Bounded: pids climb towards 1.
+    for _ in 0..4096 {
+        match stat(at) {
+            Some((parent, _)) if parent > 0 && !ancestors.contains(&parent) => {
+                ancestors.push(parent);
+                at = parent;
+            }
+            _ => break,
+        }
+    }
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let (_, sid) = stat(pid)?;
+        if sid != session || ancestors.contains(&pid) || gone(pid) {
+            return None;
+        }
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd: Vec<u8> = cmd
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .collect::<Vec<_>>()
+            .join(&b' ');
+        Some((pid, crate::text::escape(&cmd)))
+    })
+}
+
+/// Who besides the human could type the next key on this terminal (see
+/// the module's doc): None when nobody can.
+fn could_type() -> Option<(u32, String)> {
+    if !keys_can_be_pushed() {
+        return None;
+    }
+    let me = std::process::id();
+    match rustix::termios::tcgetsid(std::io::stdin().as_fd()) {
+        Ok(sid) => other_member(sid.as_raw_nonzero().get() as u32, me),
+        // No session to look at: nobody can be told apart.
+        Err(e) => Some((0, format!("the terminal's session is unknown ({e})"))),
+    }
+}
+
+fn not_taken(id: u64, who: &(u32, String)) -> String {
+    format!(
+        "\r\n  request {id}: key not taken: pid {} ({}) also runs on this terminal and could type on it; decide it from another terminal with `zonemount approvals allow|deny MOUNTPOINT {id}`\r\n",
+        who.0, who.1
+    )
+}
+
 fn run(broker: &Approvals, rx: &mpsc::Receiver<Msg>) {
     let uid = rustix::process::geteuid().as_raw();
     let mut queue: VecDeque<RequestInfo> = broker.pending().into();
+    // Requests shown while another process could type: no key for them.
+    let mut typed_on: std::collections::HashMap<u64, (u32, String)> = Default::default();
+    let show = |info: &RequestInfo,
+                typed_on: &mut std::collections::HashMap<u64, (u32, String)>| {
+        if let Some(who) = could_type() {
+            typed_on.entry(info.id).or_insert(who);
+        }
+        say(&render(info));
+    };
     if let Some(front) = queue.front() {
-        say(&render(front));
+        show(front, &mut typed_on);
     }
     while let Ok(msg) = rx.recv() {
         match msg {
@@ -141,7 +234,7 @@ fn run(broker: &Approvals, rx: &mpsc::Receiver<Msg>) {
                 Event::Requested(info) => {
                     queue.push_back(info);
                     if queue.len() == 1 {
-                        say(&render(&queue[0]));
+                        show(&queue[0], &mut typed_on);
                     }
                 }
                 Event::Resolved { id, resolution } => {
@@ -151,9 +244,10 @@ fn run(broker: &Approvals, rx: &mpsc::Receiver<Msg>) {
                     if was_front && queue.len() < before {
                         say(&format!("\r\n  request {id}: {}\r\n", outcome(&resolution)));
                         if let Some(next) = queue.front() {
-                            say(&render(next));
+                            show(next, &mut typed_on);
                         }
                     }
+                    typed_on.remove(&id);
                 }
             },
             Msg::Key(k) => {
@@ -166,16 +260,22 @@ fn run(broker: &Approvals, rx: &mpsc::Receiver<Msg>) {
                         queue.rotate_left(1);
                         say("skipped\r\n");
                         if let Some(next) = queue.front() {
-                            say(&render(next));
+                            show(next, &mut typed_on);
                         }
                     }
                     Key::Decide(d) => {
+                        let who = typed_on.get(&front.id).cloned().or_else(could_type);
+                        if let Some(who) = who {
+                            say(&not_taken(front.id, &who));
+                            typed_on.insert(front.id, who);
+                            continue;
+                        }
                         // The Resolved event that follows prints the outcome.
                         if let Err(e) = broker.decide(front.id, d, uid) {
                             say(&format!("\r\n  {e}\r\n"));
                             queue.retain(|r| r.id != front.id);
                             if let Some(next) = queue.front() {
-                                say(&render(next));
+                                show(next, &mut typed_on);
                             }
                         }
                     }
