@@ -697,3 +697,61 @@ fn a_files_own_metadata_is_told_to_retry_and_never_holds_a_removal() {
         );
     }
 }
+
+/// Every call that waits on a file whose create is pending gives up as a
+/// write does: a process killed (SIGTERM, as `timeout` sends) while one
+/// waited has the request withdrawn when the file is closed, and the file
+/// removed. Metadata changes of the file (an xattr, its mode, owner or
+/// times) reach the daemon without the file's handle; they once waited
+/// on, and the request and the empty file outlived the process.
+#[test]
+fn a_process_killed_during_any_held_call_on_its_new_file_withdraws_it() {
+    if !fuse_ok() || !tool_ok("python3") {
+        return;
+    }
+    let m = setup().mount();
+    let calls = [
+        ("setxattr", "os.setxattr(fd, 'user.x', b'v')"),
+        ("removexattr", "os.removexattr(fd, 'user.x')"),
+        ("fchmod", "os.fchmod(fd, 0o600)"),
+        ("fchown", "os.fchown(fd, 0, 0)"),
+        ("futimens", "os.utime(fd, (1, 1))"),
+        ("ftruncate", "os.ftruncate(fd, 10)"),
+        ("fallocate", "os.posix_fallocate(fd, 0, 10)"),
+        ("fsync", "os.fsync(fd)"),
+        ("write", "os.write(fd, b'a')"),
+    ];
+    let mut failures = Vec::new();
+    for (i, (what, call)) in calls.iter().enumerate() {
+        let name = format!("px{i}.txt");
+        let script = format!(
+            "exec python3 -c \"import os; fd = os.open('out/{name}', os.O_CREAT | os.O_RDWR, 0o644); {call}\""
+        );
+        let mut w = Worker::start(&m, &script);
+        let held = wait_until(Duration::from_secs(10), || {
+            pending(&m)
+                .iter()
+                .any(|r| r["waiting"].as_u64().unwrap_or(0) >= 1)
+        });
+        assert!(held, "{what}: no call held: {:#?}", pending(&m));
+        run(
+            Command::new("kill").args(["-TERM", &w.pid().to_string()]),
+            Duration::from_secs(5),
+        );
+        w.within(Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let gone = wait_until(Duration::from_secs(5), || pending(&m).is_empty());
+        if !gone {
+            failures.push(format!("{what}: still pending: {:#?}", pending(&m)));
+        }
+        if m.backing("out", &name).exists() {
+            failures.push(format!("{what}: {name} is left"));
+        }
+        // What is left is not this test's to judge again.
+        for r in pending(&m) {
+            decide(&m, "deny", id_of(&r));
+        }
+        wait_pending(&m, 0, ANSWERS);
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -27,7 +27,7 @@ use crate::policy::{self, Action, AskItem, Class, Decision, Loc, Op, Subject};
 pub const LOCK_HOLD: Duration = Duration::from_millis(40);
 
 /// How long an asked call may wait for its decision.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) enum Hold {
     /// Until the decision (killable): the kernel holds no lock across the
     /// call that another call would wait for (an open).
@@ -38,6 +38,12 @@ pub(super) enum Hold {
     /// or the node's own (chmod, chown, utimes, truncate, setxattr,
     /// removexattr; an open that truncates under the writeback cache).
     Locked,
+    /// Until the decision, as [`Hold::Decision`]: a metadata change of a
+    /// file whose create is pending (it reaches the daemon by node, not
+    /// through the create's handle). Withdrawn (interrupted, its caller
+    /// killed), it marks that create as given up, as a held write does:
+    /// the request is withdrawn when the file is closed for the last time.
+    OnCreate(Arc<super::held::HeldCreate>),
 }
 
 /// How many refusals [`Core::recent_refusals`] keeps.
@@ -228,8 +234,12 @@ impl Core {
     {
         let wait = match hold {
             _ if !ctx.may_wait => Wait::Unheld,
-            Hold::Decision => Wait::Decision,
+            Hold::Decision | Hold::OnCreate(_) => Wait::Decision,
             Hold::Locked => Wait::Bounded(LOCK_HOLD),
+        };
+        let on_create = match hold {
+            Hold::OnCreate(held) => Some(held),
+            Hold::Decision | Hold::Locked => None,
         };
         let planned = self.admit(&ctx).and_then(|()| plan());
         let (
@@ -279,7 +289,12 @@ impl Core {
                         }
                         r
                     }
-                    v => Err(core.not_allowed(&ctx, first.as_ref(), v)),
+                    v => {
+                        if let (Verdict::Withdrawn, Some(held)) = (v, &on_create) {
+                            held.gave_up();
+                        }
+                        Err(core.not_allowed(&ctx, first.as_ref(), v))
+                    }
                 })
             }),
         );

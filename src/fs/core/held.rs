@@ -61,6 +61,15 @@ pub struct HeldCreate {
     interrupted: AtomicBool,
 }
 
+impl HeldCreate {
+    /// A call held on this file was withdrawn (interrupted, or its caller
+    /// killed): the caller gave up, and the request goes when the file's
+    /// last handle is released ([`Core::let_go`]).
+    pub(super) fn gave_up(&self) {
+        self.interrupted.store(true, Ordering::Relaxed);
+    }
+}
+
 enum HeldState {
     /// Asked; the file not made yet. A verdict that came at once.
     Asking(Option<Verdict>),
@@ -160,6 +169,14 @@ impl PendingCreates {
     /// Whether node `node` is a file whose create is pending.
     pub(super) fn holds(&self, node: u64) -> bool {
         self.any() && self.by_node.lock().contains_key(&node)
+    }
+
+    /// The pending create of node `node`, if it is one.
+    fn of(&self, node: u64) -> Option<Arc<HeldCreate>> {
+        if !self.any() {
+            return None;
+        }
+        self.by_node.lock().get(&node).cloned()
     }
 
     /// The calls whose requests' waiting calls go when a watched thread
@@ -451,7 +468,7 @@ impl Core {
             go(match v {
                 Verdict::Allow => Ok(()),
                 Verdict::Withdrawn => {
-                    h.interrupted.store(true, Ordering::Relaxed);
+                    h.gave_up();
                     Err(FsError::Os(libc::EINTR))
                 }
                 // Told to retry: logged as any call told so.
@@ -553,18 +570,22 @@ impl Core {
     /// the kernel holds the node's lock across it, so at most a moment
     /// ([`Hold::Locked`]); on a file whose create is pending, until the
     /// decision or until a watched thread is stuck, as the file's other
-    /// held calls (see [`PendingCreates`]).
+    /// held calls (see [`PendingCreates`]), and withdrawn as they are: a
+    /// caller interrupted or killed meanwhile marks the create given up
+    /// ([`Hold::OnCreate`]). The kernel sends these without the file's
+    /// handle (fchmod, fchown, futimens and fsetxattr too), so they can't
+    /// go through [`Core::when_held`].
     pub(super) fn metadata_hold(&self, ino: u64, ctx: &Ctx) -> Hold {
         let pc = &self.pending_creates;
-        if !pc.holds(ino) {
+        let Some(held) = pc.of(ino) else {
             return Hold::Locked;
-        }
+        };
         let mut by_path = pc.by_path.lock();
         if by_path.len() >= MAX_HELD_BY_PATH {
             return Hold::Locked;
         }
         by_path.push(ctx.unique);
-        Hold::Decision
+        Hold::OnCreate(held)
     }
 
     /// Tell every call held on a pending create to retry.
