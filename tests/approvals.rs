@@ -963,6 +963,151 @@ fn on_ask_runs_a_hook_with_the_request_and_never_decides() {
     assert!(w.finish().0.success());
 }
 
+/// The hooks named in `pids` (one line per hook: the pids of its
+/// processes) with a process alive now named `comm` (not a pid reused by
+/// something else; a line repeated by a pid reused by a hook counts once).
+fn live_hooks(pids: &Path, comm: &str) -> usize {
+    let lines: std::collections::BTreeSet<String> = fs::read_to_string(pids)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect();
+    lines
+        .iter()
+        .filter(|l| {
+            l.split_whitespace().any(|p| {
+                let p: u32 = p.parse().unwrap_or(0);
+                p != 0
+                    && process_exists(p)
+                    && fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm)
+            })
+        })
+        .count()
+}
+
+/// The most `--on-ask` hooks running at once (src/approval/on_ask.rs).
+const HOOKS_AT_ONCE: usize = 16;
+
+/// A worker can't make the daemon run hooks without bound: each request
+/// of a burst whose callers are killed at once ends at once (so the
+/// pending-request caps don't hold it back), and each started a hook
+/// (found by an attack pass: 871 `sleep 20` hooks alive after 5 s). At
+/// most 16 run at once, and a hook whose request ended is ended too.
+#[test]
+fn on_ask_hooks_are_bounded_under_a_burst_of_withdrawn_requests() {
+    if !fuse_ok() || !tool_ok("python3") {
+        return;
+    }
+    let s = setup();
+    let pids = s.root().join("hook-pids");
+    let hook = format!("sh -c 'echo $$ >> {}; exec sleep 20'", pids.display());
+    let m = s.arg("--on-ask").arg(&hook).mount();
+    // The repro: fork a child that creates and writes, kill it at once.
+    let w = Worker::start(
+        &m,
+        r#"exec python3 -c '
+import os, signal, time
+end = time.time() + 4
+i = 0
+while time.time() < end:
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open("final/c%d" % i, os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, b"x")
+        os._exit(0)
+    time.sleep(0.003)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    i += 1
+print(i)
+'"#,
+    );
+    let mut most = 0;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        most = most.max(live_hooks(&pids, "sleep"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (st, err) = w.finish();
+    assert!(st.success(), "{err}");
+    let started = fs::read_to_string(&pids)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    eprintln!("hooks started: {started}, the most alive at once: {most}");
+    assert!(started > 0, "no hook ran");
+    assert!(
+        most <= HOOKS_AT_ONCE,
+        "{most} hooks alive at once (of {started} started)"
+    );
+    // Once the burst is over, only hooks of requests that still wait
+    // (a create killed before its write stays to its decision) run.
+    let settled = wait_until(Duration::from_secs(5), || {
+        live_hooks(&pids, "sleep") <= pending(&m).len()
+    });
+    assert!(
+        settled,
+        "{} hooks alive for {} pending requests",
+        live_hooks(&pids, "sleep"),
+        pending(&m).len()
+    );
+}
+
+/// Requests that stay pending get a hook each up to the bound; the rest
+/// are counted in `status` and still wait for their decision. No hook (nor
+/// what it started) outlives the unmount.
+#[test]
+fn on_ask_hooks_past_the_bound_are_skipped_and_none_outlives_the_unmount() {
+    if !fuse_ok() {
+        return;
+    }
+    let _no_copies = NAMESPACE_COPIES.read().unwrap_or_else(|e| e.into_inner());
+    let s = setup();
+    let pids = s.root().join("hook-pids");
+    // A shell that starts a child and waits for it, both deaf to SIGTERM:
+    // the whole group goes, killed after the grace.
+    let hook = format!(
+        "sh -c 'trap \"\" TERM; sleep 30 & echo $$ $! >> {}; wait'",
+        pids.display()
+    );
+    let mut m = s.arg("--on-ask").arg(&hook).mount();
+    let n = HOOKS_AT_ONCE + 4;
+    let w = Worker::start(
+        &m,
+        &format!(
+            "i=0; while [ $i -lt {n} ]; do (/bin/echo $i > final/f$i.md) 2>/dev/null & i=$((i+1)); done; wait"
+        ),
+    );
+    wait_held(&m, n);
+    assert!(
+        wait_until(Duration::from_secs(10), || live_hooks(&pids, "sleep")
+            == HOOKS_AT_ONCE),
+        "{} hooks alive",
+        live_hooks(&pids, "sleep")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(live_hooks(&pids, "sleep"), HOOKS_AT_ONCE);
+    let out = zm(&["status", "--json"], m.mountpoint());
+    let st: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(st["counters"]["hooks_skipped"], 4, "{}", out.stdout);
+    assert_eq!(st["pending"].as_array().unwrap().len(), n);
+    let out = m.unmount();
+    assert!(out.success(), "{}", out.describe());
+    // Gone by the time the unmount returned: the shells and their sleeps.
+    let alive: Vec<String> = fs::read_to_string(&pids)
+        .unwrap()
+        .split_whitespace()
+        .filter(|p| process_exists(p.parse().unwrap()))
+        .map(String::from)
+        .collect();
+    assert!(
+        alive.is_empty(),
+        "hook processes alive after the unmount: {alive:?}"
+    );
+    let (st, _) = w.finish();
+    assert!(st.success());
+}
+
 #[test]
 fn no_approvals_denies_at_once_and_logs_it() {
     if !fuse_ok() {

@@ -433,6 +433,10 @@ pub trait Listener: Send + Sync + 'static {
     fn gone(&self) -> bool {
         false
     }
+    /// The broker is closing (the unmount, the daemon's end): end what
+    /// this listener started (the `--on-ask` hooks). May wait a moment;
+    /// never called on a FUSE request's thread.
+    fn close(&self) {}
 }
 
 /// Why a decision could not be applied.
@@ -456,6 +460,9 @@ pub struct Counters {
     pub cached_denials: AtomicU64,
     pub refusals: AtomicU64,
     pub mutations: AtomicU64,
+    /// Requests that got no `--on-ask` hook: as many ran already
+    /// ([`on_ask::MAX_RUNNING`]). Shared with the hook's listener.
+    pub hooks_skipped: std::sync::Arc<AtomicU64>,
 }
 
 impl Counters {
@@ -471,6 +478,7 @@ impl Counters {
             ("cached_denials", g(&self.cached_denials)),
             ("refusals", g(&self.refusals)),
             ("mutations", g(&self.mutations)),
+            ("hooks_skipped", g(&self.hooks_skipped)),
         ])
     }
 }

@@ -245,7 +245,8 @@ pub(crate) struct MountArgs {
     pub(crate) approval_timeout: f64,
     /// Run CMD (no shell) whenever a request starts waiting; the request
     /// is in its environment (ZONEMOUNT_ID, ZONEMOUNT_PATH, ...) and on
-    /// its stdin as JSON.
+    /// its stdin as JSON. At most 16 run at once; each is ended when its
+    /// request ends, and at the unmount.
     #[arg(long, value_name = "CMD")]
     pub(crate) on_ask: Option<String>,
     /// Seconds the kernel may cache names (found or missing) and

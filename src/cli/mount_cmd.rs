@@ -433,9 +433,9 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
     settings.control = Some(control_path.clone());
     let session = session::build(&table, &mountpoint, &settings)?;
     if let Some(argv) = on_ask {
-        session
-            .broker()
-            .subscribe(on_ask::listener(argv, mountpoint.clone()));
+        let broker = session.broker();
+        let skipped = broker.counters().hooks_skipped.clone();
+        broker.subscribe(on_ask::listener(argv, mountpoint.clone(), skipped));
     }
     let origin = Origin {
         // The file loaded, whether given or found (./zonemount.yaml);

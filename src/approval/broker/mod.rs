@@ -327,7 +327,9 @@ impl Approvals {
         n
     }
 
-    /// Stop asking: deny what is pending and every later `ask`.
+    /// Stop asking: deny what is pending and every later `ask`; then tell
+    /// listeners to end what they started (`--on-ask` hooks), which may
+    /// wait a moment.
     pub fn shutdown(&self, reason: &str) {
         self.inner
             .state
@@ -336,6 +338,12 @@ impl Approvals {
             .get_or_insert_with(|| reason.to_string());
         self.deny_pending(reason);
         self.inner.tick.notify_all();
+        // What listeners started (the `--on-ask` hooks) ends with the
+        // mount.
+        let listeners: Vec<Arc<dyn Listener>> = self.inner.listeners.lock().clone();
+        for l in &listeners {
+            l.close();
+        }
     }
 
     /// Write `rec` to the ledger, when there is one.
