@@ -87,12 +87,13 @@ impl Actor {
         Who::default().actor(tid, uid)
     }
 
-    /// For people, escaped: the argv, or the name when the argv is empty
+    /// For people, escaped as a command line ([`crate::text::cmdline`]):
+    /// the argv, or the name when the argv is empty
     /// (a kernel thread, a process exiting), or `unknown (pid N)`.
     pub fn shown(&self) -> String {
         match self.command.as_deref() {
-            Some(c) if !c.argv.is_empty() => crate::text::escape(&c.argv),
-            Some(c) if !c.comm.is_empty() => format!("[{}]", crate::text::escape(&c.comm)),
+            Some(c) if !c.argv.is_empty() => crate::text::cmdline(&c.argv),
+            Some(c) if !c.comm.is_empty() => format!("[{}]", crate::text::cmdline(&c.comm)),
             _ => format!("unknown (pid {})", self.pid),
         }
     }

@@ -4,18 +4,35 @@
 //! A worker chooses these bytes, so a terminal must never get them raw: a
 //! name holding ESC, CR or a bidi override can redraw the supervisor's
 //! screen (show a request for `evil.sh` as `notes.md`, erase a line of a
-//! review). [`escape`] is the one escaper every human view uses: it keeps
-//! printable text as it is and writes everything else as an escape, so the
-//! output holds no control, bidi or invisible format character and
-//! [`unescape`] gives the exact bytes back:
+//! review), and one holding a no-break space or a look-alike of `>` can
+//! imitate the columns and arrows a view draws around it. [`escape`] is
+//! the one escaper every human view uses: it keeps printable text as it
+//! is and writes everything else as an escape, so the output holds no
+//! control, bidi, invisible, blank or look-alike character of those
+//! below, and [`unescape`] gives the exact bytes back:
 //!
 //! - `\\` for a backslash (so every escape is unambiguous),
 //! - `\t`, `\n`, `\r` for tab, newline and carriage return,
 //! - `\xHH` (two lowercase hex digits) for any other C0 control and DEL,
 //!   and for each byte that is not part of valid UTF-8 (`\x80`–`\xff`);
-//! - `\u{H…}` for a C1 control or a character in [`invisible`] (bidi
+//! - `\u{H…}` for a C1 control, a character in [`invisible`] (bidi
 //!   overrides, embeddings, isolates and marks, zero-width and other
-//!   format characters, line and paragraph separators, tag characters).
+//!   format characters, line and paragraph separators, tag characters)
+//!   or one in [`lookalike`] (every space but U+0020, blanks, combining
+//!   overlays, look-alikes of `>`).
+//!
+//! Paths and command lines ([`path`], [`cmdline`]) are shown between
+//! columns and arrows, so they escape two characters more, by where they
+//! stand: a second space in a row is written `\x20` (views part a path
+//! from its details by two spaces), and a `>` right after a `-` or after
+//! any character that is not ASCII (a dash, minus or hyphen look-alike,
+//! a combining mark on a `-`) is written `\x3e` (views write a rename as
+//! `FROM -> TO`). Every look-alike of `>` being escaped everywhere, no
+//! name can draw that arrow or those two spaces.
+//!
+//! The code points [`escape`] writes as an escape are listed, as ranges,
+//! in `clients/escaped-code-points.txt`; a unit test here, and the Python
+//! and TypeScript clients' tests of their own `escape`, check against it.
 //!
 //! JSON keeps the bytes exact instead ([`for_json`]): a JSON string is the
 //! text itself when it is valid UTF-8; when it is not, the string holds it
@@ -82,10 +99,55 @@ pub fn invisible(c: char) -> bool {
     )
 }
 
+/// Characters a name could use to pass for what a view draws around it:
+/// never written raw to a terminal either.
+/// - every space but U+0020 (what Unicode calls White_Space or a space
+///   separator, Zs, beyond the controls and the line and paragraph
+///   separators): U+00A0, U+1680, U+2000–U+200A, U+202F, U+205F, U+3000
+///   (two of them read as the two spaces that part a path from its
+///   details, or as a column gap);
+/// - blanks: U+2800 BRAILLE PATTERN BLANK (the Hangul fillers U+115F,
+///   U+1160, U+3164 and U+FFA0 are [`invisible`]);
+/// - combining overlays, which strike through, slash or ring the
+///   character before them and so fake punctuation: U+0334–U+0338,
+///   U+20D2–U+20D3, U+20D8–U+20DA, U+20E5–U+20E6, U+20EA–U+20EB;
+/// - look-alikes of `>`: U+02C3, U+1433, U+203A, U+232A, U+276D, U+276F,
+///   U+2771, U+27E9, U+3009, U+FE65, U+FF1E (with one after a dash a
+///   name would draw a rename's arrow; [`path`] escapes an ASCII `>` in
+///   that place).
+pub fn lookalike(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00A0}'
+            | '\u{02C3}'
+            | '\u{0334}'..='\u{0338}'
+            | '\u{1433}'
+            | '\u{1680}'
+            | '\u{2000}'..='\u{200A}'
+            | '\u{202F}'
+            | '\u{203A}'
+            | '\u{205F}'
+            | '\u{20D2}'..='\u{20D3}'
+            | '\u{20D8}'..='\u{20DA}'
+            | '\u{20E5}'..='\u{20E6}'
+            | '\u{20EA}'..='\u{20EB}'
+            | '\u{232A}'
+            | '\u{276D}'
+            | '\u{276F}'
+            | '\u{2771}'
+            | '\u{27E9}'
+            | '\u{2800}'
+            | '\u{3000}'
+            | '\u{3009}'
+            | '\u{FE65}'
+            | '\u{FF1E}'
+    )
+}
+
 /// Whether `c` is escaped by [`escape`] (a backslash aside): a control
-/// (C0, DEL, C1) or an [`invisible`] character.
+/// (C0, DEL, C1), an [`invisible`] character or a [`lookalike`].
 pub fn unsafe_for_terminal(c: char) -> bool {
-    c.is_control() || invisible(c)
+    c.is_control() || invisible(c) || lookalike(c)
 }
 
 /// `bytes` for people: printable text as it is, the rest escaped (see
@@ -94,21 +156,42 @@ pub fn escape(bytes: &[u8]) -> String {
     escape_keeping(bytes, &[])
 }
 
-/// [`escape`] of a path, with a `->` in it written `-\x3e`: views show a
-/// rename or link as `FROM -> TO`, and a name holding ` -> ` (`mv a
-/// "b -> c"`) would read as another pair. Two spaces in a row are written
-/// ` \x20`: views part a path from what follows by two spaces (`A
-/// /w/x  (0644, 4 bytes)  by git`), which a name could imitate. Reversible
-/// with [`unescape`].
+/// [`escape`] of a path, with a `>` right after a `-` or after a
+/// character that is not ASCII written `\x3e` (so `->` is `-\x3e`): views
+/// show a rename or link as `FROM -> TO`, and a name holding ` -> ` (`mv a
+/// "b -> c"`), or a dash, minus or hyphen look-alike before a `>`
+/// (`b \u{2212}> c`), would read as another pair. Two spaces in a row are
+/// written ` \x20`: views part a path from what follows by two spaces (`A
+/// /w/x  (0644, 4 bytes)  by git`), which a name could imitate (every
+/// other space is escaped by [`escape`] already). Reversible with
+/// [`unescape`].
 pub fn path(p: &Path) -> String {
     path_bytes(p.as_os_str().as_bytes())
 }
 
 /// [`path`] of a path's bytes.
 pub fn path_bytes(bytes: &[u8]) -> String {
-    escape(bytes)
-        .replace("->", "-\\x3e")
-        .replace("  ", " \\x20")
+    let escaped = escape(bytes);
+    let mut out = String::with_capacity(escaped.len());
+    // The last character written: an escape's own characters are ASCII.
+    let mut prev = None;
+    for c in escaped.chars() {
+        match (prev, c) {
+            (Some(' '), ' ') => out.push_str("\\x20"),
+            (Some(p), '>') if p == '-' || !p.is_ascii() => out.push_str("\\x3e"),
+            _ => out.push(c),
+        }
+        prev = out.chars().next_back();
+    }
+    out
+}
+
+/// A process's command line (its argv joined by spaces, or its name) for
+/// people: escaped as [`path`] escapes a path. It is shown in the same
+/// columns and after the same two spaces (`approvals list`'s COMMAND,
+/// `changes`' `by ...`), and a worker chooses it (`exec -a "vim  ID  x"`).
+pub fn cmdline(bytes: &[u8]) -> String {
+    path_bytes(bytes)
 }
 
 /// [`escape`] of text already in a `str`.
@@ -247,6 +330,11 @@ pub fn shown_path(text: &str, b64: Option<&str>) -> String {
     path_bytes(&from_json(text, b64))
 }
 
+/// [`shown`] of a command line: as [`cmdline`] writes it.
+pub fn shown_cmdline(text: &str, b64: Option<&str>) -> String {
+    cmdline(&from_json(text, b64))
+}
+
 /// The exact bytes of a JSON field as a path.
 pub fn path_from_json(text: &str, b64: Option<&str>) -> std::path::PathBuf {
     OsStr::from_bytes(&from_json(text, b64)).into()
@@ -374,6 +462,215 @@ mod tests {
             let shown = path(Path::new(n));
             assert!(!shown.contains("  "), "{shown:?}");
             assert_eq!(unescape(&shown).unwrap(), n.as_bytes(), "{shown:?}");
+        }
+    }
+
+    /// Every space but U+0020 (Unicode's White_Space, which holds every
+    /// space separator, Zs), and the blanks, are escaped wherever they
+    /// stand, and come back: two no-break spaces are not the two spaces
+    /// that part a path from its details, nor a column gap.
+    #[test]
+    fn every_other_space_and_blank_is_escaped_and_comes_back() {
+        let mut spaces = 0;
+        for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+            if !(c.is_whitespace() && c != ' ') {
+                continue;
+            }
+            spaces += 1;
+            let s = format!("a{c}{c}b");
+            let shown = escape_str(&s);
+            assert!(!shown.contains(c), "{:x}: {shown:?}", c as u32);
+            assert_eq!(unescape(&shown).unwrap(), s.as_bytes());
+        }
+        assert!(spaces >= 24, "{spaces}");
+        for c in [
+            '\u{a0}', '\u{1680}', '\u{2000}', '\u{2003}', '\u{200a}', '\u{202f}', '\u{205f}',
+            '\u{3000}', '\u{2800}', '\u{3164}', '\u{115f}', '\u{1160}', '\u{ffa0}',
+        ] {
+            assert_eq!(
+                escape_str(&format!("x{c}y")),
+                format!("x\\u{{{:x}}}y", c as u32)
+            );
+        }
+        // A name that imitates the details of a line of `changes`, and
+        // one that imitates the PID, UID and COMMAND columns of
+        // `approvals list`.
+        let details = format!(
+            "/w/evil.sh\u{a0}\u{a0}(0644, 4 bytes)\u{a0}\u{a0}by git{}",
+            "\u{2003}".repeat(5)
+        );
+        let columns = format!(
+            "/ask/notes.md{}99999\u{2003}\u{2003}0\u{3000}\u{3000}git commit",
+            "\u{a0}".repeat(16)
+        );
+        for name in [details, columns] {
+            let shown = path(Path::new(&name));
+            assert!(
+                !shown.chars().any(|c| c.is_whitespace() && c != ' '),
+                "{shown:?}"
+            );
+            assert!(!shown.contains("  "), "{shown:?}");
+            assert_eq!(unescape(&shown).unwrap(), name.as_bytes());
+        }
+        assert_eq!(
+            path(Path::new("/w/x\u{a0}\u{a0}(0644)")),
+            "/w/x\\u{a0}\\u{a0}(0644)"
+        );
+    }
+
+    /// A combining overlay strikes through, slashes or rings the
+    /// character before it (`-` with U+0338 is drawn like a `/`, `=` like
+    /// `≠`): escaped wherever it stands.
+    #[test]
+    fn combining_overlays_are_escaped_and_come_back() {
+        for cp in (0x334..=0x338)
+            .chain(0x20d2..=0x20d3)
+            .chain(0x20d8..=0x20da)
+            .chain(0x20e5..=0x20e6)
+            .chain(0x20ea..=0x20eb)
+        {
+            let c = char::from_u32(cp).unwrap();
+            let s = format!("a-{c}>b");
+            let shown = escape_str(&s);
+            assert_eq!(shown, format!("a-\\u{{{cp:x}}}>b"));
+            assert_eq!(unescape(&shown).unwrap(), s.as_bytes());
+            assert_eq!(path(Path::new(&s)), format!("a-\\u{{{cp:x}}}>b"));
+        }
+    }
+
+    /// No name draws a rename's arrow from look-alikes: a look-alike of
+    /// `>` is escaped wherever it stands, and in a path (or a command
+    /// line) a `>` after a `-`, a dash, minus or hyphen look-alike, or any
+    /// other character that is not ASCII is `\x3e`. Each comes back.
+    #[test]
+    fn arrow_lookalikes_in_a_path_are_escaped_and_come_back() {
+        const DASHES: &[char] = &[
+            '-', '\u{2010}', '\u{2011}', '\u{2012}', '\u{2013}', '\u{2014}', '\u{2015}',
+            '\u{2043}', '\u{2212}', '\u{fe58}', '\u{fe63}', '\u{ff0d}', '\u{2500}', '\u{30fc}',
+            '\u{4e00}',
+        ];
+        const GTS: &[char] = &[
+            '\u{2c3}', '\u{1433}', '\u{203a}', '\u{232a}', '\u{276d}', '\u{276f}', '\u{2771}',
+            '\u{27e9}', '\u{3009}', '\u{fe65}', '\u{ff1e}',
+        ];
+        for &g in GTS {
+            assert!(lookalike(g));
+            assert_eq!(
+                escape_str(&format!("a{g}b")),
+                format!("a\\u{{{:x}}}b", g as u32)
+            );
+        }
+        for &d in DASHES {
+            for g in std::iter::once('>').chain(GTS.iter().copied()) {
+                for between in ["", "\u{301}", "\u{338}"] {
+                    let name = format!("/w/evil {d}{between}{g} /w/e1");
+                    for shown in [path(Path::new(&name)), cmdline(name.as_bytes())] {
+                        let cs: Vec<char> = shown.chars().collect();
+                        for w in cs.windows(2) {
+                            assert!(
+                                !(w[1] == '>' && (w[0] == '-' || !w[0].is_ascii())),
+                                "{shown:?}"
+                            );
+                        }
+                        assert!(!cs.iter().any(|&c| GTS.contains(&c)), "{shown:?}");
+                        assert_eq!(unescape(&shown).unwrap(), name.as_bytes(), "{shown:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(path(Path::new("/w/b \u{2212}> c")), "/w/b \u{2212}\\x3e c");
+        assert_eq!(path(Path::new("/w/b \u{2010}> c")), "/w/b \u{2010}\\x3e c");
+        assert_eq!(path(Path::new("/w/b \u{ff0d}> c")), "/w/b \u{ff0d}\\x3e c");
+        assert_eq!(path(Path::new("/w/b -\u{ff1e} c")), "/w/b -\\u{ff1e} c");
+        // A `>` after anything else ASCII stays as it is.
+        assert_eq!(path(Path::new("/w/2>&1 a>b")), "/w/2>&1 a>b");
+    }
+
+    /// A command line is shown as a path is: `exec -a "vim  ID  fake"`
+    /// can't imitate the columns after it, nor draw an arrow.
+    #[test]
+    fn a_command_line_escapes_two_spaces_and_arrows_and_comes_back() {
+        let argv = "vim  ID  fake\u{a0}\u{a0}x -> y";
+        let shown = cmdline(argv.as_bytes());
+        assert_eq!(shown, "vim \\x20ID \\x20fake\\u{a0}\\u{a0}x -\\x3e y");
+        assert_eq!(unescape(&shown).unwrap(), argv.as_bytes());
+        assert_eq!(shown_cmdline("a  b", None), "a \\x20b");
+        assert_eq!(
+            cmdline(b"sh -c echo hi > final/x.md"),
+            "sh -c echo hi > final/x.md"
+        );
+    }
+
+    /// The ranges of code points [`escape`] writes as an escape, as
+    /// `clients/escaped-code-points.txt` lists them.
+    fn escaped_ranges() -> Vec<(u32, u32)> {
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+            let s = c.to_string();
+            if escape_str(&s) == s {
+                continue;
+            }
+            let cp = c as u32;
+            match ranges.last_mut() {
+                Some((_, hi)) if *hi + 1 == cp => *hi = cp,
+                _ => ranges.push((cp, cp)),
+            }
+        }
+        ranges
+    }
+
+    const ESCAPED_TABLE: &str = "clients/escaped-code-points.txt";
+
+    /// The table the clients' tests check their `escape` against is the
+    /// binary's: a change to what [`escape`] escapes fails here until the
+    /// table (and so each client, whose tests then fail) follows it.
+    /// `ZONEMOUNT_WRITE_ESCAPED=1` writes the table anew.
+    #[test]
+    fn the_clients_table_of_escaped_code_points_is_the_binarys() {
+        let ranges = escaped_ranges();
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(ESCAPED_TABLE);
+        if std::env::var_os("ZONEMOUNT_WRITE_ESCAPED").is_some() {
+            let mut text = String::from(
+                "# The code points zonemount's human views write as an escape (src/text.rs:\n\
+                 # `escape`): `\\\\`, `\\t`, `\\n`, `\\r`, `\\xHH` below U+0080, `\\u{H...}`\n\
+                 # above. One range a line, inclusive, in hex. The Python and TypeScript\n\
+                 # clients' tests check their own `escape` against it over every code\n\
+                 # point; a unit test of src/text.rs checks that it is the binary's\n\
+                 # (ZONEMOUNT_WRITE_ESCAPED=1 cargo test --lib text:: writes it anew).\n",
+            );
+            for (lo, hi) in &ranges {
+                if lo == hi {
+                    let _ = writeln!(text, "{lo:04X}");
+                } else {
+                    let _ = writeln!(text, "{lo:04X}..{hi:04X}");
+                }
+            }
+            std::fs::write(&file, text).unwrap();
+        }
+        let listed: Vec<(u32, u32)> = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| {
+                let (lo, hi) = l.split_once("..").unwrap_or((l, l));
+                (
+                    u32::from_str_radix(lo, 16).unwrap(),
+                    u32::from_str_radix(hi, 16).unwrap(),
+                )
+            })
+            .collect();
+        assert!(
+            listed == ranges,
+            "{ESCAPED_TABLE} is not what text::escape escapes: write it anew with \
+             ZONEMOUNT_WRITE_ESCAPED=1 cargo test --lib text::, then bring the Python \
+             (_escape.py) and TypeScript (escape.ts) clients in line"
+        );
+        // What the clients assume of the form: `\\u{...}` above ASCII.
+        for (lo, hi) in ranges.iter().filter(|(lo, _)| *lo >= 0x80) {
+            for c in (*lo..=*hi).filter_map(char::from_u32) {
+                assert_eq!(escape_str(&c.to_string()), format!("\\u{{{:x}}}", c as u32));
+            }
         }
     }
 

@@ -417,3 +417,122 @@ fn run_review_and_a_stage_dir_show_names_escaped() {
     assert_clean("commit STAGE", &out.stdout);
     assert!(has_exact(&root.join("b")), "the host lacks the exact name");
 }
+
+/// Whether `text` holds a space other than U+0020 (or newline) raw: two
+/// no-break spaces read as the two spaces that part a path from its
+/// details in `changes`, or as a column gap of `approvals list`.
+fn raw_space(text: &str) -> Option<char> {
+    text.chars()
+        .find(|&c| c.is_whitespace() && c != ' ' && c != '\n')
+}
+
+/// A staged name that imitates the details of a line of `changes`, and a
+/// request whose name imitates the PID, UID and COMMAND columns of
+/// `approvals list` from a command line that imitates its columns too
+/// (`exec -a "vim  ID  fake"`): every view shows them escaped.
+#[test]
+fn lookalike_spaces_and_arrows_are_escaped_in_changes_and_approvals_list() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::zones(
+        Mode::Sandboxed,
+        &[
+            ("final", "mode: rw, approval: { write: ask, delete: ask }"),
+            ("out", "mode: rw, staged: true"),
+        ],
+    )
+    .asking();
+    let stage: PathBuf = s.root().join("stage");
+    let m = s
+        .arg("--stage-dir")
+        .arg(stage.to_str().unwrap())
+        .arg("--approval-timeout")
+        .arg("60")
+        .mount();
+
+    let details = format!(
+        "evil.sh\u{a0}\u{a0}(0644, 4 bytes)\u{a0}\u{a0}by git{}",
+        "\u{2003}".repeat(5)
+    );
+    let mut w = worker_naming(&m, "out", details.as_bytes());
+    let st = wait_child(&mut w, Duration::from_secs(20)).expect("the worker did not finish");
+    assert!(st.success(), "the worker could not create its file in /out");
+    let arrow = "a \u{2212}> b";
+    let mut w = worker_naming(&m, "out", arrow.as_bytes());
+    let st = wait_child(&mut w, Duration::from_secs(20)).expect("the worker did not finish");
+    assert!(st.success(), "the worker could not create its file in /out");
+    let out = zm(&m, &["changes"]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(raw_space(&out.stdout), None, "changes: {:?}", out.stdout);
+    let shown = "evil.sh\\u{a0}\\u{a0}(0644, 4 bytes)\\u{a0}\\u{a0}by git\
+                 \\u{2003}\\u{2003}\\u{2003}\\u{2003}\\u{2003}";
+    assert!(
+        out.stdout.contains(&format!("A  /out/{shown}  (")),
+        "changes: {}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("A  /out/a \u{2212}\\x3e b  ("),
+        "changes: {}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("\u{2212}>"), "{}", out.stdout);
+
+    let columns = format!(
+        "notes.md{}99999\u{2003}\u{2003}0\u{3000}\u{3000}git commit",
+        "\u{a0}".repeat(16)
+    );
+    let mut w = Command::new("setsid")
+        .args([
+            "bash",
+            "-c",
+            "exec -a 'vim  ID  fake' sh -c 'echo x > \"$0/$1\"' \"$0\" \"$1\"",
+            "final",
+        ])
+        .arg(&columns)
+        .current_dir(m.mountpoint())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut list: Vec<Value> = Vec::new();
+    let asked = wait_until(Duration::from_secs(10), || {
+        let out = zm(&m, &["approvals", "list", "--json"]);
+        list = json_of("approvals list --json", &out.stdout);
+        list.len() == 1
+    });
+    assert!(asked, "no request: {list:?}");
+    assert!(
+        exact(&list[0], "cmdline").starts_with(b"vim  ID  fake -c "),
+        "{}",
+        list[0]
+    );
+    for view in [
+        zm(&m, &["approvals", "list"]).stdout,
+        watch(&m, false),
+        zm(&m, &["status"]).stdout,
+    ] {
+        assert_eq!(raw_space(&view), None, "{view:?}");
+        assert!(view.contains("vim \\x20ID \\x20fake -c "), "{view}");
+        assert!(
+            view.contains(
+                "/final/notes.md\\u{a0}\\u{a0}\\u{a0}\\u{a0}\\u{a0}\\u{a0}\\u{a0}\\u{a0}\
+                 \\u{a0}\\u{a0}\\u{a0}\\u{a0}\\u{a0}\\u{a0}\\u{a0}\\u{a0}99999\
+                 \\u{2003}\\u{2003}0\\u{3000}\\u{3000}git commit"
+            ),
+            "{view}"
+        );
+    }
+    let id = list[0]["id"].as_u64().unwrap().to_string();
+    let out = run(
+        Command::new("setsid")
+            .args([BIN, "approvals", "deny"])
+            .arg(m.mountpoint())
+            .arg(&id),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    wait_child(&mut w, Duration::from_secs(20)).expect("the worker did not finish");
+}

@@ -128,7 +128,7 @@ pub fn kin(asker: u32, approver: u32) -> Option<Kin> {
 pub fn comm(pid: u32) -> String {
     std::fs::read(format!("/proc/{pid}/comm")).map_or_else(
         |_| "?".to_owned(),
-        |c| crate::text::escape(c.strip_suffix(b"\n").unwrap_or(&c)),
+        |c| crate::text::cmdline(c.strip_suffix(b"\n").unwrap_or(&c)),
     )
 }
 

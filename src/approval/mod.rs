@@ -317,9 +317,9 @@ impl RequestInfo {
         Some(text::shown_path(t, self.target_b64.as_deref()))
     }
 
-    /// The command line for people, escaped.
+    /// The command line for people, escaped ([`text::cmdline`]).
     pub fn shown_cmdline(&self) -> String {
-        text::shown(&self.cmdline, self.cmdline_b64.as_deref())
+        text::shown_cmdline(&self.cmdline, self.cmdline_b64.as_deref())
     }
 
     /// The exact bytes of the path.
