@@ -54,6 +54,8 @@ rm -rf "$work/node"; mkdir -p "$work/node"
 (cd "$repo/clients/node" && tar --exclude=./node_modules --exclude=./dist -cf - .) | tar -xf - -C "$work/node"
 
 export ZONEMOUNT_BIN=${ZONEMOUNT_BIN:-$repo/target/debug/zonemount}
+# The unit tests read clients/escaped-code-points.txt from the repository.
+export ZONEMOUNT_REPO=$repo
 rc=0 built=0
 echo "== npm ci && npm run build (tsc, strict) in clients/node"
 if (cd "$work/node" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build); then

@@ -1,20 +1,29 @@
 /**
  * What a worker names, for people: the same escaping as the zonemount
- * binary's human views.
+ * binary's human views (`text::escape`).
  *
  * Printable text stays as it is; a backslash becomes `\\`; tab, newline
  * and CR become `\t`, `\n`, `\r`; any other C0 control and DEL `\xHH`; a
  * byte that is not UTF-8 `\xHH` (`\x80`-`\xff`); a C1 control, a bidi,
  * zero-width or other invisible format character, a line or paragraph
- * separator, a variation selector or a tag character `\u{H...}`. The
- * result holds nothing that can redraw a terminal, and the escaping is
- * reversible.
+ * separator, a variation selector, a tag character or another
+ * default-ignorable code point, any space but U+0020 (a no-break, em or
+ * ideographic space...), a blank (U+2800, the Hangul fillers), a combining
+ * overlay (U+0334-U+0338...) or a look-alike of `>` (U+FF1E, U+203A...)
+ * `\u{H...}`. The result holds nothing that can redraw a terminal or pass
+ * for a column gap, and the escaping is reversible.
  */
 
-/** Code point ranges (inclusive) shown as `\u{...}` beyond the controls;
- * the same list as the binary's `text::invisible`. */
-const INVISIBLE: ReadonlyArray<readonly [number, number]> = [
+/** Code point ranges (inclusive) from U+0080 on shown as `\u{...}`: the
+ * C1 controls and what the binary's `text::invisible` and `text::lookalike`
+ * hold. `clients/escaped-code-points.txt` in the repository lists every
+ * code point the binary escapes, and the tests check this list against it
+ * over every code point. */
+const ESCAPED: ReadonlyArray<readonly [number, number]> = [
+  [0x0080, 0x00a0],
   [0x00ad, 0x00ad],
+  [0x02c3, 0x02c3],
+  [0x0334, 0x0338],
   [0x034f, 0x034f],
   [0x0600, 0x0605],
   [0x061c, 0x061c],
@@ -23,27 +32,54 @@ const INVISIBLE: ReadonlyArray<readonly [number, number]> = [
   [0x0890, 0x0891],
   [0x08e2, 0x08e2],
   [0x115f, 0x1160],
-  [0x180e, 0x180e],
-  [0x200b, 0x200f],
-  [0x2028, 0x202e],
-  [0x2060, 0x2064],
-  [0x2066, 0x206f],
+  [0x1433, 0x1433],
+  [0x1680, 0x1680],
+  [0x17b4, 0x17b5],
+  [0x180b, 0x180f],
+  [0x2000, 0x200f],
+  [0x2028, 0x202f],
+  [0x203a, 0x203a],
+  [0x205f, 0x206f],
+  [0x20d2, 0x20d3],
+  [0x20d8, 0x20da],
+  [0x20e5, 0x20e6],
+  [0x20ea, 0x20eb],
+  [0x232a, 0x232a],
+  [0x276d, 0x276d],
+  [0x276f, 0x276f],
+  [0x2771, 0x2771],
+  [0x27e9, 0x27e9],
+  [0x2800, 0x2800],
+  [0x3000, 0x3000],
+  [0x3009, 0x3009],
   [0x3164, 0x3164],
   [0xfe00, 0xfe0f],
+  [0xfe65, 0xfe65],
   [0xfeff, 0xfeff],
+  [0xff1e, 0xff1e],
   [0xffa0, 0xffa0],
-  [0xfff9, 0xfffb],
+  [0xfff0, 0xfffb],
   [0x110bd, 0x110bd],
   [0x110cd, 0x110cd],
   [0x13430, 0x1343f],
   [0x1bca0, 0x1bca3],
   [0x1d173, 0x1d17a],
-  [0xe0000, 0xe007f],
-  [0xe0100, 0xe01ef],
+  [0xe0000, 0xe0fff],
 ];
 
-function invisible(cp: number): boolean {
-  return INVISIBLE.some(([lo, hi]) => lo <= cp && cp <= hi);
+/** Whether code point `cp` (U+0080 or above) is shown as `\u{...}`. */
+function escapedCodePoint(cp: number): boolean {
+  let lo = 0;
+  let hi = ESCAPED.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const r = ESCAPED[mid];
+    if (r === undefined) break;
+    if (cp < r[0]) hi = mid;
+    else if (cp > r[1]) lo = mid + 1;
+    else return true;
+  }
+  return false;
 }
 
 /** The length of the valid UTF-8 sequence at `b[i]`, or 0 when the bytes
@@ -87,7 +123,7 @@ export function escape(data: Uint8Array | string): string {
     else if (ch === "\n") out += "\\n";
     else if (ch === "\r") out += "\\r";
     else if (cp < 0x20 || cp === 0x7f) out += `\\x${hex2(cp)}`;
-    else if ((cp >= 0x80 && cp <= 0x9f) || invisible(cp)) out += `\\u{${cp.toString(16)}}`;
+    else if (cp >= 0x80 && escapedCodePoint(cp)) out += `\\u{${cp.toString(16)}}`;
     else out += ch;
   }
   return out;

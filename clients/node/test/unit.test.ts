@@ -2,10 +2,17 @@
 // checks on what the daemon sends.
 
 import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
 import { test } from "node:test";
 
 import * as zm from "../src/index.js";
 import { readEvent } from "../src/types.js";
+import { PKG } from "./helpers.js";
+
+/** The repository: $ZONEMOUNT_REPO (scripts/test-node.sh builds a copy of
+ * clients/node elsewhere), else the one this package is in. */
+const REPO = process.env["ZONEMOUNT_REPO"] ?? path.resolve(PKG, "../..");
 
 test("escape shows names as the binary does", () => {
   const table: Array<[string | Buffer, string]> = [
@@ -20,6 +27,56 @@ test("escape shows names as the binary does", () => {
     ["żółw 🐢", "żółw 🐢"],
   ];
   for (const [input, want] of table) assert.equal(zm.escape(input), want, JSON.stringify(input));
+});
+
+test("escape is the binary's over every code point (clients/escaped-code-points.txt)", () => {
+  // The table lists what the binary escapes; a unit test of its
+  // src/text.rs checks that.
+  const table = path.join(REPO, "clients/escaped-code-points.txt");
+  const ranges: Array<[number, number]> = [];
+  for (const raw of fs.readFileSync(table, "utf8").split("\n")) {
+    const line = raw.trim();
+    if (line === "" || line.startsWith("#")) continue;
+    const [lo, hi] = line.split("..");
+    ranges.push([parseInt(lo ?? "", 16), parseInt(hi ?? lo ?? "", 16)]);
+  }
+  assert.ok(ranges.length > 0 && ranges.every(([lo, hi]) => lo <= hi), `${table} lists ranges`);
+  const listed = (cp: number): boolean => ranges.some(([lo, hi]) => lo <= cp && cp <= hi);
+  const special: Record<string, string> = { "\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r" };
+  const expected = (cp: number): string => {
+    const ch = String.fromCodePoint(cp);
+    if (!listed(cp)) return ch;
+    const named = special[ch];
+    if (named !== undefined) return named;
+    if (cp < 0x80) return `\\x${cp.toString(16).padStart(2, "0")}`;
+    return `\\u{${cp.toString(16)}}`;
+  };
+  const cps: number[] = [];
+  for (let cp = 0; cp <= 0x10ffff; cp++) if (cp < 0xd800 || cp > 0xdfff) cps.push(cp);
+  const got = zm.escape(cps.map((cp) => String.fromCodePoint(cp)).join(""));
+  const want = cps.map(expected).join("");
+  if (got !== want) {
+    const bad = cps
+      .filter((cp) => zm.escape(String.fromCodePoint(cp)) !== expected(cp))
+      .map((cp) => `U+${cp.toString(16).padStart(4, "0")}: ${JSON.stringify(zm.escape(String.fromCodePoint(cp)))}, the binary ${JSON.stringify(expected(cp))}`);
+    assert.fail(`escape differs from the binary (${table}) at ${bad.length} code points: ${bad.slice(0, 20).join("; ")}`);
+  }
+});
+
+test("spaces, look-alikes of > and ignorables are escaped", () => {
+  for (const cp of [
+    0x00a0, 0x1680, 0x2003, 0x202f, 0x205f, 0x3000, 0x2800, 0x3164, 0x0336, 0x0338, 0xff1e, 0x203a, 0x276f, 0x02c3,
+    0x3009, 0x232a, 0x17b4, 0x17b5, 0x180b, 0x180d, 0x180f, 0x2065, 0xfff0, 0xfff8, 0xe0080, 0xe00ff, 0xe01f0, 0xe0fff,
+  ]) {
+    assert.equal(zm.escape(`a${String.fromCodePoint(cp)}b`), `a\\u{${cp.toString(16)}}b`);
+  }
+  assert.equal(
+    zm.escape("evil.sh\u00a0\u00a0(0644, 4 bytes)\u00a0\u00a0by git"),
+    "evil.sh\\u{a0}\\u{a0}(0644, 4 bytes)\\u{a0}\\u{a0}by git",
+  );
+  // Ordinary text, dashes among it, stays as it is.
+  const plain = "Q3 \u2013 report \u2014 d\u00e9j\u00e0 vu \u65e5.md";
+  assert.equal(zm.escape(plain), plain);
 });
 
 test("exact reads a field's bytes: _b64 first, then the text", () => {
