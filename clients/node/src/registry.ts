@@ -13,7 +13,10 @@
  * A record names the socket the client trusts with decisions, so a
  * directory is read only when the binary would read it: a directory (not a
  * symbolic link) owned by this user (root's: by root) that nobody else may
- * write in. A record of another mount namespace is not this one's mount.
+ * write in. When this user's runtime directory or its `mounts` is not such
+ * a directory, nothing is read (not root's registry either) and
+ * {@link NotMountedError} says why, as the binary refuses it. A record of
+ * another mount namespace is not this one's mount.
  */
 
 import * as fs from "node:fs";
@@ -57,13 +60,15 @@ export function mountKey(mountpoint: string | Buffer): string {
 }
 
 /** Why `dir` can't be trusted to hold `owner`'s records (null: it can, or
- * it is missing and holds nothing). */
+ * it is missing and holds nothing), as the binary judges it. */
 function unfit(dir: string, owner: number): string | null {
   let st: fs.Stats;
   try {
     st = fs.lstatSync(dir);
-  } catch {
-    return null;
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return null;
+    return `can't be examined (${code ?? String(e)})`;
   }
   if (st.isSymbolicLink()) return "is a symbolic link";
   if (!st.isDirectory()) return "is not a directory";
@@ -135,24 +140,22 @@ export function findRecord(mountpoint: string): MountRecord {
   const own = runtimeDir();
   const bases: Array<[string, number]> = [[own, euid()]];
   if (own !== ROOT_RUNTIME_DIR) bases.push([ROOT_RUNTIME_DIR, 0]);
-  const problems: string[] = [];
   for (const [base, owner] of bases) {
     const mounts = path.join(base, "mounts");
     const baseWhy = unfit(base, owner);
     const mountsWhy = baseWhy === null ? unfit(mounts, owner) : null;
     const why = baseWhy !== null ? `${base} ${baseWhy}` : mountsWhy !== null ? `${mounts} ${mountsWhy}` : null;
     if (why !== null) {
-      if (base === own) problems.push(why);
-      continue;
+      // This user's: refused outright, as the binary refuses it. Root's:
+      // read only as root keeps it.
+      if (base !== own) continue;
+      throw new NotMountedError(
+        `the runtime directory ${why}: zonemount won't read mount records there ` +
+          "(another user may have made it); remove it, or set XDG_RUNTIME_DIR to a directory of your own",
+      );
     }
     const rec = readRecord(path.join(mounts, name));
     if (rec !== null && rec.mountpoint === mp && here(rec)) return rec;
-  }
-  if (problems.length > 0) {
-    throw new NotMountedError(
-      `the runtime directory ${problems.join("; ")}: zonemount won't read mount records there ` +
-        "(another user may have made it); remove it, or set XDG_RUNTIME_DIR to a directory of your own",
-    );
   }
   throw new NotMountedError(
     `${mp} is not a zonemount mount this user can see: no record in ` +

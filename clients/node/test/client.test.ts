@@ -220,6 +220,55 @@ test("the registry is read only from a runtime directory nobody else could write
   assert.match(lookup(), /^NotMountedError: the runtime directory .*zonemount is a symbolic link/);
 });
 
+/** What `controlSocket(dir)` says in a child playing `uid` (as root) with
+ * `env`: `found SOCKET`, or the error's name and message. */
+function lookupAs(uid: number, dir: string, env: NodeJS.ProcessEnv): string {
+  const index = path.join(PKG, "dist/src/index.js");
+  const script =
+    (process.geteuid?.() === 0 ? `process.geteuid = () => ${uid};\n` : "") +
+    `const { controlSocket } = await import(${JSON.stringify(index)});\n` +
+    `try { console.log("found " + controlSocket(${JSON.stringify(dir)})); }\n` +
+    `catch (e) { console.log(e.name + ": " + e.message); }\n`;
+  const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { env, encoding: "utf8", timeout: 30_000 });
+  return r.stdout.trim();
+}
+
+test("a runtime directory that can't be examined is refused, as the binary refuses it", LIMIT, (t) => {
+  const dir = tmpDir(t);
+  const uid = process.geteuid?.() === 0 ? 4242 : process.geteuid?.() ?? 0;
+  // XDG_RUNTIME_DIR is a file: its zonemount can't be looked at (ENOTDIR).
+  const rt = path.join(dir, "rt");
+  fs.writeFileSync(rt, "");
+  assert.match(
+    lookupAs(uid, dir, { ...process.env, XDG_RUNTIME_DIR: rt }),
+    /^NotMountedError: the runtime directory .*rt\/zonemount can't be examined \(ENOTDIR\)/,
+  );
+});
+
+test("a /tmp/zonemount-UID another user made is refused", LIMIT, (t) => {
+  if (process.geteuid?.() !== 0) {
+    t.skip("only root can play a user whose /tmp/zonemount-UID another made");
+    return;
+  }
+  const dir = tmpDir(t);
+  let uid = 424200;
+  while (fs.existsSync(`/run/user/${uid}`) || fs.existsSync(`/tmp/zonemount-${uid}`)) uid++;
+  const zmdir = `/tmp/zonemount-${uid}`;
+  t.after(() => fs.rmSync(zmdir, { recursive: true, force: true }));
+  fs.mkdirSync(path.join(zmdir, "mounts"), { recursive: true, mode: 0o700 });
+  const mp = fs.realpathSync(dir);
+  fs.writeFileSync(path.join(zmdir, "mounts", `${zm.mountKey(mp)}.json`), JSON.stringify({ mountpoint: mp, pid: 1, control: "/their/control.sock" }));
+  for (const d of [zmdir, path.join(zmdir, "mounts")]) {
+    fs.chmodSync(d, 0o700);
+    fs.chownSync(d, uid + 1, uid + 1);
+  }
+  const env = { ...process.env };
+  delete env["XDG_RUNTIME_DIR"];
+  assert.match(lookupAs(uid, dir, env), new RegExp(`^NotMountedError: the runtime directory ${zmdir} belongs to uid ${uid + 1}, not to uid ${uid}`));
+  for (const d of [zmdir, path.join(zmdir, "mounts")]) fs.chownSync(d, uid, uid);
+  assert.equal(lookupAs(uid, dir, env), "found /their/control.sock");
+});
+
 test("watch streams requests and their ends", LIMIT, async (t) => {
   zmBin();
   if (!canMount(t)) return;
