@@ -46,6 +46,20 @@ pub fn exit(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Make the child `cmd` starts leave this process's session before it runs
+/// its program (setsid(2)): it then has no controlling terminal, so it
+/// can't push keys into this process's terminal (`--prompt`), and it leads
+/// a process group of its own, whose every member can be signalled
+/// together.
+pub fn new_session_before_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the forked child before exec and calls only
+    // setsid(2), which is async-signal-safe: no allocation, no lock.
+    unsafe {
+        cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(io::Error::from));
+    }
+}
+
 /// Mark every fd above stderr that this process holds now close-on-exec:
 /// what it inherited from whoever started it (an open directory, a pipe)
 /// then reaches no program it starts (bwrap and the worker of `run`, a

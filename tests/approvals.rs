@@ -1262,8 +1262,10 @@ fn prompt_answers_with_a_key_on_a_terminal() {
     fs::write(&cfg, zones_yaml(Mode::Sandboxed, ZONES)).unwrap();
     let mnt = root.join("mnt");
     fs::create_dir_all(&mnt).unwrap();
+    // A hook runs while each request is shown: in a session of its own,
+    // it is no process that could type on the prompt's terminal.
     let inner = format!(
-        "{BIN} mount --foreground --prompt --approval-timeout 60 --config {} {}",
+        "{BIN} mount --foreground --prompt --on-ask '/bin/sleep 5' --approval-timeout 60 --config {} {}",
         cfg.display(),
         mnt.display()
     );

@@ -17,7 +17,8 @@
 //! - At most [`MAX_RUNNING`] run at once. A request that comes while that
 //!   many run gets no hook: it is logged, counted (`hooks_skipped` in
 //!   `status`), and waits for its decision as any other.
-//! - Each runs in a process group of its own, and the whole group is ended
+//! - Each runs in a session (so a process group) of its own, with no
+//!   controlling terminal, and the whole group is ended
 //!   (SIGTERM, then SIGKILL after [`GRACE`]) when its request ends
 //!   (decided, timed out, withdrawn: nobody waits to be told any more),
 //!   after [`HOOK_LIMIT`], and when the broker closes (the unmount, the
@@ -29,7 +30,6 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -400,16 +400,18 @@ impl Runner {
             self.slots.lock().taken.remove(&id);
             return;
         };
-        let child = Command::new(prog)
-            .args(args)
+        let mut cmd = Command::new(prog);
+        cmd.args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            // Its own group: the whole hook (a shell and what it starts)
-            // is ended together.
-            .process_group(0)
-            .current_dir("/")
-            .spawn();
+            .current_dir("/");
+        // Its own session, so its own group: the whole hook (a shell and
+        // what it starts) is ended together, and it has no controlling
+        // terminal to push keys into (`--prompt` takes none while another
+        // process of its terminal's session runs).
+        crate::fork::new_session_before_exec(&mut cmd);
+        let child = cmd.spawn();
         let mut child = match child {
             Ok(c) => c,
             Err(e) => {

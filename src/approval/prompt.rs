@@ -188,7 +188,7 @@ fn other_member(session: u32, me: u32) -> Option<(u32, String)> {
             .filter(|a| !a.is_empty())
             .collect::<Vec<_>>()
             .join(&b' ');
-        Some((pid, crate::text::escape(&cmd)))
+        Some((pid, crate::text::cmdline(&cmd)))
     })
 }
 
