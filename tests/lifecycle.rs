@@ -602,6 +602,80 @@ fn unmount_of_a_missing_path_or_a_foreign_mount_is_a_usage_error() {
     );
 }
 
+/// A directory above a root mount that someone else may change (here a
+/// 0777 one) is renamed and a symlink to another mount's parent put in its
+/// place: neither `zonemount unmount` of the old path nor a SIGTERM to the
+/// daemon unmounts what the path now leads to (a tmpfs), and the daemon
+/// still takes its own mount down where it now is.
+#[test]
+fn a_renamed_path_never_turns_an_unmount_onto_another_mount() {
+    if !fuse_ok() || !root_ok() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let (owned, other) = (t.join("owned"), t.join("other"));
+    let back = t.join("back");
+    for d in [owned.join("u/mnt"), other.join("mnt"), back.clone()] {
+        fs::create_dir_all(d).unwrap();
+    }
+    fs::set_permissions(&owned, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let victim = other.join("mnt");
+    let st = run(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "zm-test-victim"])
+            .arg(&victim),
+        Duration::from_secs(10),
+    );
+    assert!(st.success(), "{}", st.describe());
+    struct Down(Vec<PathBuf>);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                cleanup_mount(p, true);
+            }
+        }
+    }
+    let mnt = owned.join("u/mnt");
+    let moved = owned.join("u2/mnt");
+    let _down = Down(vec![mnt.clone(), moved.clone(), victim.clone()]);
+    fs::write(victim.join("marker"), "victim").unwrap();
+    let zone = format!("w={}:rw", back.display());
+    let out = zonemount(t, &["mount", "-q", "--zone", &zone, mnt.to_str().unwrap()]);
+    assert!(out.success(), "{}", out.describe());
+    let (pid, _) = record_and_socket(&mnt);
+    fs::rename(owned.join("u"), owned.join("u2")).unwrap();
+    std::os::unix::fs::symlink(&other, owned.join("u")).unwrap();
+
+    let out = zonemount(t, &["unmount", mnt.to_str().unwrap()]);
+    assert!(!out.success(), "{}", out.describe());
+    assert!(
+        is_mounted(&victim),
+        "unmount of the old path took the tmpfs down"
+    );
+    assert!(is_mounted(&moved), "{}", out.describe());
+
+    let _ = run(
+        Command::new("kill").arg("-TERM").arg(pid.to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(
+        wait_unmounted(&moved),
+        "the daemon left its own mount at {}",
+        moved.display()
+    );
+    assert!(
+        wait_until(MOUNT_TIMEOUT, || !Path::new(&format!("/proc/{pid}"))
+            .exists()),
+        "the daemon did not exit"
+    );
+    assert!(
+        is_mounted(&victim),
+        "the daemon's unmount took the tmpfs down"
+    );
+    assert_eq!(fs::read_to_string(victim.join("marker")).unwrap(), "victim");
+}
+
 #[test]
 fn two_mounts_at_once_are_independent() {
     if !fuse_ok() {

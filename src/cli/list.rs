@@ -337,6 +337,7 @@ mod tests {
             mountpoint: mp.into(),
             fstype: fstype.into(),
             source: "zonemount".into(),
+            ..MountEntry::default()
         }
     }
 

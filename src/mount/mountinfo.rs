@@ -7,12 +7,16 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 /// One line of /proc/self/mountinfo that matters here.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct MountEntry {
     pub mountpoint: PathBuf,
     pub fstype: String,
     /// The mount source (a FUSE mount's fsname).
     pub source: String,
+    /// The mount's id (what `statx` calls `stx_mnt_id`).
+    pub id: u64,
+    /// Its device, `major:minor`.
+    pub dev: String,
 }
 
 impl MountEntry {
@@ -58,7 +62,9 @@ fn parse(text: &str) -> Vec<MountEntry> {
     text.lines()
         .filter_map(|line| {
             let mut fields = line.split(' ');
-            let mp = fields.nth(4)?;
+            let id = fields.next()?.parse().ok()?;
+            let dev = fields.nth(1)?;
+            let mp = fields.nth(1)?;
             let mut rest = line.split(" - ").nth(1)?.split(' ');
             let fstype = rest.next()?;
             let source = rest.next().unwrap_or("");
@@ -66,6 +72,8 @@ fn parse(text: &str) -> Vec<MountEntry> {
                 mountpoint: unescape(mp),
                 fstype: fstype.to_string(),
                 source: unescape(source).to_string_lossy().into_owned(),
+                id,
+                dev: dev.to_string(),
             })
         })
         .collect()
@@ -125,6 +133,11 @@ pub fn elsewhere(path: &Path) -> Vec<Elsewhere> {
     out
 }
 
+/// The topmost mount of device `dev` (`major:minor`), wherever it is now.
+pub fn find_device(dev: &str) -> Option<MountEntry> {
+    mounts().into_iter().rev().find(|m| m.dev == dev)
+}
+
 /// The topmost mount at exactly `path`, if any.
 pub fn find_mount(path: &Path) -> Option<MountEntry> {
     mounts().into_iter().rev().find(|m| m.mountpoint == path)
@@ -175,11 +188,24 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_has_its_mount_id_and_device() {
+        let line =
+            "812 27 0:94 / /tmp/a\\040b rw,nosuid,nodev - fuse.zonemount zonemount rw,user_id=0\n";
+        let e = &parse(line)[0];
+        assert_eq!((e.id, e.dev.as_str()), (812, "0:94"));
+        assert_eq!(e.mountpoint, PathBuf::from("/tmp/a b"));
+        assert!(e.is_zonemount());
+        let own = &mounts()[0];
+        assert!(own.id > 0 && own.dev.contains(':'), "{own:?}");
+    }
+
+    #[test]
     fn zonemount_mounts_are_known_by_type_or_by_name() {
         let e = |fstype: &str, source: &str| MountEntry {
             mountpoint: "/m".into(),
             fstype: fstype.into(),
             source: source.into(),
+            ..MountEntry::default()
         };
         assert!(e("fuse.zonemount", "zonemount").is_zonemount());
         assert!(e("fuse", "zonemount").is_zonemount(), "an older daemon's");

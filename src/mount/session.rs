@@ -160,6 +160,9 @@ pub enum SessionError {
 /// A mounted filesystem with its broker and ledger, not yet serving.
 pub struct Session {
     mountpoint: PathBuf,
+    /// The mount's device (`major:minor`), read when it was made: how it
+    /// is found to be unmounted wherever its mountpoint is by then.
+    device: Option<String>,
     broker: Approvals,
     audit: Option<Arc<Audit>>,
     core: Arc<Core>,
@@ -273,8 +276,10 @@ pub fn build(
     let fuse = match fuse::Session::new(Device::from_fd(dev), Arc::new(fs), opts) {
         Ok(f) => f,
         Err(e) => {
-            if let Err(u) = detach_or_lazily(mountpoint) {
-                tracing::warn!("cannot take down the half-made mount: {u}");
+            if let Some(made) = own_mount(None, mountpoint) {
+                if let Err(u) = detach_or_lazily(&made) {
+                    tracing::warn!("cannot take down the half-made mount: {u}");
+                }
             }
             disarm(watcher.as_ref());
             return Err(MountError::Mount(show(mountpoint), e).into());
@@ -301,6 +306,7 @@ pub fn build(
     }
     Ok(Session {
         mountpoint: mountpoint.to_path_buf(),
+        device: super::mountinfo::device_of(mountpoint),
         broker,
         audit,
         core,
@@ -528,6 +534,7 @@ impl Session {
         Stopper {
             broker: self.broker.clone(),
             mountpoint: self.mountpoint.clone(),
+            device: self.device.clone(),
         }
     }
 
@@ -556,6 +563,7 @@ impl Session {
             stopper: Stopper {
                 broker: self.broker,
                 mountpoint: self.mountpoint,
+                device: self.device,
             },
             audit: self.audit,
             watcher: Ended(self.watcher),
@@ -593,6 +601,7 @@ fn log_unmount(audit: Option<&Arc<Audit>>, core: &Arc<Core>) {
 pub struct Stopper {
     broker: Approvals,
     mountpoint: PathBuf,
+    device: Option<String>,
 }
 
 impl Stopper {
@@ -601,7 +610,20 @@ impl Stopper {
     /// need be. The serving threads then end.
     pub fn stop(&self, reason: &str) -> Result<(), UnmountError> {
         self.broker.shutdown(reason);
-        detach_or_lazily(&self.mountpoint)
+        match own_mount(self.device.as_deref(), &self.mountpoint) {
+            Some(m) => detach_or_lazily(&m),
+            None => Ok(()),
+        }
+    }
+}
+
+/// This daemon's mount: the topmost of its `device` wherever it is now (a
+/// directory above it may have been renamed), else the zonemount mount at
+/// `mountpoint` when the device is not known. None once it is gone.
+fn own_mount(device: Option<&str>, mountpoint: &Path) -> Option<super::mountinfo::MountEntry> {
+    match device {
+        Some(dev) => super::mountinfo::find_device(dev),
+        None => super::mountinfo::find_mount(mountpoint).filter(|m| m.is_zonemount()),
     }
 }
 

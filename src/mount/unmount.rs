@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::mountinfo::{absolute, find_mount};
+use super::mountinfo::{MountEntry, absolute, find_mount};
 use super::registry::{forget, read_record};
 use super::show;
 
@@ -163,15 +163,26 @@ pub fn wait_ended(pid: u32, limit: Duration) -> bool {
     Exiting::of(pid).wait(limit)
 }
 
-/// Unmount exactly `path` (root: umount2; others: fusermount3 -u).
-pub fn detach(path: &Path, lazy: bool) -> Result<(), UnmountError> {
+/// Unmount exactly the mount `entry` (root: umount2; others: fusermount3
+/// -u, which does its own checks).
+///
+/// As root, by its path but never past a symlink, and only that mount: the
+/// path's parent is opened with no symlink anywhere on the way
+/// (`RESOLVE_NO_SYMLINKS`), the mount is named through that fd
+/// (`/proc/self/fd/N/NAME`, `UMOUNT_NOFOLLOW`), and only once the mount
+/// found there is `entry` (its mount id, read without asking its daemon).
+/// So a directory on the path renamed, or a symlink put in its place,
+/// between the look and the unmount (a user who owns a directory above a
+/// root mount can do both) can't turn the unmount onto another mount.
+pub fn detach(entry: &MountEntry, lazy: bool) -> Result<(), UnmountError> {
+    let path = entry.mountpoint.as_path();
     if rustix::process::geteuid().is_root() {
-        let flags = if lazy {
-            rustix::mount::UnmountFlags::DETACH
-        } else {
-            rustix::mount::UnmountFlags::empty()
-        };
-        return match rustix::mount::unmount(path, flags) {
+        let mut flags = rustix::mount::UnmountFlags::NOFOLLOW;
+        if lazy {
+            flags |= rustix::mount::UnmountFlags::DETACH;
+        }
+        let through = pinned(entry)?;
+        return match rustix::mount::unmount(&through.path, flags) {
             Ok(()) => Ok(()),
             Err(rustix::io::Errno::BUSY) => Err(UnmountError::Busy(show(path))),
             Err(e) => Err(UnmountError::Failed(show(path), e.to_string())),
@@ -198,13 +209,63 @@ pub fn detach(path: &Path, lazy: bool) -> Result<(), UnmountError> {
     }
 }
 
+/// `entry`'s mountpoint named through an fd of its parent (see
+/// [`detach`]), held open while the path is used.
+struct Pinned {
+    _dir: rustix::fd::OwnedFd,
+    path: std::path::PathBuf,
+}
+
+fn pinned(entry: &MountEntry) -> Result<Pinned, UnmountError> {
+    use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxFlags};
+    use std::os::fd::AsRawFd;
+    let path = entry.mountpoint.as_path();
+    let fail = |why: String| UnmountError::Failed(show(path), why);
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(fail("not a mountpoint's path".into()));
+    };
+    let dir = rustix::fs::openat2(
+        rustix::fs::CWD,
+        parent,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    )
+    .map_err(|e| {
+        fail(format!(
+            "cannot reach {} without following a symlink ({e}): not unmounting by a path that may lead elsewhere",
+            show(parent)
+        ))
+    })?;
+    // No request to the daemon (it may be stuck, or gone): the mount id
+    // comes from the VFS, the rest from the kernel's cache.
+    let found = rustix::fs::statx(
+        &dir,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_DONT_SYNC,
+        StatxFlags::MNT_ID,
+    )
+    .map_err(|e| fail(format!("cannot look at it: {e}")))?;
+    if found.stx_mnt_id != entry.id {
+        return Err(fail(format!(
+            "another mount (id {}) is at that path now, not the {} mount (id {}) looked up a moment ago (a directory on the path was renamed or replaced): not touching it",
+            found.stx_mnt_id, entry.fstype, entry.id
+        )));
+    }
+    let through = std::path::PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
+    Ok(Pinned {
+        _dir: dir,
+        path: through,
+    })
+}
+
 /// [`detach`], lazily when that fails: how a daemon (or the Rust API)
 /// unmounts its own mount (a mount made with mount(2) has no `fusermount3 -u`
 /// to fall back on).
-pub fn detach_or_lazily(path: &Path) -> Result<(), UnmountError> {
-    detach(path, false).or_else(|e| {
+pub fn detach_or_lazily(entry: &MountEntry) -> Result<(), UnmountError> {
+    detach(entry, false).or_else(|e| {
         tracing::warn!("unmount failed ({e}); detaching lazily");
-        detach(path, true)
+        detach(entry, true)
     })
 }
 
@@ -221,7 +282,7 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<Unmounted, UnmountError> {
     let record = read_record(&path);
     // Held from before the detach: the daemon exits once it is done.
     let daemon = record.as_ref().map(|r| Exiting::of(r.pid));
-    if let Err(e) = detach(&path, lazy) {
+    if let Err(e) = detach(&entry, lazy) {
         // Gone meanwhile (its watcher took a dead daemon's mount down
         // between the look and the detach): what was asked is done.
         if find_mount(&path).is_none_or(|m| !m.is_zonemount()) {

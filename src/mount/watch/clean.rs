@@ -43,18 +43,31 @@ pub(super) fn clean_up(c: &InChild, p: &Prepared, msgs: &Messages) {
             let _ = rustix::fs::unlink(path.as_c_str());
         }
     }
-    if let Some(mp) = &p.mountpoint {
+    if let Some((parent, name)) = &p.mountpoint {
+        // Named from its parent, reached with no symlink on the way, as
+        // the working directory (this child has one thread); no symlink
+        // followed at the end either.
+        let at_parent = rustix::fs::openat2(
+            rustix::fs::CWD,
+            parent.as_c_str(),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+            rustix::fs::ResolveFlags::NO_SYMLINKS,
+        )
+        .and_then(|dir| rustix::process::fchdir(&dir));
         // statfs, not stat: the kernel answers a stat of the mount's root
         // from its attribute cache even once the daemon is gone, but
         // always asks the daemon for statfs. ECONNABORTED and ECANCELED:
         // a request caught in the teardown of a dead daemon's io_uring
         // queues (both seen here).
-        if mount_is_dead(mp) {
+        if at_parent.is_ok() && mount_is_dead(name) {
             match &p.fusermount {
                 Some((_, argv)) => sys::exec_and_wait(c, argv),
                 None => {
-                    let _ =
-                        rustix::mount::unmount(mp.as_c_str(), rustix::mount::UnmountFlags::DETACH);
+                    let _ = rustix::mount::unmount(
+                        name.as_c_str(),
+                        rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+                    );
                 }
             }
         }

@@ -20,7 +20,11 @@ pub(super) struct Prepared {
     /// A pidfd of the watched process (None where pidfds are missing).
     pub(super) parent: Option<OwnedFd>,
     pub(super) null: OwnedFd,
-    pub(super) mountpoint: Option<CString>,
+    /// The mountpoint as its parent directory and its name in it: the
+    /// child reaches the parent with no symlink on the way and names the
+    /// mount from there (a directory renamed or swapped for a symlink
+    /// above it can't turn the unmount onto another mount).
+    pub(super) mountpoint: Option<(CString, CString)>,
     /// `fusermount3 -u -z -- MNT` as an argv (the CStrings and the
     /// null-terminated pointer array into them).
     pub(super) fusermount: Option<(Vec<CString>, Vec<*const c_char>)>,
@@ -40,7 +44,15 @@ impl Prepared {
         let me = rustix::process::getpid();
         let parent = rustix::process::pidfd_open(me, PidfdFlags::empty()).ok();
         let null = rustix::fs::open("/dev/null", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
-        let mountpoint = plan.mountpoint.as_deref().map(cstring).transpose()?;
+        let mountpoint = match plan.mountpoint.as_deref() {
+            Some(mp) => match (mp.parent(), mp.file_name()) {
+                (Some(dir), Some(name)) => {
+                    Some((cstring(dir)?, cstring(std::path::Path::new(name))?))
+                }
+                _ => None,
+            },
+            None => None,
+        };
         let fusermount = match (&plan.fusermount, &plan.mountpoint) {
             (Some(bin), Some(mp)) => {
                 let args = vec![
