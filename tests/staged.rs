@@ -905,7 +905,12 @@ fn the_rust_api_reviews_commits_and_discards() {
         return;
     }
     use zonemount::mount::api;
-    let tmp = tempfile::tempdir().unwrap();
+    // 0755 whatever the umask (a mount in this process clears it): a
+    // stage dir is refused under a dir others may write in.
+    let tmp = tempfile::Builder::new()
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .tempdir()
+        .unwrap();
     let root = fs::canonicalize(tmp.path()).unwrap();
     fs::create_dir_all(root.join("b")).unwrap();
     fs::write(root.join("b/f"), "old\n").unwrap();
@@ -1732,4 +1737,133 @@ fn a_stage_dir_with_a_tree_deeper_than_path_max_is_reviewed_and_discarded() {
         fs::read_dir(&upper).map_or(true, |mut d| d.next().is_none()),
         "the stage holds nothing"
     );
+}
+
+/// A stage dir others may write in is refused by `mount`: the mount
+/// would write its manifest through a file planted there (a symlink to
+/// someone else's file) and show and commit what was planted in it.
+#[test]
+fn a_stage_dir_others_may_write_in_is_refused() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = staged("{ write: ask }");
+    let stage = s.root().join("stage");
+    let sentinel = s.root().join("sentinel");
+    fs::write(&sentinel, "precious\n").unwrap();
+    fs::create_dir_all(stage.join("work/upper")).unwrap();
+    fs::write(stage.join("work/upper/planted"), "planted\n").unwrap();
+    std::os::unix::fs::symlink(&sentinel, stage.join(".stage.json.tmp")).unwrap();
+    fs::set_permissions(&stage, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let (out, m) = s.try_mount();
+    assert!(!out.success() && !m.is_mounted(), "{}", out.describe());
+    assert!(
+        out.stderr.contains(&format!(
+            "stage dir {} has mode 0777: others may write in it",
+            stage.display()
+        )),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(fs::read_to_string(&sentinel).unwrap(), "precious\n");
+}
+
+/// What zonemount writes in a stage dir is never written through a
+/// symlink found there (the manifest's temporary file, the record of who
+/// changed what, the fingerprints): a file outside stays as it was.
+#[test]
+fn files_in_a_stage_dir_are_not_written_through_a_symlink() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = staged("{ write: ask }");
+    let stage = s.root().join("stage");
+    let sentinel = s.root().join("sentinel");
+    fs::write(&sentinel, "precious\n").unwrap();
+    fs::create_dir(&stage).unwrap();
+    std::os::unix::fs::symlink(&sentinel, stage.join(".stage.json.tmp")).unwrap();
+    let mut m = s.mount();
+    let out = worker(&m, "work", "echo n > new");
+    assert!(out.success(), "{}", out.describe());
+    assert!(m.unmount().success());
+    assert_eq!(fs::read_to_string(&sentinel).unwrap(), "precious\n");
+    assert!(
+        fs::symlink_metadata(stage.join(".stage.json.tmp"))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    );
+    // The record of who changed what and the fingerprints, as symlinks:
+    // not followed (the stage can't be opened), the file outside intact.
+    for (name, cmd) in [("actors", "changes"), ("fingerprints", "commit")] {
+        let f = stage.join("work").join(name);
+        let kept = f.with_extension("kept");
+        fs::rename(&f, &kept).unwrap();
+        std::os::unix::fs::symlink(&sentinel, &f).unwrap();
+        let out = m.zonemount(&[cmd, &stage.to_string_lossy()]);
+        assert!(!out.success(), "{name}: {}", out.describe());
+        let out = mount_again(&m, m.mountpoint());
+        assert!(!out.success(), "{name}: {}", out.describe());
+        assert_eq!(
+            fs::read_to_string(&sentinel).unwrap(),
+            "precious\n",
+            "{name}"
+        );
+        assert!(!m.backing("work", "new").exists(), "{name}");
+        fs::remove_file(&f).unwrap();
+        fs::rename(&kept, &f).unwrap();
+    }
+    let out = m.zonemount(&["changes", &stage.to_string_lossy()]);
+    assert!(
+        out.success() && out.stdout.contains("new"),
+        "{}",
+        out.describe()
+    );
+}
+
+/// A stage dir another user owns is refused by `changes`, `commit` and
+/// `discard` on it (a commit would write what that user put there, into
+/// the backing dir its manifest names), with its owner and what to do.
+#[test]
+fn offline_commands_refuse_another_users_stage_dir() {
+    if !fuse_ok() || !is_root() {
+        return;
+    }
+    let mut m = staged("{ write: ask }").mount();
+    let out = worker(&m, "work", "echo n > new");
+    assert!(out.success(), "{}", out.describe());
+    assert!(m.unmount().success());
+    let stage = stage_of(&m);
+    let st = stage.to_string_lossy().into_owned();
+    let out = run(
+        Command::new("chown").args(["-R", "-h", "4242:4242", &st]),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    for cmd in ["changes", "commit", "discard"] {
+        let out = m.zonemount(&[cmd, &st]);
+        assert_eq!(out.code(), Some(1), "{cmd}: {}", out.describe());
+        assert!(
+            out.stderr.contains(&format!(
+                "stage dir {st} belongs to uid 4242, not to this user (uid 0)"
+            )) && out.stderr.contains("run it as uid 4242, its owner"),
+            "{cmd}: {}",
+            out.describe()
+        );
+    }
+    assert!(!m.backing("work", "new").exists());
+    // A zone's dir of another user's in a stage dir of this user's: the
+    // same.
+    let out = run(
+        Command::new("chown").args(["0:0", &st]),
+        Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let out = m.zonemount(&["commit", &st]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr
+            .contains("belongs to uid 4242, not to this user (uid 0)"),
+        "{}",
+        out.describe()
+    );
+    assert!(!m.backing("work", "new").exists());
 }

@@ -117,11 +117,13 @@ fn examine() -> Report {
                 mount::runtime_dir().display()
             )),
         },
-        dir_check(
-            "state dir",
-            &mount::state_dir(),
-            "state that outlives a mount",
-        ),
+        match crate::stage::dir::check_state_dir() {
+            Ok(dir) => dir_check("state dir", &dir, "state that outlives a mount"),
+            Err(e) => check("state dir", State::Missing, e.to_string()).fix(format!(
+                "remove {}, or set XDG_STATE_HOME to a directory of your own",
+                mount::state_dir().display()
+            )),
+        },
     ];
     Report {
         uid,

@@ -28,9 +28,7 @@
 //! at any point of a whole rewind.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
@@ -137,7 +135,7 @@ impl StageActors {
         let mut trails = Trails::default();
         let mut ids = BTreeMap::new();
         let mut lines = 0;
-        match std::fs::read(&path) {
+        match crate::stage::dir::read_nofollow(&path) {
             Ok(bytes) => {
                 // A mapped log's unused tail is zeros; a torn last line
                 // (a crash mid-copy) is skipped.
@@ -363,12 +361,7 @@ impl StageActors {
     /// renamed over it (the open log goes with the old file).
     fn rewrite(&self, k: &mut Inner) -> io::Result<()> {
         let tmp = self.path.with_extension("tmp");
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut f = crate::stage::dir::create_fresh(&tmp, 0o600)?;
         let mut out = Vec::new();
         let mut lines = 0;
         // The marks in order, each with the checkpoints that took it.

@@ -150,7 +150,9 @@ pub fn default_for(mountpoint: &Path) -> PathBuf {
 const ROOT_STATE_DIR: &str = "/var/lib/zonemount";
 
 /// The state directory, for what outlives a mount: `/var/lib/zonemount`
-/// for root, else `$XDG_STATE_HOME/zonemount` (`~/.local/state/zonemount`).
+/// for root, else `$XDG_STATE_HOME/zonemount` (`~/.local/state/zonemount`;
+/// without a home, `$TMPDIR/zonemount-state-UID`). Only the path: see
+/// [`check_state_dir`] before trusting what is there.
 pub fn state_dir() -> PathBuf {
     if rustix::process::geteuid().is_root() {
         return PathBuf::from(ROOT_STATE_DIR);
@@ -165,6 +167,249 @@ pub fn state_dir() -> PathBuf {
             )),
         },
     }
+}
+
+/// The state directory, checked: when it exists it must be a directory
+/// (not a symlink) of this user's that nobody else may write in, as a
+/// stage dir must (see [`unfit`]); one another user made first (the
+/// `$TMPDIR` fallback can be made by anyone) is refused, with what to do.
+pub fn check_state_dir() -> Result<PathBuf, StageError> {
+    let dir = state_dir();
+    match rustix::fs::lstat(&dir) {
+        Ok(st) => match unfit(&st, me()) {
+            Some(why) => Err(StageError::Unfit {
+                dir: dir.clone(),
+                what: "the state directory",
+                why: format!(
+                    "{why}: zonemount won't keep or read stages there (another user may have \
+                     made it); remove it, or set XDG_STATE_HOME to a directory of your own"
+                ),
+            }),
+            None => Ok(dir),
+        },
+        Err(rustix::io::Errno::NOENT) => Ok(dir),
+        Err(e) => Err(io_err(&dir)(e.into())),
+    }
+}
+
+fn me() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// Why a directory, as `lstat` describes it, can't be (or be in) a stage
+/// dir of uid `me`; None when it can. It must be a directory (not a
+/// symlink to one), owned by `me`, and writable by nobody else: its
+/// manifest names the backing dirs a commit writes to, and its files are
+/// what the commit writes there, so anyone else who could write in it
+/// could make this user's commit write their files.
+pub fn unfit(st: &rustix::fs::Stat, me: u32) -> Option<String> {
+    let mode = st.st_mode & 0o7777;
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => {}
+        libc::S_IFLNK => return Some("is a symbolic link".to_owned()),
+        _ => return Some("is not a directory".to_owned()),
+    }
+    if st.st_uid != me {
+        Some(format!(
+            "belongs to uid {}, not to this user (uid {me})",
+            st.st_uid
+        ))
+    } else if mode & 0o022 != 0 {
+        Some(format!("has mode {mode:04o}: others may write in it"))
+    } else {
+        None
+    }
+}
+
+/// Why a directory above a stage dir, as `lstat` describes it, would let
+/// another user move the stage dir away (and put another in its place);
+/// None when it can't: a directory of root's or `me`'s that nobody else
+/// may write in, or only with the sticky bit (as `/tmp`: nobody else may
+/// move what is `me`'s there).
+fn unfit_parent(st: &rustix::fs::Stat, me: u32) -> Option<String> {
+    let mode = st.st_mode & 0o7777;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        Some("is not a directory".to_owned())
+    } else if st.st_uid != me && st.st_uid != 0 {
+        Some(format!(
+            "belongs to uid {}, not to this user (uid {me}) or root",
+            st.st_uid
+        ))
+    } else if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        Some(format!(
+            "has mode {mode:04o}: others may write in it (and it is not sticky)"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Check `dir`, a stage dir (or a dir of stage dirs), and every directory
+/// above it: `dir` itself must be fit (see [`unfit`]), each directory
+/// above it must be root's or this user's and writable by nobody else
+/// (unless sticky), so that no other user can change what `dir` is or
+/// holds. Returns its canonical path, which nobody else can then change:
+/// every later use of the stage goes by it. `what` names it in errors.
+pub fn check_dir(dir: &Path, what: &'static str) -> Result<PathBuf, StageError> {
+    let me = me();
+    let refuse = |why: String| StageError::Unfit {
+        dir: dir.to_path_buf(),
+        what,
+        why,
+    };
+    let st = rustix::fs::lstat(dir).map_err(|e| io_err(dir)(e.into()))?;
+    if let Some(why) = unfit(&st, me) {
+        let fix = if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            "give the directory itself, not a link to it".to_owned()
+        } else if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            "give a directory".to_owned()
+        } else if st.st_uid != me {
+            format!(
+                "run it as uid {}, its owner, or give another stage dir",
+                st.st_uid
+            )
+        } else {
+            "remove it, or, if everything in it is yours, chmod go-w it".to_owned()
+        };
+        return Err(refuse(format!(
+            "{why}: zonemount won't use a stage dir another user could change; {fix}"
+        )));
+    }
+    let canon = dir.canonicalize().map_err(io_err(dir))?;
+    let again = rustix::fs::lstat(&canon).map_err(|e| io_err(dir)(e.into()))?;
+    if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(refuse("changed while it was checked".to_owned()));
+    }
+    if let Ok(abs) = std::path::absolute(dir) {
+        check_parents(&abs).map_err(refuse)?;
+    }
+    check_parents(&canon).map_err(refuse)?;
+    Ok(canon)
+}
+
+/// [`unfit_parent`] for each directory above `path` (absolute). A symlink
+/// among them (`/var/run`) must be root's or this user's: the directory
+/// it is in is checked as the next one up, and where it leads is checked
+/// when the canonical path is.
+fn check_parents(path: &Path) -> Result<(), String> {
+    let me = me();
+    for above in path.ancestors().skip(1) {
+        if above.as_os_str().is_empty() {
+            continue;
+        }
+        let st = rustix::fs::lstat(above).map_err(|e| format!("{}: {e}", above.display()))?;
+        let link_ok =
+            st.st_mode & libc::S_IFMT == libc::S_IFLNK && (st.st_uid == me || st.st_uid == 0);
+        if let Some(why) = unfit_parent(&st, me).filter(|_| !link_ok) {
+            return Err(format!(
+                "is in {}, which {why}: another user could move it away; give a stage dir \
+                 under directories of root's or yours that nobody else may write in",
+                above.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Make `dir` (mode 0700, with the directories missing above it) once the
+/// nearest directory above it that exists passes [`check_parents`]
+/// (itself included), so that nothing is made where another user could
+/// steer it; then [`check_dir`] it.
+pub fn make_dir(dir: &Path, what: &'static str) -> Result<PathBuf, StageError> {
+    let dir = std::path::absolute(dir).map_err(io_err(dir))?;
+    if rustix::fs::lstat(&dir).is_err() {
+        let mut rest = Vec::new();
+        let mut base = dir.as_path();
+        while rustix::fs::lstat(base).is_err() {
+            let (Some(up), Some(name)) = (base.parent(), base.file_name()) else {
+                break;
+            };
+            rest.push(name.to_os_string());
+            base = up;
+        }
+        let canon = base.canonicalize().map_err(io_err(&dir))?;
+        let me = me();
+        let st = rustix::fs::lstat(&canon).map_err(|e| io_err(&dir)(e.into()))?;
+        if let Some(why) = unfit_parent(&st, me)
+            .map(|why| {
+                format!(
+                    "would be made in {}, which {why}: another user could move it away; give \
+                     a stage dir under directories of root's or yours that nobody else may \
+                     write in",
+                    canon.display()
+                )
+            })
+            .or_else(|| check_parents(base).err())
+            .or_else(|| check_parents(&canon).err())
+        {
+            return Err(StageError::Unfit {
+                dir: dir.clone(),
+                what,
+                why,
+            });
+        }
+        let made = rest.iter().rev().fold(canon, |p, n| p.join(n));
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&made)
+            .map_err(io_err(&dir))?;
+    }
+    check_dir(&dir, what)
+}
+
+/// A fit stage dir (see [`check_dir`]) that others may still read or
+/// enter (one the user made with `mkdir`) is made 0700, through an fd
+/// opened with `O_NOFOLLOW`: a zone's upper dir can belong to the backing
+/// dir's owner, who must not reach it but through the mount.
+fn private(dir: &Path) -> Result<(), StageError> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_err(dir)(e.into()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| io_err(dir)(e.into()))?;
+    if let Some(why) = unfit(&st, me()) {
+        return Err(StageError::Unfit {
+            dir: dir.to_path_buf(),
+            what: "stage dir",
+            why: format!("{why} (it changed while it was checked)"),
+        });
+    }
+    if st.st_mode & 0o077 != 0 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700)).map_err(|e| io_err(dir)(e.into()))?;
+    }
+    Ok(())
+}
+
+/// Read `path` whole, following no symlink at its last component.
+pub fn read_nofollow(path: &Path) -> io::Result<Vec<u8>> {
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// A fresh file at `path` (mode `mode`), for writing: whatever was there
+/// is removed first (a symlink or hard link someone left there is not
+/// written through), and the file is made with `O_EXCL`.
+pub fn create_fresh(path: &Path, mode: u32) -> io::Result<File> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 /// A stage dir held by this process: locked until dropped.
@@ -208,6 +453,12 @@ pub enum StageError {
     },
     #[error("stage dir {dir}: {what}")]
     Bad { dir: PathBuf, what: String },
+    #[error("{what} {dir} {why}")]
+    Unfit {
+        dir: PathBuf,
+        what: &'static str,
+        why: String,
+    },
 }
 
 fn io_err(dir: &Path) -> impl Fn(io::Error) -> StageError + '_ {
@@ -217,13 +468,13 @@ fn io_err(dir: &Path) -> impl Fn(io::Error) -> StageError + '_ {
     }
 }
 
-/// Make (mode 0700) and lock `dir`, read its manifest or start one.
+/// Make (mode 0700) and lock `dir`, read its manifest or start one. It
+/// must be this user's, writable by nobody else, and so must the
+/// directories above it (see [`check_dir`]); it is held by its canonical
+/// path.
 pub fn hold(dir: &Path, mountpoint: &Path) -> Result<Held, StageError> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io_err(dir))?;
+    let dir = &make_dir(dir, "stage dir")?;
+    private(dir)?;
     let mut lock = OpenOptions::new()
         .read(true)
         .write(true)
@@ -253,7 +504,7 @@ pub fn hold(dir: &Path, mountpoint: &Path) -> Result<Held, StageError> {
     lock.set_len(0).map_err(io_err(dir))?;
     lock.rewind().map_err(io_err(dir))?;
     writeln!(lock, "{}", std::process::id()).map_err(io_err(dir))?;
-    let manifest = match fs::read(dir.join(MANIFEST)) {
+    let manifest = match read_nofollow(&dir.join(MANIFEST)) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| StageError::Bad {
             dir: dir.to_path_buf(),
             what: format!("{MANIFEST}: {e}"),
@@ -277,9 +528,11 @@ pub fn hold(dir: &Path, mountpoint: &Path) -> Result<Held, StageError> {
 }
 
 /// Read a stage dir's manifest without locking it (for `changes` etc.
-/// on a stage no mount holds).
+/// on a stage no mount holds): only from a fit stage dir (see
+/// [`check_dir`]).
 pub fn read_manifest(dir: &Path) -> Result<Manifest, StageError> {
-    let bytes = fs::read(dir.join(MANIFEST)).map_err(io_err(dir))?;
+    let canon = check_dir(dir, "stage dir")?;
+    let bytes = read_nofollow(&canon.join(MANIFEST)).map_err(io_err(dir))?;
     serde_json::from_slice(&bytes).map_err(|e| StageError::Bad {
         dir: dir.to_path_buf(),
         what: format!("{MANIFEST}: {e}"),
@@ -287,9 +540,48 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, StageError> {
 }
 
 impl Held {
+    /// Zone `zone`'s dir in this stage dir, checked when it exists: a
+    /// directory of this user's that nobody else may write in (see
+    /// [`unfit`]), named by one plain component.
+    pub fn zone_dir(&self, zone: &str) -> Result<PathBuf, StageError> {
+        let plain = !zone.is_empty() && zone != "." && zone != ".." && !zone.contains('/');
+        if !plain {
+            return Err(StageError::Bad {
+                dir: self.dir.clone(),
+                what: format!("{MANIFEST}: '{zone}' is not a zone's name"),
+            });
+        }
+        let zdir = zone_dir(&self.dir, zone);
+        match rustix::fs::lstat(&zdir) {
+            Ok(st) => match unfit(&st, me()) {
+                Some(why) => Err(StageError::Unfit {
+                    dir: zdir.clone(),
+                    what: "the stage's zone dir",
+                    why: format!(
+                        "{why}: zonemount won't use a stage another user could change; {}",
+                        if st.st_uid == me() {
+                            "remove the stage dir, or, if everything in it is yours, chmod go-w \
+                             its zone dir"
+                                .to_owned()
+                        } else {
+                            format!(
+                                "run it as uid {}, its owner, or remove the stage dir",
+                                st.st_uid
+                            )
+                        }
+                    ),
+                }),
+                None => Ok(zdir),
+            },
+            Err(rustix::io::Errno::NOENT) => Ok(zdir),
+            Err(e) => Err(io_err(&zdir)(e.into())),
+        }
+    }
+
     /// Check `zone` over `backing` against the manifest (or add it), and
     /// make its upper and work dirs.
     pub fn zone(&mut self, zone: &str, backing: &Path, xattrs: Xattrs) -> Result<(), StageError> {
+        self.zone_dir(zone)?;
         match self.manifest.zones.get(zone) {
             Some(e) if e.backing != backing => {
                 return Err(StageError::Elsewhere {
@@ -332,6 +624,7 @@ impl Held {
                 .create(self.dir.join(zone).join(sub))
                 .map_err(io_err(&self.dir))?;
         }
+        self.zone_dir(zone)?;
         Ok(())
     }
 
@@ -343,17 +636,14 @@ impl Held {
             dir: self.dir.clone(),
             what: e.to_string(),
         })?;
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io_err(&self.dir))?;
+        let mut f = create_fresh(&tmp, 0o600).map_err(io_err(&self.dir))?;
         f.write_all(&text).map_err(io_err(&self.dir))?;
         f.sync_all().map_err(io_err(&self.dir))?;
         fs::rename(&tmp, self.dir.join(MANIFEST)).map_err(io_err(&self.dir))?;
-        File::open(&self.dir)
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY)
+            .open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(io_err(&self.dir))
     }
@@ -371,12 +661,26 @@ pub fn remove(dir: &Path) -> io::Result<()> {
     } else {
         parent
     };
-    let p = File::open(parent)?;
+    let p = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(parent)?;
+    remove_at(std::os::fd::AsFd::as_fd(&p), name, dir)
+}
+
+/// Remove `name` in the directory `parent`, whole ([`remove`]), following
+/// no symlink: a symlink there is removed itself. `shown` names it in
+/// errors.
+pub fn remove_at(
+    parent: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    shown: &Path,
+) -> io::Result<()> {
     // Any depth (a loop, each directory reached from its parent by name).
-    crate::stage::walk::remove_all(std::os::fd::AsFd::as_fd(&p), name, true).map_err(|e| {
+    crate::stage::walk::remove_all(parent, name, true).map_err(|e| {
         io::Error::new(
             io::Error::from(e).kind(),
-            format!("remove {}: {e}", dir.display()),
+            format!("remove {}: {e}", shown.display()),
         )
     })
 }
@@ -424,6 +728,129 @@ mod tests {
             "{e}"
         );
         assert_eq!(read_manifest(&dir).unwrap(), h.manifest);
+    }
+
+    use std::os::unix::fs::PermissionsExt;
+
+    fn chmod(p: &Path, mode: u32) {
+        fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_stage_dir_others_may_write_in_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("s");
+        fs::create_dir(&dir).unwrap();
+        chmod(&dir, 0o777);
+        let e = hold(&dir, Path::new("/mnt/x")).unwrap_err().to_string();
+        assert!(
+            e.contains("has mode 0777: others may write in it") && e.contains("chmod go-w"),
+            "{e}"
+        );
+        assert!(!dir.join(LOCK).exists(), "nothing is made in it");
+        let e = read_manifest(&dir).unwrap_err().to_string();
+        assert!(e.contains("others may write in it"), "{e}");
+        // A zone's dir too.
+        chmod(&dir, 0o700);
+        fs::create_dir(dir.join("w")).unwrap();
+        chmod(&dir.join("w"), 0o757);
+        let mut h = hold(&dir, Path::new("/mnt/x")).unwrap();
+        let e = h
+            .zone("w", Path::new("/b/w"), Xattrs::Trusted)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("zone dir") && e.contains("has mode 0757"), "{e}");
+    }
+
+    #[test]
+    fn a_stage_dir_others_may_read_is_made_private() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("s");
+        fs::create_dir(&dir).unwrap();
+        chmod(&dir, 0o755);
+        drop(hold(&dir, Path::new("/mnt/x")).unwrap());
+        assert_eq!(
+            fs::metadata(&dir).unwrap().permissions().mode() & 0o7777,
+            0o700
+        );
+    }
+
+    #[test]
+    fn a_stage_dir_that_is_a_symlink_or_under_a_dir_others_may_write_in_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real");
+        fs::create_dir(&real).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = hold(&link, Path::new("/mnt/x")).unwrap_err().to_string();
+        assert!(e.contains("is a symbolic link"), "{e}");
+        // Made (or found) in a dir others may write in, without the
+        // sticky bit: refused, and nothing made there.
+        let open = d.path().join("open");
+        fs::create_dir(&open).unwrap();
+        chmod(&open, 0o777);
+        let e = hold(&open.join("a/s"), Path::new("/mnt/x"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("has mode 0777: others may write in it (and it is not sticky)"),
+            "{e}"
+        );
+        assert!(!open.join("a").exists());
+        fs::create_dir(open.join("s")).unwrap();
+        let e = hold(&open.join("s"), Path::new("/mnt/x"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("another user could move it away"), "{e}");
+        // Sticky, as /tmp: fine.
+        chmod(&open, 0o1777);
+        drop(hold(&open.join("s"), Path::new("/mnt/x")).unwrap());
+    }
+
+    #[test]
+    fn a_stage_dir_of_another_user_is_refused_with_its_owner() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("s");
+        fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(4242), Some(4242)).unwrap();
+        let e = hold(&dir, Path::new("/mnt/x")).unwrap_err().to_string();
+        assert!(
+            e.contains("belongs to uid 4242, not to this user (uid 0)")
+                && e.contains("run it as uid 4242, its owner"),
+            "{e}"
+        );
+        // Above a stage dir: a dir of another user's is refused too.
+        let s = dir.join("t");
+        fs::create_dir(&s).unwrap();
+        let e = hold(&s, Path::new("/mnt/x")).unwrap_err().to_string();
+        assert!(
+            e.contains("belongs to uid 4242, not to this user (uid 0) or root"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn files_in_a_stage_dir_are_not_written_or_read_through_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("s");
+        let sentinel = d.path().join("sentinel");
+        fs::write(&sentinel, "precious\n").unwrap();
+        fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::symlink(&sentinel, dir.join(format!(".{MANIFEST}.tmp"))).unwrap();
+        let mut h = hold(&dir, Path::new("/mnt/x")).unwrap();
+        h.zone("w", Path::new("/b/w"), Xattrs::Trusted).unwrap();
+        assert_eq!(fs::read_to_string(&sentinel).unwrap(), "precious\n");
+        assert!(read_manifest(&dir).unwrap().zones.contains_key("w"));
+        drop(h);
+        // A manifest that is a symlink is not read.
+        fs::remove_file(dir.join(MANIFEST)).unwrap();
+        std::os::unix::fs::symlink(&sentinel, dir.join(MANIFEST)).unwrap();
+        assert!(hold(&dir, Path::new("/mnt/x")).is_err());
+        assert!(read_manifest(&dir).is_err());
+        assert_eq!(fs::read_to_string(&sentinel).unwrap(), "precious\n");
     }
 
     #[test]

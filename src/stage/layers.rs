@@ -270,7 +270,7 @@ fn nofollow() -> OFlags {
 fn open_dir(p: &Path) -> io::Result<OwnedFd> {
     rfs::open(
         p,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(|e| ctx(e, "open", p))

@@ -177,7 +177,10 @@ impl Stages {
         }
         let dir = match stage_dir {
             Some(d) => d.to_path_buf(),
-            None => dir::default_for(mountpoint),
+            None => {
+                dir::check_state_dir()?;
+                dir::default_for(mountpoint)
+            }
         };
         let mut held = dir::hold(&dir, mountpoint)?;
         let xattrs = if crate::backing::has_sys_admin() {
@@ -192,7 +195,7 @@ impl Stages {
                 continue;
             }
             held.zone(&z.name, &z.backing, xattrs)?;
-            let zdir = dir::zone_dir(&dir, &z.name);
+            let zdir = held.zone_dir(&z.name)?;
             let io = |e: std::io::Error| StageError::Io {
                 dir: zdir.clone(),
                 source: e,

@@ -1158,7 +1158,7 @@ impl OfflineStage {
         for (name, mut entry) in zones {
             let xattrs = dir::xattrs_of(&entry.xattrs)
                 .ok_or_else(|| format!("{}: unknown xattrs '{}'", dir.display(), entry.xattrs))?;
-            let zdir = dir::zone_dir(dir, &name);
+            let zdir = held.zone_dir(&name).map_err(|e| e.to_string())?;
             if let Some(to) = rewinding(&entry) {
                 // As a rewind does it: the record first.
                 super::actors::StageActors::open(&zdir)

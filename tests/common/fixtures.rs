@@ -74,8 +74,11 @@ impl Setup {
     /// dir's absolute path. Zones not registered with [`Setup::backing_dir`]
     /// are assumed at `<tmp>/.sandbox/<zone>`.
     pub fn new(yaml: &str) -> Self {
+        // 0755 whatever the umask (a test that mounts in-process clears
+        // it): a stage dir is refused under a dir others may write in.
         let tmp = tempfile::Builder::new()
             .prefix("zonemount-test.")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .tempdir()
             .expect("create temp dir");
         // Canonical, so it matches /proc/mounts even if TMPDIR is a symlink.

@@ -72,6 +72,7 @@ impl AppendLog {
             .create(true)
             .truncate(false)
             .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)?;
         if may_map && on_mappable_fs(&file) {
             match Self::map(file) {

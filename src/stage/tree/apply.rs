@@ -16,11 +16,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::iter;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{self as rfs, FileType};
@@ -40,7 +38,7 @@ fn io_err(e: Errno, what: &str, p: &Path) -> io::Error {
 }
 
 fn journal_paths(dir: &Path) -> HashSet<PathBuf> {
-    std::fs::read(dir.join(JOURNAL))
+    crate::stage::dir::read_nofollow(&dir.join(JOURNAL))
         .map(|b| {
             b.split(|c| *c == 0)
                 .filter(|s| !s.is_empty())
@@ -59,12 +57,7 @@ fn journaled<'a>(todo: &'a [Change], resuming: &'a HashSet<PathBuf>) -> Vec<&'a 
 }
 
 fn write_journal(dir: &Path, paths: &[&Path]) -> io::Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(dir.join(JOURNAL))?;
+    let mut f = crate::stage::dir::create_fresh(&dir.join(JOURNAL), 0o600)?;
     for p in paths {
         f.write_all(p.as_os_str().as_bytes())?;
         f.write_all(&[0])?;

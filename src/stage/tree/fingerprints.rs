@@ -12,7 +12,7 @@
 //! `write` per line cost a tenth of a staged unlink.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -78,7 +78,7 @@ impl Fingerprints {
     pub fn open(zone_dir: &Path) -> io::Result<Fingerprints> {
         let path = zone_dir.join(FILE);
         let mut map = HashMap::new();
-        match std::fs::read(&path) {
+        match crate::stage::dir::read_nofollow(&path) {
             Ok(bytes) => {
                 // The log's unused tail is zeros (after a crash: see
                 // `AppendLog`); a torn last line is skipped.
@@ -92,11 +92,29 @@ impl Fingerprints {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
+        // When the stage was made: the file's mtime (made now when
+        // missing; a symlink is not followed).
         let created_file = zone_dir.join(CREATED);
-        if !created_file.exists() {
-            File::create(&created_file)?.sync_all()?;
+        let st = match rustix::fs::lstat(&created_file) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) => {
+                let f = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&created_file)?;
+                f.sync_all()?;
+                rustix::fs::fstat(&f)?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(io::Error::other(format!(
+                "{}: not a regular file",
+                created_file.display()
+            )));
         }
-        let st = rustix::fs::stat(&created_file)?;
         Ok(Fingerprints {
             path,
             known: Mutex::new(Known {
@@ -188,12 +206,7 @@ impl Fingerprints {
             return Ok(());
         }
         let tmp = self.path.with_extension("tmp");
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut f = crate::stage::dir::create_fresh(&tmp, 0o600)?;
         let mut seen = HashSet::new();
         for (p, s) in &k.map {
             if seen.insert(p) {
