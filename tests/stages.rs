@@ -250,3 +250,212 @@ fn prune_keeps_a_stage_with_checkpoints() {
         out.describe()
     );
 }
+
+const FAKE: &str = r#"{"version":1,"mountpoint":"/x","created":0,"zones":{}}"#;
+
+/// `<tmp>/rootdir/victimdir/precious`, this user's, and a fake empty
+/// stage beside it (`rootdir/empty/stage.json`): what `--prune` of a dir
+/// that leads there would remove.
+fn rootdir(t: &Path) -> PathBuf {
+    let rootdir = t.join("rootdir");
+    fs::create_dir_all(rootdir.join("victimdir")).unwrap();
+    fs::write(rootdir.join("victimdir/precious"), "precious\n").unwrap();
+    fs::create_dir_all(rootdir.join("empty")).unwrap();
+    fs::write(rootdir.join("empty/stage.json"), FAKE).unwrap();
+    rootdir
+}
+
+fn intact(rootdir: &Path) {
+    assert_eq!(
+        fs::read_to_string(rootdir.join("victimdir/precious")).unwrap(),
+        "precious\n"
+    );
+    assert!(rootdir.join("empty/stage.json").is_file());
+    let names: Vec<String> = fs::read_dir(rootdir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with(".pruning")),
+        "{names:?}"
+    );
+    assert!(!rootdir.join("victimdir/lock").exists());
+}
+
+fn stages_cmd(args: &[&str]) -> Out {
+    run(
+        std::process::Command::new(BIN).args(args),
+        std::time::Duration::from_secs(30),
+    )
+}
+
+/// `stages --prune DIR` where DIR is a symlink, or another user's, or in
+/// a dir another user may change: refused, nothing looked at there.
+#[test]
+fn prune_refuses_a_dir_that_is_a_symlink_or_another_users() {
+    let t = tempfile::tempdir().unwrap();
+    let rootdir = rootdir(t.path());
+    let link = t.path().join("link");
+    std::os::unix::fs::symlink(&rootdir, &link).unwrap();
+    let out = stages_cmd(&["stages", "--prune", &link.to_string_lossy()]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains(&format!(
+            "the stages dir {} is a symbolic link",
+            link.display()
+        )),
+        "{}",
+        out.describe()
+    );
+    intact(&rootdir);
+    if !is_root() {
+        return;
+    }
+    // Another user's dir of stages, and a dir of root's under one.
+    let theirs = t.path().join("zm");
+    fs::create_dir_all(theirs.join("stages")).unwrap();
+    fs::create_dir_all(theirs.join("stages/mine/empty")).unwrap();
+    fs::write(theirs.join("stages/mine/empty/stage.json"), FAKE).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).unwrap();
+    let out = stages_cmd(&["stages", "--prune", &theirs.to_string_lossy()]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr
+            .contains("belongs to uid 4242, not to this user (uid 0)"),
+        "{}",
+        out.describe()
+    );
+    let out = stages_cmd(&[
+        "stages",
+        "--prune",
+        &theirs.join("stages/mine").to_string_lossy(),
+    ]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(
+        out.stderr.contains("another user could move it away"),
+        "{}",
+        out.describe()
+    );
+    assert!(theirs.join("stages/mine/empty/stage.json").is_file());
+    intact(&rootdir);
+}
+
+/// The attack on `stages --prune` run by root over a dir another user
+/// owns: that user swaps the dir for a symlink to a dir of root's, again
+/// and again (`renameat2` with `RENAME_EXCHANGE`), while root prunes.
+/// Root's dir stays whole. Bounded: 4 s of swapping, 60 prunes at most.
+#[test]
+fn prune_under_a_swapping_user_leaves_other_dirs_alone() {
+    let Some(ids) = user_ids("zmtest").filter(|_| is_root() && tool_ok("setpriv")) else {
+        return;
+    };
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    fs::set_permissions(
+        t.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let rootdir = rootdir(t.path());
+    let zm = t.path().join("zm");
+    fs::create_dir_all(zm.join("stages/victimdir")).unwrap();
+    fs::create_dir_all(zm.join("stages/empty")).unwrap();
+    fs::write(zm.join("stages/victimdir/stage.json"), FAKE).unwrap();
+    fs::write(zm.join("stages/empty/stage.json"), FAKE).unwrap();
+    std::os::unix::fs::symlink(&rootdir, zm.join("link")).unwrap();
+    let out = run(
+        std::process::Command::new("chown").args([
+            "-R",
+            "-h",
+            &format!("{}:{}", ids.0, ids.1),
+            &zm.to_string_lossy(),
+        ]),
+        std::time::Duration::from_secs(30),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let swap = "import ctypes, sys, time\n\
+                libc = ctypes.CDLL(None, use_errno=True)\n\
+                a, b = sys.argv[1].encode(), sys.argv[2].encode()\n\
+                end = time.time() + 4\n\
+                while time.time() < end:\n    libc.renameat2(-100, a, -100, b, 2)\n";
+    let mut swapper = std::process::Command::new("setpriv")
+        .args(setpriv_as(ids))
+        .args(["/usr/bin/python3", "-c", swap])
+        .arg(zm.join("stages"))
+        .arg(zm.join("link"))
+        .spawn()
+        .unwrap();
+    let dir = zm.join("stages").to_string_lossy().into_owned();
+    let start = std::time::Instant::now();
+    let mut refused = 0;
+    for _ in 0..60 {
+        if start.elapsed() > std::time::Duration::from_secs(4) {
+            break;
+        }
+        let out = stages_cmd(&["stages", "--prune", &dir]);
+        refused += usize::from(!out.success());
+        if rootdir.join("victimdir/lock").exists()
+            || !rootdir.join("victimdir/precious").exists()
+            || !rootdir.join("empty").exists()
+        {
+            break;
+        }
+    }
+    let _ = wait_child(&mut swapper, std::time::Duration::from_secs(10));
+    intact(&rootdir);
+    assert!(refused > 0);
+}
+
+/// The state dir an ordinary user without a home falls back to,
+/// `$TMPDIR/zonemount-state-UID`, made first by another user (here
+/// root): `stages` and `doctor` refuse it, and say whose it is.
+#[test]
+fn a_state_dir_another_user_made_is_refused() {
+    let Some(ids) = user_ids("zmtest").filter(|_| is_root() && tool_ok("setpriv")) else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    fs::set_permissions(
+        t.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let state = t.path().join(format!("zonemount-state-{}", ids.0));
+    fs::create_dir_all(state.join("stages/planted")).unwrap();
+    fs::write(state.join("stages/planted/stage.json"), FAKE).unwrap();
+    fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let as_user = |args: &[&str]| {
+        run(
+            std::process::Command::new("setpriv")
+                .args(setpriv_as(ids))
+                .args([
+                    "env",
+                    "-u",
+                    "HOME",
+                    "-u",
+                    "XDG_STATE_HOME",
+                    "-u",
+                    "XDG_RUNTIME_DIR",
+                ])
+                .arg(format!("TMPDIR={}", t.path().display()))
+                .arg(BIN)
+                .args(args)
+                .current_dir(t.path()),
+            std::time::Duration::from_secs(30),
+        )
+    };
+    let want = format!(
+        "the state directory {} belongs to uid 0, not to this user (uid {})",
+        state.display(),
+        ids.0
+    );
+    let out = as_user(&["stages", "--prune"]);
+    assert_eq!(out.code(), Some(1), "{}", out.describe());
+    assert!(out.stderr.contains(&want), "{}", out.describe());
+    assert!(state.join("stages/planted/stage.json").is_file());
+    let out = as_user(&["doctor"]);
+    assert!(out.stdout.contains(&want), "{}", out.describe());
+}

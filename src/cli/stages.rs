@@ -11,6 +11,8 @@
 //! as by any other `changes`. A stage that keeps changes is never
 //! removed: `zonemount discard STAGE_DIR` drops them first, on purpose.
 
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -65,16 +67,20 @@ pub(crate) struct StageRow {
 }
 
 pub(crate) fn stages(a: &StagesArgs) -> Result<u8, Failure> {
-    let root = a
-        .dir
-        .clone()
-        .unwrap_or_else(|| dir::state_dir().join("stages"));
+    let root = match &a.dir {
+        Some(d) => d.clone(),
+        None => dir::check_state_dir()
+            .map_err(|e| Failure::new(1, e.to_string()))?
+            .join("stages"),
+    };
     let mut rows = Vec::new();
     let mut failed = false;
-    for path in stage_dirs(&root)? {
-        let (row, ok) = look(&path, a.prune);
-        failed |= !ok;
-        rows.push(row);
+    if let Some(top) = open_root(&root)? {
+        for name in stage_dirs(&top)? {
+            let (row, ok) = look(&top, &name, a.prune);
+            failed |= !ok;
+            rows.push(row);
+        }
     }
     let out = if a.json {
         format!(
@@ -90,39 +96,98 @@ pub(crate) fn stages(a: &StagesArgs) -> Result<u8, Failure> {
     Ok(u8::from(failed))
 }
 
-/// The stage dirs directly under `root`, sorted (none when it does not
-/// exist): directories that hold a manifest, so that nothing else in a
-/// DIR given by mistake is looked at, let alone pruned. A symlink is not
-/// followed; dot-names are not stages.
-fn stage_dirs(root: &Path) -> Result<Vec<PathBuf>, Failure> {
-    let entries = match std::fs::read_dir(root) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(Failure::new(
-                1,
-                format!("cannot read {}: {e}", text::path(root)),
-            ));
-        }
+/// The dir of stage dirs, opened once: `shown` is the path as given (the
+/// rows name each stage under it), `canon` its canonical path and `fd` the
+/// directory itself, opened without following a symlink. It must be this
+/// user's, writable by nobody else, under directories only root or this
+/// user may change (see [`dir::check_dir`]): then nobody else can swap it
+/// or a stage in it while it is looked at, and every removal is made
+/// relative to `fd`.
+struct Root {
+    shown: PathBuf,
+    canon: PathBuf,
+    fd: rustix::fd::OwnedFd,
+}
+
+/// `root` opened as [`Root`] says; None when it does not exist.
+fn open_root(root: &Path) -> Result<Option<Root>, Failure> {
+    use rustix::fs::{Mode, OFlags};
+    if std::fs::symlink_metadata(root).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Ok(None);
+    }
+    let canon = dir::check_dir(root, "the stages dir")
+        .map_err(|e| Failure::new(1, text::message(&e.to_string())))?;
+    let fd = rustix::fs::open(
+        &canon,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Failure::new(1, format!("cannot read {}: {e}", text::path(root))))?;
+    let st = rustix::fs::fstat(&fd)
+        .map_err(|e| Failure::new(1, format!("cannot read {}: {e}", text::path(root))))?;
+    let seen = rustix::fs::lstat(&canon).ok();
+    if let Some(why) = dir::unfit(&st, rustix::process::geteuid().as_raw()).or_else(|| {
+        (seen.map(|s| (s.st_dev, s.st_ino)) != Some((st.st_dev, st.st_ino)))
+            .then(|| "changed while it was checked".to_owned())
+    }) {
+        return Err(Failure::new(
+            1,
+            format!("the stages dir {} {why}", text::path(root)),
+        ));
+    }
+    Ok(Some(Root {
+        shown: root.to_path_buf(),
+        canon,
+        fd,
+    }))
+}
+
+/// The stage dirs directly under `root`, by name, sorted: directories
+/// that hold a manifest, so that nothing else in a DIR given by mistake
+/// is looked at, let alone pruned. A symlink is not followed; dot-names
+/// are not stages.
+fn stage_dirs(root: &Root) -> Result<Vec<std::ffi::OsString>, Failure> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    let fail = |e: rustix::io::Errno| {
+        Failure::new(1, format!("cannot read {}: {e}", text::path(&root.shown)))
     };
-    let mut dirs: Vec<PathBuf> = entries
-        .flatten()
-        .filter(|e| !e.file_name().as_encoded_bytes().starts_with(b"."))
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .filter(|p| std::fs::symlink_metadata(p.join(dir::MANIFEST)).is_ok_and(|m| m.is_file()))
-        .collect();
+    let fd = rustix::fs::openat(
+        &root.fd,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(fail)?;
+    let mut dirs = Vec::new();
+    for e in rustix::fs::Dir::read_from(&fd).map_err(fail)? {
+        let e = e.map_err(fail)?;
+        let name = std::ffi::OsStr::from_bytes(e.file_name().to_bytes()).to_os_string();
+        if name.as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        let is_dir = rustix::fs::statat(&root.fd, &name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+        let manifest = Path::new(&name).join(dir::MANIFEST);
+        let has_manifest = is_dir
+            && rustix::fs::statat(&root.fd, &manifest, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
+        if has_manifest {
+            dirs.push(name);
+        }
+    }
     dirs.sort();
     Ok(dirs)
 }
 
-/// One stage dir looked at (and removed when `prune` and nothing keeps
-/// it); false when a removal failed.
-fn look(path: &Path, prune: bool) -> (StageRow, bool) {
+/// One stage dir, `name` in `root`, looked at (and removed when `prune`
+/// and nothing keeps it); false when a removal failed.
+fn look(root: &Root, name: &std::ffi::OsStr, prune: bool) -> (StageRow, bool) {
+    let shown = root.shown.join(name);
+    let path = &root.canon.join(name);
     let manifest = dir::read_manifest(path);
     let (bytes, modified) = usage(path);
     let mut row = StageRow {
-        path: path.to_path_buf(),
+        path: shown,
         mountpoint: manifest.as_ref().ok().map(|m| m.mountpoint.clone()),
         in_use: false,
         pid: None,
@@ -196,12 +261,13 @@ fn look(path: &Path, prune: bool) -> (StageRow, bool) {
         return (row, true);
     }
     // Moved aside under the lock, then removed: a mount started meanwhile
-    // makes a fresh stage at the old name, never one half removed.
-    let aside = path.with_file_name(format!(
-        ".pruning-{}",
-        path.file_name().unwrap_or_default().to_string_lossy()
-    ));
-    let removed = std::fs::rename(path, &aside).and_then(|()| dir::remove(&aside));
+    // makes a fresh stage at the old name, never one half removed. Both
+    // relative to the dir opened at the start, following no symlink.
+    let mut aside = std::ffi::OsString::from(".pruning-");
+    aside.push(name);
+    let removed = rustix::fs::renameat(&root.fd, name, &root.fd, &aside)
+        .map_err(std::io::Error::from)
+        .and_then(|()| dir::remove_at(root.fd.as_fd(), &aside, &root.canon.join(&aside)));
     drop(stage);
     match removed {
         Ok(()) => {
@@ -217,7 +283,7 @@ fn look(path: &Path, prune: bool) -> (StageRow, bool) {
 
 /// The pid the lock file names (the daemon writes its own on taking it).
 fn holder(stage: &Path) -> Option<u32> {
-    std::fs::read_to_string(stage.join("lock"))
+    String::from_utf8(dir::read_nofollow(&stage.join("lock")).ok()?)
         .ok()?
         .trim()
         .parse()
@@ -253,10 +319,9 @@ fn live_changes(mountpoint: &Path, stage: &Path) -> Option<usize> {
 /// writes). Nothing is followed; what can't be read is left out.
 fn usage(root: &Path) -> (u64, Option<u64>) {
     use rustix::fs::{Mode, OFlags};
-    use std::os::fd::AsFd;
     let Ok(top) = rustix::fs::open(
         root,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     ) else {
         let md = std::fs::symlink_metadata(root);
