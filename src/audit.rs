@@ -8,7 +8,6 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -200,17 +199,14 @@ pub fn now_rfc3339() -> String {
 }
 
 impl Audit {
-    /// Open `path` for appending (created with mode 0600 if missing).
+    /// Open `path` for appending (created with mode 0600 if missing; an
+    /// existing one must be ours and no one else's to write: see
+    /// [`crate::logfile`]).
     pub fn open(path: &Path, mountpoint: &Path) -> Result<Audit, OpenError> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|source| OpenError {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        let file = crate::logfile::open_append(path, 0o600).map_err(|source| OpenError {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok(Audit {
             file: Mutex::new(file),
             path: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),

@@ -65,6 +65,7 @@ pub mod fork;
 pub mod fs;
 pub mod fuse;
 pub mod isolate;
+pub mod logfile;
 pub mod mount;
 pub mod policy;
 pub mod stage;

@@ -2747,3 +2747,89 @@ i=0; until [ -s a/f ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done
     assert_eq!(read("a/f"), "x\n");
     assert!(!dir.join("b/f").exists(), "the denied create stayed");
 }
+
+/// The ledger, the refusal log and the daemon's log file (F4 of an attack
+/// pass): a name planted where one of them goes (a symlink, a hard link,
+/// another user's file, one others may write) makes the mount refuse to
+/// start, saying why, and the file it leads to is left as it was.
+#[test]
+fn logs_refuse_a_planted_name_and_leave_its_target_alone() {
+    if !fuse_ok() {
+        return;
+    }
+    let root = rustix::process::geteuid().is_root();
+    // (option, how the file is planted)
+    let mut cases: Vec<(&str, &str)> = Vec::new();
+    for opt in ["--audit-log", "--refusal-log", "ZONEMOUNT_LOG_FILE"] {
+        cases.push((opt, "symlink"));
+        cases.push((opt, "hardlink"));
+        cases.push((opt, "others-writable"));
+        if root {
+            cases.push((opt, "theirs"));
+        }
+    }
+    for (opt, plant) in cases {
+        let s = Setup::zones(Mode::Sandboxed, &[("w", "mode: ro")]);
+        let victim = s.root().join("victim");
+        fs::write(&victim, "precious\n").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
+        let log = s.root().join("planted.log");
+        match plant {
+            "symlink" => std::os::unix::fs::symlink(&victim, &log).unwrap(),
+            "hardlink" => fs::hard_link(&victim, &log).unwrap(),
+            "others-writable" => {
+                fs::write(&log, "").unwrap();
+                fs::set_permissions(&log, fs::Permissions::from_mode(0o646)).unwrap();
+            }
+            _ => {
+                fs::write(&log, "").unwrap();
+                std::os::unix::fs::chown(&log, Some(1001), Some(1001)).unwrap();
+            }
+        }
+        let s = if opt.starts_with("--") {
+            s.arg(opt).arg(log.to_str().unwrap())
+        } else {
+            s.env(opt, log.to_str().unwrap())
+        };
+        let (out, m) = s.try_mount();
+        let ctx = format!("{opt} on a {plant}: {}", out.describe());
+        assert!(!out.success(), "{ctx}");
+        assert!(!m.is_mounted(), "{ctx}");
+        assert!(out.stderr.contains(log.to_str().unwrap()), "{ctx}");
+        let why = match plant {
+            "symlink" => "symbolic link",
+            "hardlink" => "hard links",
+            "others-writable" => "mode 0646",
+            _ => "belongs to uid 1001",
+        };
+        assert!(out.stderr.contains(why), "{ctx}");
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n", "{ctx}");
+        let meta = fs::metadata(&victim).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o644, "{ctx}");
+    }
+}
+
+/// A new ledger and daemon log are made 0600 whatever the umask, a new
+/// refusal log 0644 (the worker reads it).
+#[test]
+fn new_logs_get_their_documented_modes() {
+    if !fuse_ok() {
+        return;
+    }
+    let s = Setup::zones(Mode::Sandboxed, &[("w", "mode: ro")]);
+    let audit = s.root().join("audit.jsonl");
+    let refusals = s.root().join("refusals.log");
+    let daemon = s.root().join("daemon.log");
+    let m = s
+        .arg("--audit-log")
+        .arg(audit.to_str().unwrap())
+        .arg("--refusal-log")
+        .arg(refusals.to_str().unwrap())
+        .env("ZONEMOUNT_LOG_FILE", daemon.to_str().unwrap())
+        .mount();
+    for (p, mode) in [(&audit, 0o600), (&refusals, 0o644), (&daemon, 0o600)] {
+        let got = fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(got, mode, "{}", p.display());
+    }
+    drop(m);
+}

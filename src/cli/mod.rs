@@ -211,7 +211,8 @@ pub(crate) struct MountArgs {
     /// with a key.
     #[arg(long)]
     pub(crate) prompt: bool,
-    /// Append the audit ledger (JSON Lines) to F.
+    /// Append the audit ledger (JSON Lines) to F (made 0600; an existing
+    /// F must be this user's alone, and not a symlink).
     #[arg(long, value_name = "F")]
     pub(crate) audit_log: Option<PathBuf>,
     /// The control socket (default: in the runtime directory).
@@ -228,7 +229,8 @@ pub(crate) struct MountArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) max_checkpoints: Option<u16>,
     /// Tell the worker of each refusal, one line in words, in F (a file it
-    /// can read; `run` makes one and names it in $ZONEMOUNT_REFUSALS).
+    /// can read, made 0644; an existing F must be this user's alone, and
+    /// not a symlink; `run` makes one and names it in $ZONEMOUNT_REFUSALS).
     #[arg(long, value_name = "F")]
     pub(crate) refusal_log: Option<PathBuf>,
     /// Write the refusal log's paths as under DIR instead of the

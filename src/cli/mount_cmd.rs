@@ -152,12 +152,19 @@ pub(crate) fn spawn_daemon_with(
     cmd.args(["mount", "--foreground", "--notify-ready"])
         .args(mount_args);
     let log = match std::env::var_os("ZONEMOUNT_LOG_FILE") {
-        Some(p) => std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&p)
+        // Made 0600 when missing; an existing one must be ours alone
+        // (see `logfile`).
+        Some(p) => crate::logfile::open_append(Path::new(&p), 0o600)
             .map(Stdio::from)
-            .map_err(|e| Failure::new(1, format!("cannot open ZONEMOUNT_LOG_FILE: {e}")))?,
+            .map_err(|e| {
+                Failure::new(
+                    1,
+                    format!(
+                        "cannot open ZONEMOUNT_LOG_FILE {}: {e}",
+                        Path::new(&p).display()
+                    ),
+                )
+            })?,
         None => Stdio::null(),
     };
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);

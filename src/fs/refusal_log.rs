@@ -7,9 +7,8 @@
 //! file stays small: past [`MAX_BYTES`] it starts over with a line saying
 //! so.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
@@ -29,14 +28,12 @@ pub struct RefusalLog {
 }
 
 impl RefusalLog {
-    /// Append to `path` (made 0644 if missing: the worker reads it);
-    /// paths are written as under `root`.
+    /// Append to `path` (made 0644 if missing: the worker reads it; an
+    /// existing one must be ours and no one else's to write: see
+    /// [`crate::logfile`]); paths are written as under `root`. Starting
+    /// over truncates the file we opened, never a path.
     pub fn open(path: &Path, root: &Path) -> io::Result<RefusalLog> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o644)
-            .open(path)?;
+        let file = crate::logfile::open_append(path, 0o644)?;
         let len = file.metadata()?.len();
         Ok(RefusalLog {
             file: Mutex::new((file, len)),

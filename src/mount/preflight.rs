@@ -45,6 +45,9 @@ pub enum MountError {
     },
     #[error("{0}: fix the path in the config, or recreate the directory")]
     Backing(String),
+    /// The refusal log can't be opened (or is refused: see `logfile`).
+    #[error("{0}")]
+    RefusalLog(String),
     #[error(
         "/dev/fuse is missing: FUSE is not available here (load the fuse module with modprobe fuse, or start the container with --device /dev/fuse)"
     )]
@@ -88,6 +91,7 @@ impl MountError {
             | MountError::InsideBacking { .. }
             | MountError::BackingInside { .. }
             | MountError::Backing(_)
+            | MountError::RefusalLog(_)
             | MountError::Stage(_) => 2,
             MountError::NoFuse
             | MountError::NoFuseAccess(_)

@@ -392,7 +392,7 @@ fn filesystem(
         Some(p) => {
             let root = settings.refusal_log_root.as_deref().unwrap_or(mountpoint);
             Some(Arc::new(RefusalLog::open(p, root).map_err(|e| {
-                MountError::Backing(format!("cannot open the refusal log {}: {e}", p.display()))
+                MountError::RefusalLog(format!("cannot open the refusal log {}: {e}", p.display()))
             })?))
         }
     };

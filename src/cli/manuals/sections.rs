@@ -264,7 +264,8 @@ const ENVIRONMENT: &[(&str, &str, &[&str])] = &[
     ),
     (
         "ZONEMOUNT_LOG_FILE",
-        "The detached daemon's log is appended here (default: discarded).",
+        "The detached daemon's log is appended here (default: discarded): made 0600, or an \
+         existing file of this user's that no one else may write; never a symlink.",
         &["mount", "run"],
     ),
     (

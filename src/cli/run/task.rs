@@ -80,13 +80,14 @@ impl TaskMount {
         std::fs::set_permissions(&task.dir, std::fs::Permissions::from_mode(0o755))
             .map_err(fail)?;
         // Readable by CMD (whoever it runs as), writable only by us.
+        // Set on the file made, not by path (O_EXCL: nothing planted
+        // under its name is opened).
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o644)
             .open(&task.refusals)
-            .map_err(fail)?;
-        std::fs::set_permissions(&task.refusals, std::fs::Permissions::from_mode(0o644))
+            .and_then(|f| f.set_permissions(std::fs::Permissions::from_mode(0o644)))
             .map_err(fail)?;
         let plan = WatchPlan {
             dirs: vec![task.dir.clone()],
