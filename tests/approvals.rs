@@ -1797,6 +1797,8 @@ fn run_self_approval(run_opts: &[&str], attempt: &str) -> (Out, String) {
         .arg(&sock)
         .args(["--approval-timeout", "60"])
         .args(run_opts)
+        // Past a scrubbed environment (--user, --isolate) too.
+        .args(["--env", "ZM", "--env", "SOCK"])
         .args(["--", "sh", "-c", &script])
         .env("ZM", &bin)
         .env("SOCK", &sock)

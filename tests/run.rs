@@ -1167,6 +1167,57 @@ fn user_runs_cmd_as_that_uid_and_files_belong_to_it() {
     }
 }
 
+/// `--user`'s CMD starts from the environment `--isolate` gives, not from
+/// root's (F5 of an attack pass: root's secrets and HOME reached the
+/// other uid): a variable of `run`'s is gone unless passed with `--env`;
+/// HOME, USER and LOGNAME are the user's; PATH and zonemount's own
+/// variables are there.
+#[test]
+fn user_gets_a_scrubbed_environment_with_its_own_home() {
+    if !fuse_ok() || !root_ok() {
+        return;
+    }
+    let passwd = fs::read_to_string("/etc/passwd").unwrap();
+    let entry = passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() > 5 && f[2] == "65534")
+        .map(|f| (f[0].to_owned(), f[5].to_owned()));
+    let t = Task::new();
+    let script = "id -u; echo \"secret=${FAKE_SECRET-unset} passed=${PASSED-unset} \
+                  set=${SET_HERE-unset} home=$HOME user=${USER-unset} logname=${LOGNAME-unset} \
+                  path=${PATH:+set} root=${ZONEMOUNT_ROOT:+set} refusals=${ZONEMOUNT_REFUSALS:+set}\"";
+    let out = run(
+        t.command(
+            &["--user", "65534", "--env", "PASSED", "--env", "SET_HERE=v"],
+            &["sh", "-c", script],
+        )
+        .env("FAKE_SECRET", "s3cr3t-token")
+        .env("PASSED", "p")
+        .env("HOME", "/root")
+        .env("USER", "root")
+        .env("LOGNAME", "root"),
+        Duration::from_secs(60),
+    );
+    assert!(out.success(), "{}", out.describe());
+    let (home, user) = match &entry {
+        Some((name, home)) if home.starts_with('/') => (home.clone(), name.clone()),
+        Some((name, _)) => ("/".to_owned(), name.clone()),
+        None => ("/".to_owned(), "unset".to_owned()),
+    };
+    assert_eq!(
+        out.stdout,
+        format!(
+            "65534\nsecret=unset passed=p set=v home={home} user={user} logname={user} \
+             path=set root=set refusals=set\n"
+        ),
+        "{}",
+        out.describe()
+    );
+    assert!(!out.stdout.contains("s3cr3t"));
+    t.assert_clean("--user env");
+}
+
 // ---------------------------------------------------------------------------
 // list, unmount --stale, scripts
 // ---------------------------------------------------------------------------

@@ -97,14 +97,16 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "ZONE", requires = "isolate")]
     pub(crate) via_daemon: Vec<String>,
     /// Pass NAME (the host's value) or NAME=VALUE to CMD; under --isolate
-    /// the only way past the scrubbed environment. Repeatable.
+    /// or --user the only way past the scrubbed environment. Repeatable.
     #[arg(long, value_name = "NAME[=VALUE]")]
     pub(crate) env: Vec<OsString>,
     /// Kill CMD's whole process group after SECS (SIGTERM, then SIGKILL
     /// 5 s later).
     #[arg(long, value_name = "SECS")]
     pub(crate) timeout: Option<f64>,
-    /// Run CMD as this user (root only); implies --allow-uid UID.
+    /// Run CMD as this user (root only), with a scrubbed environment
+    /// (PATH, LANG, TERM, the user's HOME, USER, LOGNAME, ZONEMOUNT_*, each
+    /// --env); implies --allow-uid UID.
     #[arg(long, value_name = "UID[:GID]")]
     pub(crate) user: Option<String>,
     /// With a staged zone: when CMD exits, print its changes and (on a

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::super::{Cli, Cmd, Failure, MountArgs, zone_table};
-use super::user::{User, check_user};
+use super::user::{User, check_user, login_env};
 use super::*;
 use super::{direct, exec, worker};
 use crate::config::{Access, ZoneTable};
@@ -388,7 +388,8 @@ impl Plan {
     }
 
     /// CMD itself, in the first rw zone (or the mount's root), with the
-    /// caller's environment plus `--env NAME=VALUE`.
+    /// caller's environment plus `--env NAME=VALUE`; under `--user`, with
+    /// the environment `--isolate` gives instead ([`Plan::user_env`]).
     pub(super) fn plain(&self, mp: &Path, zones: &[ZoneBind]) -> Result<Command, Failure> {
         let Some(prog) = self.command.first() else {
             return Err(Failure::new(2, "no command to run: give it after `--`"));
@@ -413,12 +414,45 @@ impl Plan {
         let path = exec::cmd_path(&self.env);
         exec::check_command(prog, &cwd, path.as_deref(), &exec::on_host)?;
         c.current_dir(cwd);
-        for e in &self.env {
-            if let Some(v) = &e.value {
-                c.env(&e.name, v);
+        match self.user {
+            // Another user's CMD gets none of ours but what is passed on
+            // by name (the keeper and its init, root still, need none: a
+            // root's runtime directory is fixed).
+            Some(u) => {
+                c.env_clear()
+                    .envs(user_env(u.uid, |n| std::env::var_os(n), &self.env));
+            }
+            None => {
+                for e in &self.env {
+                    if let Some(v) = &e.value {
+                        c.env(&e.name, v);
+                    }
+                }
             }
         }
         c.envs(isolate::limits_env(mp, zones));
         Ok(c)
     }
+}
+
+/// CMD's environment under `--user UID` on the host: what `--isolate`
+/// keeps (`PATH`, `LANG`, `TERM` from `host`), `HOME`, `USER` and
+/// `LOGNAME` of that user (see [`login_env`]), then each `--env` (a later
+/// one wins). `run` adds zonemount's own `ZONEMOUNT_*` after.
+pub(super) fn user_env(
+    uid: u32,
+    host: impl Fn(&str) -> Option<OsString>,
+    extra: &[EnvSpec],
+) -> Vec<(OsString, OsString)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let (home, login) = login_env(uid, &passwd);
+    let mut all: Vec<EnvSpec> = login
+        .into_iter()
+        .map(|(name, value)| EnvSpec {
+            name,
+            value: Some(value.into()),
+        })
+        .collect();
+    all.extend(extra.iter().cloned());
+    isolate::sandbox_env(host, &all, &home)
 }

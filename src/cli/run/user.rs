@@ -38,6 +38,35 @@ pub(super) fn parse_user(spec: &str, passwd: &str) -> Result<User, Failure> {
     Ok(User { uid, gid })
 }
 
+/// What CMD run as `uid` is told of its user: `HOME` (its home in
+/// `passwd`, or `/` when it has no entry or no home there), and `USER` and
+/// `LOGNAME` (its name, when it has an entry).
+pub(super) fn login_env(uid: u32, passwd: &str) -> (std::path::PathBuf, Vec<(String, String)>) {
+    let entry = passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 5 && f[2].parse() == Ok(uid)).then(|| (f[0].to_owned(), f[5].to_owned()))
+    });
+    match entry {
+        Some((name, home)) => {
+            let home = if home.starts_with('/') {
+                home
+            } else {
+                "/".to_owned()
+            };
+            let vars = if name.is_empty() {
+                Vec::new()
+            } else {
+                vec![
+                    ("USER".to_owned(), name.clone()),
+                    ("LOGNAME".to_owned(), name),
+                ]
+            };
+            (home.into(), vars)
+        }
+        None => ("/".into(), Vec::new()),
+    }
+}
+
 /// `--user SPEC`, which only root may give.
 pub(super) fn check_user(spec: &str) -> Result<User, Failure> {
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
@@ -76,5 +105,25 @@ mod tests {
         for bad in ["bob", "1000:", ":1", "-1", "1:x"] {
             assert!(parse_user(bad, passwd).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn login_env_is_the_users() {
+        let passwd = "root:x:0:0::/root:/bin/sh\nbob:x:1000:1001::/home/bob:/bin/sh\nnohome:x:1002:1002:::/bin/sh\n";
+        let (home, vars) = login_env(1000, passwd);
+        assert_eq!(home, std::path::Path::new("/home/bob"));
+        let want = |n: &str| {
+            vec![
+                ("USER".to_owned(), n.to_owned()),
+                ("LOGNAME".to_owned(), n.to_owned()),
+            ]
+        };
+        assert_eq!(vars, want("bob"));
+        let (home, vars) = login_env(1002, passwd);
+        assert_eq!(home, std::path::Path::new("/"));
+        assert_eq!(vars, want("nohome"));
+        let (home, vars) = login_env(4242, passwd);
+        assert_eq!(home, std::path::Path::new("/"));
+        assert!(vars.is_empty());
     }
 }
