@@ -326,3 +326,32 @@ fn doctor_says_a_user_cannot_mount_without_the_device_and_exits_5() {
         out.describe()
     );
 }
+
+/// `doctor` as an ordinary user leaves nothing in its TMPDIR (F7a of an
+/// attack pass: the staged-zone probe's overlay left its `w/work` mode 0,
+/// so its `zonemount-probe.*` dir stayed behind on every run).
+#[test]
+fn doctor_as_a_user_leaves_nothing_in_tmpdir() {
+    if !needs() {
+        return;
+    }
+    let h = Host::new();
+    let tmp = h.path("tmp");
+    fs::create_dir(&tmp).unwrap();
+    chown(&tmp, NOBODY);
+    let out = h.zonemount(
+        &format!("export TMPDIR='{}'", tmp.display()),
+        true,
+        "doctor",
+    );
+    assert!(out.stdout.contains("staged zones"), "{}", out.describe());
+    let left: Vec<_> = fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left in TMPDIR: {left:?}\n{}",
+        out.describe()
+    );
+}

@@ -206,7 +206,38 @@ pub fn staged_overlay() -> Result<&'static str, String> {
         .prefix("zonemount-probe.")
         .tempdir()
         .map_err(|e| format!("no temp dir: {e}"))?;
-    let [lower, upper, work] = ["l", "u", "w"].map(|d| dir.path().join(d));
+    // The overlay gone (its root closed when this returns), the dir is
+    // removed: first the overlay's `w/work`, which the kernel leaves mode
+    // 0 and an ordinary user could not empty or remove.
+    let said = overlay_in(dir.path());
+    let _ = let_overlay_work_go(dir.path());
+    let dir_path = dir.path().to_path_buf();
+    if let Err(e) = dir.close() {
+        tracing::debug!("cannot remove {}: {e}", dir_path.display());
+    }
+    said
+}
+
+/// Make `w/work` ours to empty and remove again, by fds from `dir` on
+/// (`dir` and `w` not followed if symlinks; no one else may write in
+/// them). The dir itself then goes through `remove_dir_all`, which
+/// follows no symlink either.
+fn let_overlay_work_go(dir: &Path) -> rustix::io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let nofollow = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let top = rustix::fs::open(dir, nofollow, Mode::empty())?;
+    let w = rustix::fs::openat(&top, "w", nofollow, Mode::empty())?;
+    rustix::fs::chmodat(
+        &w,
+        "work",
+        Mode::from_raw_mode(0o700),
+        rustix::fs::AtFlags::empty(),
+    )
+}
+
+/// [`staged_overlay`] in `dir`.
+fn overlay_in(dir: &Path) -> Result<&'static str, String> {
+    let [lower, upper, work] = ["l", "u", "w"].map(|d| dir.join(d));
     for d in [&lower, &upper, &work] {
         fs::create_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
