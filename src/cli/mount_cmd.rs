@@ -433,7 +433,7 @@ fn serve(a: &MountArgs) -> Result<(), Failure> {
         .as_deref()
         .map(abs)
         .unwrap_or_else(|| mount::default_control_path(&mountpoint));
-    // Bound now, while this is the only thread: see control::bind.
+    // Bound now, before anything is mounted: see control::bind.
     let control = Control::bind(&control_path).map_err(|e| Failure::new(1, e.to_string()))?;
     // What the mount's watcher removes if this daemon dies.
     settings.record = Some(mount::record_file(&mountpoint));

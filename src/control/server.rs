@@ -4,7 +4,8 @@
 //! streams events to watchers. The messages are in [`super::protocol`].
 
 use std::io;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream as StdStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,9 +33,12 @@ pub enum BindError {
 }
 
 /// Bind `path` (mode 0600; a stale socket left by a dead daemon is
-/// replaced) in a directory that exists. Call before any other thread
-/// runs: the umask is narrowed around `bind` so the socket is never
-/// reachable by others.
+/// replaced) in a directory that exists. The socket is bound in a private
+/// directory (0700) made beside `path`, made 0600 there and renamed into
+/// place, so it is never reachable by others, and nothing is done by
+/// `path` after it exists: a directory others may write can't lead the
+/// chmod to another file (a symlink swapped in), and no umask is changed
+/// (other threads may be running).
 pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> {
     let err = |e| BindError::Io(path.to_path_buf(), e);
     if let Ok(m) = std::fs::symlink_metadata(path) {
@@ -49,13 +53,102 @@ pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> 
         }
         std::fs::remove_file(path).map_err(err)?;
     }
-    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
-    let bound = std::os::unix::net::UnixListener::bind(path);
-    rustix::process::umask(old);
-    let l = bound.map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
-    l.set_nonblocking(true).map_err(err)?;
+    let Some(name) = path.file_name() else {
+        return Err(err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path names no file",
+        )));
+    };
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    bind_in(parent, name).map_err(err)
+}
+
+/// [`bind`]'s socket `name` in `parent`, by way of a private directory.
+fn bind_in(parent: &Path, name: &std::ffi::OsStr) -> io::Result<std::os::unix::net::UnixListener> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let parent = rustix::fs::open(parent, dir_flags, Mode::empty())?;
+    let (private, private_fd) = private_dir(&parent)?;
+    let bound = (|| {
+        // No bindat: the socket is made through the private dir's fd.
+        let at = format!("/proc/self/fd/{}/s", private_fd.as_raw_fd());
+        let l = std::os::unix::net::UnixListener::bind(at)?;
+        // Only we may write in the private dir: `s` is the socket.
+        rustix::fs::chmodat(
+            &private_fd,
+            "s",
+            Mode::from_raw_mode(0o600),
+            AtFlags::empty(),
+        )?;
+        match rustix::fs::renameat_with(
+            &private_fd,
+            "s",
+            &parent,
+            name,
+            rustix::fs::RenameFlags::NOREPLACE,
+        ) {
+            // A file system without RENAME_NOREPLACE.
+            Err(rustix::io::Errno::INVAL) => {
+                rustix::fs::renameat(&private_fd, "s", &parent, name)?;
+            }
+            Err(rustix::io::Errno::EXIST) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "a file appeared in the way while binding",
+                ));
+            }
+            r => r?,
+        }
+        Ok(l)
+    })();
+    if bound.is_err() {
+        let _ = rustix::fs::unlinkat(&private_fd, "s", AtFlags::empty());
+    }
+    let _ = rustix::fs::unlinkat(&parent, &private, AtFlags::REMOVEDIR);
+    let l = bound?;
+    l.set_nonblocking(true)?;
     Ok(l)
+}
+
+/// A fresh directory of ours in `parent`, mode 0700: its name and an fd
+/// of it (checked to be the one we made, not a symlink or another's).
+fn private_dir(parent: &impl AsFd) -> io::Result<(String, OwnedFd)> {
+    use rustix::fs::{Mode, OFlags};
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let me = rustix::process::geteuid().as_raw();
+    for _ in 0..100 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!(".zonemount-bind.{}.{seq}.{nanos:08x}", std::process::id());
+        match rustix::fs::mkdirat(parent, &*name, Mode::from_raw_mode(0o700)) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        let fd = rustix::fs::openat(
+            parent,
+            &*name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let st = rustix::fs::fstat(&fd)?;
+        if st.st_uid != me || st.st_mode & 0o077 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{name} was replaced while binding"),
+            ));
+        }
+        return Ok((name, fd));
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "no fresh private directory could be made beside it",
+    ))
 }
 
 /// Makes the answer to `status`, afresh each time.
@@ -790,5 +883,54 @@ mod tests {
         assert_eq!(second["event"], "resolved", "{second}");
         assert_eq!(second["id"], pending[0].id);
         assert!(verdict.recv_timeout(Duration::from_secs(5)).is_ok());
+    }
+
+    /// The socket appears at its path whole, already 0600 (renamed into
+    /// place): nothing is done by that path once it exists (F7b of an
+    /// attack pass: a chmod by path after `bind` would follow a symlink
+    /// swapped in, in a directory others may write). Seen with inotify on
+    /// the directory: no create and no attribute change under its name.
+    #[test]
+    fn bind_makes_the_socket_elsewhere_and_renames_it_into_place() {
+        use rustix::fs::inotify;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.sock");
+        // A stale socket is replaced the same way.
+        for round in 0..2 {
+            let ino = inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC)
+                .expect("inotify");
+            inotify::add_watch(
+                &ino,
+                dir.path(),
+                inotify::WatchFlags::CREATE
+                    | inotify::WatchFlags::ATTRIB
+                    | inotify::WatchFlags::MOVED_TO,
+            )
+            .expect("watch");
+            let l = bind(&path).expect("bind");
+            let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+            let mut events = inotify::Reader::new(&ino, &mut buf);
+            let mut seen = Vec::new();
+            while let Ok(ev) = events.next() {
+                if ev.file_name().is_some_and(|n| n.to_bytes() == b"c.sock") {
+                    seen.push(ev.events());
+                }
+            }
+            assert_eq!(seen, [inotify::ReadFlags::MOVED_TO], "round {round}");
+            let mode = std::fs::symlink_metadata(&path)
+                .expect("stat")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o7777, 0o600);
+            StdStream::connect(&path).expect("connect");
+            // Nothing but the socket is left beside it.
+            let names: Vec<_> = std::fs::read_dir(dir.path())
+                .expect("read_dir")
+                .map(|e| e.expect("entry").file_name())
+                .collect();
+            assert_eq!(names, ["c.sock"]);
+            drop(l);
+        }
     }
 }

@@ -3,9 +3,8 @@
 //! [`Status`], and unmount on SIGTERM, SIGINT and SIGHUP. The readiness
 //! line, the prompt and the arguments stay with the CLI.
 //!
-//! Order matters: [`Control::bind`] runs while the process has one thread
-//! (it narrows the umask around `bind`), before [`super::session::build`]
-//! starts the broker's.
+//! [`Control::bind`] runs before [`super::session::build`]: a control
+//! socket that can't be made stops the mount before anything is mounted.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -30,8 +29,7 @@ pub struct Control {
 impl Control {
     /// Bind the socket at `path`, making its directory as the registry's
     /// when missing; the runtime directory is checked even when it exists
-    /// (see [`registry::private_dir`]). Call while this is the only thread:
-    /// see [`control::bind`].
+    /// (see [`registry::private_dir`]); see [`control::bind`].
     pub fn bind(path: &Path) -> Result<Control, BindError> {
         let runtime = registry::runtime_dir();
         if let Some(dir) = path.parent().filter(|d| !d.exists() || *d == runtime) {
