@@ -1251,69 +1251,105 @@ fn the_rust_api_receives_requests_and_decides_them() {
     );
 }
 
+/// A foreground mount with `--prompt` on a pseudo-terminal (`script`),
+/// started as `sh -c "{before}exec zonemount mount --foreground --prompt
+/// {opts} ..."` (`before` may start another process on the terminal):
+/// its screen is read from a file, keys go to its stdin. Unmounted when
+/// dropped.
+struct PromptTerm {
+    _setup: Setup,
+    root: PathBuf,
+    mnt: PathBuf,
+    screen: PathBuf,
+    term: std::process::Child,
+}
+
+impl PromptTerm {
+    fn start(opts: &str, before: impl FnOnce(&Path) -> String) -> PromptTerm {
+        let setup = Setup::zones(Mode::Sandboxed, ZONES);
+        let root = setup.root().to_path_buf();
+        let cfg = root.join("project.yaml");
+        fs::write(&cfg, zones_yaml(Mode::Sandboxed, ZONES)).unwrap();
+        let mnt = root.join("mnt");
+        fs::create_dir_all(&mnt).unwrap();
+        let inner = format!(
+            "{}exec {BIN} mount --foreground --prompt {opts} --approval-timeout 60 --config {} {}",
+            before(&root),
+            cfg.display(),
+            mnt.display()
+        );
+        let screen = root.join("screen.out");
+        let term = Command::new("script")
+            .args(["-qfec", &inner, "/dev/null"])
+            .current_dir(&root)
+            .stdin(Stdio::piped())
+            .stdout(fs::File::create(&screen).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t = PromptTerm {
+            _setup: setup,
+            root,
+            mnt,
+            screen,
+            term,
+        };
+        assert!(wait_mounted(&t.mnt), "foreground mount did not come up");
+        t
+    }
+
+    fn text(&self) -> String {
+        fs::read_to_string(&self.screen).unwrap_or_default()
+    }
+
+    /// Whether the screen shows `what` within 10 s.
+    fn shown(&self, what: &str) -> bool {
+        wait_until(Duration::from_secs(10), || self.text().contains(what))
+    }
+
+    fn keys(&mut self, keys: &[u8]) {
+        let stdin = self.term.stdin.as_mut().unwrap();
+        stdin.write_all(keys).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// A write of `rel` in the mount, on a thread (it waits for a
+    /// decision).
+    fn write(&self, rel: &str, text: &'static str) -> std::thread::JoinHandle<std::io::Result<()>> {
+        let target = self.mnt.join(rel);
+        std::thread::spawn(move || fs::write(&target, text))
+    }
+}
+
+impl Drop for PromptTerm {
+    fn drop(&mut self) {
+        drop(self.term.stdin.take());
+        cleanup_mount(&self.mnt, true);
+        let _ = wait_child(&mut self.term, Duration::from_secs(10));
+    }
+}
+
 #[test]
 fn prompt_answers_with_a_key_on_a_terminal() {
     if !fuse_ok() || !tool_ok("script") {
         return;
     }
-    let s = Setup::zones(Mode::Sandboxed, ZONES);
-    let root = s.root().to_path_buf();
-    let cfg = root.join("project.yaml");
-    fs::write(&cfg, zones_yaml(Mode::Sandboxed, ZONES)).unwrap();
-    let mnt = root.join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
     // A hook runs while each request is shown: in a session of its own,
     // it is no process that could type on the prompt's terminal.
-    let inner = format!(
-        "{BIN} mount --foreground --prompt --on-ask '/bin/sleep 5' --approval-timeout 60 --config {} {}",
-        cfg.display(),
-        mnt.display()
-    );
-    // `script` gives the daemon a pseudo-terminal and forwards our keys.
-    let screen = root.join("screen.out");
-    let mut term = Command::new("script")
-        .args(["-qfec", &inner, "/dev/null"])
-        .current_dir(&root)
-        .stdin(Stdio::piped())
-        .stdout(fs::File::create(&screen).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    struct Cleanup(PathBuf);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            cleanup_mount(&self.0, true);
-        }
-    }
-    let _guard = Cleanup(mnt.clone());
-    assert!(wait_mounted(&mnt), "foreground mount did not come up");
-    let target = mnt.join("final/p.md");
-    let writer = std::thread::spawn(move || fs::write(&target, "p\n"));
+    let mut t = PromptTerm::start("--on-ask '/bin/sleep 5'", |_| String::new());
+    let writer = t.write("final/p.md", "p\n");
+    assert!(t.shown("[o] allow once"), "no prompt shown: {}", t.text());
     assert!(
-        wait_until(Duration::from_secs(10), || {
-            fs::read_to_string(&screen)
-                .unwrap_or_default()
-                .contains("[o] allow once")
-        }),
-        "no prompt shown: {}",
-        fs::read_to_string(&screen).unwrap_or_default()
+        t.text().contains("write /final/p.md (create)"),
+        "{}",
+        t.text()
     );
-    let shown = fs::read_to_string(&screen).unwrap();
-    assert!(shown.contains("write /final/p.md (create)"), "{shown}");
-    term.stdin.as_mut().unwrap().write_all(b"x").unwrap(); // ignored
-    term.stdin.as_mut().unwrap().write_all(b"p").unwrap();
-    term.stdin.as_mut().unwrap().flush().unwrap();
+    t.keys(b"x"); // ignored
+    t.keys(b"p");
     writer.join().unwrap().unwrap();
     // Path scope: the same write now goes through without a prompt.
-    fs::write(mnt.join("final/p.md"), "again\n").unwrap();
-    assert!(wait_until(Duration::from_secs(5), || {
-        fs::read_to_string(&screen)
-            .unwrap_or_default()
-            .contains("allowed (path)")
-    }));
-    drop(term.stdin.take());
-    cleanup_mount(&mnt, true);
-    let _ = wait_child(&mut term, Duration::from_secs(10));
+    fs::write(t.mnt.join("final/p.md"), "again\n").unwrap();
+    assert!(t.shown("allowed (path)"), "{}", t.text());
 }
 
 /// A worker started on the prompt's terminal pushes a key into its input
@@ -1326,112 +1362,59 @@ fn a_process_on_the_prompts_terminal_cannot_answer_it() {
     if !fuse_ok() || !tool_ok("script") || !tool_ok("python3") {
         return;
     }
-    let s = Setup::zones(Mode::Sandboxed, ZONES);
-    let root = s.root().to_path_buf();
-    let cfg = root.join("project.yaml");
-    fs::write(&cfg, zones_yaml(Mode::Sandboxed, ZONES)).unwrap();
-    let mnt = root.join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
     // The injector: once told to, it pushes `z` (allow for the zone) into
     // the terminal's input, says how that went, and exits.
-    let inject = root.join("inject.py");
-    fs::write(
-        &inject,
-        format!(
-            "import fcntl, os, termios, time\n\
-             go, said = {go:?}, {said:?}\n\
-             for _ in range(400):\n\
-             \x20   if os.path.exists(go): break\n\
-             \x20   time.sleep(0.05)\n\
-             try:\n\
-             \x20   fd = os.open('/dev/tty', os.O_RDWR)\n\
-             \x20   fcntl.ioctl(fd, termios.TIOCSTI, b'z')\n\
-             \x20   r = 'pushed'\n\
-             except OSError as e:\n\
-             \x20   r = 'refused: %s' % e\n\
-             open(said + '.tmp', 'w').write(r)\n\
-             os.rename(said + '.tmp', said)\n",
-            go = root.join("go").display().to_string(),
-            said = root.join("said").display().to_string(),
-        ),
-    )
-    .unwrap();
-    let inner = format!(
-        "python3 {} & exec {BIN} mount --foreground --prompt --approval-timeout 60 --config {} {}",
-        inject.display(),
-        cfg.display(),
-        mnt.display()
-    );
-    let screen = root.join("screen.out");
-    let mut term = Command::new("script")
-        .args(["-qfec", &inner, "/dev/null"])
-        .current_dir(&root)
-        .stdin(Stdio::piped())
-        .stdout(fs::File::create(&screen).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
+    let mut t = PromptTerm::start("", |root| {
+        let inject = root.join("inject.py");
+        fs::write(
+            &inject,
+            format!(
+                "import fcntl, os, termios, time\n\
+                 go, said = {go:?}, {said:?}\n\
+                 for _ in range(400):\n\
+                 \x20   if os.path.exists(go): break\n\
+                 \x20   time.sleep(0.05)\n\
+                 try:\n\
+                 \x20   fd = os.open('/dev/tty', os.O_RDWR)\n\
+                 \x20   fcntl.ioctl(fd, termios.TIOCSTI, b'z')\n\
+                 \x20   r = 'pushed'\n\
+                 except OSError as e:\n\
+                 \x20   r = 'refused: %s' % e\n\
+                 open(said + '.tmp', 'w').write(r)\n\
+                 os.rename(said + '.tmp', said)\n",
+                go = root.join("go").display().to_string(),
+                said = root.join("said").display().to_string(),
+            ),
+        )
         .unwrap();
-    struct Cleanup(PathBuf);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            cleanup_mount(&self.0, true);
-        }
-    }
-    let _guard = Cleanup(mnt.clone());
-    assert!(wait_mounted(&mnt), "foreground mount did not come up");
-    let shown = |what: &str| {
-        wait_until(Duration::from_secs(10), || {
-            fs::read_to_string(&screen)
-                .unwrap_or_default()
-                .contains(what)
-        })
-    };
-    let target = mnt.join("final/p.md");
-    let writer = std::thread::spawn(move || fs::write(&target, "p\n"));
-    assert!(
-        shown("[o] allow once"),
-        "no prompt: {}",
-        fs::read_to_string(&screen).unwrap_or_default()
-    );
-    fs::write(root.join("go"), "").unwrap();
-    assert!(wait_until(Duration::from_secs(10), || root
-        .join("said")
-        .exists()));
-    let said = fs::read_to_string(root.join("said")).unwrap();
+        format!("python3 {} & ", inject.display())
+    });
+    let writer = t.write("final/p.md", "p\n");
+    assert!(t.shown("[o] allow once"), "no prompt: {}", t.text());
+    fs::write(t.root.join("go"), "").unwrap();
+    let said_at = t.root.join("said");
+    assert!(wait_until(Duration::from_secs(10), || said_at.exists()));
+    let said = fs::read_to_string(&said_at).unwrap();
     let pushable =
         fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").map_or(true, |v| v.trim() != "0");
     assert_eq!(said == "pushed", pushable, "the injection: {said}");
     if pushable {
-        assert!(
-            shown("key not taken: pid"),
-            "{}",
-            fs::read_to_string(&screen).unwrap_or_default()
-        );
+        assert!(t.shown("key not taken: pid"), "{}", t.text());
     }
-    let listed = zm(&["approvals", "list", "--json"], &mnt);
+    let listed = zm(&["approvals", "list", "--json"], &t.mnt);
     let r: Value = serde_json::from_str(&listed.stdout).expect("approvals list --json");
     let id = r[0]["id"]
         .as_u64()
         .unwrap_or_else(|| panic!("not pending: {}", listed.describe()));
-    decide_detached_at(&root, &mnt, "deny", id);
+    decide_detached_at(&t.root, &t.mnt, "deny", id);
     assert_errno(writer.join().unwrap(), libc::EACCES);
     // The injector is gone: the human's key answers the next request.
-    let target = mnt.join("final/q.md");
-    let writer = std::thread::spawn(move || fs::write(&target, "q\n"));
-    assert!(wait_until(Duration::from_secs(10), || {
-        fs::read_to_string(&screen)
-            .unwrap_or_default()
-            .contains("write /final/q.md")
-    }));
-    term.stdin.as_mut().unwrap().write_all(b"o").unwrap();
-    term.stdin.as_mut().unwrap().flush().unwrap();
+    let writer = t.write("final/q.md", "q\n");
+    assert!(t.shown("write /final/q.md"), "{}", t.text());
+    t.keys(b"o");
     let wrote = writer.join().unwrap();
-    let screen = fs::read_to_string(&screen).unwrap_or_default();
-    assert!(wrote.is_ok(), "the human's key: {wrote:?}: {screen}");
-    assert_eq!(fs::read_to_string(mnt.join("final/q.md")).unwrap(), "q\n");
-    drop(term.stdin.take());
-    cleanup_mount(&mnt, true);
-    let _ = wait_child(&mut term, Duration::from_secs(10));
+    assert!(wrote.is_ok(), "the human's key: {wrote:?}: {}", t.text());
+    assert_eq!(fs::read_to_string(t.mnt.join("final/q.md")).unwrap(), "q\n");
 }
 
 /// `status` says how file data moves: `--no-passthrough` is named.
