@@ -1359,36 +1359,75 @@ fn prompt_answers_with_a_key_on_a_terminal() {
 /// is gone, the human's key answers the next request.
 #[test]
 fn a_process_on_the_prompts_terminal_cannot_answer_it() {
+    injected_key_is_not_taken(
+        "fd = os.open('/dev/tty', os.O_RDWR)\n\
+         ready()\n\
+         wait_go()\n\
+         push(fd)\n",
+    );
+}
+
+/// The same from a process whose main thread has exited (it shows as a
+/// zombie) while another of its threads waits to push the key.
+#[test]
+fn a_process_whose_main_thread_exited_still_counts_on_the_terminal() {
+    injected_key_is_not_taken(
+        "import ctypes, threading\n\
+         fd = os.open('/dev/tty', os.O_RDWR)\n\
+         def later():\n\
+         \x20   time.sleep(0.5)\n\
+         \x20   ready()\n\
+         \x20   wait_go()\n\
+         \x20   push(fd)\n\
+         \x20   os._exit(0)\n\
+         threading.Thread(target=later).start()\n\
+         ctypes.CDLL(None).syscall(60, 0)\n",
+    );
+}
+
+/// A prompt whose terminal another process shares: that process runs
+/// `body` (python, with `ready()`, which the test waits for before it
+/// writes, `wait_go()`, and `push(fd)`, which pushes `z`, allow for the
+/// zone, and says how that went).
+fn injected_key_is_not_taken(body: &str) {
     if !fuse_ok() || !tool_ok("script") || !tool_ok("python3") {
         return;
     }
-    // The injector: once told to, it pushes `z` (allow for the zone) into
-    // the terminal's input, says how that went, and exits.
     let mut t = PromptTerm::start("", |root| {
         let inject = root.join("inject.py");
         fs::write(
             &inject,
             format!(
                 "import fcntl, os, termios, time\n\
-                 go, said = {go:?}, {said:?}\n\
-                 for _ in range(400):\n\
-                 \x20   if os.path.exists(go): break\n\
-                 \x20   time.sleep(0.05)\n\
-                 try:\n\
-                 \x20   fd = os.open('/dev/tty', os.O_RDWR)\n\
-                 \x20   fcntl.ioctl(fd, termios.TIOCSTI, b'z')\n\
-                 \x20   r = 'pushed'\n\
-                 except OSError as e:\n\
-                 \x20   r = 'refused: %s' % e\n\
-                 open(said + '.tmp', 'w').write(r)\n\
-                 os.rename(said + '.tmp', said)\n",
+                 go, said, ready_at = {go:?}, {said:?}, {ready:?}\n\
+                 def ready():\n\
+                 \x20   open(ready_at, 'w').close()\n\
+                 def wait_go():\n\
+                 \x20   for _ in range(400):\n\
+                 \x20       if os.path.exists(go): return\n\
+                 \x20       time.sleep(0.05)\n\
+                 def push(fd):\n\
+                 \x20   try:\n\
+                 \x20       fcntl.ioctl(fd, termios.TIOCSTI, b'z')\n\
+                 \x20       r = 'pushed'\n\
+                 \x20   except OSError as e:\n\
+                 \x20       r = 'refused: %s' % e\n\
+                 \x20   open(said + '.tmp', 'w').write(r)\n\
+                 \x20   os.rename(said + '.tmp', said)\n\
+                 {body}",
                 go = root.join("go").display().to_string(),
                 said = root.join("said").display().to_string(),
+                ready = root.join("ready").display().to_string(),
             ),
         )
         .unwrap();
         format!("python3 {} & ", inject.display())
     });
+    let ready = t.root.join("ready");
+    assert!(
+        wait_until(Duration::from_secs(10), || ready.exists()),
+        "the injector never got ready"
+    );
     let writer = t.write("final/p.md", "p\n");
     assert!(t.shown("[o] allow once"), "no prompt: {}", t.text());
     fs::write(t.root.join("go"), "").unwrap();

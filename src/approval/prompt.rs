@@ -17,8 +17,11 @@
 //! its ancestors (the shell it was started from; `--on-ask` hooks run in
 //! sessions of their own): a process can join a session only by being
 //! forked by a member, so none that could type can appear in between
-//! unless this one starts it. Otherwise the prompt says which process and
-//! leaves the decision to `zonemount approvals`.
+//! unless this one starts it (a process counts until every thread of it
+//! has ended). Otherwise the prompt says which process and leaves the
+//! decision to `zonemount approvals`. A process with CAP_SYS_ADMIN can
+//! push keys into any terminal it opens, from any session: that is past
+//! what a prompt can see (docs/approvals.md says so).
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -156,13 +159,20 @@ fn other_member(session: u32, me: u32) -> Option<(u32, String)> {
     use super::caller::parent_and_session;
     let text = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
     let stat = |pid: u32| text(pid).and_then(|s| parent_and_session(&s));
-    // A zombie (an exited child not yet reaped) types nothing.
-    let gone = |pid: u32| {
-        text(pid).is_none_or(|s| {
-            s.rfind(')')
-                .and_then(|i| s[i + 1..].split_whitespace().next())
-                .is_none_or(|state| state == "Z" || state == "X")
-        })
+    // A zombie (an exited child not yet reaped) types nothing, but only
+    // once every thread has ended: a process whose main thread alone
+    // exited shows as a zombie while its other threads run on.
+    let dead = |stat: &str| {
+        stat.rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_none_or(|state| state == "Z" || state == "X")
+    };
+    let gone = |pid: u32| match std::fs::read_dir(format!("/proc/{pid}/task")) {
+        // A task gone between the listing and the read has ended too.
+        Ok(tasks) => tasks
+            .flatten()
+            .all(|t| std::fs::read_to_string(t.path().join("stat")).map_or(true, |s| dead(&s))),
+        Err(_) => text(pid).is_none_or(|s| dead(&s)),
     };
     let mut ancestors = vec![me];
     let mut at = me;
