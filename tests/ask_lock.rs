@@ -714,7 +714,7 @@ fn a_process_killed_during_any_held_call_on_its_new_file_withdraws_it() {
         ("setxattr", "os.setxattr(fd, 'user.x', b'v')"),
         ("removexattr", "os.removexattr(fd, 'user.x')"),
         ("fchmod", "os.fchmod(fd, 0o600)"),
-        ("fchown", "os.fchown(fd, 0, 0)"),
+        ("fchown", "os.fchown(fd, os.getuid(), os.getgid())"),
         ("futimens", "os.utime(fd, (1, 1))"),
         ("ftruncate", "os.ftruncate(fd, 10)"),
         ("fallocate", "os.posix_fallocate(fd, 0, 10)"),
