@@ -676,6 +676,69 @@ fn a_renamed_path_never_turns_an_unmount_onto_another_mount() {
     assert_eq!(fs::read_to_string(victim.join("marker")).unwrap(), "victim");
 }
 
+/// The control socket's directory renamed and a symlink to another
+/// directory put in its place (by whoever may write above it): the
+/// unmount removes the daemon's own socket where it now is, and nothing
+/// where the path now leads (a file of the same name there stays).
+#[test]
+fn a_renamed_socket_dir_never_turns_its_removal_onto_another_file() {
+    if !fuse_ok() || !root_ok() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let (shared, victim, back, mnt) = (
+        t.join("shared"),
+        t.join("victim"),
+        t.join("back"),
+        t.join("mnt"),
+    );
+    for d in [
+        shared.join("sub"),
+        victim.clone(),
+        back.clone(),
+        mnt.clone(),
+    ] {
+        fs::create_dir_all(d).unwrap();
+    }
+    fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    fs::write(victim.join("c.sock"), "precious").unwrap();
+    struct Down(PathBuf);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            cleanup_mount(&self.0, true);
+        }
+    }
+    let _down = Down(mnt.clone());
+    let zone = format!("w={}:rw", back.display());
+    let sock = shared.join("sub/c.sock");
+    let out = zonemount(
+        t,
+        &[
+            "mount",
+            "-q",
+            "--zone",
+            &zone,
+            "--control",
+            sock.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+        ],
+    );
+    assert!(out.success(), "{}", out.describe());
+    fs::rename(shared.join("sub"), shared.join("sub.x")).unwrap();
+    std::os::unix::fs::symlink(&victim, shared.join("sub")).unwrap();
+    let out = zonemount(t, &["unmount", mnt.to_str().unwrap()]);
+    assert!(out.success(), "{}", out.describe());
+    assert_eq!(
+        fs::read_to_string(victim.join("c.sock")).unwrap(),
+        "precious"
+    );
+    assert!(
+        !shared.join("sub.x/c.sock").exists(),
+        "the daemon's own socket was left in the renamed dir"
+    );
+}
+
 #[test]
 fn two_mounts_at_once_are_independent() {
     if !fuse_ok() {

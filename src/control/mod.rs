@@ -14,4 +14,7 @@ mod wire_table;
 
 pub use client::{Client, ClientError};
 pub use protocol::{Status, VERSION, event_json};
-pub use server::{BindError, Peer, Server, StageFn, StatusFn, bind, handle, serve};
+pub use server::{
+    BindError, Bound, Peer, Server, StageFn, StatusFn, bind, bind_pinned, handle, remove_socket,
+    serve,
+};

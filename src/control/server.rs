@@ -40,6 +40,67 @@ pub enum BindError {
 /// chmod to another file (a symlink swapped in), and no umask is changed
 /// (other threads may be running).
 pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> {
+    bind_pinned(path).map(|b| b.listener)
+}
+
+/// A socket [`bind_pinned`] made: its listener, and where it is (its
+/// directory held open, its name and inode) so that [`Bound::remove`]
+/// finds it there whatever happens to the path meanwhile.
+#[derive(Debug)]
+pub struct Bound {
+    pub listener: std::os::unix::net::UnixListener,
+    dir: OwnedFd,
+    name: std::ffi::OsString,
+    ino: u64,
+}
+
+impl Bound {
+    /// Remove the socket, only if the name in its directory is still it
+    /// (a directory above it renamed, or swapped for a symlink, can't lead
+    /// the removal elsewhere).
+    pub fn remove(&self) {
+        if let Ok(st) =
+            rustix::fs::statat(&self.dir, &self.name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        {
+            if st.st_ino == self.ino
+                && rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket
+            {
+                let _ = rustix::fs::unlinkat(&self.dir, &self.name, rustix::fs::AtFlags::empty());
+            }
+        }
+    }
+}
+
+/// Remove the socket at `path`, and only a socket: its directory reached
+/// with no symlink on the way (`RESOLVE_NO_SYMLINKS`), the entry itself
+/// not followed. A directory above it renamed or swapped for a symlink by
+/// whoever may write there can't lead the removal to another file; then
+/// nothing is removed.
+pub fn remove_socket(path: &Path) -> io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path names no file",
+        ));
+    };
+    let dir = rustix::fs::openat2(
+        rustix::fs::CWD,
+        parent,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    )?;
+    let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Socket {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a socket"));
+    }
+    rustix::fs::unlinkat(&dir, name, AtFlags::empty())?;
+    Ok(())
+}
+
+/// [`bind`], keeping where the socket is ([`Bound`]).
+pub fn bind_pinned(path: &Path) -> Result<Bound, BindError> {
     let err = |e| BindError::Io(path.to_path_buf(), e);
     if let Ok(m) = std::fs::symlink_metadata(path) {
         if !m.file_type().is_socket() {
@@ -51,7 +112,7 @@ pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> 
         if StdStream::connect(path).is_ok() {
             return Err(BindError::InUse(path.to_path_buf()));
         }
-        std::fs::remove_file(path).map_err(err)?;
+        remove_socket(path).map_err(err)?;
     }
     let Some(name) = path.file_name() else {
         return Err(err(io::Error::new(
@@ -67,7 +128,7 @@ pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener, BindError> 
 }
 
 /// [`bind`]'s socket `name` in `parent`, by way of a private directory.
-fn bind_in(parent: &Path, name: &std::ffi::OsStr) -> io::Result<std::os::unix::net::UnixListener> {
+fn bind_in(parent: &Path, name: &std::ffi::OsStr) -> io::Result<Bound> {
     use rustix::fs::{AtFlags, Mode, OFlags};
     let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let parent = rustix::fs::open(parent, dir_flags, Mode::empty())?;
@@ -110,7 +171,13 @@ fn bind_in(parent: &Path, name: &std::ffi::OsStr) -> io::Result<std::os::unix::n
     let _ = rustix::fs::unlinkat(&parent, &private, AtFlags::REMOVEDIR);
     let l = bound?;
     l.set_nonblocking(true)?;
-    Ok(l)
+    let ino = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)?.st_ino;
+    Ok(Bound {
+        listener: l,
+        dir: parent,
+        name: name.to_owned(),
+        ino,
+    })
 }
 
 /// A fresh directory of ours in `parent`, mode 0700: its name and an fd

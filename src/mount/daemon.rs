@@ -23,7 +23,7 @@ use crate::control::{self, BindError, StatusFn};
 #[derive(Debug)]
 pub struct Control {
     path: PathBuf,
-    listener: std::os::unix::net::UnixListener,
+    bound: control::Bound,
 }
 
 impl Control {
@@ -35,10 +35,10 @@ impl Control {
         if let Some(dir) = path.parent().filter(|d| !d.exists() || *d == runtime) {
             registry::private_dir(dir).map_err(|e| BindError::Io(path.to_path_buf(), e))?;
         }
-        let listener = control::bind(path)?;
+        let bound = control::bind_pinned(path)?;
         Ok(Control {
             path: path.to_path_buf(),
-            listener,
+            bound,
         })
     }
 
@@ -49,7 +49,7 @@ impl Control {
 
 impl Drop for Control {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        self.bound.remove();
     }
 }
 
@@ -177,7 +177,11 @@ fn serve_control(
             session.broker().side().clone(),
         ))),
     );
-    let listener = control.listener.try_clone().map_err(DaemonError::Control)?;
+    let listener = control
+        .bound
+        .listener
+        .try_clone()
+        .map_err(DaemonError::Control)?;
     runtime.spawn(control::serve(listener, server));
     Ok(runtime)
 }

@@ -329,7 +329,7 @@ pub fn forget(mountpoint: &Path) {
         return;
     }
     if let Some(sock) = rec.control.as_deref().filter(|s| !listening(s)) {
-        let _ = std::fs::remove_file(sock);
+        let _ = crate::control::remove_socket(sock);
     }
     let _ = std::fs::remove_file(path);
 }

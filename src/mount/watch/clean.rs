@@ -39,7 +39,17 @@ pub(super) fn clean_up(c: &InChild, p: &Prepared, msgs: &Messages) {
         }
     }
     for (path, addr) in &p.sockets {
-        if !listening(addr) {
+        // Only a socket: a directory above it swapped for a symlink must
+        // not lead the unlink to some other file.
+        let is_socket = rustix::fs::statat(
+            rustix::fs::CWD,
+            path.as_c_str(),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket
+        });
+        if is_socket && !listening(addr) {
             let _ = rustix::fs::unlink(path.as_c_str());
         }
     }
