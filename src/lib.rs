@@ -70,3 +70,4 @@ pub mod mount;
 pub mod policy;
 pub mod stage;
 pub mod text;
+pub mod trust;

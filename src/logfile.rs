@@ -6,7 +6,10 @@
 //! file planted there by another user would let its owner read and forge
 //! what we write.
 //!
-//! So the last component is never followed (`O_NOFOLLOW`); a new file is
+//! So no directory above it may be one another user could change (owned
+//! by someone but root and us, or writable by others without the sticky
+//! bit: [`crate::trust`]); the last component is never followed
+//! (`O_NOFOLLOW`); a new file is
 //! made with `O_EXCL` and its mode set on the fd; an existing one must be
 //! a regular file with one link, owned by our euid and writable by no
 //! one else, or we refuse, saying why and what to do. Whatever is done
@@ -24,6 +27,21 @@ use rustix::fs::{FileType, Mode, OFlags};
 /// umask) when missing; kept when it is a file we may trust (see the
 /// module's doc), else refused with an error that says why.
 pub fn open_append(path: &Path, mode: u32) -> io::Result<File> {
+    // No directory above it another user could move away and replace
+    // (with a symlink to a directory of ours): O_NOFOLLOW guards only the
+    // last component.
+    let abs = std::path::absolute(path)?;
+    let in_dir = |why: String| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("log {} {why}", path.display()),
+        )
+    };
+    crate::trust::check_parents(&abs, "log").map_err(in_dir)?;
+    if let (Some(dir), Some(name)) = (abs.parent(), abs.file_name()) {
+        let canon = dir.canonicalize()?.join(name);
+        crate::trust::check_parents(&canon, "log").map_err(in_dir)?;
+    }
     let base = OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fresh = rustix::fs::open(
         path,

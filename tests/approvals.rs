@@ -2788,6 +2788,7 @@ fn logs_refuse_a_planted_name_and_leave_its_target_alone() {
         cases.push((opt, "symlink"));
         cases.push((opt, "hardlink"));
         cases.push((opt, "others-writable"));
+        cases.push((opt, "dir-swapped"));
         if root {
             cases.push((opt, "theirs"));
         }
@@ -2797,9 +2798,19 @@ fn logs_refuse_a_planted_name_and_leave_its_target_alone() {
         let victim = s.root().join("victim");
         fs::write(&victim, "precious\n").unwrap();
         fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
-        let log = s.root().join("planted.log");
+        let mut log = s.root().join("planted.log");
         match plant {
             "symlink" => std::os::unix::fs::symlink(&victim, &log).unwrap(),
+            // A directory others may write in (not sticky), where `sub` was
+            // swapped for a symlink to where the victim is, under the
+            // log's own name: the file itself passes every check.
+            "dir-swapped" => {
+                let shared = s.root().join("shared");
+                fs::create_dir(&shared).unwrap();
+                fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
+                std::os::unix::fs::symlink(s.root(), shared.join("sub")).unwrap();
+                log = shared.join("sub/victim");
+            }
             "hardlink" => fs::hard_link(&victim, &log).unwrap(),
             "others-writable" => {
                 fs::write(&log, "").unwrap();
@@ -2824,6 +2835,7 @@ fn logs_refuse_a_planted_name_and_leave_its_target_alone() {
             "symlink" => "symbolic link",
             "hardlink" => "hard links",
             "others-writable" => "mode 0646",
+            "dir-swapped" => "has mode 0777: others may write in it",
             _ => "belongs to uid 1001",
         };
         assert!(out.stderr.contains(why), "{ctx}");

@@ -22,6 +22,7 @@
 //! `~/.local/state/zonemount` for a user): the same mountpoint finds the
 //! same stage again after a crash or an unmount.
 
+use crate::trust::{check_parents, unfit_parent};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
@@ -221,29 +222,6 @@ pub fn unfit(st: &rustix::fs::Stat, me: u32) -> Option<String> {
     }
 }
 
-/// Why a directory above a stage dir, as `lstat` describes it, would let
-/// another user move the stage dir away (and put another in its place);
-/// None when it can't: a directory of root's or `me`'s that nobody else
-/// may write in, or only with the sticky bit (as `/tmp`: nobody else may
-/// move what is `me`'s there).
-fn unfit_parent(st: &rustix::fs::Stat, me: u32) -> Option<String> {
-    let mode = st.st_mode & 0o7777;
-    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-        Some("is not a directory".to_owned())
-    } else if st.st_uid != me && st.st_uid != 0 {
-        Some(format!(
-            "belongs to uid {}, not to this user (uid {me}) or root",
-            st.st_uid
-        ))
-    } else if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-        Some(format!(
-            "has mode {mode:04o}: others may write in it (and it is not sticky)"
-        ))
-    } else {
-        None
-    }
-}
-
 /// Check `dir`, a stage dir (or a dir of stage dirs), and every directory
 /// above it: `dir` itself must be fit (see [`unfit`]), each directory
 /// above it must be root's or this user's and writable by nobody else
@@ -281,38 +259,14 @@ pub fn check_dir(dir: &Path, what: &'static str) -> Result<PathBuf, StageError> 
         return Err(refuse("changed while it was checked".to_owned()));
     }
     if let Ok(abs) = std::path::absolute(dir) {
-        check_parents(&abs).map_err(refuse)?;
+        check_parents(&abs, "stage dir").map_err(refuse)?;
     }
-    check_parents(&canon).map_err(refuse)?;
+    check_parents(&canon, "stage dir").map_err(refuse)?;
     Ok(canon)
 }
 
-/// [`unfit_parent`] for each directory above `path` (absolute). A symlink
-/// among them (`/var/run`) must be root's or this user's: the directory
-/// it is in is checked as the next one up, and where it leads is checked
-/// when the canonical path is.
-fn check_parents(path: &Path) -> Result<(), String> {
-    let me = me();
-    for above in path.ancestors().skip(1) {
-        if above.as_os_str().is_empty() {
-            continue;
-        }
-        let st = rustix::fs::lstat(above).map_err(|e| format!("{}: {e}", above.display()))?;
-        let link_ok =
-            st.st_mode & libc::S_IFMT == libc::S_IFLNK && (st.st_uid == me || st.st_uid == 0);
-        if let Some(why) = unfit_parent(&st, me).filter(|_| !link_ok) {
-            return Err(format!(
-                "is in {}, which {why}: another user could move it away; give a stage dir \
-                 under directories of root's or yours that nobody else may write in",
-                above.display()
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Make `dir` (mode 0700, with the directories missing above it) once the
-/// nearest directory above it that exists passes [`check_parents`]
+/// nearest directory above it that exists passes [`check_parents`](crate::trust::check_parents)
 /// (itself included), so that nothing is made where another user could
 /// steer it; then [`check_dir`] it.
 pub fn make_dir(dir: &Path, what: &'static str) -> Result<PathBuf, StageError> {
@@ -339,8 +293,8 @@ pub fn make_dir(dir: &Path, what: &'static str) -> Result<PathBuf, StageError> {
                     canon.display()
                 )
             })
-            .or_else(|| check_parents(base).err())
-            .or_else(|| check_parents(&canon).err())
+            .or_else(|| check_parents(base, "stage dir").err())
+            .or_else(|| check_parents(&canon, "stage dir").err())
         {
             return Err(StageError::Unfit {
                 dir: dir.clone(),
