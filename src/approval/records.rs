@@ -111,7 +111,7 @@ pub(super) fn describe(req: &AskRequest) -> (String, String, PathBuf, Option<Pat
     let (path, target) = match (req.op, write, delete) {
         // A rename shows both ends, whichever items are left to ask (the
         // destination's write may be allowed already, its removal not).
-        ("rename", _, _) if req.source.is_some() && req.target.is_some() => {
+        ("rename" | "exchange", _, _) if req.source.is_some() && req.target.is_some() => {
             (req.source.clone().unwrap_or_default(), req.target.clone())
         }
         ("rename", Some(w), Some(d)) => (vp(d), Some(vp(w))),

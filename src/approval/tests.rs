@@ -446,7 +446,8 @@ fn an_allow_once_kept_for_a_retry_is_for_what_was_shown() {
         Some(Verdict::Later(id)) => id,
         v => panic!("not told to retry: {v:?}"),
     };
-    let cases: [(&str, Option<&str>, &str, Option<&str>); 4] = [
+    let cases: [(&str, Option<&str>, &str, Option<&str>); 5] = [
+        ("exchange", Some("/w/b"), "rename", Some("/w/b")),
         ("mkdir", None, "symlink", Some("/root")),
         (
             "symlink",

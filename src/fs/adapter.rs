@@ -240,7 +240,13 @@ impl Filesystem for ZoneFs {
                 newname,
                 flags,
             } => {
-                let ctx = ctx(&req, "rename");
+                // An exchange is its own call to whoever decides it (and
+                // an allow for one is not one for a rename that replaces).
+                let op = match flags & libc::RENAME_EXCHANGE != 0 {
+                    true => "exchange",
+                    false => "rename",
+                };
+                let ctx = ctx(&req, op);
                 tracing::debug!(
                     op = "rename",
                     from = ino,

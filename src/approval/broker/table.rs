@@ -25,12 +25,14 @@ pub(super) type Shown = (&'static str, Option<PathBuf>, Option<PathBuf>);
 pub(super) type RetryKey = (Vec<Fp>, u32, Shown);
 
 /// The kind of entry `op` makes, where that is more than its class says
-/// (a directory, a symlink, a hard link, a device or FIFO, a move); ""
-/// for the rest (a file made, written or truncated, metadata, removals):
-/// a create retried as an open for writing is the same ask.
+/// (a directory, a symlink, a hard link, a device or FIFO, a move, an
+/// exchange); "" for the rest (a file made, written or truncated,
+/// metadata, removals): a create retried as an open for writing is the
+/// same ask, and so is any other change of the same file's content or
+/// metadata (the approver decides on the class and the path).
 pub(super) fn kind_made(op: &'static str) -> &'static str {
     match op {
-        "mkdir" | "symlink" | "link" | "mknod" | "rename" => op,
+        "mkdir" | "symlink" | "link" | "mknod" | "rename" | "exchange" => op,
         _ => "",
     }
 }
