@@ -4,7 +4,32 @@
 //! something else (a symlink to a file of ours) in its place. Checked by
 //! `lstat` on each directory above, the path as given and canonical.
 
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::OwnedFd;
 use std::path::Path;
+
+/// The directory `path` is in, opened (`O_PATH`) with no symlink followed
+/// on the way (`RESOLVE_NO_SYMLINKS`), and `path`'s last name in it: what
+/// is done to that name through the fd can't be led elsewhere by a
+/// directory on the path renamed or swapped for a symlink meanwhile.
+pub fn parent_without_symlinks(path: &Path) -> io::Result<(OwnedFd, &OsStr)> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path names no file in a directory",
+        ));
+    };
+    let dir = rustix::fs::openat2(
+        rustix::fs::CWD,
+        parent,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS,
+    )?;
+    Ok((dir, name))
+}
 
 /// Why a directory above a path, as `lstat` describes it, would let
 /// another user move what is below it away (and put another in its place);

@@ -77,20 +77,8 @@ impl Bound {
 /// whoever may write there can't lead the removal to another file; then
 /// nothing is removed.
 pub fn remove_socket(path: &Path) -> io::Result<()> {
-    use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the path names no file",
-        ));
-    };
-    let dir = rustix::fs::openat2(
-        rustix::fs::CWD,
-        parent,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS,
-    )?;
+    use rustix::fs::{AtFlags, FileType};
+    let (dir, name) = crate::trust::parent_without_symlinks(path)?;
     let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Socket {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a socket"));

@@ -217,24 +217,13 @@ struct Pinned {
 }
 
 fn pinned(entry: &MountEntry) -> Result<Pinned, UnmountError> {
-    use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, StatxFlags};
+    use rustix::fs::{AtFlags, StatxFlags};
     use std::os::fd::AsRawFd;
     let path = entry.mountpoint.as_path();
     let fail = |why: String| UnmountError::Failed(show(path), why);
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(fail("not a mountpoint's path".into()));
-    };
-    let dir = rustix::fs::openat2(
-        rustix::fs::CWD,
-        parent,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS,
-    )
-    .map_err(|e| {
+    let (dir, name) = crate::trust::parent_without_symlinks(path).map_err(|e| {
         fail(format!(
-            "cannot reach {} without following a symlink ({e}): not unmounting by a path that may lead elsewhere",
-            show(parent)
+            "cannot reach its directory without following a symlink ({e}): not unmounting by a path that may lead elsewhere"
         ))
     })?;
     // No request to the daemon (it may be stuck, or gone): the mount id
