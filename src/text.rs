@@ -190,6 +190,16 @@ pub fn path_bytes(bytes: &[u8]) -> String {
 /// people: escaped as [`path`] escapes a path. It is shown in the same
 /// columns and after the same two spaces (`approvals list`'s COMMAND,
 /// `changes`' `by ...`), and a worker chooses it (`exec -a "vim  ID  x"`).
+/// A text file a worker has a hand in (`/proc/PID/stat`, `status` and
+/// `comm` hold a command name a process may set to any bytes), read with
+/// what is not UTF-8 replaced: such a name must never make the process
+/// look gone, or its file unreadable, to a check. None when it can't be
+/// read at all.
+pub fn read_lossy(path: impl AsRef<std::path::Path>) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 pub fn cmdline(bytes: &[u8]) -> String {
     path_bytes(bytes)
 }

@@ -1385,6 +1385,20 @@ fn a_process_whose_main_thread_exited_still_counts_on_the_terminal() {
     );
 }
 
+/// The same from a process that named itself with bytes that are not
+/// UTF-8 (its `/proc/PID/stat` is no valid UTF-8 text then).
+#[test]
+fn a_process_named_with_bytes_not_utf8_still_counts_on_the_terminal() {
+    injected_key_is_not_taken(
+        "import ctypes\n\
+         fd = os.open('/dev/tty', os.O_RDWR)\n\
+         ctypes.CDLL(None).prctl(15, b'\\xff\\xfezz', 0, 0, 0)\n\
+         ready()\n\
+         wait_go()\n\
+         push(fd)\n",
+    );
+}
+
 /// A prompt whose terminal another process shares: that process runs
 /// `body` (python, with `ready()`, which the test waits for before it
 /// writes, `wait_go()`, and `push(fd)`, which pushes `z`, allow for the

@@ -27,7 +27,7 @@ pub struct Caller {
 impl Caller {
     /// Read the facts for thread `tid` (FUSE's pid).
     pub fn read(tid: u32) -> Caller {
-        let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
+        let status = crate::text::read_lossy(format!("/proc/{tid}/status")).unwrap_or_default();
         let pid = field(&status, "Tgid:")
             .and_then(|v| v.parse().ok())
             .unwrap_or(tid);
@@ -65,7 +65,7 @@ fn read_cmdline(pid: u32) -> Vec<u8> {
 
 /// The process (thread group) of thread `tid`; None when it is gone.
 pub fn process_of(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let status = crate::text::read_lossy(format!("/proc/{tid}/status"))?;
     field(&status, "Tgid:").and_then(|v| v.parse().ok())
 }
 
@@ -86,7 +86,15 @@ pub fn session_of(pid: u32) -> Option<u32> {
 }
 
 fn stat_of(pid: u32) -> Option<(u32, u32)> {
-    parent_and_session(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    parent_and_session(&stat_text(pid)?)
+}
+
+/// The text of `/proc/PID/stat` (None once it is gone), its command name
+/// read lossily: a process may name itself with bytes that are not UTF-8
+/// (`prctl(PR_SET_NAME)`), and must not vanish from every check that
+/// reads its session for that.
+pub fn stat_text(pid: u32) -> Option<String> {
+    crate::text::read_lossy(format!("/proc/{pid}/stat"))
 }
 
 /// How a decider is kin to the process it would decide for.
@@ -191,7 +199,7 @@ pub fn only_stopping(status: &str) -> bool {
 
 /// [`only_stopping`] for thread `tid` (false when it is gone).
 pub fn only_stopping_tid(tid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{tid}/status")).is_ok_and(|s| only_stopping(&s))
+    crate::text::read_lossy(format!("/proc/{tid}/status")).is_some_and(|s| only_stopping(&s))
 }
 
 /// Whether a `/proc/.../status` text shows a signal pending that should
@@ -207,7 +215,7 @@ pub fn interrupting(status: &str) -> bool {
 /// [`interrupting`] for thread `tid`: after a stop used up its call's one
 /// interrupt, the daemon's watcher looks for such a signal itself.
 pub fn interrupting_tid(tid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{tid}/status")).is_ok_and(|s| interrupting(&s))
+    crate::text::read_lossy(format!("/proc/{tid}/status")).is_some_and(|s| interrupting(&s))
 }
 
 /// Whether the thread `tid` can no longer take an answer: it is gone, a
@@ -230,7 +238,7 @@ pub fn is_dying(tid: u32) -> bool {
 /// blocked in the kernel, on a lock for instance. None when it is gone or
 /// its state can't be read.
 pub fn blocked_in_kernel(tid: u32) -> Option<bool> {
-    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    let stat = crate::text::read_lossy(format!("/proc/{tid}/stat"))?;
     // The state follows the command name, which may hold anything but
     // ends at the last ')'.
     let state = stat
@@ -246,6 +254,33 @@ mod tests {
     use super::*;
 
     const STATUS: &str = "Name:\tsh\nState:\tD (disk sleep)\nTgid:\t4242\nPid:\t4243\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\n";
+
+    /// A process that named itself with bytes that are not UTF-8 still has
+    /// a session and a parent (it must not look gone to the rule that
+    /// keeps a worker from deciding for itself).
+    #[test]
+    fn a_name_not_utf8_leaves_the_session_readable() {
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import ctypes, sys, time\nctypes.CDLL(None).prctl(15, b'\\xff\\xfekk', 0, 0, 0)\nprint(flush=True)\ntime.sleep(5)",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        let _ = std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        );
+        let pid = child.id();
+        let comm = std::fs::read(format!("/proc/{pid}/comm")).unwrap();
+        let session = session_of(pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(&comm[..2], b"\xff\xfe", "the name was set");
+        assert_eq!(session, session_of(std::process::id()), "its session");
+    }
 
     /// A command line of any length costs at most [`CMDLINE_MAX`] bytes,
     /// its cut marked.

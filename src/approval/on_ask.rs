@@ -519,7 +519,7 @@ mod tests {
 
     /// Whether `pid` is alive (not gone, not a zombie).
     fn alive(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+        crate::text::read_lossy(format!("/proc/{pid}/stat")).is_some_and(|s| !s.contains(") Z "))
     }
 
     /// (request id, pid) of each hook started, from what they wrote.

@@ -156,8 +156,8 @@ fn keys_can_be_pushed() -> bool {
 /// as every human view shows it). A child counts: a worker started with
 /// `worker & exec zonemount mount --prompt` is the daemon's child.
 fn other_member(session: u32, me: u32) -> Option<(u32, String)> {
-    use super::caller::parent_and_session;
-    let text = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    use super::caller::{parent_and_session, stat_text};
+    let text = stat_text;
     let stat = |pid: u32| text(pid).and_then(|s| parent_and_session(&s));
     // A zombie (an exited child not yet reaped) types nothing, but only
     // once every thread has ended: a process whose main thread alone
@@ -171,7 +171,7 @@ fn other_member(session: u32, me: u32) -> Option<(u32, String)> {
         // A task gone between the listing and the read has ended too.
         Ok(tasks) => tasks
             .flatten()
-            .all(|t| std::fs::read_to_string(t.path().join("stat")).map_or(true, |s| dead(&s))),
+            .all(|t| crate::text::read_lossy(t.path().join("stat")).is_none_or(|s| dead(&s))),
         Err(_) => text(pid).is_none_or(|s| dead(&s)),
     };
     let mut ancestors = vec![me];

@@ -25,7 +25,7 @@ pub struct Caller {
 /// The supplementary groups of a thread, from `/proc/PID/status` (None
 /// when it is gone).
 fn groups_of(pid: u32) -> Option<Vec<rustix::fs::Gid>> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = crate::text::read_lossy(format!("/proc/{pid}/status"))?;
     let groups = status
         .lines()
         .find_map(|l| l.strip_prefix("Groups:"))

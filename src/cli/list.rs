@@ -149,7 +149,7 @@ fn pending_requests(mountpoint: &Path) -> Option<u64> {
 /// or refuses (a live mount taken for stale would be unmounted by
 /// `unmount --stale`).
 fn daemon_alive(pid: u32, mountpoint: &Path) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Some(stat) = crate::text::read_lossy(format!("/proc/{pid}/stat")) else {
         return false;
     };
     // The state follows the last ')' (the command name may hold one).

@@ -123,7 +123,7 @@ pub fn elsewhere(path: &Path) -> Vec<Elsewhere> {
             .iter()
             .any(|m| m.mountpoint == path && m.is_zonemount())
         {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let comm = crate::text::read_lossy(format!("/proc/{pid}/comm")).unwrap_or_default();
             out.push(Elsewhere {
                 pid,
                 comm: comm.trim_end().to_string(),

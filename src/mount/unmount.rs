@@ -53,8 +53,7 @@ pub fn still_ending(pid: u32) -> String {
     if process_alive(pid) || process_ended(pid) {
         return String::new();
     }
-    let left = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
+    let left = crate::text::read_lossy(format!("/proc/{pid}/status"))
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("Threads:"))
@@ -75,9 +74,7 @@ pub const DAEMON_EXIT_WAIT: Duration = Duration::from_secs(10);
 /// be ending (see [`wait_ended`]); it serves nothing any more.
 pub fn process_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false)
+        && crate::text::read_lossy(format!("/proc/{pid}/stat")).is_some_and(|s| !s.contains(") Z "))
 }
 
 /// Whether process `pid` has ended entirely: gone, or a zombie with no
@@ -86,7 +83,7 @@ pub fn process_alive(pid: u32) -> bool {
 /// exits) reads `State: Z` with `Threads:` above 1, and keeps its files
 /// open until its last thread ends: a stage dir's lock among them.
 pub fn process_ended(pid: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+    let Some(status) = crate::text::read_lossy(format!("/proc/{pid}/status")) else {
         return true;
     };
     let field = |k: &str| {
