@@ -739,6 +739,74 @@ fn a_renamed_socket_dir_never_turns_its_removal_onto_another_file() {
     );
 }
 
+/// The same swap before the daemon is SIGKILLed: its watcher removes
+/// dead sockets only through their directory reached with no symlink, so
+/// a dead socket of someone else's under the same name stays.
+#[test]
+fn a_renamed_socket_dir_never_turns_the_watchers_cleanup_onto_another_socket() {
+    if !fuse_ok() || !root_ok() || !tool_ok("python3") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let (shared, victim, back, mnt) = (
+        t.join("shared"),
+        t.join("victim"),
+        t.join("back"),
+        t.join("mnt"),
+    );
+    for d in [
+        shared.join("sub"),
+        victim.clone(),
+        back.clone(),
+        mnt.clone(),
+    ] {
+        fs::create_dir_all(d).unwrap();
+    }
+    fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    // A dead socket: bound, then closed.
+    let dead = victim.join("c.sock");
+    drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+    struct Down(PathBuf);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            cleanup_mount(&self.0, true);
+        }
+    }
+    let _down = Down(mnt.clone());
+    let zone = format!("w={}:rw", back.display());
+    let sock = shared.join("sub/c.sock");
+    let out = zonemount(
+        t,
+        &[
+            "mount",
+            "-q",
+            "--zone",
+            &zone,
+            "--control",
+            sock.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+        ],
+    );
+    assert!(out.success(), "{}", out.describe());
+    let (pid, _) = record_and_socket(&mnt);
+    fs::rename(shared.join("sub"), shared.join("sub.x")).unwrap();
+    std::os::unix::fs::symlink(&victim, shared.join("sub")).unwrap();
+    let _ = run(
+        Command::new("kill").arg("-KILL").arg(pid.to_string()),
+        Duration::from_secs(5),
+    );
+    assert!(wait_unmounted(&mnt), "the watcher left the dead mount");
+    assert!(
+        wait_until(MOUNT_TIMEOUT, || watcher_pids_for(&mnt).is_empty()),
+        "the watcher did not finish"
+    );
+    assert!(
+        fs::symlink_metadata(&dead).is_ok(),
+        "the watcher removed another dead socket"
+    );
+}
+
 #[test]
 fn two_mounts_at_once_are_independent() {
     if !fuse_ok() {

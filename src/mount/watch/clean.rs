@@ -38,19 +38,26 @@ pub(super) fn clean_up(c: &InChild, p: &Prepared, msgs: &Messages) {
             let _ = rustix::fs::unlink(path.as_c_str());
         }
     }
-    for (path, addr) in &p.sockets {
-        // Only a socket: a directory above it swapped for a symlink must
-        // not lead the unlink to some other file.
-        let is_socket = rustix::fs::statat(
+    for ((dir, name), addr) in &p.sockets {
+        // Only a socket, looked at and removed through its directory
+        // reached with no symlink on the way: a directory above it renamed
+        // or swapped for a symlink must not lead the unlink elsewhere.
+        let Ok(dir) = rustix::fs::openat2(
             rustix::fs::CWD,
-            path.as_c_str(),
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .is_ok_and(|st| {
-            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket
-        });
+            dir.as_c_str(),
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+            rustix::fs::ResolveFlags::NO_SYMLINKS,
+        ) else {
+            continue;
+        };
+        let is_socket =
+            rustix::fs::statat(&dir, name.as_c_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| {
+                    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket
+                });
         if is_socket && !listening(addr) {
-            let _ = rustix::fs::unlink(path.as_c_str());
+            let _ = rustix::fs::unlinkat(&dir, name.as_c_str(), rustix::fs::AtFlags::empty());
         }
     }
     if let Some((parent, name)) = &p.mountpoint {

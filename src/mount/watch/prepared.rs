@@ -32,7 +32,10 @@ pub(super) struct Prepared {
     /// The record's path, and the bytes that name the watched process in
     /// it (`"pid": N`).
     pub(super) record: Option<(CString, Vec<u8>)>,
-    pub(super) sockets: Vec<(CString, SocketAddrUnix)>,
+    /// Each socket as its directory and its name in it (the child reaches
+    /// the directory with no symlink on the way and acts on the name from
+    /// there), and its address.
+    pub(super) sockets: Vec<((CString, CString), SocketAddrUnix)>,
     pub(super) dirs: Vec<CString>,
 }
 
@@ -84,7 +87,18 @@ impl Prepared {
         let sockets = plan
             .sockets
             .iter()
-            .map(|p| Ok((cstring(p)?, SocketAddrUnix::new(p.as_path())?)))
+            .map(|p| {
+                let (dir, name) = match (p.parent(), p.file_name()) {
+                    (Some(d), Some(n)) => (cstring(d)?, cstring(std::path::Path::new(n))?),
+                    _ => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "a socket path with no name",
+                        ));
+                    }
+                };
+                Ok(((dir, name), SocketAddrUnix::new(p.as_path())?))
+            })
             .collect::<io::Result<_>>()?;
         let dirs = plan
             .dirs
