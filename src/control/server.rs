@@ -5,7 +5,6 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream as StdStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -89,19 +88,8 @@ pub fn remove_socket(path: &Path) -> io::Result<()> {
 
 /// [`bind`], keeping where the socket is ([`Bound`]).
 pub fn bind_pinned(path: &Path) -> Result<Bound, BindError> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     let err = |e| BindError::Io(path.to_path_buf(), e);
-    if let Ok(m) = std::fs::symlink_metadata(path) {
-        if !m.file_type().is_socket() {
-            return Err(err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                "a file that is not a socket is in the way",
-            )));
-        }
-        if StdStream::connect(path).is_ok() {
-            return Err(BindError::InUse(path.to_path_buf()));
-        }
-        remove_socket(path).map_err(err)?;
-    }
     let Some(name) = path.file_name() else {
         return Err(err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -112,14 +100,32 @@ pub fn bind_pinned(path: &Path) -> Result<Bound, BindError> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
+    // The directory as given (a `/var/run` on the way is the admin's):
+    // what is found there, removed and bound, is through this one fd.
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let parent = rustix::fs::open(parent, dir_flags, Mode::empty()).map_err(|e| err(e.into()))?;
+    match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) != FileType::Socket => {
+            return Err(err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is in the way",
+            )));
+        }
+        Ok(_) => {
+            if StdStream::connect(path).is_ok() {
+                return Err(BindError::InUse(path.to_path_buf()));
+            }
+            rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(|e| err(e.into()))?;
+        }
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(err(e.into())),
+    }
     bind_in(parent, name).map_err(err)
 }
 
 /// [`bind`]'s socket `name` in `parent`, by way of a private directory.
-fn bind_in(parent: &Path, name: &std::ffi::OsStr) -> io::Result<Bound> {
-    use rustix::fs::{AtFlags, Mode, OFlags};
-    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
-    let parent = rustix::fs::open(parent, dir_flags, Mode::empty())?;
+fn bind_in(parent: OwnedFd, name: &std::ffi::OsStr) -> io::Result<Bound> {
+    use rustix::fs::{AtFlags, Mode};
     let (private, private_fd) = private_dir(&parent)?;
     let bound = (|| {
         // No bindat: the socket is made through the private dir's fd.
@@ -938,6 +944,27 @@ mod tests {
         assert_eq!(second["event"], "resolved", "{second}");
         assert_eq!(second["id"], pending[0].id);
         assert!(verdict.recv_timeout(Duration::from_secs(5)).is_ok());
+    }
+
+    /// A stale socket under a path with a symlink on the way (`/var/run`)
+    /// is replaced, and a file that is not a socket is refused: both
+    /// through the one directory fd the socket is then bound in.
+    #[test]
+    fn a_stale_socket_behind_a_symlinked_dir_is_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).expect("mkdir");
+        std::os::unix::fs::symlink(&real, dir.path().join("run")).expect("symlink");
+        drop(std::os::unix::net::UnixListener::bind(real.join("c.sock")).expect("stale"));
+        let bound = bind(&dir.path().join("run/c.sock")).expect("a stale socket is replaced");
+        drop(bound);
+        std::fs::write(real.join("f.sock"), "x").expect("file");
+        let e = bind(&dir.path().join("run/f.sock")).expect_err("a file in the way");
+        assert!(e.to_string().contains("not a socket"), "{e}");
+        assert_eq!(
+            std::fs::read_to_string(real.join("f.sock")).expect("kept"),
+            "x"
+        );
     }
 
     /// The socket appears at its path whole, already 0600 (renamed into
