@@ -18,7 +18,12 @@
 //! sessions of their own): a process can join a session only by being
 //! forked by a member, so none that could type can appear in between
 //! unless this one starts it (a process counts until every thread of it
-//! has ended). Otherwise the prompt says which process and leaves the
+//! has ended). A key read before the request was shown answers nothing
+//! (so a process that pushes one after it was shown was there when it was
+//! checked), and a key that comes once the terminal is back in line mode
+//! (`^Z`, then the shell's `fg`, restores it: keys then wait in a line
+//! while nothing checks) is dropped with all that was queued, and the
+//! prompt's mode set again. Otherwise the prompt says which process and leaves the
 //! decision to `zonemount approvals`. A process with CAP_SYS_ADMIN can
 //! push keys into any terminal it opens, from any session: that is past
 //! what a prompt can see (docs/approvals.md says so).
@@ -72,7 +77,11 @@ pub fn render(info: &RequestInfo) -> String {
 
 enum Msg {
     Event(Box<Event>),
-    Key(u8),
+    /// A key, and when it was read.
+    Key(u8, std::time::Instant),
+    /// The terminal was found back in line mode (the prompt stopped and
+    /// brought back, `^Z` then `fg`): what was queued meanwhile is gone.
+    Reset,
 }
 
 struct Feed(mpsc::Sender<Msg>);
@@ -109,12 +118,12 @@ pub fn stdin_is_tty() -> bool {
 pub fn start(broker: &Approvals) -> Guard {
     let stdin = std::io::stdin();
     let saved = rustix::termios::tcgetattr(stdin.as_fd()).ok();
-    if let Some(t) = &saved {
-        let mut raw = t.clone();
+    let raw = saved.clone().map(|mut raw| {
         raw.local_modes -= rustix::termios::LocalModes::ICANON | rustix::termios::LocalModes::ECHO;
         let _ =
             rustix::termios::tcsetattr(stdin.as_fd(), rustix::termios::OptionalActions::Now, &raw);
-    }
+        raw
+    });
     let (tx, rx) = mpsc::channel();
     broker.subscribe(Arc::new(Feed(tx.clone())));
     let keys = std::thread::Builder::new()
@@ -123,7 +132,33 @@ pub fn start(broker: &Approvals) -> Guard {
             let mut b = [0u8; 1];
             let mut input = std::io::stdin();
             while let Ok(1) = input.read(&mut b) {
-                if tx.send(Msg::Key(b[0])).is_err() {
+                // Back in line mode (a shell's `fg` restores it): this key
+                // came in a line, typed or pushed while no check saw it.
+                // The prompt's mode again, the queue dropped, the key asked
+                // for again.
+                let stdin = std::io::stdin();
+                let now = rustix::termios::tcgetattr(stdin.as_fd());
+                if let (Some(raw), Ok(now)) = (&raw, now) {
+                    if now
+                        .local_modes
+                        .contains(rustix::termios::LocalModes::ICANON)
+                    {
+                        let _ = rustix::termios::tcsetattr(
+                            stdin.as_fd(),
+                            rustix::termios::OptionalActions::Now,
+                            raw,
+                        );
+                        let _ = rustix::termios::tcflush(
+                            stdin.as_fd(),
+                            rustix::termios::QueueSelector::IFlush,
+                        );
+                        if tx.send(Msg::Reset).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+                if tx.send(Msg::Key(b[0], std::time::Instant::now())).is_err() {
                     return;
                 }
             }
@@ -228,15 +263,21 @@ fn run(broker: &Approvals, rx: &mpsc::Receiver<Msg>) {
     let mut queue: VecDeque<RequestInfo> = broker.pending().into();
     // Requests shown while another process could type: no key for them.
     let mut typed_on: std::collections::HashMap<u64, (u32, String)> = Default::default();
+    // When the front request was last shown: a key read before that was
+    // not an answer to it (nobody had seen it), and a process that pushes
+    // one after it was alive when it was shown, so `typed_on` has it.
+    let mut shown_at = std::time::Instant::now();
     let show = |info: &RequestInfo,
-                typed_on: &mut std::collections::HashMap<u64, (u32, String)>| {
+                typed_on: &mut std::collections::HashMap<u64, (u32, String)>,
+                shown_at: &mut std::time::Instant| {
+        *shown_at = std::time::Instant::now();
         if let Some(who) = could_type() {
             typed_on.entry(info.id).or_insert(who);
         }
         say(&render(info));
     };
     if let Some(front) = queue.front() {
-        show(front, &mut typed_on);
+        show(front, &mut typed_on, &mut shown_at);
     }
     while let Ok(msg) = rx.recv() {
         match msg {
@@ -244,7 +285,7 @@ fn run(broker: &Approvals, rx: &mpsc::Receiver<Msg>) {
                 Event::Requested(info) => {
                     queue.push_back(info);
                     if queue.len() == 1 {
-                        show(&queue[0], &mut typed_on);
+                        show(&queue[0], &mut typed_on, &mut shown_at);
                     }
                 }
                 Event::Resolved { id, resolution } => {
@@ -254,23 +295,34 @@ fn run(broker: &Approvals, rx: &mpsc::Receiver<Msg>) {
                     if was_front && queue.len() < before {
                         say(&format!("\r\n  request {id}: {}\r\n", outcome(&resolution)));
                         if let Some(next) = queue.front() {
-                            show(next, &mut typed_on);
+                            show(next, &mut typed_on, &mut shown_at);
                         }
                     }
                     typed_on.remove(&id);
                 }
             },
-            Msg::Key(k) => {
+            Msg::Reset => {
+                say(
+                    "\r\n  the terminal was back in line mode (the prompt was stopped?): what was typed meanwhile is dropped\r\n",
+                );
+                if let Some(front) = queue.front() {
+                    show(front, &mut typed_on, &mut shown_at);
+                }
+            }
+            Msg::Key(k, at) => {
                 let Some(front) = queue.front().cloned() else {
                     continue;
                 };
+                if at < shown_at {
+                    continue;
+                }
                 match key(k) {
                     Key::Ignore => {}
                     Key::Skip => {
                         queue.rotate_left(1);
                         say("skipped\r\n");
                         if let Some(next) = queue.front() {
-                            show(next, &mut typed_on);
+                            show(next, &mut typed_on, &mut shown_at);
                         }
                     }
                     Key::Decide(d) => {
@@ -285,7 +337,7 @@ fn run(broker: &Approvals, rx: &mpsc::Receiver<Msg>) {
                             say(&format!("\r\n  {e}\r\n"));
                             queue.retain(|r| r.id != front.id);
                             if let Some(next) = queue.front() {
-                                show(next, &mut typed_on);
+                                show(next, &mut typed_on, &mut shown_at);
                             }
                         }
                     }
