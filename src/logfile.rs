@@ -37,14 +37,13 @@ pub fn open_append(path: &Path, mode: u32) -> io::Result<File> {
             format!("log {} {why}", path.display()),
         )
     };
-    crate::trust::check_parents(&abs, "log").map_err(in_dir)?;
-    if let (Some(dir), Some(name)) = (abs.parent(), abs.file_name()) {
-        let canon = dir.canonicalize()?.join(name);
-        crate::trust::check_parents(&canon, "log").map_err(in_dir)?;
-    }
+    let dir = crate::trust::check_parents(&abs, "log").map_err(in_dir)?;
+    // Opened by the path just walked: no symlink in it, and no directory
+    // on it that anyone else may change.
+    let at = dir.join(abs.file_name().unwrap_or_default());
     let base = OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fresh = rustix::fs::open(
-        path,
+        &at,
         base | OFlags::CREATE | OFlags::EXCL,
         Mode::from_raw_mode(mode),
     );
@@ -58,7 +57,7 @@ pub fn open_append(path: &Path, mode: u32) -> io::Result<File> {
     }
     // NONBLOCK: a FIFO planted there must not hang us (it is refused
     // below); it does nothing to a regular file.
-    let fd: OwnedFd = match rustix::fs::open(path, base | OFlags::NONBLOCK, Mode::empty()) {
+    let fd: OwnedFd = match rustix::fs::open(&at, base | OFlags::NONBLOCK, Mode::empty()) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::LOOP) => return Err(refused(path, "it is a symbolic link")),
         Err(rustix::io::Errno::NXIO) => return Err(refused(path, "it is not a regular file")),

@@ -54,26 +54,79 @@ pub fn unfit_parent(st: &rustix::fs::Stat, me: u32) -> Option<String> {
     }
 }
 
-/// [`unfit_parent`] for each directory above `path` (absolute). A symlink
-/// among them (`/var/run`) must be root's or this user's: the directory
-/// it is in is checked as the next one up, and where it leads is checked
-/// when the canonical path is.
-pub fn check_parents(path: &Path, what: &str) -> Result<(), String> {
+/// [`unfit_parent`] for each directory the way to `path`'s directory goes
+/// through, resolved here one name at a time (`path` absolute): every
+/// directory passed must be fit, and every symlink met on the way
+/// (`/var/run`) root's or this user's, and where it leads is walked the
+/// same way, each of its hops too (a root symlink pointing through a
+/// user's symlink is caught at the user's). So nothing on the way to it
+/// can be changed by another user. Returns that directory with no symlink
+/// in its path.
+pub fn check_parents(path: &Path, what: &str) -> Result<std::path::PathBuf, String> {
+    use std::path::{Component, PathBuf};
+    const MAX_HOPS: usize = 40;
     let me = rustix::process::geteuid().as_raw();
-    for above in path.ancestors().skip(1) {
-        if above.as_os_str().is_empty() {
+    let refuse = |at: &Path, why: String| {
+        format!(
+            "is in {}, which {why}: another user could move it away; give a {what} \
+             under directories of root's or yours that nobody else may write in",
+            at.display()
+        )
+    };
+    let Some(dir) = path.parent() else {
+        return Ok(PathBuf::from("/"));
+    };
+    let mut todo: Vec<std::ffi::OsString> = dir
+        .components()
+        .rev()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_owned()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut at = PathBuf::from("/");
+    let root = rustix::fs::lstat(&at).map_err(|e| format!("/: {e}"))?;
+    if let Some(why) = unfit_parent(&root, me) {
+        return Err(refuse(&at, why));
+    }
+    let mut hops = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            at.pop();
             continue;
         }
-        let st = rustix::fs::lstat(above).map_err(|e| format!("{}: {e}", above.display()))?;
-        let link_ok =
-            st.st_mode & libc::S_IFMT == libc::S_IFLNK && (st.st_uid == me || st.st_uid == 0);
-        if let Some(why) = unfit_parent(&st, me).filter(|_| !link_ok) {
-            return Err(format!(
-                "is in {}, which {why}: another user could move it away; give a {what} \
-                 under directories of root's or yours that nobody else may write in",
-                above.display()
-            ));
+        let next = at.join(&name);
+        let st = rustix::fs::lstat(&next).map_err(|e| format!("{}: {e}", next.display()))?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            if st.st_uid != me && st.st_uid != 0 {
+                return Err(refuse(
+                    &next,
+                    format!("is a symbolic link of uid {}'s", st.st_uid),
+                ));
+            }
+            hops += 1;
+            if hops > MAX_HOPS {
+                return Err(format!("{}: too many symbolic links", next.display()));
+            }
+            let target =
+                std::fs::read_link(&next).map_err(|e| format!("{}: {e}", next.display()))?;
+            if target.is_absolute() {
+                at = PathBuf::from("/");
+            }
+            for c in target.components().rev() {
+                match c {
+                    Component::Normal(n) => todo.push(n.to_owned()),
+                    Component::ParentDir => todo.push("..".into()),
+                    _ => {}
+                }
+            }
+            continue;
         }
+        if let Some(why) = unfit_parent(&st, me) {
+            return Err(refuse(&next, why));
+        }
+        at = next;
     }
-    Ok(())
+    Ok(at)
 }

@@ -2805,6 +2805,7 @@ fn logs_refuse_a_planted_name_and_leave_its_target_alone() {
         cases.push((opt, "dir-swapped"));
         if root {
             cases.push((opt, "theirs"));
+            cases.push((opt, "link-chain"));
         }
     }
     for (opt, plant) in cases {
@@ -2824,6 +2825,19 @@ fn logs_refuse_a_planted_name_and_leave_its_target_alone() {
                 fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
                 std::os::unix::fs::symlink(s.root(), shared.join("sub")).unwrap();
                 log = shared.join("sub/victim");
+            }
+            // A root symlink that leads through another user's symlink (in
+            // a sticky dir) to where the victim is.
+            "link-chain" => {
+                let sticky = s.root().join("sticky");
+                fs::create_dir(&sticky).unwrap();
+                fs::set_permissions(&sticky, fs::Permissions::from_mode(0o1777)).unwrap();
+                let theirs = sticky.join("uld");
+                std::os::unix::fs::symlink(s.root(), &theirs).unwrap();
+                std::os::unix::fs::lchown(&theirs, Some(1001), Some(1001)).unwrap();
+                let ours = s.root().join("lnk");
+                std::os::unix::fs::symlink(&theirs, &ours).unwrap();
+                log = ours.join("victim");
             }
             "hardlink" => fs::hard_link(&victim, &log).unwrap(),
             "others-writable" => {
@@ -2850,6 +2864,7 @@ fn logs_refuse_a_planted_name_and_leave_its_target_alone() {
             "hardlink" => "hard links",
             "others-writable" => "mode 0646",
             "dir-swapped" => "has mode 0777: others may write in it",
+            "link-chain" => "is a symbolic link of uid 1001's",
             _ => "belongs to uid 1001",
         };
         assert!(out.stderr.contains(why), "{ctx}");
