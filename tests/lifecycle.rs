@@ -676,6 +676,77 @@ fn a_renamed_path_never_turns_an_unmount_onto_another_mount() {
     assert_eq!(fs::read_to_string(victim.join("marker")).unwrap(), "victim");
 }
 
+/// A root mount whose control socket is `shared/sub/c.sock`, `shared`
+/// being a directory others may write in; `victim` beside it holds what
+/// `plant` puts there as `c.sock`. Once mounted, `sub` is renamed to
+/// `sub.x` and a symlink to `victim` put in its place. Unmounted on drop.
+struct SocketSwap {
+    _tmp: tempfile::TempDir,
+    shared: PathBuf,
+    victim: PathBuf,
+    mnt: PathBuf,
+    pid: u32,
+}
+
+impl SocketSwap {
+    fn start(plant: impl FnOnce(&Path)) -> SocketSwap {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path().to_path_buf();
+        let (shared, victim, back, mnt) = (
+            t.join("shared"),
+            t.join("victim"),
+            t.join("back"),
+            t.join("mnt"),
+        );
+        for d in [
+            shared.join("sub"),
+            victim.clone(),
+            back.clone(),
+            mnt.clone(),
+        ] {
+            fs::create_dir_all(d).unwrap();
+        }
+        fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        plant(&victim.join("c.sock"));
+        let zone = format!("w={}:rw", back.display());
+        let sock = shared.join("sub/c.sock");
+        let out = zonemount(
+            &t,
+            &[
+                "mount",
+                "-q",
+                "--zone",
+                &zone,
+                "--control",
+                sock.to_str().unwrap(),
+                mnt.to_str().unwrap(),
+            ],
+        );
+        let (pid, _) = match out.success() {
+            true => record_and_socket(&mnt),
+            false => {
+                cleanup_mount(&mnt, true);
+                panic!("{}", out.describe());
+            }
+        };
+        fs::rename(shared.join("sub"), shared.join("sub.x")).unwrap();
+        std::os::unix::fs::symlink(&victim, shared.join("sub")).unwrap();
+        SocketSwap {
+            _tmp: tmp,
+            shared,
+            victim,
+            mnt,
+            pid,
+        }
+    }
+}
+
+impl Drop for SocketSwap {
+    fn drop(&mut self) {
+        cleanup_mount(&self.mnt, true);
+    }
+}
+
 /// The control socket's directory renamed and a symlink to another
 /// directory put in its place (by whoever may write above it): the
 /// unmount removes the daemon's own socket where it now is, and nothing
@@ -685,56 +756,15 @@ fn a_renamed_socket_dir_never_turns_its_removal_onto_another_file() {
     if !fuse_ok() || !root_ok() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let t = tmp.path();
-    let (shared, victim, back, mnt) = (
-        t.join("shared"),
-        t.join("victim"),
-        t.join("back"),
-        t.join("mnt"),
-    );
-    for d in [
-        shared.join("sub"),
-        victim.clone(),
-        back.clone(),
-        mnt.clone(),
-    ] {
-        fs::create_dir_all(d).unwrap();
-    }
-    fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    fs::write(victim.join("c.sock"), "precious").unwrap();
-    struct Down(PathBuf);
-    impl Drop for Down {
-        fn drop(&mut self) {
-            cleanup_mount(&self.0, true);
-        }
-    }
-    let _down = Down(mnt.clone());
-    let zone = format!("w={}:rw", back.display());
-    let sock = shared.join("sub/c.sock");
-    let out = zonemount(
-        t,
-        &[
-            "mount",
-            "-q",
-            "--zone",
-            &zone,
-            "--control",
-            sock.to_str().unwrap(),
-            mnt.to_str().unwrap(),
-        ],
-    );
-    assert!(out.success(), "{}", out.describe());
-    fs::rename(shared.join("sub"), shared.join("sub.x")).unwrap();
-    std::os::unix::fs::symlink(&victim, shared.join("sub")).unwrap();
-    let out = zonemount(t, &["unmount", mnt.to_str().unwrap()]);
+    let w = SocketSwap::start(|at| fs::write(at, "precious").unwrap());
+    let out = zonemount(&w.shared, &["unmount", w.mnt.to_str().unwrap()]);
     assert!(out.success(), "{}", out.describe());
     assert_eq!(
-        fs::read_to_string(victim.join("c.sock")).unwrap(),
+        fs::read_to_string(w.victim.join("c.sock")).unwrap(),
         "precious"
     );
     assert!(
-        !shared.join("sub.x/c.sock").exists(),
+        !w.shared.join("sub.x/c.sock").exists(),
         "the daemon's own socket was left in the renamed dir"
     );
 }
@@ -744,65 +774,22 @@ fn a_renamed_socket_dir_never_turns_its_removal_onto_another_file() {
 /// a dead socket of someone else's under the same name stays.
 #[test]
 fn a_renamed_socket_dir_never_turns_the_watchers_cleanup_onto_another_socket() {
-    if !fuse_ok() || !root_ok() || !tool_ok("python3") {
+    if !fuse_ok() || !root_ok() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let t = tmp.path();
-    let (shared, victim, back, mnt) = (
-        t.join("shared"),
-        t.join("victim"),
-        t.join("back"),
-        t.join("mnt"),
-    );
-    for d in [
-        shared.join("sub"),
-        victim.clone(),
-        back.clone(),
-        mnt.clone(),
-    ] {
-        fs::create_dir_all(d).unwrap();
-    }
-    fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     // A dead socket: bound, then closed.
-    let dead = victim.join("c.sock");
-    drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
-    struct Down(PathBuf);
-    impl Drop for Down {
-        fn drop(&mut self) {
-            cleanup_mount(&self.0, true);
-        }
-    }
-    let _down = Down(mnt.clone());
-    let zone = format!("w={}:rw", back.display());
-    let sock = shared.join("sub/c.sock");
-    let out = zonemount(
-        t,
-        &[
-            "mount",
-            "-q",
-            "--zone",
-            &zone,
-            "--control",
-            sock.to_str().unwrap(),
-            mnt.to_str().unwrap(),
-        ],
-    );
-    assert!(out.success(), "{}", out.describe());
-    let (pid, _) = record_and_socket(&mnt);
-    fs::rename(shared.join("sub"), shared.join("sub.x")).unwrap();
-    std::os::unix::fs::symlink(&victim, shared.join("sub")).unwrap();
+    let w = SocketSwap::start(|at| drop(std::os::unix::net::UnixListener::bind(at).unwrap()));
     let _ = run(
-        Command::new("kill").arg("-KILL").arg(pid.to_string()),
+        Command::new("kill").arg("-KILL").arg(w.pid.to_string()),
         Duration::from_secs(5),
     );
-    assert!(wait_unmounted(&mnt), "the watcher left the dead mount");
+    assert!(wait_unmounted(&w.mnt), "the watcher left the dead mount");
     assert!(
-        wait_until(MOUNT_TIMEOUT, || watcher_pids_for(&mnt).is_empty()),
+        wait_until(MOUNT_TIMEOUT, || watcher_pids_for(&w.mnt).is_empty()),
         "the watcher did not finish"
     );
     assert!(
-        fs::symlink_metadata(&dead).is_ok(),
+        fs::symlink_metadata(w.victim.join("c.sock")).is_ok(),
         "the watcher removed another dead socket"
     );
 }
