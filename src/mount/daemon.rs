@@ -18,6 +18,10 @@ use crate::control::protocol::{
 };
 use crate::control::{self, BindError, StatusFn};
 
+/// How long a new daemon waits for the control socket of one that is
+/// ending to go (a mount made again at once after a plain `umount`).
+const SOCKET_HANDOVER: Duration = Duration::from_secs(5);
+
 /// The daemon's control socket, bound; the socket file goes when this is
 /// dropped.
 #[derive(Debug)]
@@ -35,7 +39,18 @@ impl Control {
         if let Some(dir) = path.parent().filter(|d| !d.exists() || *d == runtime) {
             registry::private_dir(dir).map_err(|e| BindError::Io(path.to_path_buf(), e))?;
         }
-        let bound = control::bind_pinned(path)?;
+        // A live daemon on it: the one a plain `umount` (or fusermount3
+        // -u) of this mountpoint just ended, still on its way out (this
+        // mount's checks found nothing mounted there). Give it a moment.
+        let deadline = std::time::Instant::now() + SOCKET_HANDOVER;
+        let bound = loop {
+            match control::bind_pinned(path) {
+                Err(BindError::InUse(_)) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                r => break r?,
+            }
+        };
         Ok(Control {
             path: path.to_path_buf(),
             bound,
@@ -351,4 +366,34 @@ fn unmount_on_signals(stopper: Stopper) -> Result<(), DaemonError> {
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// A daemon still on its way out holds the control socket for a
+    /// moment (a mount made again at once after a plain `umount`): the
+    /// new one waits for it rather than failing; a socket that stays in
+    /// use is still refused once the wait is over.
+    #[test]
+    fn a_socket_an_ending_daemon_holds_is_taken_once_it_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sock");
+        let old = control::bind(&path).unwrap();
+        let t0 = std::time::Instant::now();
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(old);
+        });
+        let c = Control::bind(&path).expect("bound once the old one let go");
+        assert!(t0.elapsed() >= Duration::from_millis(250), "it waited");
+        letting_go.join().unwrap();
+        drop(c);
+        let _held = control::bind(&path).unwrap();
+        let t0 = std::time::Instant::now();
+        assert!(matches!(Control::bind(&path), Err(BindError::InUse(_))));
+        assert!(t0.elapsed() >= SOCKET_HANDOVER);
+    }
 }
